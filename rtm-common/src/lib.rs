@@ -1,0 +1,15 @@
+//! The one definition of rtm-trace's kernel/user ABI.
+//!
+//! Everything the eBPF programs write and userspace reads is declared here: event
+//! layouts, their discriminants, the names of maps and programs, and the indexes of
+//! the loss counters. The crate is `no_std` so the eBPF crate can use it; the `user`
+//! feature adds `aya::Pod`, serde and a safe decoder for userspace.
+#![no_std]
+
+pub mod event;
+pub mod names;
+
+#[cfg(feature = "user")]
+pub mod decode;
+
+pub use event::*;

@@ -1,0 +1,18 @@
+//! rtm-trace's eBPF programs. Every record they emit is declared in `rtm-common`.
+#![no_std]
+#![no_main]
+
+mod filter;
+mod maps;
+mod mutex;
+
+#[cfg(not(test))]
+#[panic_handler]
+fn panic(_info: &core::panic::PanicInfo) -> ! {
+    loop {}
+}
+
+// bpf_probe_read_user is GPL-only.
+#[unsafe(link_section = "license")]
+#[unsafe(no_mangle)]
+static LICENSE: [u8; 13] = *b"Dual MIT/GPL\0";

@@ -1,0 +1,44 @@
+//! Builds the eBPF object (rtm-ebpf) for bpfel-unknown-none with the nightly toolchain
+//! and bpf-linker; the binary embeds it from OUT_DIR. `cargo xtask setup` installs both.
+use anyhow::{Context as _, anyhow};
+
+fn main() -> anyhow::Result<()> {
+    let metadata = cargo_metadata::MetadataCommand::new()
+        .no_deps()
+        .exec()
+        .context("cargo metadata")?;
+    let ebpf = metadata
+        .packages
+        .into_iter()
+        .find(|p| p.name.as_str() == "rtm-ebpf")
+        .ok_or_else(|| anyhow!("rtm-ebpf package not found in the workspace"))?;
+    let root_dir = ebpf
+        .manifest_path
+        .parent()
+        .ok_or_else(|| anyhow!("rtm-ebpf manifest has no parent directory"))?
+        .as_str()
+        .to_owned();
+    if which_bpf_linker().is_none() {
+        return Err(anyhow!(
+            "bpf-linker is not on PATH: run `cargo xtask setup` (it installs rust-src and \
+             bpf-linker) and add ~/.local/share/rtm-trace/bin to PATH, or build with \
+             `cargo xtask build`"
+        ));
+    }
+    aya_build::build_ebpf(
+        [aya_build::Package {
+            name: ebpf.name.as_str(),
+            root_dir: &root_dir,
+            ..Default::default()
+        }],
+        aya_build::Toolchain::default(),
+    )
+}
+
+fn which_bpf_linker() -> Option<std::path::PathBuf> {
+    println!("cargo:rerun-if-env-changed=PATH");
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .map(|d| d.join("bpf-linker"))
+        .find(|p| p.is_file())
+}

@@ -1,0 +1,1 @@
+fn main() { println!("{}", rtm::EBPF_OBJECT.len()); }
