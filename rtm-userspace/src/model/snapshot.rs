@@ -1,0 +1,262 @@
+//! A snapshot: the model turned into sorted, named, serializable views that every output
+//! (text report, JSON) reads. Building one does not change the model.
+
+use std::collections::HashMap;
+
+use rtm_common::Primitive;
+use serde::Serialize;
+
+use super::{
+    dist::{Dist, DistSummary},
+    sync_graph::{ModelCounters, ObjectKey, SyncGraph, ThreadKey},
+};
+
+/// Serializes an address as a hex string, the way people read them.
+fn hex<S: serde::Serializer>(v: &u64, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(&format!("{v:#x}"))
+}
+
+/// A thread and what it spent waiting.
+#[derive(Debug, Clone, Serialize)]
+pub struct ThreadView {
+    /// Process id.
+    pub pid: u32,
+    /// Thread id.
+    pub tid: u32,
+    /// Thread name, when known.
+    pub name: Option<String>,
+    /// Acquisitions across all objects.
+    pub acquisitions: u64,
+    /// Acquisitions that found the object held.
+    pub contended: u64,
+    /// Time inside blocking acquisitions, all objects.
+    pub wait: DistSummary,
+    /// Time holding objects, all objects.
+    pub hold: DistSummary,
+    /// How long the thread was observed: its life within the trace window, ns.
+    pub observed_ns: u64,
+    /// wait.total_ns / observed_ns.
+    pub wait_share: f64,
+}
+
+/// A synchronization object and its totals over every thread that used it.
+#[derive(Debug, Clone, Serialize)]
+pub struct ObjectView {
+    /// Process id.
+    pub pid: u32,
+    /// Kind of object.
+    pub kind: Primitive,
+    /// Address in the process.
+    #[serde(serialize_with = "hex")]
+    pub addr: u64,
+    /// Symbol name (`name` or `name+0x10`) when the object is a global or static variable.
+    pub name: Option<String>,
+    /// Threads that used it.
+    pub threads: usize,
+    /// Successful acquisitions.
+    pub acquisitions: u64,
+    /// Acquisitions that found it held.
+    pub contended: u64,
+    /// Time spent in contended acquisitions, ns.
+    pub contended_wait_ns: u64,
+    /// Trylocks that failed.
+    pub failed_trylocks: u64,
+    /// Timed acquisitions that timed out.
+    pub timeouts: u64,
+    /// Calls that returned another error.
+    pub errors: u64,
+    /// Time inside blocking acquisitions.
+    pub wait: DistSummary,
+    /// Time held.
+    pub hold: DistSummary,
+}
+
+impl ObjectView {
+    /// The name if known, else the address.
+    pub fn label(&self) -> String {
+        self.name.clone().unwrap_or_else(|| format!("{:#x}", self.addr))
+    }
+}
+
+/// One thread -> object edge.
+#[derive(Debug, Clone, Serialize)]
+pub struct EdgeView {
+    /// Process id.
+    pub pid: u32,
+    /// Thread id.
+    pub tid: u32,
+    /// Kind of object.
+    pub kind: Primitive,
+    /// Object address.
+    #[serde(serialize_with = "hex")]
+    pub object: u64,
+    /// Successful acquisitions.
+    pub acquisitions: u64,
+    /// Acquisitions that found the object held.
+    pub contended: u64,
+    /// Time spent in contended acquisitions, ns.
+    pub contended_wait_ns: u64,
+    /// Trylocks that failed.
+    pub failed_trylocks: u64,
+    /// Timed acquisitions that timed out.
+    pub timeouts: u64,
+    /// Calls that returned another error.
+    pub errors: u64,
+    /// Time inside blocking acquisitions.
+    pub wait: DistSummary,
+    /// Time held.
+    pub hold: DistSummary,
+}
+
+/// The trace window a snapshot covers (CLOCK_MONOTONIC ns).
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct Window {
+    /// Probes live.
+    pub start_ns: u64,
+    /// Snapshot taken (or tracing ended).
+    pub end_ns: u64,
+}
+
+/// Everything the outputs need.
+#[derive(Debug, Clone, Serialize)]
+pub struct Snapshot {
+    /// The window covered.
+    pub window: Window,
+    /// Threads, most time waiting first.
+    pub threads: Vec<ThreadView>,
+    /// Objects, most contended wait first.
+    pub objects: Vec<ObjectView>,
+    /// Edges, most wait first.
+    pub edges: Vec<EdgeView>,
+    /// What the model could not attribute.
+    pub model: ModelCounters,
+}
+
+#[derive(Default)]
+struct Totals {
+    threads: usize,
+    acquisitions: u64,
+    contended: u64,
+    contended_wait_ns: u64,
+    failed_trylocks: u64,
+    timeouts: u64,
+    errors: u64,
+    wait: Dist,
+    hold: Dist,
+}
+
+impl Snapshot {
+    /// Builds the views. `name_of` names objects that are global or static variables.
+    pub fn build(
+        graph: &SyncGraph,
+        window: Window,
+        name_of: &mut dyn FnMut(&ObjectKey) -> Option<String>,
+    ) -> Snapshot {
+        let mut per_thread: HashMap<ThreadKey, Totals> = HashMap::new();
+        let mut per_object: HashMap<ObjectKey, Totals> = HashMap::new();
+        let mut edges = Vec::new();
+        for (key, e) in graph.edges() {
+            for t in [
+                per_thread.entry(key.thread).or_default(),
+                per_object.entry(key.object).or_default(),
+            ] {
+                t.threads += 1;
+                t.acquisitions += e.acquisitions;
+                t.contended += e.contended;
+                t.contended_wait_ns += e.contended_wait_ns;
+                t.failed_trylocks += e.failed_trylocks;
+                t.timeouts += e.timeouts;
+                t.errors += e.errors;
+                t.wait.merge(&e.wait);
+                t.hold.merge(&e.hold);
+            }
+            edges.push(EdgeView {
+                pid: key.thread.pid,
+                tid: key.thread.tid,
+                kind: key.object.primitive,
+                object: key.object.addr,
+                acquisitions: e.acquisitions,
+                contended: e.contended,
+                contended_wait_ns: e.contended_wait_ns,
+                failed_trylocks: e.failed_trylocks,
+                timeouts: e.timeouts,
+                errors: e.errors,
+                wait: e.wait.summary(),
+                hold: e.hold.summary(),
+            });
+        }
+        edges.sort_by(|a, b| {
+            b.wait
+                .total_ns
+                .cmp(&a.wait.total_ns)
+                .then((a.pid, a.tid, a.object).cmp(&(b.pid, b.tid, b.object)))
+        });
+
+        let mut threads: Vec<ThreadView> = graph
+            .threads()
+            .map(|(key, node)| {
+                let t = per_thread.remove(key).unwrap_or_default();
+                let start = node.start_ns.unwrap_or(node.first_event_ns).max(window.start_ns);
+                let end = node.exited_ns.unwrap_or(window.end_ns).min(window.end_ns);
+                let observed_ns = end.saturating_sub(start);
+                let wait = t.wait.summary();
+                ThreadView {
+                    pid: key.pid,
+                    tid: key.tid,
+                    name: node.name.clone(),
+                    acquisitions: t.acquisitions,
+                    contended: t.contended,
+                    wait_share: if observed_ns > 0 {
+                        (wait.total_ns as f64 / observed_ns as f64).min(1.0)
+                    } else {
+                        0.0
+                    },
+                    wait,
+                    hold: t.hold.summary(),
+                    observed_ns,
+                }
+            })
+            .collect();
+        threads.sort_by(|a, b| {
+            b.wait
+                .total_ns
+                .cmp(&a.wait.total_ns)
+                .then((a.pid, a.tid).cmp(&(b.pid, b.tid)))
+        });
+
+        let mut objects: Vec<ObjectView> = graph
+            .objects()
+            .map(|(key, _)| {
+                let t = per_object.remove(key).unwrap_or_default();
+                ObjectView {
+                    pid: key.pid,
+                    kind: key.primitive,
+                    addr: key.addr,
+                    name: name_of(key),
+                    threads: t.threads,
+                    acquisitions: t.acquisitions,
+                    contended: t.contended,
+                    contended_wait_ns: t.contended_wait_ns,
+                    failed_trylocks: t.failed_trylocks,
+                    timeouts: t.timeouts,
+                    errors: t.errors,
+                    wait: t.wait.summary(),
+                    hold: t.hold.summary(),
+                }
+            })
+            .collect();
+        objects.sort_by(|a, b| {
+            (b.contended_wait_ns, b.wait.total_ns, b.acquisitions)
+                .cmp(&(a.contended_wait_ns, a.wait.total_ns, a.acquisitions))
+                .then((a.pid, a.addr).cmp(&(b.pid, b.addr)))
+        });
+
+        Snapshot {
+            window,
+            threads,
+            objects,
+            edges,
+            model: graph.counters(),
+        }
+    }
+}
