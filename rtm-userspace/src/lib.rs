@@ -5,8 +5,14 @@
 //! object and attaches it, `readers` decode what the kernel sends, `model` aggregates it
 //! (pure, no aya), `symbolize` names addresses, and `output` renders snapshots.
 
+pub mod cli;
 pub mod model;
+pub mod output;
+pub mod probes;
+pub mod readers;
+pub mod session;
+pub mod symbolize;
+pub mod target;
 
 /// The eBPF object built by build.rs from the rtm-ebpf crate.
-pub static EBPF_OBJECT: &[u8] =
-    aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/rtm-ebpf"));
+pub static EBPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/rtm-ebpf"));

@@ -1,1 +1,52 @@
-fn main() { println!("{}", rtm::EBPF_OBJECT.len()); }
+//! `rtm-trace`: the binary's edge. Parses the command line, runs a session, and turns
+//! errors into a message on stderr and an exit code.
+use std::process::ExitCode;
+
+use clap::Parser;
+use rtm::{cli::Cli, session};
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let level = if cli.verbose { "debug" } else { "warn" };
+    init_logging(level);
+    match session::run(cli) {
+        Ok(code) => ExitCode::from(code.clamp(0, 255) as u8),
+        Err(e) => {
+            let mut msg = format!("rtm-trace: error: {e}");
+            let mut source = std::error::Error::source(&e);
+            while let Some(s) = source {
+                let text = s.to_string();
+                if !msg.contains(&text) {
+                    msg.push_str(&format!("\n  caused by: {text}"));
+                }
+                source = s.source();
+            }
+            eprintln!("{msg}");
+            ExitCode::from(e.exit_code() as u8)
+        }
+    }
+}
+
+/// Minimal stderr logger for `log` records (aya logs through `log`).
+fn init_logging(level: &str) {
+    struct Stderr(log::LevelFilter);
+    impl log::Log for Stderr {
+        fn enabled(&self, m: &log::Metadata) -> bool {
+            m.level() <= self.0
+        }
+        fn log(&self, r: &log::Record) {
+            if self.enabled(r.metadata()) {
+                eprintln!(
+                    "rtm-trace: {}: {}",
+                    r.level().as_str().to_lowercase(),
+                    r.args()
+                );
+            }
+        }
+        fn flush(&self) {}
+    }
+    let filter = level.parse().unwrap_or(log::LevelFilter::Warn);
+    if log::set_boxed_logger(Box::new(Stderr(filter))).is_ok() {
+        log::set_max_level(filter);
+    }
+}

@@ -19,7 +19,10 @@ pub struct HistogramBudget {
 impl HistogramBudget {
     /// A budget of `n` histograms.
     pub fn new(n: usize) -> Self {
-        Self { left: n, refused: 0 }
+        Self {
+            left: n,
+            refused: 0,
+        }
     }
 
     fn take(&mut self) -> bool {
@@ -185,7 +188,10 @@ mod tests {
         d.record(5, &mut b);
         d.record(7, &mut b);
         let s = d.summary();
-        assert_eq!((s.count, s.total_ns, s.min_ns, s.max_ns), (2, 12, Some(5), Some(7)));
+        assert_eq!(
+            (s.count, s.total_ns, s.min_ns, s.max_ns),
+            (2, 12, Some(5), Some(7))
+        );
         assert_eq!(s.p50_ns, None);
         assert_eq!(b.refused, 1);
     }
@@ -200,7 +206,10 @@ mod tests {
         m.merge(&a);
         m.merge(&c);
         let s = m.summary();
-        assert_eq!((s.count, s.total_ns, s.min_ns, s.max_ns), (2, 400, Some(100), Some(300)));
+        assert_eq!(
+            (s.count, s.total_ns, s.min_ns, s.max_ns),
+            (2, 400, Some(100), Some(300))
+        );
         assert!(s.p99_ns.unwrap() >= 297);
     }
 

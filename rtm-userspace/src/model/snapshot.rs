@@ -74,7 +74,9 @@ pub struct ObjectView {
 impl ObjectView {
     /// The name if known, else the address.
     pub fn label(&self) -> String {
-        self.name.clone().unwrap_or_else(|| format!("{:#x}", self.addr))
+        self.name
+            .clone()
+            .unwrap_or_else(|| format!("{:#x}", self.addr))
     }
 }
 
@@ -196,7 +198,10 @@ impl Snapshot {
             .threads()
             .map(|(key, node)| {
                 let t = per_thread.remove(key).unwrap_or_default();
-                let start = node.start_ns.unwrap_or(node.first_event_ns).max(window.start_ns);
+                let start = node
+                    .start_ns
+                    .unwrap_or(node.first_event_ns)
+                    .max(window.start_ns);
                 let end = node.exited_ns.unwrap_or(window.end_ns).min(window.end_ns);
                 let observed_ns = end.saturating_sub(start);
                 let wait = t.wait.summary();

@@ -48,7 +48,10 @@ fn lock_unlock_pairs_give_counts_waits_and_holds() {
     assert_eq!((e1.hold.count(), e1.hold.total()), (2, 200));
     assert_eq!(e1.wait.total(), 20);
     let e2 = edge(&g, 2, M1);
-    assert_eq!((e2.acquisitions, e2.contended, e2.contended_wait_ns), (1, 1, 50));
+    assert_eq!(
+        (e2.acquisitions, e2.contended, e2.contended_wait_ns),
+        (1, 1, 50)
+    );
     assert_eq!(e2.hold.total(), 250);
     assert_eq!(g.counters().events, 6);
     assert_eq!(g.counters().unmatched_releases, 0);
@@ -59,7 +62,15 @@ fn failed_trylocks_timeouts_and_errors_are_not_acquisitions() {
     let mut g = SyncGraph::new(Limits::default());
     g.apply(&ev(1, 10, SyncOp::TryLock, M1, 1, EBUSY, false));
     g.apply(&ev(1, 20, SyncOp::TimedLock, M1, 5_000, ETIMEDOUT, true));
-    g.apply(&ev(1, 30, SyncOp::Lock, M1, 1, 35 /* EDEADLK */, false));
+    g.apply(&ev(
+        1,
+        30,
+        SyncOp::Lock,
+        M1,
+        1,
+        35, /* EDEADLK */
+        false,
+    ));
     g.apply(&ev(1, 40, SyncOp::TryLock, M1, 1, 0, false));
     let e = edge(&g, 1, M1);
     assert_eq!(e.acquisitions, 1);
@@ -120,7 +131,10 @@ fn new_threads_and_processes_are_reported_once() {
     assert_eq!(a.new_process, Some(100));
     assert_eq!(a.new_thread, Some(ThreadKey { pid: 100, tid: 1 }));
     let b = g.apply(&ev(2, 2, SyncOp::Lock, M2, 0, 0, false));
-    assert_eq!((b.new_process, b.new_thread.map(|t| t.tid)), (None, Some(2)));
+    assert_eq!(
+        (b.new_process, b.new_thread.map(|t| t.tid)),
+        (None, Some(2))
+    );
     let c = g.apply(&ev(2, 3, SyncOp::Unlock, M2, 0, 0, false));
     assert_eq!(c, Applied::default());
 }

@@ -1,0 +1,169 @@
+//! Command line. Validated up front so mistakes are reported before anything attaches.
+
+use std::{ffi::OsString, path::PathBuf, time::Duration};
+
+use clap::Parser;
+
+use crate::model::Limits;
+
+/// Attach to running processes (or launch one) and show where their threads wait on each
+/// other: which mutexes are contended, for how long, and by whom.
+#[derive(Debug, Parser)]
+#[command(
+    name = "rtm-trace",
+    version,
+    after_help = "EXAMPLES:\n  \
+        sudo rtm-trace --pid 1234                 trace PID 1234 until Ctrl-C\n  \
+        sudo rtm-trace -p 1234 -d 10 --json out.json   10 seconds, graph to out.json\n  \
+        sudo rtm-trace -i 1 -- ./app --threads 8    launch ./app, summary every second\n\n\
+        Needs root (or CAP_BPF and CAP_PERFMON) and a kernel with BPF and uprobes.\n\
+        The report goes to stdout (or --output); messages go to stderr."
+)]
+pub struct Cli {
+    /// Process to trace (all its threads, including ones created later). Repeatable.
+    #[arg(short, long = "pid", value_name = "PID")]
+    pub pids: Vec<u32>,
+
+    /// Stop after this many seconds (default: until Ctrl-C or the targets exit).
+    #[arg(short, long, value_name = "SECS", value_parser = parse_secs)]
+    pub duration: Option<Duration>,
+
+    /// Print a summary every SECS seconds while tracing.
+    #[arg(short, long, value_name = "SECS", value_parser = parse_secs)]
+    pub interval: Option<Duration>,
+
+    /// Write the whole sync graph as JSON (format: docs/json-format.md).
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
+
+    /// Write the report to FILE instead of stdout.
+    #[arg(short, long, value_name = "FILE")]
+    pub output: Option<PathBuf>,
+
+    /// Rows per table in the report.
+    #[arg(long, value_name = "N", default_value_t = 10)]
+    pub top: usize,
+
+    /// Ring buffer size in bytes (a power of two, at least 4096); raise it if events are lost.
+    #[arg(long, value_name = "BYTES", default_value_t = rtm_common::names::DEFAULT_RING_BYTES,
+          value_parser = parse_ring_size)]
+    pub ring_size: u32,
+
+    /// Most distinct mutexes tracked; events beyond are counted, not recorded.
+    #[arg(long, value_name = "N", default_value_t = Limits::default().max_objects)]
+    pub max_objects: usize,
+
+    /// Most distributions that keep percentiles (about 10 KiB each); beyond, exact
+    /// counts, totals, min and max only.
+    #[arg(long, value_name = "N", default_value_t = Limits::default().max_histograms)]
+    pub max_histograms: usize,
+
+    /// Say where each probe went and what the tracer is doing.
+    #[arg(short, long)]
+    pub verbose: bool,
+
+    /// Command to launch and trace from its first instruction (after `--`). rtm-trace exits
+    /// with its exit code.
+    #[arg(last = true, value_name = "COMMAND")]
+    pub command: Vec<OsString>,
+}
+
+fn parse_secs(s: &str) -> Result<Duration, String> {
+    let v: f64 = s
+        .parse()
+        .map_err(|_| format!("`{s}` is not a number of seconds"))?;
+    if !(v > 0.0 && v.is_finite()) {
+        return Err("must be a positive number of seconds".into());
+    }
+    Ok(Duration::from_secs_f64(v))
+}
+
+fn parse_ring_size(s: &str) -> Result<u32, String> {
+    let v: u32 = s
+        .parse()
+        .map_err(|_| format!("`{s}` is not a byte count"))?;
+    if v < 4096 || !v.is_power_of_two() {
+        return Err("must be a power of two of at least 4096 (e.g. 16777216)".into());
+    }
+    Ok(v)
+}
+
+/// Usage errors found after parsing.
+#[derive(Debug, thiserror::Error)]
+pub enum UsageError {
+    /// Neither a PID nor a command.
+    #[error("nothing to trace: give --pid PID, or a command after `--` (see --help)")]
+    NoTarget,
+    /// Both a PID and a command.
+    #[error("give either --pid or a command after `--`, not both")]
+    BothTargets,
+    /// PID 0 or a repeated PID.
+    #[error("invalid --pid {0}")]
+    BadPid(u32),
+}
+
+impl Cli {
+    /// Checks combinations clap cannot express.
+    pub fn validate(&self) -> Result<(), UsageError> {
+        match (self.pids.is_empty(), self.command.is_empty()) {
+            (true, true) => return Err(UsageError::NoTarget),
+            (false, false) => return Err(UsageError::BothTargets),
+            _ => {}
+        }
+        for (i, &p) in self.pids.iter().enumerate() {
+            if p == 0 || self.pids[..i].contains(&p) {
+                return Err(UsageError::BadPid(p));
+            }
+        }
+        Ok(())
+    }
+
+    /// The model's caps.
+    pub fn limits(&self) -> Limits {
+        Limits {
+            max_objects: self.max_objects,
+            max_histograms: self.max_histograms,
+            ..Limits::default()
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(args: &[&str]) -> Result<Cli, clap::Error> {
+        Cli::try_parse_from(std::iter::once("rtm-trace").chain(args.iter().copied()))
+    }
+
+    #[test]
+    fn pid_and_command_forms() {
+        let c = parse(&["-p", "12", "--pid", "13", "-d", "1.5"]).unwrap();
+        assert_eq!(c.pids, vec![12, 13]);
+        assert_eq!(c.duration, Some(Duration::from_millis(1500)));
+        c.validate().unwrap();
+        let c = parse(&["-i", "2", "--", "./app", "--flag", "-x"]).unwrap();
+        assert_eq!(c.command, vec!["./app", "--flag", "-x"]);
+        c.validate().unwrap();
+    }
+
+    #[test]
+    fn bad_combinations_and_values_are_refused() {
+        assert!(matches!(
+            parse(&[]).unwrap().validate(),
+            Err(UsageError::NoTarget)
+        ));
+        assert!(matches!(
+            parse(&["-p", "1", "--", "ls"]).unwrap().validate(),
+            Err(UsageError::BothTargets)
+        ));
+        assert!(matches!(
+            parse(&["-p", "5", "-p", "5"]).unwrap().validate(),
+            Err(UsageError::BadPid(5))
+        ));
+        assert!(parse(&["-p", "abc"]).is_err());
+        assert!(parse(&["-p", "1", "-d", "-3"]).is_err());
+        assert!(parse(&["-p", "1", "--ring-size", "5000"]).is_err());
+        assert!(parse(&["--no-such-option"]).is_err());
+    }
+}

@@ -1,0 +1,65 @@
+//! The JSON document: the whole sync graph plus the run's facts, versioned.
+//! The format is documented in docs/json-format.md; bump [`VERSION`] on any change that
+//! removes or renames a field.
+
+use std::{io::Write, path::Path};
+
+use serde::Serialize;
+
+use super::RunInfo;
+use crate::model::Snapshot;
+
+/// Format name, the first field of every document.
+pub const FORMAT: &str = "rtm-trace";
+/// Format version.
+pub const VERSION: u32 = 1;
+
+#[derive(Serialize)]
+struct Document<'a> {
+    format: &'static str,
+    version: u32,
+    tool_version: &'static str,
+    run: &'a RunInfo,
+    sync_graph: &'a Snapshot,
+}
+
+/// Errors writing JSON.
+#[derive(Debug, thiserror::Error)]
+pub enum JsonError {
+    /// The file could not be written.
+    #[error("cannot write {path}: {source}")]
+    Write {
+        /// The file.
+        path: String,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// Renders the document.
+pub fn to_string(run: &RunInfo, snapshot: &Snapshot) -> String {
+    let doc = Document {
+        format: FORMAT,
+        version: VERSION,
+        tool_version: env!("CARGO_PKG_VERSION"),
+        run,
+        sync_graph: snapshot,
+    };
+    serde_json::to_string_pretty(&doc).expect("the document serializes")
+}
+
+/// Writes the document to `path` (atomically: a temporary file renamed into place).
+pub fn write(path: &Path, run: &RunInfo, snapshot: &Snapshot) -> Result<(), JsonError> {
+    let err = |source| JsonError::Write {
+        path: path.display().to_string(),
+        source,
+    };
+    let tmp = path.with_extension("json.tmp");
+    let mut f = std::fs::File::create(&tmp).map_err(err)?;
+    f.write_all(to_string(run, snapshot).as_bytes())
+        .and_then(|_| f.write_all(b"\n"))
+        .and_then(|_| f.sync_all())
+        .map_err(err)?;
+    std::fs::rename(&tmp, path).map_err(err)
+}

@@ -1,0 +1,53 @@
+//! Outputs: render a snapshot plus the run's facts. Outputs read, never change, the model.
+
+pub mod format;
+pub mod json;
+pub mod report;
+
+use serde::Serialize;
+
+use crate::readers::{Losses, ReaderStats};
+
+/// One traced process.
+#[derive(Debug, Clone, Serialize)]
+pub struct TargetInfo {
+    /// Process id.
+    pub pid: u32,
+    /// Command name.
+    pub comm: Option<String>,
+    /// Library the pthread probes went to.
+    pub library: Option<String>,
+    /// How it ended, if it ended during the trace: "exit 0", "signal 9", "exited".
+    pub ended: Option<String>,
+}
+
+/// Why tracing stopped.
+#[derive(Debug, Clone, Copy, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum EndReason {
+    /// Every traced process exited.
+    TargetsExited,
+    /// --duration elapsed.
+    Duration,
+    /// SIGINT (Ctrl-C) or SIGTERM.
+    Signal,
+}
+
+/// Facts about the run that are not in the model.
+#[derive(Debug, Clone, Serialize)]
+pub struct RunInfo {
+    /// The launched command, in launch mode.
+    pub command: Option<Vec<String>>,
+    /// The traced processes.
+    pub targets: Vec<TargetInfo>,
+    /// Host name.
+    pub host: String,
+    /// Wall-clock start, Unix milliseconds.
+    pub started_unix_ms: u64,
+    /// Why tracing stopped (None for interval summaries).
+    pub end_reason: Option<EndReason>,
+    /// Kernel-side losses.
+    pub losses: Losses,
+    /// Reader statistics.
+    pub reader: ReaderStats,
+}

@@ -1,0 +1,240 @@
+//! The readable report: what a performance engineer wants first. Which mutexes cost the
+//! most waiting, which threads spent their time waiting, how long locks are held, and
+//! whether anything was lost.
+
+use std::fmt::Write as _;
+
+use super::{
+    EndReason, RunInfo,
+    format::{count, mean_ns, ns, opt_ns, pct},
+};
+use crate::model::Snapshot;
+
+/// Renders rows as aligned columns; the first column is left-aligned, the rest right.
+fn table(out: &mut String, header: &[&str], rows: &[Vec<String>]) {
+    let mut w: Vec<usize> = header.iter().map(|h| h.len()).collect();
+    for r in rows {
+        for (i, c) in r.iter().enumerate() {
+            w[i] = w[i].max(c.chars().count());
+        }
+    }
+    let line = |out: &mut String, cells: &[String]| {
+        out.push_str("  ");
+        for (i, c) in cells.iter().enumerate() {
+            let pad = w[i] - c.chars().count();
+            if i == 0 {
+                out.push_str(c);
+                out.push_str(&" ".repeat(pad));
+            } else {
+                out.push_str("  ");
+                out.push_str(&" ".repeat(pad));
+                out.push_str(c);
+            }
+        }
+        out.push('\n');
+    };
+    line(
+        out,
+        &header.iter().map(|s| s.to_string()).collect::<Vec<_>>(),
+    );
+    for r in rows {
+        line(out, r);
+    }
+}
+
+/// Renders the report. `top` bounds the rows of each table.
+pub fn render(title: &str, run: &RunInfo, s: &Snapshot, top: usize) -> String {
+    let mut out = String::new();
+    let dur = s.window.end_ns.saturating_sub(s.window.start_ns);
+    let _ = writeln!(out, "== rtm-trace: {title} ==");
+    let targets: Vec<String> = run
+        .targets
+        .iter()
+        .map(|t| {
+            let mut d = format!("PID {}", t.pid);
+            if let Some(c) = &t.comm {
+                let _ = write!(d, " ({c})");
+            }
+            if let Some(e) = &t.ended {
+                let _ = write!(d, " [{e}]");
+            }
+            d
+        })
+        .collect();
+    let _ = writeln!(
+        out,
+        "traced {} for {}; {} threads, {} mutexes, {} events",
+        targets.join(", "),
+        ns(dur),
+        s.threads.len(),
+        s.objects.len(),
+        count(s.model.events)
+    );
+    if let Some(reason) = run.end_reason {
+        let why = match reason {
+            EndReason::TargetsExited => "the traced processes exited",
+            EndReason::Duration => "--duration elapsed",
+            EndReason::Signal => "interrupted (Ctrl-C or SIGTERM)",
+        };
+        let _ = writeln!(out, "stopped: {why}");
+    }
+    losses(&mut out, run);
+
+    let objects: Vec<_> = s
+        .objects
+        .iter()
+        .filter(|o| o.acquisitions + o.failed_trylocks + o.timeouts > 0)
+        .take(top)
+        .collect();
+    let _ = writeln!(
+        out,
+        "\nMost contended mutexes (by time waiting in contended acquisitions; top {} of {})",
+        objects.len(),
+        s.objects.len()
+    );
+    if objects.is_empty() {
+        let _ = writeln!(out, "  (no mutex operations seen)");
+    } else {
+        let rows: Vec<Vec<String>> = objects
+            .iter()
+            .map(|o| {
+                let share = if o.acquisitions > 0 {
+                    o.contended as f64 / o.acquisitions as f64
+                } else {
+                    0.0
+                };
+                vec![
+                    o.label(),
+                    o.pid.to_string(),
+                    count(o.acquisitions),
+                    format!("{} ({})", count(o.contended), pct(share)),
+                    ns(o.contended_wait_ns),
+                    mean_ns(o.wait.mean_ns),
+                    opt_ns(o.wait.p99_ns),
+                    opt_ns(o.wait.max_ns),
+                    mean_ns(o.hold.mean_ns),
+                    opt_ns(o.hold.p99_ns),
+                    opt_ns(o.hold.max_ns),
+                    o.threads.to_string(),
+                    count(o.failed_trylocks + o.timeouts),
+                ]
+            })
+            .collect();
+        table(
+            &mut out,
+            &[
+                "mutex",
+                "pid",
+                "acquired",
+                "contended",
+                "waited",
+                "wait avg",
+                "wait p99",
+                "wait max",
+                "hold avg",
+                "hold p99",
+                "hold max",
+                "threads",
+                "try/timeout fails",
+            ],
+            &rows,
+        );
+    }
+
+    let threads: Vec<_> = s.threads.iter().take(top).collect();
+    let _ = writeln!(
+        out,
+        "\nThreads by time spent waiting for mutexes (top {} of {})",
+        threads.len(),
+        s.threads.len()
+    );
+    if threads.is_empty() {
+        let _ = writeln!(out, "  (no threads seen)");
+    } else {
+        let rows: Vec<Vec<String>> = threads
+            .iter()
+            .map(|t| {
+                vec![
+                    format!("{} {}", t.tid, t.name.as_deref().unwrap_or("?")),
+                    t.pid.to_string(),
+                    count(t.acquisitions),
+                    count(t.contended),
+                    ns(t.wait.total_ns),
+                    pct(t.wait_share),
+                    ns(t.hold.total_ns),
+                    ns(t.observed_ns),
+                ]
+            })
+            .collect();
+        table(
+            &mut out,
+            &[
+                "thread",
+                "pid",
+                "acquired",
+                "contended",
+                "waited",
+                "of its time",
+                "held",
+                "observed",
+            ],
+            &rows,
+        );
+    }
+    notes(&mut out, s);
+    out
+}
+
+fn losses(out: &mut String, run: &RunInfo) {
+    let l = &run.losses;
+    let undecodable = run.reader.undecodable();
+    if l.lost() == 0 && undecodable == 0 {
+        let _ = writeln!(out, "lost events: none");
+        return;
+    }
+    let _ = writeln!(
+        out,
+        "LOST EVENTS: {} (ring buffer full: {}, pending-call map full: {}, undecodable: {}); \
+         figures below undercount. Rerun with a larger --ring-size, or fewer targets.",
+        count(l.lost() + undecodable),
+        count(l.ring_full),
+        count(l.pending_full),
+        count(undecodable)
+    );
+}
+
+fn notes(out: &mut String, s: &Snapshot) {
+    let m = &s.model;
+    let mut notes = Vec::new();
+    if m.dropped_over_limits > 0 {
+        notes.push(format!(
+            "{} events were not recorded because the thread/mutex caps were reached (--max-objects)",
+            count(m.dropped_over_limits)
+        ));
+    }
+    if m.histograms_refused > 0 {
+        notes.push(format!(
+            "{} distributions have no percentiles: the histogram budget was spent (--max-histograms)",
+            count(m.histograms_refused)
+        ));
+    }
+    if m.unmatched_releases > 0 {
+        notes.push(format!(
+            "{} unlocks of mutexes locked before tracing began (no hold time for them)",
+            count(m.unmatched_releases)
+        ));
+    }
+    if m.interrupted_holds > 0 {
+        notes.push(format!(
+            "{} holds ended without a visible unlock (condition-variable waits release the \
+             mutex inside libc); their hold times are left out",
+            count(m.interrupted_holds)
+        ));
+    }
+    if !notes.is_empty() {
+        let _ = writeln!(out, "\nNotes");
+        for n in notes {
+            let _ = writeln!(out, "  - {n}");
+        }
+    }
+}

@@ -1,0 +1,6 @@
+//! Loading the eBPF object and attaching its programs to target processes.
+
+pub mod loader;
+pub mod pthread;
+
+pub use loader::{ProbeError, Probes};

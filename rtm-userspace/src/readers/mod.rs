@@ -1,0 +1,9 @@
+//! Readers: everything that brings data from the kernel into the model. The ring-buffer
+//! reader hides aya's ring buffer and counts what could not be decoded; the loss counters
+//! report what the eBPF side could not send.
+
+pub mod losses;
+pub mod ring;
+
+pub use losses::Losses;
+pub use ring::{EventReader, ReaderStats};

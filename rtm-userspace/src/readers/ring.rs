@@ -1,0 +1,112 @@
+//! The event ring buffer, read asynchronously and decoded safely.
+
+use std::io;
+
+use aya::maps::{MapData, RingBuf};
+use rtm_common::decode::{DecodeError, Event, decode};
+use serde::Serialize;
+use tokio::io::{Interest, unix::AsyncFd};
+
+/// What the reader saw.
+#[derive(Debug, Clone, Copy, Default, Serialize, PartialEq, Eq)]
+pub struct ReaderStats {
+    /// Records read from the ring buffer.
+    pub records: u64,
+    /// Bytes read.
+    pub bytes: u64,
+    /// Records shorter than their kind's layout.
+    pub short_records: u64,
+    /// Records of a kind, primitive or operation this build does not know.
+    pub unknown_records: u64,
+}
+
+impl ReaderStats {
+    /// Records that could not be decoded.
+    pub fn undecodable(&self) -> u64 {
+        self.short_records + self.unknown_records
+    }
+
+    fn count(&mut self, e: DecodeError) {
+        match e {
+            DecodeError::Short { .. } => self.short_records += 1,
+            DecodeError::UnknownKind(_)
+            | DecodeError::UnknownPrimitive(_)
+            | DecodeError::UnknownOp(_) => self.unknown_records += 1,
+        }
+    }
+}
+
+/// Reads and decodes records from the ring buffer.
+pub struct EventReader {
+    fd: AsyncFd<RingBuf<MapData>>,
+    stats: ReaderStats,
+    more: bool,
+}
+
+impl EventReader {
+    /// Wraps the ring buffer for async reading.
+    pub fn new(ring: RingBuf<MapData>) -> io::Result<Self> {
+        // SAFETY: the RingBuf owns its map descriptor for as long as the AsyncFd owns it.
+        let fd = unsafe { AsyncFd::register_with_interest(ring, Interest::READABLE) }
+            .map_err(|e| e.into_parts().1)?;
+        Ok(Self {
+            fd,
+            stats: ReaderStats::default(),
+            more: false,
+        })
+    }
+
+    /// Waits until records may be available. Returns at once when the last [`drain`]
+    /// stopped at its limit with records left (the kernel only signals a consumer that has
+    /// caught up, so waiting then could stall).
+    ///
+    /// [`drain`]: EventReader::drain
+    pub async fn ready(&mut self) -> io::Result<()> {
+        if self.more {
+            return Ok(());
+        }
+        let mut guard = self.fd.readable_mut().await?;
+        // Cleared before draining: a record committed after this point signals anew.
+        guard.clear_ready();
+        Ok(())
+    }
+
+    /// Decodes up to `max` records into `sink`; returns how many were read.
+    pub fn drain(&mut self, max: usize, sink: &mut dyn FnMut(&Event)) -> usize {
+        let (n, empty) = drain(self.fd.get_mut(), max, &mut self.stats, sink);
+        self.more = !empty;
+        n
+    }
+
+    /// Decodes everything already in the ring buffer without waiting.
+    pub fn drain_now(&mut self, sink: &mut dyn FnMut(&Event)) -> usize {
+        self.drain(usize::MAX, sink)
+    }
+
+    /// What was read so far.
+    pub fn stats(&self) -> ReaderStats {
+        self.stats
+    }
+}
+
+fn drain(
+    ring: &mut RingBuf<MapData>,
+    max: usize,
+    stats: &mut ReaderStats,
+    sink: &mut dyn FnMut(&Event),
+) -> (usize, bool) {
+    let mut n = 0;
+    while n < max {
+        let Some(item) = ring.next() else {
+            return (n, true);
+        };
+        n += 1;
+        stats.records += 1;
+        stats.bytes += item.len() as u64;
+        match decode(&item) {
+            Ok(ev) => sink(&ev),
+            Err(e) => stats.count(e),
+        }
+    }
+    (n, false)
+}

@@ -1,0 +1,82 @@
+//! A tracing session: checks, launch, attach, the event loop, and the final outputs.
+
+mod exits;
+pub mod preflight;
+mod trace;
+
+use crate::{
+    cli::{Cli, UsageError},
+    output::json::JsonError,
+    probes::ProbeError,
+    target::{
+        launch::{self, LaunchError},
+        process::{self, ProcessError},
+    },
+};
+
+/// Why a session could not run.
+#[derive(Debug, thiserror::Error)]
+pub enum SessionError {
+    /// The command line is inconsistent.
+    #[error(transparent)]
+    Usage(#[from] UsageError),
+    /// The machine or user cannot trace.
+    #[error(transparent)]
+    Preflight(#[from] preflight::PreflightError),
+    /// A target process is missing or unreadable.
+    #[error(transparent)]
+    Process(#[from] ProcessError),
+    /// The command could not be launched.
+    #[error(transparent)]
+    Launch(#[from] LaunchError),
+    /// Probes could not be loaded or attached.
+    #[error(transparent)]
+    Probe(#[from] ProbeError),
+    /// JSON output failed.
+    #[error(transparent)]
+    Json(#[from] JsonError),
+    /// Other I/O (runtime, signals, report file).
+    #[error("{what}: {source}")]
+    Io {
+        /// What was being done.
+        what: String,
+        /// Why it failed.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+impl SessionError {
+    /// The exit code for this error: 127 when a command could not be run (as a shell
+    /// does), 2 for usage errors, 1 otherwise.
+    pub fn exit_code(&self) -> i32 {
+        match self {
+            SessionError::Launch(LaunchError::NotFound(_) | LaunchError::Exec { .. }) => 127,
+            SessionError::Usage(_) => 2,
+            _ => 1,
+        }
+    }
+}
+
+/// Runs a session; returns the exit code (the launched command's, or 0).
+pub fn run(cli: Cli) -> Result<i32, SessionError> {
+    cli.validate()?;
+    preflight::check()?;
+    for &pid in &cli.pids {
+        process::check(pid)?;
+    }
+    // Fork before the runtime starts any thread.
+    let child = if cli.command.is_empty() {
+        None
+    } else {
+        Some(launch::spawn_gated(&cli.command)?)
+    };
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|source| SessionError::Io {
+            what: "starting the async runtime".into(),
+            source,
+        })?;
+    rt.block_on(trace::trace(cli, child))
+}

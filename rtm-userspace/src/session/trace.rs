@@ -1,0 +1,351 @@
+//! The event loop: attach, read events into the model until told to stop, then detach and
+//! write the outputs. The probes are detached before the outputs are written, so a slow
+//! disk never prolongs the tracing of the target.
+
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use tokio::{
+    signal::unix::{SignalKind, signal},
+    sync::mpsc,
+    time::{Instant, MissedTickBehavior},
+};
+
+use super::{SessionError, exits};
+use crate::{
+    EBPF_OBJECT,
+    cli::Cli,
+    model::{Snapshot, SyncGraph, Window},
+    output::{EndReason, RunInfo, TargetInfo, json, report},
+    probes::{Probes, loader::AttachReport},
+    readers::{EventReader, Losses},
+    symbolize::ObjectNamer,
+    target::{
+        launch::{ChildExit, GatedChild, wait_child},
+        process::{self, monotonic_ns},
+    },
+};
+
+/// Records decoded per wake-up before the loop looks at its other sources again.
+const BATCH: usize = 16_384;
+
+enum Wake {
+    Events,
+    Tick,
+    Stop(EndReason),
+    Exited(u32),
+}
+
+struct State {
+    model: SyncGraph,
+    namer: ObjectNamer,
+    /// Command names read when each process's first event arrived (after any exec).
+    comms: std::collections::HashMap<u32, String>,
+}
+
+impl State {
+    fn apply(&mut self, ev: &rtm_common::decode::Event) {
+        let a = self.model.apply(ev);
+        if let Some(pid) = a.new_process {
+            // Maps are read while the process is alive so names resolve after it exits.
+            self.namer.remember(pid);
+            if let Some(c) = process::comm(pid) {
+                self.comms.insert(pid, c);
+            }
+        }
+        if let Some(t) = a.new_thread {
+            self.model.set_thread_info(
+                t,
+                process::thread_name(t.pid, t.tid),
+                process::thread_start_ns(t.pid, t.tid),
+            );
+        }
+    }
+}
+
+fn io_err(what: &str) -> impl FnOnce(std::io::Error) -> SessionError + '_ {
+    move |source| SessionError::Io {
+        what: what.to_owned(),
+        source,
+    }
+}
+
+fn verbose_placements(pid: u32, r: &AttachReport) {
+    for p in &r.placed {
+        eprintln!(
+            "rtm-trace: PID {pid}: {:?} probe on {} at {}+{:#x} (function entry)",
+            p.kind,
+            p.function,
+            r.library.display(),
+            p.offset
+        );
+    }
+}
+
+pub(super) async fn trace(cli: Cli, mut child: Option<GatedChild>) -> Result<i32, SessionError> {
+    let mut probes = match Probes::load(EBPF_OBJECT, cli.ring_size) {
+        Ok(p) => p,
+        Err(e) => {
+            drop(child); // the gated child sees the gate close and exits 127
+            return Err(e.into());
+        }
+    };
+    let mut reader = EventReader::new(probes.take_ring()?).map_err(io_err("ring buffer"))?;
+
+    let mut targets: Vec<TargetInfo> = Vec::new();
+    let pids: Vec<u32> = cli
+        .pids
+        .iter()
+        .copied()
+        .chain(child.as_ref().map(|c| c.pid))
+        .collect();
+    for &pid in &pids {
+        probes.set_traced(pid, true)?;
+        // A launched child has not exec'd yet: the tracer's own libc is the one its
+        // program will load (same mount namespace, same loader).
+        let probe_pid = if child.as_ref().is_some_and(|c| c.pid == pid) {
+            std::process::id()
+        } else {
+            pid
+        };
+        let r = probes.attach_mutex(pid, probe_pid)?;
+        if cli.verbose {
+            verbose_placements(pid, &r);
+        }
+        for f in &r.missing {
+            eprintln!(
+                "rtm-trace: note: {} does not define {f}; not traced",
+                r.library.display()
+            );
+        }
+        let launched = child.as_ref().is_some_and(|c| c.pid == pid);
+        targets.push(TargetInfo {
+            pid,
+            // A launched child still runs the tracer's image: its name comes after exec.
+            comm: if launched { None } else { process::comm(pid) },
+            library: Some(r.library.display().to_string()),
+            ended: None,
+        });
+    }
+
+    let start_ns = monotonic_ns();
+    let started_unix_ms = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0);
+    if let Some(c) = child.as_mut() {
+        if let Err(e) = c.release() {
+            let _ = wait_child(c.pid);
+            return Err(e.into());
+        }
+    }
+    let mut command_name = None;
+    if let Some(c) = &child {
+        command_name = c
+            .program
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned());
+        eprintln!(
+            "rtm-trace: launched {} as PID {}; tracing until it exits{}",
+            c.program.display(),
+            c.pid,
+            cli.duration
+                .map(|d| format!(" or {:?} pass", d))
+                .unwrap_or_default()
+        );
+    } else {
+        let list: Vec<String> = targets
+            .iter()
+            .map(|t| format!("{} ({})", t.pid, t.comm.as_deref().unwrap_or("?")))
+            .collect();
+        eprintln!(
+            "rtm-trace: attached to PID {}; tracing until Ctrl-C{}",
+            list.join(", "),
+            cli.duration
+                .map(|d| format!(", {:?} pass", d))
+                .unwrap_or_default()
+        );
+    }
+
+    let (exit_tx, mut exit_rx) = mpsc::unbounded_channel();
+    for &pid in &pids {
+        exits::watch(pid, exit_tx.clone());
+    }
+    let mut sigint = signal(SignalKind::interrupt()).map_err(io_err("SIGINT handler"))?;
+    let mut sigterm = signal(SignalKind::terminate()).map_err(io_err("SIGTERM handler"))?;
+    let deadline = cli.duration.map(|d| Instant::now() + d);
+    let mut ticker = cli.interval.map(|i| {
+        let mut t = tokio::time::interval_at(Instant::now() + i, i);
+        t.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        t
+    });
+
+    let mut state = State {
+        model: SyncGraph::new(cli.limits()),
+        namer: ObjectNamer::default(),
+        comms: Default::default(),
+    };
+    let mut child_exit: Option<ChildExit> = None;
+    let mut live = pids.len();
+    let reason = loop {
+        let wake = tokio::select! {
+            r = reader.ready() => { r.map_err(io_err("reading the ring buffer"))?; Wake::Events }
+            _ = async { ticker.as_mut().expect("guarded").tick().await }, if ticker.is_some() => Wake::Tick,
+            _ = async { tokio::time::sleep_until(deadline.expect("guarded")).await }, if deadline.is_some() => Wake::Stop(EndReason::Duration),
+            _ = sigint.recv() => Wake::Stop(EndReason::Signal),
+            _ = sigterm.recv() => Wake::Stop(EndReason::Signal),
+            Some(pid) = exit_rx.recv() => Wake::Exited(pid),
+        };
+        match wake {
+            Wake::Events => {
+                reader.drain(BATCH, &mut |ev| state.apply(ev));
+            }
+            Wake::Tick => {
+                reader.drain_now(&mut |ev| state.apply(ev));
+                let run = run_info(
+                    &cli,
+                    &targets,
+                    started_unix_ms,
+                    None,
+                    probes.losses()?,
+                    &reader,
+                );
+                let snap = snapshot(&mut state, start_ns, monotonic_ns());
+                let secs = (monotonic_ns() - start_ns) as f64 / 1e9;
+                emit_report(
+                    &cli,
+                    &report::render(
+                        &format!("summary at +{secs:.1} s (cumulative)"),
+                        &run,
+                        &snap,
+                        cli.top.min(5),
+                    ),
+                )?;
+            }
+            Wake::Stop(r) => break r,
+            Wake::Exited(pid) => {
+                // Its last events are already in the ring buffer.
+                reader.drain_now(&mut |ev| state.apply(ev));
+                let ended = if child.as_ref().is_some_and(|c| c.pid == pid) {
+                    let e = wait_child(pid)?;
+                    child_exit = Some(e);
+                    match e {
+                        ChildExit::Code(c) => format!("exit {c}"),
+                        ChildExit::Signal(s) => format!("signal {s}"),
+                    }
+                } else {
+                    "exited".to_owned()
+                };
+                if let Some(t) = targets.iter_mut().find(|t| t.pid == pid) {
+                    t.ended = Some(ended);
+                }
+                probes.detach(pid);
+                live -= 1;
+                if live == 0 {
+                    break EndReason::TargetsExited;
+                }
+            }
+        }
+    };
+
+    // Stop: take what is in flight, then detach before any slow work.
+    reader.drain_now(&mut |ev| state.apply(ev));
+    let losses = probes.losses()?;
+    let end_ns = monotonic_ns();
+    for &pid in &pids {
+        probes.detach(pid);
+    }
+    drop(probes);
+
+    for t in targets.iter_mut() {
+        if t.comm.is_none() {
+            t.comm = state.comms.get(&t.pid).cloned().or(command_name.clone());
+        }
+    }
+    let run = run_info(
+        &cli,
+        &targets,
+        started_unix_ms,
+        Some(reason),
+        losses,
+        &reader,
+    );
+    let snap = snapshot(&mut state, start_ns, end_ns);
+    emit_report(&cli, &report::render("final report", &run, &snap, cli.top))?;
+    if let Some(path) = &cli.json {
+        json::write(path, &run, &snap)?;
+        eprintln!("rtm-trace: wrote {}", path.display());
+    }
+
+    match (child, child_exit) {
+        (_, Some(e)) => Ok(e.shell_code()),
+        (Some(c), None) => {
+            eprintln!(
+                "rtm-trace: results written; waiting for PID {} to exit",
+                c.pid
+            );
+            Ok(wait_child(c.pid)?.shell_code())
+        }
+        (None, _) => Ok(0),
+    }
+}
+
+fn run_info(
+    cli: &Cli,
+    targets: &[TargetInfo],
+    started_unix_ms: u64,
+    end_reason: Option<EndReason>,
+    losses: [u64; rtm_common::LossCounter::COUNT as usize],
+    reader: &EventReader,
+) -> RunInfo {
+    RunInfo {
+        command: (!cli.command.is_empty()).then(|| {
+            cli.command
+                .iter()
+                .map(|a| a.to_string_lossy().into_owned())
+                .collect()
+        }),
+        targets: targets.to_vec(),
+        host: std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .map(|h| h.trim().to_owned())
+            .unwrap_or_default(),
+        started_unix_ms,
+        end_reason,
+        losses: Losses::from_counters(losses),
+        reader: reader.stats(),
+    }
+}
+
+/// Marks gone threads as exited, refreshes names of live ones, and builds the views.
+fn snapshot(state: &mut State, start_ns: u64, end_ns: u64) -> Snapshot {
+    let threads: Vec<_> = state
+        .model
+        .threads()
+        .map(|(k, n)| (*k, n.last_event_ns))
+        .collect();
+    for (k, last) in threads {
+        if process::thread_alive(k.pid, k.tid) {
+            state
+                .model
+                .set_thread_info(k, process::thread_name(k.pid, k.tid), None);
+        } else {
+            state.model.mark_thread_exited(k, last);
+        }
+    }
+    let namer = &mut state.namer;
+    Snapshot::build(&state.model, Window { start_ns, end_ns }, &mut |o| {
+        namer.name(o.pid, o.addr)
+    })
+}
+
+fn emit_report(cli: &Cli, text: &str) -> Result<(), SessionError> {
+    match &cli.output {
+        Some(path) => std::fs::write(path, text).map_err(io_err("writing the report")),
+        None => {
+            use std::io::Write;
+            let mut out = std::io::stdout().lock();
+            // A closed stdout (e.g. piped into `head`) must not cost the results.
+            let _ = out.write_all(text.as_bytes()).and_then(|_| out.flush());
+            Ok(())
+        }
+    }
+}

@@ -1,0 +1,195 @@
+//! The few facts rtm-trace needs from a target's ELF files: where functions are (as
+//! file offsets, which is what uprobes take) and which data symbol covers an address.
+
+use std::{collections::HashMap, path::Path};
+
+use object::{Object, ObjectSegment, ObjectSymbol, SymbolKind};
+
+/// Errors reading an ELF file.
+#[derive(Debug, thiserror::Error)]
+pub enum ElfError {
+    /// The file could not be read.
+    #[error("cannot read {path}: {source}")]
+    Read {
+        /// The file.
+        path: String,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The file is not an ELF object this build can parse.
+    #[error("{path} is not a readable ELF file: {source}")]
+    Parse {
+        /// The file.
+        path: String,
+        /// Why.
+        #[source]
+        source: object::Error,
+    },
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Segment {
+    vaddr: u64,
+    file_off: u64,
+    file_size: u64,
+    mem_size: u64,
+}
+
+/// Symbols and segments of one ELF file.
+#[derive(Debug, Default)]
+pub struct ElfSymbols {
+    functions: HashMap<String, u64>,
+    /// Data symbols sorted by address: (address, size, name).
+    data: Vec<(u64, u64, String)>,
+    segments: Vec<Segment>,
+    /// The virtual address that file offset 0 maps to.
+    image_base: u64,
+}
+
+impl ElfSymbols {
+    /// Reads the file's dynamic and static symbol tables.
+    pub fn open(path: &Path) -> Result<Self, ElfError> {
+        let bytes = std::fs::read(path).map_err(|source| ElfError::Read {
+            path: path.display().to_string(),
+            source,
+        })?;
+        Self::parse(&bytes).map_err(|source| ElfError::Parse {
+            path: path.display().to_string(),
+            source,
+        })
+    }
+
+    /// Parses ELF bytes.
+    pub fn parse(bytes: &[u8]) -> Result<Self, object::Error> {
+        let file = object::File::parse(bytes)?;
+        let mut out = ElfSymbols::default();
+        for sym in file.dynamic_symbols().chain(file.symbols()) {
+            if !sym.is_definition() {
+                continue;
+            }
+            let Ok(name) = sym.name() else { continue };
+            if name.is_empty() {
+                continue;
+            }
+            match sym.kind() {
+                SymbolKind::Text => {
+                    out.functions
+                        .entry(name.to_owned())
+                        .or_insert(sym.address());
+                }
+                SymbolKind::Data => out.data.push((sym.address(), sym.size(), name.to_owned())),
+                _ => {}
+            }
+        }
+        out.data.sort();
+        out.data.dedup_by(|a, b| a.0 == b.0);
+        out.segments = file
+            .segments()
+            .map(|s| {
+                let (file_off, file_size) = s.file_range();
+                Segment {
+                    vaddr: s.address(),
+                    file_off,
+                    file_size,
+                    mem_size: s.size(),
+                }
+            })
+            .collect();
+        out.image_base = out
+            .segments
+            .iter()
+            .map(|s| s.vaddr.saturating_sub(s.file_off))
+            .min()
+            .unwrap_or(0);
+        Ok(out)
+    }
+
+    /// Virtual address of a defined function.
+    pub fn function(&self, name: &str) -> Option<u64> {
+        self.functions.get(name).copied()
+    }
+
+    /// File offset of a virtual address inside a loaded segment's file bytes.
+    pub fn file_offset(&self, vaddr: u64) -> Option<u64> {
+        self.segments
+            .iter()
+            .find(|s| vaddr >= s.vaddr && vaddr < s.vaddr + s.file_size)
+            .map(|s| s.file_off + (vaddr - s.vaddr))
+    }
+
+    /// File offset of a defined function: what a uprobe attaches to.
+    pub fn function_offset(&self, name: &str) -> Option<u64> {
+        self.function(name).and_then(|v| self.file_offset(v))
+    }
+
+    /// The virtual address an address of the running process corresponds to, given where
+    /// the process mapped this file's offset 0.
+    pub fn vaddr_of(&self, addr: u64, mapped_base: u64) -> u64 {
+        addr.wrapping_sub(mapped_base).wrapping_add(self.image_base)
+    }
+
+    /// Whether a virtual address lies in a loaded segment (file bytes or .bss).
+    pub fn contains(&self, vaddr: u64) -> bool {
+        self.segments
+            .iter()
+            .any(|s| vaddr >= s.vaddr && vaddr < s.vaddr + s.mem_size.max(s.file_size))
+    }
+
+    /// The data symbol covering `vaddr`, as `name` or `name+0xOFF`.
+    pub fn data_symbol(&self, vaddr: u64) -> Option<String> {
+        let i = self.data.partition_point(|(a, _, _)| *a <= vaddr);
+        let (start, size, name) = self.data.get(i.checked_sub(1)?)?;
+        let off = vaddr - start;
+        if off == 0 {
+            Some(name.clone())
+        } else if off < *size {
+            Some(format!("{name}+{off:#x}"))
+        } else {
+            None
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn libc() -> Option<ElfSymbols> {
+        let me = std::process::id();
+        let m = crate::target::process::modules(me).ok()?;
+        let libc = m.iter().find(|m| {
+            m.path
+                .file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with("libc.so"))
+        })?;
+        ElfSymbols::open(&libc.path).ok()
+    }
+
+    #[test]
+    fn finds_pthread_functions_in_the_running_libc() {
+        let elf = libc().expect("this test binary maps glibc");
+        let lock = elf.function_offset("pthread_mutex_lock").expect("defined");
+        let unlock = elf
+            .function_offset("pthread_mutex_unlock")
+            .expect("defined");
+        assert!(lock > 0 && unlock > 0 && lock != unlock);
+        assert_eq!(elf.function("no_such_function_anywhere"), None);
+    }
+
+    #[test]
+    fn data_symbols_name_addresses_inside_them() {
+        let mut elf = ElfSymbols::default();
+        elf.data = vec![(0x100, 0x40, "locks".into()), (0x200, 0, "flag".into())];
+        assert_eq!(elf.data_symbol(0x100).as_deref(), Some("locks"));
+        assert_eq!(elf.data_symbol(0x128).as_deref(), Some("locks+0x28"));
+        assert_eq!(elf.data_symbol(0x140), None);
+        assert_eq!(elf.data_symbol(0x200).as_deref(), Some("flag"));
+        assert_eq!(elf.data_symbol(0x50), None);
+    }
+
+    #[test]
+    fn garbage_is_a_parse_error() {
+        assert!(ElfSymbols::parse(b"not an elf").is_err());
+    }
+}

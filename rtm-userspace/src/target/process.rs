@@ -1,0 +1,273 @@
+//! What /proc says about a target process.
+
+use std::{
+    fs,
+    path::{Path, PathBuf},
+};
+
+/// Errors about a target process.
+#[derive(Debug, thiserror::Error)]
+pub enum ProcessError {
+    /// No process has this id.
+    #[error("no process with PID {0}: check the PID (`pgrep NAME` finds it by name)")]
+    NoSuchProcess(u32),
+    /// The process is a kernel thread, which has no user code to probe.
+    #[error("PID {0} is a kernel thread: it has no user-space code to trace")]
+    KernelThread(u32),
+    /// /proc could not be read for the process.
+    #[error("cannot read {path}: {source}")]
+    Proc {
+        /// The file.
+        path: String,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// A file mapped into a process (all mappings of one (device, inode) merged).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Module {
+    /// The path as /proc/PID/maps shows it (inside the process's mount namespace).
+    pub path: PathBuf,
+    /// Device number as in maps ("fd:01").
+    pub dev: String,
+    /// Inode.
+    pub inode: u64,
+    /// Lowest mapped address.
+    pub start: u64,
+    /// Highest mapped address (exclusive), including an anonymous mapping that directly
+    /// follows the file's last mapping (its .bss).
+    pub end: u64,
+    /// Address where file offset 0 is mapped, when such a mapping exists.
+    pub base: Option<u64>,
+    /// Whether any mapping is executable.
+    pub executable: bool,
+}
+
+/// Checks that `pid` is a live user-space process.
+pub fn check(pid: u32) -> Result<(), ProcessError> {
+    let dir = PathBuf::from(format!("/proc/{pid}"));
+    if !dir.exists() {
+        return Err(ProcessError::NoSuchProcess(pid));
+    }
+    match fs::read_link(dir.join("exe")) {
+        Ok(_) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            if dir.exists() {
+                Err(ProcessError::KernelThread(pid))
+            } else {
+                Err(ProcessError::NoSuchProcess(pid))
+            }
+        }
+        Err(source) => Err(ProcessError::Proc {
+            path: dir.join("exe").display().to_string(),
+            source,
+        }),
+    }
+}
+
+/// Whether the process still exists (a zombie counts as gone).
+pub fn alive(pid: u32) -> bool {
+    match fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(s) => !matches!(stat_state(&s), Some('Z' | 'X')),
+        Err(_) => false,
+    }
+}
+
+fn stat_state(stat: &str) -> Option<char> {
+    stat.rsplit_once(')')?.1.trim_start().chars().next()
+}
+
+/// The process's command name.
+pub fn comm(pid: u32) -> Option<String> {
+    fs::read_to_string(format!("/proc/{pid}/comm"))
+        .ok()
+        .map(|s| s.trim_end().to_owned())
+}
+
+/// A thread's name.
+pub fn thread_name(pid: u32, tid: u32) -> Option<String> {
+    fs::read_to_string(format!("/proc/{pid}/task/{tid}/comm"))
+        .ok()
+        .map(|s| s.trim_end().to_owned())
+}
+
+/// Whether a thread still exists.
+pub fn thread_alive(pid: u32, tid: u32) -> bool {
+    Path::new(&format!("/proc/{pid}/task/{tid}")).exists()
+}
+
+/// A thread's start time on the CLOCK_MONOTONIC scale (10 ms resolution), when readable.
+pub fn thread_start_ns(pid: u32, tid: u32) -> Option<u64> {
+    let stat = fs::read_to_string(format!("/proc/{pid}/task/{tid}/stat")).ok()?;
+    // Field 22 (starttime), counting from the state (field 3) after the comm's ')'.
+    let after = stat.rsplit_once(')')?.1;
+    let ticks: u64 = after.split_whitespace().nth(19)?.parse().ok()?;
+    let hz = ticks_per_second()?;
+    let since_boot_ns = ticks.checked_mul(1_000_000_000)? / hz;
+    // starttime counts from boot on CLOCK_BOOTTIME; shift it onto CLOCK_MONOTONIC.
+    let offset = clock_ns(libc::CLOCK_BOOTTIME).checked_sub(clock_ns(libc::CLOCK_MONOTONIC))?;
+    since_boot_ns.checked_sub(offset)
+}
+
+fn ticks_per_second() -> Option<u64> {
+    // SAFETY: sysconf has no memory-safety preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    (hz > 0).then_some(hz as u64)
+}
+
+/// Reads a clock in nanoseconds.
+pub fn clock_ns(clock: libc::clockid_t) -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: ts is a valid out-pointer.
+    unsafe { libc::clock_gettime(clock, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// CLOCK_MONOTONIC now, the clock bpf_ktime_get_ns uses.
+pub fn monotonic_ns() -> u64 {
+    clock_ns(libc::CLOCK_MONOTONIC)
+}
+
+/// The files mapped into `pid`, in address order.
+pub fn modules(pid: u32) -> Result<Vec<Module>, ProcessError> {
+    let path = format!("/proc/{pid}/maps");
+    let text = fs::read_to_string(&path).map_err(|source| {
+        if source.kind() == std::io::ErrorKind::NotFound {
+            ProcessError::NoSuchProcess(pid)
+        } else {
+            ProcessError::Proc { path, source }
+        }
+    })?;
+    Ok(parse_maps(&text))
+}
+
+/// Parses /proc/PID/maps text into modules.
+pub fn parse_maps(text: &str) -> Vec<Module> {
+    let mut out: Vec<Module> = Vec::new();
+    let mut last_file: Option<usize> = None;
+    let mut prev_end = 0u64;
+    for line in text.lines() {
+        let mut f = line.split_whitespace();
+        let (Some(range), Some(perms), Some(offset), Some(dev), Some(inode)) =
+            (f.next(), f.next(), f.next(), f.next(), f.next())
+        else {
+            continue;
+        };
+        let path: String = f.collect::<Vec<_>>().join(" ");
+        let Some((s, e)) = range.split_once('-') else {
+            continue;
+        };
+        let (Ok(start), Ok(end), Ok(offset), Ok(inode)) = (
+            u64::from_str_radix(s, 16),
+            u64::from_str_radix(e, 16),
+            u64::from_str_radix(offset, 16),
+            inode.parse::<u64>(),
+        ) else {
+            continue;
+        };
+        if inode == 0 || !path.starts_with('/') {
+            // An anonymous mapping right after a file's mapping is that file's .bss.
+            if path.is_empty()
+                && start == prev_end
+                && let Some(i) = last_file
+            {
+                out[i].end = out[i].end.max(end);
+            }
+            last_file = None;
+            prev_end = end;
+            continue;
+        }
+        let path = path.trim_end_matches(" (deleted)").to_owned();
+        let idx = match out.iter().position(|m| m.inode == inode && m.dev == dev) {
+            Some(i) => i,
+            None => {
+                out.push(Module {
+                    path: PathBuf::from(&path),
+                    dev: dev.to_owned(),
+                    inode,
+                    start,
+                    end,
+                    base: None,
+                    executable: false,
+                });
+                out.len() - 1
+            }
+        };
+        let m = &mut out[idx];
+        m.start = m.start.min(start);
+        m.end = m.end.max(end);
+        if offset == 0 && m.base.is_none() {
+            m.base = Some(start);
+        }
+        m.executable |= perms.contains('x');
+        last_file = Some(idx);
+        prev_end = end;
+    }
+    out
+}
+
+/// The path under which the tracer can open a file of `pid`'s mount namespace.
+pub fn host_path(pid: u32, path: &Path) -> PathBuf {
+    let rel = path.strip_prefix("/").unwrap_or(path);
+    PathBuf::from(format!("/proc/{pid}/root")).join(rel)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MAPS: &str = "\
+55d0c0000000-55d0c0001000 r--p 00000000 fd:01 1234 /usr/bin/app
+55d0c0001000-55d0c0002000 r-xp 00001000 fd:01 1234 /usr/bin/app
+55d0c0003000-55d0c0004000 rw-p 00002000 fd:01 1234 /usr/bin/app
+55d0c0004000-55d0c0010000 rw-p 00000000 00:00 0 
+55d0c1000000-55d0c1021000 rw-p 00000000 00:00 0 [heap]
+7f0000000000-7f0000028000 r--p 00000000 fd:01 99 /usr/lib/x86_64-linux-gnu/libc.so.6
+7f0000028000-7f000019d000 r-xp 00028000 fd:01 99 /usr/lib/x86_64-linux-gnu/libc.so.6
+7ffd00000000-7ffd00021000 rw-p 00000000 00:00 0 [stack]
+";
+
+    #[test]
+    fn maps_merge_per_file_and_absorb_bss() {
+        let m = parse_maps(MAPS);
+        assert_eq!(m.len(), 2);
+        assert_eq!(m[0].path, PathBuf::from("/usr/bin/app"));
+        assert_eq!((m[0].start, m[0].end), (0x55d0c0000000, 0x55d0c0010000));
+        assert_eq!(m[0].base, Some(0x55d0c0000000));
+        assert!(m[0].executable);
+        assert_eq!(m[1].inode, 99);
+        assert_eq!(m[1].end, 0x7f000019d000);
+    }
+
+    #[test]
+    fn stat_state_parses_names_with_parens() {
+        assert_eq!(stat_state("12 (a (b) c) S 1 2"), Some('S'));
+        assert_eq!(stat_state("12 (x) Z 1"), Some('Z'));
+    }
+
+    #[test]
+    fn host_path_goes_through_proc_root() {
+        assert_eq!(
+            host_path(7, Path::new("/lib/libc.so.6")),
+            PathBuf::from("/proc/7/root/lib/libc.so.6")
+        );
+    }
+
+    #[test]
+    fn this_process_checks_out() {
+        let me = std::process::id();
+        check(me).unwrap();
+        assert!(alive(me));
+        assert!(modules(me).unwrap().iter().any(|m| m.executable));
+        assert!(thread_start_ns(me, me).unwrap() <= monotonic_ns());
+        assert!(matches!(
+            check(u32::MAX - 1),
+            Err(ProcessError::NoSuchProcess(_))
+        ));
+    }
+}
