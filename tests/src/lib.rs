@@ -1,1 +1,258 @@
-//! Test harness.
+//! Harness for rtm-trace's end-to-end tests: finds the binary and the workloads, runs
+//! them with RAII cleanup, and parses what they print.
+//!
+//! The tests load real eBPF programs, so they need root. Outside CI a test that cannot
+//! run says so loudly and returns; in CI (CI=true) it fails.
+
+use std::{
+    collections::HashMap,
+    io::{BufRead, BufReader, Read},
+    path::{Path, PathBuf},
+    process::{Child, Command, Output, Stdio},
+    sync::mpsc,
+    thread,
+    time::{Duration, Instant},
+};
+
+pub use serde_json::Value;
+
+/// The rtm-trace binary: $RTM_TRACE_BIN (set by `cargo xtask test`), else target/debug.
+pub fn rtm_bin() -> PathBuf {
+    if let Some(p) = std::env::var_os("RTM_TRACE_BIN") {
+        return p.into();
+    }
+    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/debug/rtm-trace");
+    assert!(
+        p.exists(),
+        "{} is missing: build it first (cargo xtask test does)",
+        p.display()
+    );
+    p
+}
+
+/// A compiled workload.
+pub fn workload(name: &str) -> PathBuf {
+    Path::new(env!("RTM_WORKLOADS")).join(name)
+}
+
+/// True when the test can load eBPF. Otherwise explains why not; fails in CI.
+pub fn can_trace(test: &str) -> bool {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } == 0 {
+        return true;
+    }
+    let msg = format!("{test}: NOT RUN: needs root to load eBPF programs (sudo -E cargo xtask test)");
+    if std::env::var("CI").is_ok_and(|v| v == "true") {
+        panic!("{msg}");
+    }
+    eprintln!("{msg}");
+    false
+}
+
+/// A child process killed and reaped on drop, so a failing test leaves nothing behind.
+pub struct Proc {
+    /// The child.
+    pub child: Child,
+}
+
+impl Proc {
+    /// Its pid.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Sends a signal.
+    pub fn signal(&self, sig: i32) {
+        // SAFETY: sending a signal to our own child.
+        unsafe { libc::kill(self.pid() as i32, sig) };
+    }
+
+    /// Waits up to `timeout` for exit and collects stdout/stderr.
+    pub fn wait_output(mut self, timeout: Duration) -> Output {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(_st) = self.child.try_wait().expect("try_wait") {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "process {} did not exit within {timeout:?}",
+                self.pid()
+            );
+            thread::sleep(Duration::from_millis(20));
+        }
+        let mut child = std::mem::replace(&mut self.child, Command::new("true").spawn().expect("true"));
+        let status = child.wait().expect("wait");
+        let mut stdout = Vec::new();
+        let mut stderr = Vec::new();
+        if let Some(mut o) = child.stdout.take() {
+            o.read_to_end(&mut stdout).expect("stdout");
+        }
+        if let Some(mut e) = child.stderr.take() {
+            e.read_to_end(&mut stderr).expect("stderr");
+        }
+        Output { status, stdout, stderr }
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Spawns a command with piped stdio.
+pub fn spawn(cmd: &mut Command) -> Proc {
+    let child = cmd
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("spawning {cmd:?}: {e}"));
+    Proc { child }
+}
+
+/// Runs a command to completion with a timeout.
+pub fn run(cmd: &mut Command, timeout: Duration) -> Output {
+    let mut p = spawn(cmd);
+    drop(p.child.stdin.take());
+    p.wait_output(timeout)
+}
+
+/// Reads lines of a pipe on a thread, forwarding each one; lets a test wait for a line.
+pub struct LineWatch {
+    rx: mpsc::Receiver<String>,
+    /// Every line seen so far.
+    pub seen: Vec<String>,
+}
+
+impl LineWatch {
+    /// Starts reading `pipe`.
+    pub fn new(pipe: impl Read + Send + 'static) -> Self {
+        let (tx, rx) = mpsc::channel();
+        thread::spawn(move || {
+            for line in BufReader::new(pipe).lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        Self { rx, seen: Vec::new() }
+    }
+
+    /// Waits for a line containing `needle`.
+    pub fn wait_for(&mut self, needle: &str, timeout: Duration) -> String {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.rx.recv_timeout(left) {
+                Ok(l) => {
+                    self.seen.push(l.clone());
+                    if l.contains(needle) {
+                        return l;
+                    }
+                }
+                Err(_) => panic!("no line containing {needle:?} within {timeout:?}; saw {:?}", self.seen),
+            }
+        }
+    }
+
+    /// Collects the remaining lines until the pipe closes.
+    pub fn rest(mut self, timeout: Duration) -> Vec<String> {
+        let deadline = Instant::now() + timeout;
+        while let Ok(l) = self
+            .rx
+            .recv_timeout(deadline.saturating_duration_since(Instant::now()))
+        {
+            self.seen.push(l);
+        }
+        self.seen
+    }
+}
+
+/// One `truth ...` line of mutex_workload: what a thread did, measured by itself.
+#[derive(Debug, Clone, Default)]
+pub struct Truth {
+    /// Thread id.
+    pub tid: u64,
+    /// Fields by name.
+    pub fields: HashMap<String, u64>,
+}
+
+impl Truth {
+    /// A field's value.
+    pub fn get(&self, k: &str) -> u64 {
+        self.fields[k]
+    }
+}
+
+/// Parses every `truth` line.
+pub fn truths(stdout: &str) -> Vec<Truth> {
+    stdout
+        .lines()
+        .filter_map(|l| l.strip_prefix("truth "))
+        .map(|rest| {
+            let mut t = Truth::default();
+            for kv in rest.split_whitespace() {
+                let (k, v) = kv.split_once('=').expect("k=v");
+                let v: u64 = v.parse().expect("number");
+                if k == "tid" {
+                    t.tid = v;
+                } else {
+                    t.fields.insert(k.to_owned(), v);
+                }
+            }
+            t
+        })
+        .collect()
+}
+
+/// Reads a JSON output file.
+pub fn read_json(path: &Path) -> Value {
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
+    serde_json::from_str(&text).expect("valid JSON")
+}
+
+/// The sync-graph object whose name is `name`.
+pub fn object<'a>(doc: &'a Value, name: &str) -> Option<&'a Value> {
+    doc["sync_graph"]["objects"]
+        .as_array()?
+        .iter()
+        .find(|o| o["name"].as_str() == Some(name))
+}
+
+/// The edge from thread `tid` to the object at `addr`.
+pub fn edge<'a>(doc: &'a Value, tid: u64, addr: &str) -> Option<&'a Value> {
+    doc["sync_graph"]["edges"]
+        .as_array()?
+        .iter()
+        .find(|e| e["tid"].as_u64() == Some(tid) && e["object"].as_str() == Some(addr))
+}
+
+/// A temporary directory removed on drop.
+pub struct TempDir(pub PathBuf);
+
+impl TempDir {
+    /// Creates one.
+    pub fn new(tag: &str) -> Self {
+        let p = std::env::temp_dir().join(format!(
+            "rtm-test-{tag}-{}-{}",
+            std::process::id(),
+            Instant::now().elapsed().as_nanos()
+        ));
+        std::fs::create_dir_all(&p).expect("mkdir");
+        Self(p)
+    }
+
+    /// A path inside it.
+    pub fn join(&self, name: &str) -> PathBuf {
+        self.0.join(name)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}

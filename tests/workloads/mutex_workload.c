@@ -9,6 +9,7 @@
  *     --wait-stdin       print "ready PID" and wait for a line on stdin before starting
  *     --linger-ms N      sleep before exiting (default 0)
  *     --exit-code N      exit status (default 0)
+ *     --quiet            print only deterministic totals (for output comparisons)
  *
  * Every thread prints what it did, measured by itself, one line each:
  *   truth tid=T shared=N private=N try_ok=N try_busy=N hold_ns=N
@@ -86,7 +87,7 @@ static void *run(void *arg) {
 }
 
 int main(int argc, char **argv) {
-    int wait_stdin = 0, exit_code = 0, linger_ms = 0;
+    int wait_stdin = 0, exit_code = 0, linger_ms = 0, quiet = 0;
     for (int a = 1; a < argc; a++) {
         const char *o = argv[a];
         const char *v = a + 1 < argc ? argv[a + 1] : "0";
@@ -98,6 +99,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(o, "--linger-ms")) linger_ms = atoi(v), a++;
         else if (!strcmp(o, "--exit-code")) exit_code = atoi(v), a++;
         else if (!strcmp(o, "--wait-stdin")) wait_stdin = 1;
+        else if (!strcmp(o, "--quiet")) quiet = 1;
         else {
             fprintf(stderr, "mutex_workload: unknown option %s\n", o);
             return 2;
@@ -117,11 +119,16 @@ int main(int argc, char **argv) {
     pthread_t th[MAX_THREADS];
     for (long i = 0; i < n_threads; i++) pthread_create(&th[i], NULL, run, (void *)i);
     for (int i = 0; i < n_threads; i++) pthread_join(th[i], NULL);
+    long shared = 0, priv = 0;
     for (int i = 0; i < n_threads; i++) {
         struct result *r = &results[i];
+        shared += r->shared;
+        priv += r->priv;
+        if (quiet) continue;
         printf("truth tid=%ld shared=%ld private=%ld try_ok=%ld try_busy=%ld hold_ns=%lld\n", r->tid,
                r->shared, r->priv, r->try_ok, r->try_busy, r->hold_ns);
     }
+    if (quiet) printf("done threads=%d shared=%ld private=%ld\n", n_threads, shared, priv);
     fflush(stdout);
     if (linger_ms) usleep(linger_ms * 1000);
     return exit_code;

@@ -1,1 +1,42 @@
-fn main() {}
+//! `cargo xtask`: what cargo alone cannot do. Installs the eBPF toolchain, runs the demo,
+//! runs the whole test suite (root, real eBPF).
+
+mod setup;
+mod tasks;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(name = "cargo xtask")]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Install what building needs: nightly rust-src, bpf-linker, a C compiler (idempotent).
+    Setup,
+    /// Set up, then build rtm-trace (release with --release).
+    Build {
+        /// Release build.
+        #[arg(long)]
+        release: bool,
+    },
+    /// Set up, build, and trace the bundled demo workload (needs root).
+    Demo,
+    /// Set up, then run the whole suite: fmt, clippy, unit tests, eBPF tests (needs root).
+    Test,
+}
+
+fn main() -> anyhow::Result<()> {
+    match Cli::parse().cmd {
+        Cmd::Setup => setup::run().map(|_| ()),
+        Cmd::Build { release } => {
+            let env = setup::run()?;
+            tasks::build(&env, release)
+        }
+        Cmd::Demo => tasks::demo(&setup::run()?),
+        Cmd::Test => tasks::test(&setup::run()?),
+    }
+}

@@ -1,0 +1,27 @@
+//! Compiles the C workloads the end-to-end tests trace; their directory is passed to the
+//! tests as RTM_WORKLOADS.
+use std::{env, path::PathBuf, process::Command};
+
+fn main() {
+    let out = PathBuf::from(env::var_os("OUT_DIR").expect("OUT_DIR"));
+    let src = PathBuf::from(env::var_os("CARGO_MANIFEST_DIR").expect("manifest dir")).join("workloads");
+    let builds: [(&str, &[&str]); 3] = [
+        ("mutex_workload", &["-O2", "-g", "-pthread"]),
+        ("demo", &["-O2", "-g", "-pthread"]),
+        ("nolibc", &["-O2", "-static", "-nostdlib", "-fno-stack-protector"]),
+    ];
+    for (name, flags) in builds {
+        let c = src.join(format!("{name}.c"));
+        println!("cargo:rerun-if-changed={}", c.display());
+        let st = Command::new("cc")
+            .args(flags)
+            .arg("-Wall")
+            .arg("-o")
+            .arg(out.join(name))
+            .arg(&c)
+            .status()
+            .expect("running cc (cargo xtask setup installs gcc)");
+        assert!(st.success(), "cc failed for {}", c.display());
+    }
+    println!("cargo:rustc-env=RTM_WORKLOADS={}", out.display());
+}

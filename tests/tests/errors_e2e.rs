@@ -1,0 +1,70 @@
+//! End-to-end: bad input gets a clear error and the right exit code.
+
+use std::{os::unix::process::CommandExt, process::Command, time::Duration};
+
+use rtm_tests::*;
+
+const T: Duration = Duration::from_secs(30);
+
+fn stderr_of(cmd: &mut Command) -> (Option<i32>, String) {
+    let out = run(cmd, T);
+    (out.status.code(), String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+#[test]
+fn usage_errors_exit_2_with_a_hint() {
+    let (code, err) = stderr_of(&mut Command::new(rtm_bin()));
+    assert_eq!(code, Some(2));
+    assert!(err.contains("nothing to trace"), "{err}");
+    let (code, err) = stderr_of(Command::new(rtm_bin()).arg("--bogus"));
+    assert_eq!(code, Some(2));
+    assert!(err.contains("unexpected argument '--bogus'"), "{err}");
+    let (code, err) = stderr_of(Command::new(rtm_bin()).args(["-p", "1", "--", "true"]));
+    assert_eq!(code, Some(2));
+    assert!(err.contains("not both"), "{err}");
+}
+
+#[test]
+fn not_root_is_refused_with_what_to_do() {
+    // Runs as nobody; needs root to switch user.
+    if !can_trace("not_root_is_refused_with_what_to_do") {
+        return;
+    }
+    let (code, err) = stderr_of(Command::new(rtm_bin()).args(["--pid", "1"]).uid(65534).gid(65534));
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("needs root") && err.contains("sudo"), "{err}");
+}
+
+#[test]
+fn unknown_pid_is_refused() {
+    if !can_trace("unknown_pid_is_refused") {
+        return;
+    }
+    let (code, err) = stderr_of(Command::new(rtm_bin()).args(["--pid", "2147483000"]));
+    assert_eq!(code, Some(1));
+    assert!(err.contains("no process with PID 2147483000"), "{err}");
+}
+
+#[test]
+fn process_without_libc_is_refused() {
+    if !can_trace("process_without_libc_is_refused") {
+        return;
+    }
+    let p = spawn(&mut Command::new(workload("nolibc")));
+    let (code, err) = stderr_of(Command::new(rtm_bin()).args(["--pid", &p.pid().to_string()]));
+    assert_eq!(code, Some(1));
+    assert!(err.contains("has no library defining pthread_mutex_lock"), "{err}");
+}
+
+#[test]
+fn missing_command_exits_127() {
+    if !can_trace("missing_command_exits_127") {
+        return;
+    }
+    let (code, err) = stderr_of(Command::new(rtm_bin()).args(["--", "/nonexistent/prog"]));
+    assert_eq!(code, Some(127));
+    assert!(err.contains("/nonexistent/prog"), "{err}");
+    let (code, err) = stderr_of(Command::new(rtm_bin()).args(["--", "no-such-command-rtm"]));
+    assert_eq!(code, Some(127));
+    assert!(err.contains("command not found"), "{err}");
+}

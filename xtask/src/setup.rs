@@ -1,0 +1,185 @@
+//! Idempotent setup: quick when everything is already there.
+//!
+//! - the nightly toolchain's rust-src (for `-Z build-std=core`);
+//! - bpf-linker 0.13, built from crates.io against the nightly toolchain's own libLLVM,
+//!   installed under ~/.local/share/rtm-trace (see ../shared/reference/toolchain.md);
+//! - a C compiler for the test workloads (Debian's gcc, libc6-dev).
+
+use std::{
+    env,
+    path::{Path, PathBuf},
+    process::Command,
+};
+
+use anyhow::{Context, Result, bail};
+
+/// bpf-linker release that fits aya 0.14 and LLVM 22.
+const BPF_LINKER_VERSION: &str = "0.13.0";
+/// Debian packages the suite needs.
+const APT_PACKAGES: &[&str] = &["gcc", "libc6-dev"];
+
+/// What later steps need: a PATH with bpf-linker on it.
+pub struct Env {
+    /// PATH for cargo invocations.
+    pub path: String,
+}
+
+fn prefix() -> PathBuf {
+    if let Some(p) = env::var_os("RTM_TOOLS_DIR") {
+        return PathBuf::from(p);
+    }
+    let home = env::var_os("HOME").unwrap_or_else(|| "/root".into());
+    Path::new(&home).join(".local/share/rtm-trace")
+}
+
+fn output(cmd: &mut Command) -> Result<String> {
+    let out = cmd.output().with_context(|| format!("running {cmd:?}"))?;
+    if !out.status.success() {
+        bail!(
+            "{cmd:?} failed: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+pub fn status(cmd: &mut Command) -> Result<()> {
+    let st = cmd.status().with_context(|| format!("running {cmd:?}"))?;
+    if !st.success() {
+        bail!("{cmd:?} failed ({st})");
+    }
+    Ok(())
+}
+
+fn step(msg: &str) {
+    eprintln!("xtask: {msg}");
+}
+
+/// Runs every step; prints one line per step that had work to do.
+pub fn run() -> Result<Env> {
+    ensure_nightly()?;
+    let linker_bin = ensure_bpf_linker()?;
+    ensure_apt()?;
+    let path = format!(
+        "{}:{}",
+        linker_bin.display(),
+        env::var("PATH").unwrap_or_default()
+    );
+    Ok(Env { path })
+}
+
+fn ensure_nightly() -> Result<()> {
+    let have_nightly = Command::new("rustc")
+        .args(["+nightly", "-V"])
+        .output()
+        .map(|o| o.status.success())
+        .unwrap_or(false);
+    if !have_nightly {
+        step("installing the nightly toolchain");
+        status(Command::new("rustup").args([
+            "toolchain",
+            "install",
+            "nightly",
+            "--profile",
+            "minimal",
+            "--no-self-update",
+        ]))?;
+    }
+    let installed = output(Command::new("rustup").args([
+        "component",
+        "list",
+        "--installed",
+        "--toolchain",
+        "nightly",
+    ]))?;
+    if !installed.lines().any(|l| l.starts_with("rust-src")) {
+        step("installing rust-src for nightly");
+        status(Command::new("rustup").args(["component", "add", "rust-src", "--toolchain", "nightly"]))?;
+    }
+    Ok(())
+}
+
+/// The nightly toolchain's LLVM major version and shared library.
+fn nightly_llvm() -> Result<(String, PathBuf)> {
+    let vv = output(Command::new("rustc").args(["+nightly", "-vV"]))?;
+    let major = vv
+        .lines()
+        .find_map(|l| l.strip_prefix("LLVM version: "))
+        .and_then(|v| v.split('.').next())
+        .context("rustc +nightly -vV did not report an LLVM version")?
+        .to_owned();
+    let sysroot = output(Command::new("rustc").args(["+nightly", "--print", "sysroot"]))?;
+    let libdir = Path::new(sysroot.trim()).join("lib");
+    let lib = std::fs::read_dir(&libdir)?
+        .filter_map(|e| e.ok())
+        .map(|e| e.path())
+        .find(|p| {
+            p.file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with("libLLVM.so"))
+        })
+        .with_context(|| format!("no libLLVM.so in {}", libdir.display()))?;
+    Ok((major, lib))
+}
+
+fn ensure_bpf_linker() -> Result<PathBuf> {
+    let root = prefix();
+    let bin = root.join("bin");
+    let (major, lib) = nightly_llvm()?;
+    let stamp = root.join("bpf-linker.stamp");
+    let want = format!("{BPF_LINKER_VERSION} llvm-{major} {}", lib.display());
+    let works = Command::new(bin.join("bpf-linker"))
+        .arg("--version")
+        .output()
+        .map(|o| o.status.success())
+        .unwrap_or(false);
+    if works && std::fs::read_to_string(&stamp).ok().as_deref() == Some(want.as_str()) {
+        return Ok(bin);
+    }
+    step(&format!(
+        "building bpf-linker {BPF_LINKER_VERSION} against the nightly toolchain's LLVM {major} (about 2 minutes, once)"
+    ));
+    // A private copy of libLLVM survives a later `rustup update`.
+    let llvm = root.join("llvm/lib");
+    std::fs::create_dir_all(&llvm)?;
+    let name = lib.file_name().context("libLLVM has no file name")?;
+    std::fs::copy(&lib, llvm.join(name))?;
+    let link = llvm.join("libLLVM.so");
+    let _ = std::fs::remove_file(&link);
+    std::os::unix::fs::symlink(name, &link)?;
+    status(
+        Command::new("cargo")
+            .env("LLVM_PREFIX", root.join("llvm"))
+            .args(["install", "bpf-linker", "--version", BPF_LINKER_VERSION, "--locked"])
+            .args(["--no-default-features", "--features", &format!("llvm-{major}")])
+            .arg("--force")
+            .arg("--root")
+            .arg(&root),
+    )?;
+    std::fs::write(&stamp, want)?;
+    Ok(bin)
+}
+
+fn ensure_apt() -> Result<()> {
+    let missing: Vec<&str> = APT_PACKAGES
+        .iter()
+        .copied()
+        .filter(|p| {
+            !Command::new("dpkg-query")
+                .args(["-W", "-f=${Status}", p])
+                .output()
+                .map(|o| String::from_utf8_lossy(&o.stdout).contains("install ok installed"))
+                .unwrap_or(false)
+        })
+        .collect();
+    if missing.is_empty() {
+        return Ok(());
+    }
+    step(&format!("installing Debian packages: {}", missing.join(" ")));
+    status(Command::new("apt-get").args(["update", "-qq"]))?;
+    status(
+        Command::new("apt-get")
+            .env("DEBIAN_FRONTEND", "noninteractive")
+            .args(["install", "-y", "-qq"])
+            .args(&missing),
+    )
+}

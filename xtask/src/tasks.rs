@@ -1,0 +1,110 @@
+//! Build, demo and test tasks.
+
+use std::{
+    env,
+    path::{Path, PathBuf},
+    process::Command,
+};
+
+use anyhow::{Context, Result, bail};
+
+use crate::setup::{Env, status};
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("xtask lives in the workspace")
+        .to_path_buf()
+}
+
+fn cargo(env: &Env) -> Command {
+    let mut c = Command::new(env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
+    c.current_dir(root()).env("PATH", &env.path);
+    c
+}
+
+fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() == 0 }
+}
+
+pub fn build(env: &Env, release: bool) -> Result<()> {
+    let mut c = cargo(env);
+    c.args(["build", "-p", "rtm-userspace"]);
+    if release {
+        c.arg("--release");
+    }
+    status(&mut c)
+}
+
+/// Builds rtm-trace and the demo workload, then traces the demo.
+pub fn demo(env: &Env) -> Result<()> {
+    if !is_root() {
+        bail!("the demo loads eBPF programs: run it as root (sudo -E cargo xtask demo)");
+    }
+    build(env, true)?;
+    let out = root().join("target/workloads");
+    std::fs::create_dir_all(&out)?;
+    let demo = out.join("demo");
+    status(
+        Command::new("cc")
+            .args(["-O2", "-g", "-pthread", "-Wall", "-o"])
+            .arg(&demo)
+            .arg(root().join("tests/workloads/demo.c")),
+    )?;
+    let bin = root().join("target/release/rtm-trace");
+    let json = out.join("demo.json");
+    eprintln!(
+        "xtask: running: {} --json {} -- {}",
+        bin.display(),
+        json.display(),
+        demo.display()
+    );
+    status(Command::new(&bin).arg("--json").arg(&json).arg("--").arg(&demo))
+        .context("tracing the demo")
+}
+
+/// The whole suite: formatting, lints (userspace and eBPF), unit tests, and the
+/// privileged end-to-end tests, which load real eBPF programs.
+pub fn test(env: &Env) -> Result<()> {
+    eprintln!("xtask: cargo fmt --check");
+    status(cargo(env).args(["fmt", "--all", "--check"]))?;
+    eprintln!("xtask: clippy (userspace)");
+    status(cargo(env).args([
+        "clippy",
+        "--workspace",
+        "--exclude",
+        "rtm-ebpf",
+        "--all-targets",
+        "--",
+        "-D",
+        "warnings",
+    ]))?;
+    eprintln!("xtask: clippy (eBPF, bpfel-unknown-none)");
+    status(
+        Command::new("rustup")
+            .current_dir(root().join("rtm-ebpf"))
+            .env("PATH", &env.path)
+            .env_remove("RUSTUP_TOOLCHAIN")
+            .args(["run", "nightly", "cargo", "clippy", "-p", "rtm-ebpf"])
+            .args(["--target", "bpfel-unknown-none", "-Z", "build-std=core"])
+            .args(["--target-dir"])
+            .arg(root().join("target/ebpf-clippy"))
+            .args(["--", "-D", "warnings"]),
+    )?;
+    // The end-to-end tests run the real binary.
+    build(env, false)?;
+    let bin = root().join("target/debug/rtm-trace");
+    if !is_root() {
+        eprintln!(
+            "xtask: WARNING: not root: the end-to-end eBPF tests will fail (or, outside CI, \
+             report themselves as not run). Run: sudo -E cargo xtask test"
+        );
+    }
+    eprintln!("xtask: cargo test (unit tests, then end-to-end eBPF tests one at a time)");
+    status(
+        cargo(env)
+            .env("RTM_TRACE_BIN", &bin)
+            .args(["test", "--workspace", "--exclude", "rtm-ebpf", "--", "--test-threads=1"]),
+    )
+}
