@@ -4,11 +4,15 @@ use std::{env, path::PathBuf, process::Command};
 
 fn main() {
     let out = PathBuf::from(env::var_os("OUT_DIR").expect("OUT_DIR"));
-    let src = PathBuf::from(env::var_os("CARGO_MANIFEST_DIR").expect("manifest dir")).join("workloads");
+    let src =
+        PathBuf::from(env::var_os("CARGO_MANIFEST_DIR").expect("manifest dir")).join("workloads");
     let builds: [(&str, &[&str]); 3] = [
         ("mutex_workload", &["-O2", "-g", "-pthread"]),
         ("demo", &["-O2", "-g", "-pthread"]),
-        ("nolibc", &["-O2", "-static", "-nostdlib", "-fno-stack-protector"]),
+        (
+            "nolibc",
+            &["-O2", "-static", "-nostdlib", "-fno-stack-protector"],
+        ),
     ];
     for (name, flags) in builds {
         let c = src.join(format!("{name}.c"));

@@ -41,7 +41,8 @@ pub fn can_trace(test: &str) -> bool {
     if unsafe { libc::geteuid() } == 0 {
         return true;
     }
-    let msg = format!("{test}: NOT RUN: needs root to load eBPF programs (sudo -E cargo xtask test)");
+    let msg =
+        format!("{test}: NOT RUN: needs root to load eBPF programs (sudo -E cargo xtask test)");
     if std::env::var("CI").is_ok_and(|v| v == "true") {
         panic!("{msg}");
     }
@@ -81,7 +82,8 @@ impl Proc {
             );
             thread::sleep(Duration::from_millis(20));
         }
-        let mut child = std::mem::replace(&mut self.child, Command::new("true").spawn().expect("true"));
+        let mut child =
+            std::mem::replace(&mut self.child, Command::new("true").spawn().expect("true"));
         let status = child.wait().expect("wait");
         let mut stdout = Vec::new();
         let mut stderr = Vec::new();
@@ -91,7 +93,11 @@ impl Proc {
         if let Some(mut e) = child.stderr.take() {
             e.read_to_end(&mut stderr).expect("stderr");
         }
-        Output { status, stdout, stderr }
+        Output {
+            status,
+            stdout,
+            stderr,
+        }
     }
 }
 
@@ -138,7 +144,10 @@ impl LineWatch {
                 }
             }
         });
-        Self { rx, seen: Vec::new() }
+        Self {
+            rx,
+            seen: Vec::new(),
+        }
     }
 
     /// Waits for a line containing `needle`.
@@ -153,7 +162,10 @@ impl LineWatch {
                         return l;
                     }
                 }
-                Err(_) => panic!("no line containing {needle:?} within {timeout:?}; saw {:?}", self.seen),
+                Err(_) => panic!(
+                    "no line containing {needle:?} within {timeout:?}; saw {:?}",
+                    self.seen
+                ),
             }
         }
     }
@@ -210,7 +222,8 @@ pub fn truths(stdout: &str) -> Vec<Truth> {
 
 /// Reads a JSON output file.
 pub fn read_json(path: &Path) -> Value {
-    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
+    let text =
+        std::fs::read_to_string(path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
     serde_json::from_str(&text).expect("valid JSON")
 }
 

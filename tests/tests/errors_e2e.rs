@@ -8,7 +8,10 @@ const T: Duration = Duration::from_secs(30);
 
 fn stderr_of(cmd: &mut Command) -> (Option<i32>, String) {
     let out = run(cmd, T);
-    (out.status.code(), String::from_utf8_lossy(&out.stderr).into_owned())
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
 }
 
 #[test]
@@ -30,7 +33,12 @@ fn not_root_is_refused_with_what_to_do() {
     if !can_trace("not_root_is_refused_with_what_to_do") {
         return;
     }
-    let (code, err) = stderr_of(Command::new(rtm_bin()).args(["--pid", "1"]).uid(65534).gid(65534));
+    let (code, err) = stderr_of(
+        Command::new(rtm_bin())
+            .args(["--pid", "1"])
+            .uid(65534)
+            .gid(65534),
+    );
     assert_eq!(code, Some(1), "{err}");
     assert!(err.contains("needs root") && err.contains("sudo"), "{err}");
 }
@@ -53,7 +61,10 @@ fn process_without_libc_is_refused() {
     let p = spawn(&mut Command::new(workload("nolibc")));
     let (code, err) = stderr_of(Command::new(rtm_bin()).args(["--pid", &p.pid().to_string()]));
     assert_eq!(code, Some(1));
-    assert!(err.contains("has no library defining pthread_mutex_lock"), "{err}");
+    assert!(
+        err.contains("has no library defining pthread_mutex_lock"),
+        "{err}"
+    );
 }
 
 #[test]

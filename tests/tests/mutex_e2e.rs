@@ -1,7 +1,11 @@
 //! End-to-end: rtm-trace against mutex_workload, whose threads report what they did.
 //! Runs as root with real eBPF (see rtm_tests::can_trace).
 
-use std::{io::Write, process::Command, time::{Duration, Instant}};
+use std::{
+    io::Write,
+    process::Command,
+    time::{Duration, Instant},
+};
 
 use rtm_tests::*;
 
@@ -9,7 +13,11 @@ const T: Duration = Duration::from_secs(90);
 
 fn private_name(i: usize) -> String {
     // pthread_mutex_t is 40 bytes on x86-64 glibc.
-    if i == 0 { "private_locks".into() } else { format!("private_locks+{:#x}", i * 40) }
+    if i == 0 {
+        "private_locks".into()
+    } else {
+        format!("private_locks+{:#x}", i * 40)
+    }
 }
 
 fn u(v: &Value) -> u64 {
@@ -22,15 +30,26 @@ fn check_exact_counts(doc: &Value, truths: &[Truth]) {
     let addr = shared["addr"].as_str().unwrap();
     let mut total = 0;
     for (i, t) in truths.iter().enumerate() {
-        let e = edge(doc, t.tid, addr).unwrap_or_else(|| panic!("edge thread {} -> shared_lock", t.tid));
+        let e = edge(doc, t.tid, addr)
+            .unwrap_or_else(|| panic!("edge thread {} -> shared_lock", t.tid));
         let expect = t.get("shared") + t.get("try_ok");
-        println!("thread {}: shared_lock acquisitions expected {expect}, measured {}", t.tid, e["acquisitions"]);
+        println!(
+            "thread {}: shared_lock acquisitions expected {expect}, measured {}",
+            t.tid, e["acquisitions"]
+        );
         assert_eq!(u(&e["acquisitions"]), expect);
         assert_eq!(u(&e["failed_trylocks"]), t.get("try_busy"));
         total += expect;
-        let p = object(doc, &private_name(i)).unwrap_or_else(|| panic!("{} in graph", private_name(i)));
+        let p =
+            object(doc, &private_name(i)).unwrap_or_else(|| panic!("{} in graph", private_name(i)));
         let pe = edge(doc, t.tid, p["addr"].as_str().unwrap()).expect("private edge");
-        println!("thread {}: {} acquisitions expected {}, measured {}", t.tid, private_name(i), t.get("private"), pe["acquisitions"]);
+        println!(
+            "thread {}: {} acquisitions expected {}, measured {}",
+            t.tid,
+            private_name(i),
+            t.get("private"),
+            pe["acquisitions"]
+        );
         assert_eq!(u(&pe["acquisitions"]), t.get("private"));
         assert_eq!(u(&p["threads"]), 1, "a private lock is used by one thread");
         assert_eq!(u(&p["contended"]), 0, "a private lock is never contended");
@@ -46,15 +65,36 @@ fn launch_mode_counts_hold_times_and_contention_match_ground_truth() {
     let dir = TempDir::new("launch");
     let json = dir.join("out.json");
     let out = run(
-        Command::new(rtm_bin()).arg("--json").arg(&json).arg("-o").arg(dir.join("report.txt")).arg("--")
+        Command::new(rtm_bin())
+            .arg("--json")
+            .arg(&json)
+            .arg("-o")
+            .arg(dir.join("report.txt"))
+            .arg("--")
             .arg(workload("mutex_workload"))
-            .args(["--threads", "2", "--iters", "40", "--hold-us", "1000", "--private", "300", "--trylocks", "30"]),
+            .args([
+                "--threads",
+                "2",
+                "--iters",
+                "40",
+                "--hold-us",
+                "1000",
+                "--private",
+                "300",
+                "--trylocks",
+                "30",
+            ]),
         T,
     );
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "rtm-trace failed: {stderr}");
     let truths = truths(&String::from_utf8_lossy(&out.stdout));
-    assert_eq!(truths.len(), 2, "stdout: {}", String::from_utf8_lossy(&out.stdout));
+    assert_eq!(
+        truths.len(),
+        2,
+        "stdout: {}",
+        String::from_utf8_lossy(&out.stdout)
+    );
     let doc = read_json(&json);
     assert_eq!(doc["format"], "rtm-trace");
     assert_eq!(doc["version"], 1);
@@ -64,20 +104,38 @@ fn launch_mode_counts_hold_times_and_contention_match_ground_truth() {
 
     // Hold times: the tracer's median against the workload's own mean per thread.
     let shared = object(&doc, "shared_lock").unwrap();
-    assert!(u(&shared["contended"]) > 0, "two threads holding 1 ms with 0.25 ms gaps must contend");
+    assert!(
+        u(&shared["contended"]) > 0,
+        "two threads holding 1 ms with 0.25 ms gaps must contend"
+    );
     for t in &truths {
         let truth_mean = t.get("hold_ns") as f64 / t.get("shared") as f64;
         let e = edge(&doc, t.tid, shared["addr"].as_str().unwrap()).unwrap();
         let p50 = u(&e["hold"]["p50_ns"]) as f64;
         let err = (p50 - truth_mean).abs() / truth_mean;
-        println!("thread {}: hold expected {truth_mean:.0} ns, measured p50 {p50:.0} ns ({:.2}% off)", t.tid, err * 100.0);
+        println!(
+            "thread {}: hold expected {truth_mean:.0} ns, measured p50 {p50:.0} ns ({:.2}% off)",
+            t.tid,
+            err * 100.0
+        );
         assert!(err < 0.03, "hold p50 {p50} vs truth {truth_mean}");
     }
     // Thread names and the report file.
-    let names: Vec<&str> = doc["sync_graph"]["threads"].as_array().unwrap().iter().filter_map(|t| t["name"].as_str()).collect();
-    assert!(names.contains(&"worker-0") && names.contains(&"worker-1"), "{names:?}");
+    let names: Vec<&str> = doc["sync_graph"]["threads"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|t| t["name"].as_str())
+        .collect();
+    assert!(
+        names.contains(&"worker-0") && names.contains(&"worker-1"),
+        "{names:?}"
+    );
     let report = std::fs::read_to_string(dir.join("report.txt")).unwrap();
-    assert!(report.contains("shared_lock") && report.contains("lost events: none"), "{report}");
+    assert!(
+        report.contains("shared_lock") && report.contains("lost events: none"),
+        "{report}"
+    );
 }
 
 #[test]
@@ -85,22 +143,53 @@ fn traced_program_output_and_exit_code_are_unchanged() {
     if !can_trace("traced_program_output_and_exit_code_are_unchanged") {
         return;
     }
-    let args = ["--threads", "3", "--iters", "30", "--hold-us", "100", "--private", "200", "--quiet", "--exit-code", "7"];
+    let args = [
+        "--threads",
+        "3",
+        "--iters",
+        "30",
+        "--hold-us",
+        "100",
+        "--private",
+        "200",
+        "--quiet",
+        "--exit-code",
+        "7",
+    ];
     let plain = run(Command::new(workload("mutex_workload")).args(args), T);
     let dir = TempDir::new("unchanged");
     let traced = run(
-        Command::new(rtm_bin()).arg("-o").arg(dir.join("r.txt")).arg("--").arg(workload("mutex_workload")).args(args),
+        Command::new(rtm_bin())
+            .arg("-o")
+            .arg(dir.join("r.txt"))
+            .arg("--")
+            .arg(workload("mutex_workload"))
+            .args(args),
         T,
     );
     assert_eq!(plain.status.code(), Some(7));
-    assert_eq!(traced.status.code(), Some(7), "stderr: {}", String::from_utf8_lossy(&traced.stderr));
-    assert_eq!(String::from_utf8_lossy(&plain.stdout), String::from_utf8_lossy(&traced.stdout));
-    assert!(String::from_utf8_lossy(&plain.stdout).contains("done threads=3 shared=90 private=600"));
+    assert_eq!(
+        traced.status.code(),
+        Some(7),
+        "stderr: {}",
+        String::from_utf8_lossy(&traced.stderr)
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&plain.stdout),
+        String::from_utf8_lossy(&traced.stdout)
+    );
+    assert!(
+        String::from_utf8_lossy(&plain.stdout).contains("done threads=3 shared=90 private=600")
+    );
 }
 
 /// Starts mutex_workload waiting on stdin; returns it, its stdout watcher and its pid.
 fn waiting_workload(args: &[&str]) -> (Proc, LineWatch, u32) {
-    let mut w = spawn(Command::new(workload("mutex_workload")).arg("--wait-stdin").args(args));
+    let mut w = spawn(
+        Command::new(workload("mutex_workload"))
+            .arg("--wait-stdin")
+            .args(args),
+    );
     let mut out = LineWatch::new(w.child.stdout.take().unwrap());
     let ready = out.wait_for("ready", Duration::from_secs(10));
     let pid = ready.trim_start_matches("ready ").trim().parse().unwrap();
@@ -108,7 +197,12 @@ fn waiting_workload(args: &[&str]) -> (Proc, LineWatch, u32) {
 }
 
 fn attach(pid: u32, extra: &[&str]) -> (Proc, LineWatch) {
-    let mut tr = spawn(Command::new(rtm_bin()).arg("--pid").arg(pid.to_string()).args(extra));
+    let mut tr = spawn(
+        Command::new(rtm_bin())
+            .arg("--pid")
+            .arg(pid.to_string())
+            .args(extra),
+    );
     let mut err = LineWatch::new(tr.child.stderr.take().unwrap());
     err.wait_for("attached to PID", Duration::from_secs(30));
     (tr, err)
@@ -125,15 +219,41 @@ fn attach_sees_threads_created_later_and_stops_when_the_target_exits() {
     }
     let dir = TempDir::new("attach");
     let json = dir.join("a.json");
-    let (mut w, wout, pid) = waiting_workload(&["--threads", "3", "--iters", "25", "--hold-us", "300", "--private", "150", "--trylocks", "10"]);
-    let (tr, _err) = attach(pid, &["--json", json.to_str().unwrap(), "-o", dir.join("r.txt").to_str().unwrap()]);
+    let (mut w, wout, pid) = waiting_workload(&[
+        "--threads",
+        "3",
+        "--iters",
+        "25",
+        "--hold-us",
+        "300",
+        "--private",
+        "150",
+        "--trylocks",
+        "10",
+    ]);
+    let (tr, _err) = attach(
+        pid,
+        &[
+            "--json",
+            json.to_str().unwrap(),
+            "-o",
+            dir.join("r.txt").to_str().unwrap(),
+        ],
+    );
     go(&mut w);
     let truths = truths(&wout.rest(T).join("\n"));
     assert_eq!(truths.len(), 3);
     let started = Instant::now();
     let out = tr.wait_output(T);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    assert!(started.elapsed() < Duration::from_secs(10), "tracer noticed the exit late");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "tracer noticed the exit late"
+    );
     let doc = read_json(&json);
     assert_eq!(doc["run"]["end_reason"], "targets_exited");
     assert_eq!(doc["run"]["targets"][0]["pid"], pid);
@@ -150,19 +270,31 @@ fn sigint_and_sigterm_detach_write_results_and_leave_the_target_unharmed() {
     for (sig, name) in [(libc::SIGINT, "SIGINT"), (libc::SIGTERM, "SIGTERM")] {
         let dir = TempDir::new("signal");
         let json = dir.join("s.json");
-        let (mut w, wout, pid) = waiting_workload(&["--threads", "2", "--iters", "5", "--private", "5"]);
+        let (mut w, wout, pid) =
+            waiting_workload(&["--threads", "2", "--iters", "5", "--private", "5"]);
         let (tr, _err) = attach(pid, &["--json", json.to_str().unwrap()]);
         tr.signal(sig);
         let out = tr.wait_output(Duration::from_secs(20));
-        assert!(out.status.success(), "{name}: {}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "{name}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         let report = String::from_utf8_lossy(&out.stdout);
-        assert!(report.contains("final report") && report.contains("interrupted"), "{name}: {report}");
+        assert!(
+            report.contains("final report") && report.contains("interrupted"),
+            "{name}: {report}"
+        );
         assert_eq!(read_json(&json)["run"]["end_reason"], "signal", "{name}");
         // The target is alive and works normally after the tracer left.
         go(&mut w);
         let truths = truths(&wout.rest(T).join("\n"));
         assert_eq!(truths.len(), 2, "{name}");
-        assert!(truths.iter().all(|t| t.get("shared") == 5 && t.get("private") == 5));
+        assert!(
+            truths
+                .iter()
+                .all(|t| t.get("shared") == 5 && t.get("private") == 5)
+        );
         assert_eq!(w.wait_output(T).status.code(), Some(0), "{name}");
     }
 }
@@ -179,7 +311,10 @@ fn duration_stops_tracing_on_time() {
     let took = start.elapsed();
     assert!(out.status.success());
     assert!(String::from_utf8_lossy(&out.stdout).contains("--duration elapsed"));
-    assert!(took >= Duration::from_secs(1) && took < Duration::from_secs(10), "{took:?}");
+    assert!(
+        took >= Duration::from_secs(1) && took < Duration::from_secs(10),
+        "{took:?}"
+    );
 }
 
 #[test]
@@ -187,7 +322,8 @@ fn target_survives_the_tracer_being_killed() {
     if !can_trace("target_survives_the_tracer_being_killed") {
         return;
     }
-    let (mut w, wout, pid) = waiting_workload(&["--threads", "2", "--iters", "10", "--private", "50"]);
+    let (mut w, wout, pid) =
+        waiting_workload(&["--threads", "2", "--iters", "10", "--private", "50"]);
     let (tr, _err) = attach(pid, &[]);
     tr.signal(libc::SIGKILL);
     let out = tr.wait_output(Duration::from_secs(10));
@@ -195,7 +331,11 @@ fn target_survives_the_tracer_being_killed() {
     go(&mut w);
     let truths = truths(&wout.rest(T).join("\n"));
     assert_eq!(truths.len(), 2);
-    assert!(truths.iter().all(|t| t.get("shared") == 10 && t.get("private") == 50));
+    assert!(
+        truths
+            .iter()
+            .all(|t| t.get("shared") == 10 && t.get("private") == 50)
+    );
     assert_eq!(w.wait_output(T).status.code(), Some(0));
 }
 
@@ -205,8 +345,20 @@ fn interval_prints_periodic_summaries() {
         return;
     }
     let out = run(
-        Command::new(rtm_bin()).args(["-i", "0.3", "--"]).arg(workload("mutex_workload"))
-            .args(["--threads", "2", "--iters", "400", "--hold-us", "1000", "--private", "0", "--quiet"]),
+        Command::new(rtm_bin())
+            .args(["-i", "0.3", "--"])
+            .arg(workload("mutex_workload"))
+            .args([
+                "--threads",
+                "2",
+                "--iters",
+                "400",
+                "--hold-us",
+                "1000",
+                "--private",
+                "0",
+                "--quiet",
+            ]),
         T,
     );
     assert!(out.status.success());

@@ -94,7 +94,13 @@ fn ensure_nightly() -> Result<()> {
     ]))?;
     if !installed.lines().any(|l| l.starts_with("rust-src")) {
         step("installing rust-src for nightly");
-        status(Command::new("rustup").args(["component", "add", "rust-src", "--toolchain", "nightly"]))?;
+        status(Command::new("rustup").args([
+            "component",
+            "add",
+            "rust-src",
+            "--toolchain",
+            "nightly",
+        ]))?;
     }
     Ok(())
 }
@@ -149,8 +155,18 @@ fn ensure_bpf_linker() -> Result<PathBuf> {
     status(
         Command::new("cargo")
             .env("LLVM_PREFIX", root.join("llvm"))
-            .args(["install", "bpf-linker", "--version", BPF_LINKER_VERSION, "--locked"])
-            .args(["--no-default-features", "--features", &format!("llvm-{major}")])
+            .args([
+                "install",
+                "bpf-linker",
+                "--version",
+                BPF_LINKER_VERSION,
+                "--locked",
+            ])
+            .args([
+                "--no-default-features",
+                "--features",
+                &format!("llvm-{major}"),
+            ])
             .arg("--force")
             .arg("--root")
             .arg(&root),
@@ -174,7 +190,10 @@ fn ensure_apt() -> Result<()> {
     if missing.is_empty() {
         return Ok(());
     }
-    step(&format!("installing Debian packages: {}", missing.join(" ")));
+    step(&format!(
+        "installing Debian packages: {}",
+        missing.join(" ")
+    ));
     status(Command::new("apt-get").args(["update", "-qq"]))?;
     status(
         Command::new("apt-get")

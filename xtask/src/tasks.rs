@@ -60,8 +60,14 @@ pub fn demo(env: &Env) -> Result<()> {
         json.display(),
         demo.display()
     );
-    status(Command::new(&bin).arg("--json").arg(&json).arg("--").arg(&demo))
-        .context("tracing the demo")
+    status(
+        Command::new(&bin)
+            .arg("--json")
+            .arg(&json)
+            .arg("--")
+            .arg(&demo),
+    )
+    .context("tracing the demo")
 }
 
 /// The whole suite: formatting, lints (userspace and eBPF), unit tests, and the
@@ -102,9 +108,12 @@ pub fn test(env: &Env) -> Result<()> {
         );
     }
     eprintln!("xtask: cargo test (unit tests, then end-to-end eBPF tests one at a time)");
-    status(
-        cargo(env)
-            .env("RTM_TRACE_BIN", &bin)
-            .args(["test", "--workspace", "--exclude", "rtm-ebpf", "--", "--test-threads=1"]),
-    )
+    status(cargo(env).env("RTM_TRACE_BIN", &bin).args([
+        "test",
+        "--workspace",
+        "--exclude",
+        "rtm-ebpf",
+        "--",
+        "--test-threads=1",
+    ]))
 }

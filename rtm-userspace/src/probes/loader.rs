@@ -212,20 +212,29 @@ impl Probes {
         Ok(report)
     }
 
-    /// Detaches every probe placed for `pid` and drops it from the filter (once).
-    pub fn detach(&mut self, pid: u32) {
-        let Some(links) = self.links.remove(&pid) else {
-            return;
-        };
-        for (program, link) in links {
-            if let Some(Ok(prog)) = self.ebpf.program_mut(program).map(<&mut UProbe>::try_from)
-                && let Err(e) = prog.detach(link)
-            {
-                log::debug!("detaching {program} for {pid}: {e}");
+    /// Stops event collection for `pids` at once: the in-kernel filter drops them, so the
+    /// programs return before doing any work. The breakpoints stay until [`detach_all`].
+    ///
+    /// [`detach_all`]: Probes::detach_all
+    pub fn stop(&mut self, pids: &[u32]) {
+        for pid in pids {
+            if let Err(e) = self.set_traced(*pid, false) {
+                log::debug!("untracing {pid}: {e}");
             }
         }
-        if let Err(e) = self.set_traced(pid, false) {
-            log::debug!("untracing {pid}: {e}");
+    }
+
+    /// Detaches every probe. The kernel unregisters uprobes one at a time, each waiting
+    /// for an RCU grace period (about 0.1 s per probe on this kind of machine).
+    pub fn detach_all(&mut self) {
+        for (pid, links) in std::mem::take(&mut self.links) {
+            for (program, link) in links {
+                if let Some(Ok(prog)) = self.ebpf.program_mut(program).map(<&mut UProbe>::try_from)
+                    && let Err(e) = prog.detach(link)
+                {
+                    log::debug!("detaching {program} for {pid}: {e}");
+                }
+            }
         }
     }
 

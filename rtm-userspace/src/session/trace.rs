@@ -1,6 +1,5 @@
-//! The event loop: attach, read events into the model until told to stop, then detach and
-//! write the outputs. The probes are detached before the outputs are written, so a slow
-//! disk never prolongs the tracing of the target.
+//! The event loop: attach, read events into the model until told to stop, then stop
+//! collection (instant, through the in-kernel filter), write the outputs, and detach.
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -238,7 +237,8 @@ pub(super) async fn trace(cli: Cli, mut child: Option<GatedChild>) -> Result<i32
                 if let Some(t) = targets.iter_mut().find(|t| t.pid == pid) {
                     t.ended = Some(ended);
                 }
-                probes.detach(pid);
+                // Its address space is gone, and its probes with it; the links are
+                // released with the others at the end.
                 live -= 1;
                 if live == 0 {
                     break EndReason::TargetsExited;
@@ -247,14 +247,12 @@ pub(super) async fn trace(cli: Cli, mut child: Option<GatedChild>) -> Result<i32
         }
     };
 
-    // Stop: take what is in flight, then detach before any slow work.
+    // Stop collecting at once, take what is in flight, and write the results; the
+    // breakpoints themselves go afterwards, since unregistering them is slow.
+    probes.stop(&pids);
+    let end_ns = monotonic_ns();
     reader.drain_now(&mut |ev| state.apply(ev));
     let losses = probes.losses()?;
-    let end_ns = monotonic_ns();
-    for &pid in &pids {
-        probes.detach(pid);
-    }
-    drop(probes);
 
     for t in targets.iter_mut() {
         if t.comm.is_none() {
@@ -275,6 +273,8 @@ pub(super) async fn trace(cli: Cli, mut child: Option<GatedChild>) -> Result<i32
         json::write(path, &run, &snap)?;
         eprintln!("rtm-trace: wrote {}", path.display());
     }
+    probes.detach_all();
+    drop(probes);
 
     match (child, child_exit) {
         (_, Some(e)) => Ok(e.shell_code()),
