@@ -29,9 +29,9 @@ pub enum SessionError {
     /// The command could not be launched.
     #[error(transparent)]
     Launch(#[from] LaunchError),
-    /// Probes could not be loaded or attached.
+    /// Probes could not be loaded or attached (boxed: it is large).
     #[error(transparent)]
-    Probe(#[from] ProbeError),
+    Probe(Box<ProbeError>),
     /// JSON output failed.
     #[error(transparent)]
     Json(#[from] JsonError),
@@ -44,6 +44,12 @@ pub enum SessionError {
         #[source]
         source: std::io::Error,
     },
+}
+
+impl From<ProbeError> for SessionError {
+    fn from(e: ProbeError) -> Self {
+        SessionError::Probe(Box::new(e))
+    }
 }
 
 impl SessionError {

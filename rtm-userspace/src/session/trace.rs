@@ -131,11 +131,11 @@ pub(super) async fn trace(cli: Cli, mut child: Option<GatedChild>) -> Result<i32
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_millis() as u64)
         .unwrap_or(0);
-    if let Some(c) = child.as_mut() {
-        if let Err(e) = c.release() {
-            let _ = wait_child(c.pid);
-            return Err(e.into());
-        }
+    if let Some(c) = child.as_mut()
+        && let Err(e) = c.release()
+    {
+        let _ = wait_child(c.pid);
+        return Err(e.into());
     }
     let mut command_name = None;
     if let Some(c) = &child {

@@ -179,8 +179,10 @@ mod tests {
 
     #[test]
     fn data_symbols_name_addresses_inside_them() {
-        let mut elf = ElfSymbols::default();
-        elf.data = vec![(0x100, 0x40, "locks".into()), (0x200, 0, "flag".into())];
+        let elf = ElfSymbols {
+            data: vec![(0x100, 0x40, "locks".into()), (0x200, 0, "flag".into())],
+            ..Default::default()
+        };
         assert_eq!(elf.data_symbol(0x100).as_deref(), Some("locks"));
         assert_eq!(elf.data_symbol(0x128).as_deref(), Some("locks+0x28"));
         assert_eq!(elf.data_symbol(0x140), None);

@@ -25,7 +25,7 @@ fn ev(tid: u32, ts: u64, op: SyncOp, obj: u64, wait: u64, ret: i32, contended: b
     decode(encode(&raw)).expect("valid event")
 }
 
-fn edge<'a>(g: &'a SyncGraph, tid: u32, obj: u64) -> &'a EdgeStats {
+fn edge(g: &SyncGraph, tid: u32, obj: u64) -> &EdgeStats {
     g.edges()
         .find(|(k, _)| k.thread.tid == tid && k.object.addr == obj)
         .map(|(_, e)| e)
