@@ -10,7 +10,7 @@ pub fn traced_pid_tgid() -> Option<u64> {
     let pid_tgid = bpf_get_current_pid_tgid();
     let tgid = (pid_tgid >> 32) as u32;
     // SAFETY: the value is only tested for presence.
-    if unsafe { TRACED_TGIDS.get(&tgid) }.is_some() {
+    if unsafe { TRACED_TGIDS.get(tgid) }.is_some() {
         Some(pid_tgid)
     } else {
         None

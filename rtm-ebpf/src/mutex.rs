@@ -77,7 +77,7 @@ pub fn mutex_lock_enter(ctx: ProbeContext) -> u32 {
         op: unsafe { bpf_get_attach_cookie(ctx.as_ptr()) } as u32,
         flags: if word != 0 { SYNC_FLAG_CONTENDED } else { 0 },
     };
-    if PENDING.insert(&pid_tgid, &call, 0).is_err() {
+    if PENDING.insert(pid_tgid, call, 0).is_err() {
         count_loss(LossCounter::PendingFull);
     }
     0
@@ -90,11 +90,11 @@ pub fn mutex_lock_return(ctx: RetProbeContext) -> u32 {
         return 0;
     };
     // SAFETY: the value is copied out before the entry is removed.
-    let Some(call) = (unsafe { PENDING.get(&pid_tgid) }).copied() else {
+    let Some(call) = (unsafe { PENDING.get(pid_tgid) }).copied() else {
         count_loss(LossCounter::MissedEntry);
         return 0;
     };
-    let _ = PENDING.remove(&pid_tgid);
+    let _ = PENDING.remove(pid_tgid);
     // SAFETY: helper without preconditions.
     let now = unsafe { bpf_ktime_get_ns() };
     let ret: i32 = ctx.ret();

@@ -106,9 +106,11 @@ pub fn thread_start_ns(pid: u32, tid: u32) -> Option<u64> {
     let ticks: u64 = after.split_whitespace().nth(19)?.parse().ok()?;
     let hz = ticks_per_second()?;
     let since_boot_ns = ticks.checked_mul(1_000_000_000)? / hz;
-    // starttime counts from boot on CLOCK_BOOTTIME; shift it onto CLOCK_MONOTONIC.
-    let offset = clock_ns(libc::CLOCK_BOOTTIME).checked_sub(clock_ns(libc::CLOCK_MONOTONIC))?;
-    since_boot_ns.checked_sub(offset)
+    // starttime counts from boot on CLOCK_BOOTTIME; shift it onto CLOCK_MONOTONIC. The two
+    // clocks differ by the time spent suspended (often zero: then jitter decides the sign).
+    let mono = clock_ns(libc::CLOCK_MONOTONIC) as i128;
+    let offset = clock_ns(libc::CLOCK_BOOTTIME) as i128 - mono;
+    Some((since_boot_ns as i128 - offset).clamp(0, mono) as u64)
 }
 
 fn ticks_per_second() -> Option<u64> {
