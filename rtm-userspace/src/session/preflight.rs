@@ -43,14 +43,24 @@ pub fn caps_allow_tracing(caps: u64) -> bool {
     has(CAP_SYS_ADMIN) || (has(CAP_BPF) && has(CAP_PERFMON))
 }
 
+/// Where the kernel lists the uprobe PMU when it supports uprobes.
+const UPROBE_PMU: &str = "/sys/bus/event_source/devices/uprobe";
+
+/// Fails with [`PreflightError::NoUprobes`] unless `pmu` (the uprobe PMU directory) exists.
+fn check_uprobes(pmu: &Path) -> Result<(), PreflightError> {
+    if pmu.exists() {
+        Ok(())
+    } else {
+        Err(PreflightError::NoUprobes)
+    }
+}
+
 /// Runs every check.
 pub fn check() -> Result<(), PreflightError> {
     if !caps_allow_tracing(effective_caps()) {
         return Err(PreflightError::NotPrivileged);
     }
-    if !Path::new("/sys/bus/event_source/devices/uprobe").exists() {
-        return Err(PreflightError::NoUprobes);
-    }
+    check_uprobes(Path::new(UPROBE_PMU))?;
     // SAFETY: BPF_PROG_TYPE probing with a null attr only asks whether the syscall exists.
     let r = unsafe { libc::syscall(libc::SYS_bpf, 0, std::ptr::null::<u8>(), 0) };
     if r < 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ENOSYS) {
@@ -69,5 +79,14 @@ mod tests {
         assert!(caps_allow_tracing((1 << CAP_BPF) | (1 << CAP_PERFMON)));
         assert!(!caps_allow_tracing(1 << CAP_BPF));
         assert!(!caps_allow_tracing(0));
+    }
+
+    #[test]
+    fn a_kernel_without_uprobes_is_named_as_such() {
+        let err = check_uprobes(Path::new("/nonexistent/uprobe")).unwrap_err();
+        assert!(matches!(err, PreflightError::NoUprobes));
+        assert!(err.to_string().contains("CONFIG_UPROBE_EVENTS"));
+        // This machine has them (the eBPF tests depend on it).
+        check_uprobes(Path::new(UPROBE_PMU)).unwrap();
     }
 }
