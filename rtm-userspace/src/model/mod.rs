@@ -8,4 +8,4 @@ pub mod sync_graph;
 
 pub use dist::{Dist, DistSummary, HistogramBudget};
 pub use snapshot::{EdgeView, ObjectView, Snapshot, ThreadView, Window};
-pub use sync_graph::{Limits, SyncGraph};
+pub use sync_graph::{Counts, Limits, SyncGraph};

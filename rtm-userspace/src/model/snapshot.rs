@@ -8,7 +8,7 @@ use serde::Serialize;
 
 use super::{
     dist::{Dist, DistSummary},
-    sync_graph::{ModelCounters, ObjectKey, SyncGraph, ThreadKey},
+    sync_graph::{Counts, ModelCounters, ObjectKey, SyncGraph, ThreadKey},
 };
 
 /// Serializes an address as a hex string, the way people read them.
@@ -53,18 +53,9 @@ pub struct ObjectView {
     pub name: Option<String>,
     /// Threads that used it.
     pub threads: usize,
-    /// Successful acquisitions.
-    pub acquisitions: u64,
-    /// Acquisitions that found it held.
-    pub contended: u64,
-    /// Time spent in contended acquisitions, ns.
-    pub contended_wait_ns: u64,
-    /// Trylocks that failed.
-    pub failed_trylocks: u64,
-    /// Timed acquisitions that timed out.
-    pub timeouts: u64,
-    /// Calls that returned another error.
-    pub errors: u64,
+    /// Operation counts over every thread that used it.
+    #[serde(flatten)]
+    pub counts: Counts,
     /// Time inside blocking acquisitions.
     pub wait: DistSummary,
     /// Time held.
@@ -92,18 +83,9 @@ pub struct EdgeView {
     /// Object address.
     #[serde(serialize_with = "hex")]
     pub object: u64,
-    /// Successful acquisitions.
-    pub acquisitions: u64,
-    /// Acquisitions that found the object held.
-    pub contended: u64,
-    /// Time spent in contended acquisitions, ns.
-    pub contended_wait_ns: u64,
-    /// Trylocks that failed.
-    pub failed_trylocks: u64,
-    /// Timed acquisitions that timed out.
-    pub timeouts: u64,
-    /// Calls that returned another error.
-    pub errors: u64,
+    /// Operation counts of this thread on this object.
+    #[serde(flatten)]
+    pub counts: Counts,
     /// Time inside blocking acquisitions.
     pub wait: DistSummary,
     /// Time held.
@@ -137,12 +119,7 @@ pub struct Snapshot {
 #[derive(Default)]
 struct Totals {
     threads: usize,
-    acquisitions: u64,
-    contended: u64,
-    contended_wait_ns: u64,
-    failed_trylocks: u64,
-    timeouts: u64,
-    errors: u64,
+    counts: Counts,
     wait: Dist,
     hold: Dist,
 }
@@ -163,12 +140,7 @@ impl Snapshot {
                 per_object.entry(key.object).or_default(),
             ] {
                 t.threads += 1;
-                t.acquisitions += e.acquisitions;
-                t.contended += e.contended;
-                t.contended_wait_ns += e.contended_wait_ns;
-                t.failed_trylocks += e.failed_trylocks;
-                t.timeouts += e.timeouts;
-                t.errors += e.errors;
+                t.counts.add(&e.counts);
                 t.wait.merge(&e.wait);
                 t.hold.merge(&e.hold);
             }
@@ -177,12 +149,7 @@ impl Snapshot {
                 tid: key.thread.tid,
                 kind: key.object.primitive,
                 object: key.object.addr,
-                acquisitions: e.acquisitions,
-                contended: e.contended,
-                contended_wait_ns: e.contended_wait_ns,
-                failed_trylocks: e.failed_trylocks,
-                timeouts: e.timeouts,
-                errors: e.errors,
+                counts: e.counts,
                 wait: e.wait.summary(),
                 hold: e.hold.summary(),
             });
@@ -209,8 +176,8 @@ impl Snapshot {
                     pid: key.pid,
                     tid: key.tid,
                     name: node.name.clone(),
-                    acquisitions: t.acquisitions,
-                    contended: t.contended,
+                    acquisitions: t.counts.acquisitions,
+                    contended: t.counts.contended,
                     wait_share: if observed_ns > 0 {
                         (wait.total_ns as f64 / observed_ns as f64).min(1.0)
                     } else {
@@ -239,20 +206,23 @@ impl Snapshot {
                     addr: key.addr,
                     name: name_of(key),
                     threads: t.threads,
-                    acquisitions: t.acquisitions,
-                    contended: t.contended,
-                    contended_wait_ns: t.contended_wait_ns,
-                    failed_trylocks: t.failed_trylocks,
-                    timeouts: t.timeouts,
-                    errors: t.errors,
+                    counts: t.counts,
                     wait: t.wait.summary(),
                     hold: t.hold.summary(),
                 }
             })
             .collect();
         objects.sort_by(|a, b| {
-            (b.contended_wait_ns, b.wait.total_ns, b.acquisitions)
-                .cmp(&(a.contended_wait_ns, a.wait.total_ns, a.acquisitions))
+            (
+                b.counts.contended_wait_ns,
+                b.wait.total_ns,
+                b.counts.acquisitions,
+            )
+                .cmp(&(
+                    a.counts.contended_wait_ns,
+                    a.wait.total_ns,
+                    a.counts.acquisitions,
+                ))
                 .then((a.pid, a.addr).cmp(&(b.pid, b.addr)))
         });
 

@@ -84,9 +84,9 @@ pub struct ThreadNode {
     pub last_event_ns: u64,
 }
 
-/// Per-edge statistics.
-#[derive(Clone, Debug, Default)]
-pub struct EdgeStats {
+/// Operation counts of an edge, or summed over an object's or a thread's edges.
+#[derive(Clone, Copy, Debug, Default, Serialize, PartialEq, Eq)]
+pub struct Counts {
     /// Successful acquisitions (lock, trylock, timedlock).
     pub acquisitions: u64,
     /// Acquisitions that found the object held at entry.
@@ -99,6 +99,25 @@ pub struct EdgeStats {
     pub timeouts: u64,
     /// Calls that returned another error (EINVAL, EDEADLK, ...).
     pub errors: u64,
+}
+
+impl Counts {
+    /// Adds another set of counts into this one.
+    pub fn add(&mut self, o: &Counts) {
+        self.acquisitions += o.acquisitions;
+        self.contended += o.contended;
+        self.contended_wait_ns += o.contended_wait_ns;
+        self.failed_trylocks += o.failed_trylocks;
+        self.timeouts += o.timeouts;
+        self.errors += o.errors;
+    }
+}
+
+/// Per-edge statistics.
+#[derive(Clone, Debug, Default)]
+pub struct EdgeStats {
+    /// What the thread did with the object.
+    pub counts: Counts,
     /// Time spent inside blocking acquisitions (lock, timedlock), timeouts included.
     pub wait: Dist,
     /// Time between acquisition and release.
@@ -227,26 +246,26 @@ impl SyncGraph {
         let acquired = match (s.op, s.raw.ret) {
             (_, 0 | EOWNERDEAD) => true,
             (SyncOp::TryLock, EBUSY) => {
-                edge.failed_trylocks += 1;
+                edge.counts.failed_trylocks += 1;
                 false
             }
             (SyncOp::TimedLock, ETIMEDOUT) => {
-                edge.timeouts += 1;
+                edge.counts.timeouts += 1;
                 edge.wait.record(s.raw.wait_ns, &mut self.budget);
                 false
             }
             _ => {
-                edge.errors += 1;
+                edge.counts.errors += 1;
                 false
             }
         };
         if !acquired {
             return applied;
         }
-        edge.acquisitions += 1;
+        edge.counts.acquisitions += 1;
         if contended {
-            edge.contended += 1;
-            edge.contended_wait_ns += s.raw.wait_ns;
+            edge.counts.contended += 1;
+            edge.counts.contended_wait_ns += s.raw.wait_ns;
         }
         if s.op != SyncOp::TryLock {
             edge.wait.record(s.raw.wait_ns, &mut self.budget);

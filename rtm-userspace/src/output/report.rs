@@ -83,7 +83,7 @@ pub fn render(title: &str, run: &RunInfo, s: &Snapshot, top: usize) -> String {
     let objects: Vec<_> = s
         .objects
         .iter()
-        .filter(|o| o.acquisitions + o.failed_trylocks + o.timeouts > 0)
+        .filter(|o| o.counts.acquisitions + o.counts.failed_trylocks + o.counts.timeouts > 0)
         .take(top)
         .collect();
     let _ = writeln!(
@@ -98,17 +98,17 @@ pub fn render(title: &str, run: &RunInfo, s: &Snapshot, top: usize) -> String {
         let rows: Vec<Vec<String>> = objects
             .iter()
             .map(|o| {
-                let share = if o.acquisitions > 0 {
-                    o.contended as f64 / o.acquisitions as f64
+                let share = if o.counts.acquisitions > 0 {
+                    o.counts.contended as f64 / o.counts.acquisitions as f64
                 } else {
                     0.0
                 };
                 vec![
                     o.label(),
                     o.pid.to_string(),
-                    count(o.acquisitions),
-                    format!("{} ({})", count(o.contended), pct(share)),
-                    ns(o.contended_wait_ns),
+                    count(o.counts.acquisitions),
+                    format!("{} ({})", count(o.counts.contended), pct(share)),
+                    ns(o.counts.contended_wait_ns),
                     mean_ns(o.wait.mean_ns),
                     opt_ns(o.wait.p99_ns),
                     opt_ns(o.wait.max_ns),
@@ -116,7 +116,7 @@ pub fn render(title: &str, run: &RunInfo, s: &Snapshot, top: usize) -> String {
                     opt_ns(o.hold.p99_ns),
                     opt_ns(o.hold.max_ns),
                     o.threads.to_string(),
-                    count(o.failed_trylocks + o.timeouts),
+                    count(o.counts.failed_trylocks + o.counts.timeouts),
                 ]
             })
             .collect();

@@ -44,12 +44,16 @@ fn lock_unlock_pairs_give_counts_waits_and_holds() {
     g.apply(&ev(1, 2_100, SyncOp::Unlock, M1, 0, 0, false));
 
     let e1 = edge(&g, 1, M1);
-    assert_eq!((e1.acquisitions, e1.contended), (2, 0));
+    assert_eq!((e1.counts.acquisitions, e1.counts.contended), (2, 0));
     assert_eq!((e1.hold.count(), e1.hold.total()), (2, 200));
     assert_eq!(e1.wait.total(), 20);
     let e2 = edge(&g, 2, M1);
     assert_eq!(
-        (e2.acquisitions, e2.contended, e2.contended_wait_ns),
+        (
+            e2.counts.acquisitions,
+            e2.counts.contended,
+            e2.counts.contended_wait_ns
+        ),
         (1, 1, 50)
     );
     assert_eq!(e2.hold.total(), 250);
@@ -73,8 +77,11 @@ fn failed_trylocks_timeouts_and_errors_are_not_acquisitions() {
     ));
     g.apply(&ev(1, 40, SyncOp::TryLock, M1, 1, 0, false));
     let e = edge(&g, 1, M1);
-    assert_eq!(e.acquisitions, 1);
-    assert_eq!((e.failed_trylocks, e.timeouts, e.errors), (1, 1, 1));
+    assert_eq!(e.counts.acquisitions, 1);
+    assert_eq!(
+        (e.counts.failed_trylocks, e.counts.timeouts, e.counts.errors),
+        (1, 1, 1)
+    );
     // The timeout waited; the successful trylock did not block.
     assert_eq!((e.wait.count(), e.wait.total()), (1, 5_000));
 }
@@ -87,7 +94,7 @@ fn recursive_acquisitions_hold_until_the_last_release() {
     g.apply(&ev(1, 300, SyncOp::Unlock, M1, 0, 0, false));
     g.apply(&ev(1, 400, SyncOp::Unlock, M1, 0, 0, false));
     let e = edge(&g, 1, M1);
-    assert_eq!(e.acquisitions, 2);
+    assert_eq!(e.counts.acquisitions, 2);
     assert_eq!((e.hold.count(), e.hold.total()), (1, 300));
 }
 
