@@ -81,6 +81,9 @@ fn verbose_placements(pid: u32, r: &AttachReport) {
 }
 
 pub(super) async fn trace(cli: Cli, mut child: Option<GatedChild>) -> Result<i32, SessionError> {
+    // Handlers first: a Ctrl-C at any moment after this still detaches and writes results.
+    let mut sigint = signal(SignalKind::interrupt()).map_err(io_err("SIGINT handler"))?;
+    let mut sigterm = signal(SignalKind::terminate()).map_err(io_err("SIGTERM handler"))?;
     let mut probes = match Probes::load(EBPF_OBJECT, cli.ring_size) {
         Ok(p) => p,
         Err(e) => {
@@ -169,8 +172,6 @@ pub(super) async fn trace(cli: Cli, mut child: Option<GatedChild>) -> Result<i32
     for &pid in &pids {
         exits::watch(pid, exit_tx.clone());
     }
-    let mut sigint = signal(SignalKind::interrupt()).map_err(io_err("SIGINT handler"))?;
-    let mut sigterm = signal(SignalKind::terminate()).map_err(io_err("SIGTERM handler"))?;
     let deadline = cli.duration.map(|d| Instant::now() + d);
     let mut ticker = cli.interval.map(|i| {
         let mut t = tokio::time::interval_at(Instant::now() + i, i);
