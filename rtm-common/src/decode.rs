@@ -6,13 +6,32 @@
 
 use core::mem::size_of;
 
-use crate::event::{EventHeader, EventKind, Primitive, SyncEvent, SyncOp};
+use crate::event::{EventHeader, EventKind, Primitive, SyncEvent, SyncOp, TaskEvent, TaskOp};
 
 /// A decoded record.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Event {
     /// An operation on a synchronization object, with its enums already validated.
     Sync(SyncRecord),
+    /// A thread or process lifecycle event, with its operation validated.
+    Task(TaskRecord),
+}
+
+/// A [`TaskEvent`] whose operation has been validated.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TaskRecord {
+    /// The raw record.
+    pub raw: TaskEvent,
+    /// The validated operation.
+    pub op: TaskOp,
+}
+
+impl TaskRecord {
+    /// The task name carried by the record, up to its first NUL.
+    pub fn comm(&self) -> &str {
+        let end = self.raw.comm.iter().position(|&b| b == 0).unwrap_or(16);
+        core::str::from_utf8(&self.raw.comm[..end]).unwrap_or("")
+    }
 }
 
 /// A [`SyncEvent`] whose discriminants have been validated.
@@ -31,6 +50,7 @@ impl Event {
     pub fn header(&self) -> &EventHeader {
         match self {
             Event::Sync(s) => &s.raw.header,
+            Event::Task(t) => &t.raw.header,
         }
     }
 }
@@ -55,6 +75,9 @@ pub enum DecodeError {
     /// A sync record names an operation this build does not know.
     #[error("unknown sync operation {0}")]
     UnknownOp(u32),
+    /// A task record names an operation this build does not know.
+    #[error("unknown task operation {0}")]
+    UnknownTaskOp(u32),
 }
 
 fn read<T: Copy>(bytes: &[u8]) -> Result<T, DecodeError> {
@@ -80,6 +103,11 @@ pub fn decode(bytes: &[u8]) -> Result<Event, DecodeError> {
                 .ok_or(DecodeError::UnknownPrimitive(raw.primitive))?;
             let op = SyncOp::from_u32(raw.op).ok_or(DecodeError::UnknownOp(raw.op))?;
             Ok(Event::Sync(SyncRecord { raw, primitive, op }))
+        }
+        Some(EventKind::Task) => {
+            let raw: TaskEvent = read(bytes)?;
+            let op = TaskOp::from_u32(raw.op).ok_or(DecodeError::UnknownTaskOp(raw.op))?;
+            Ok(Event::Task(TaskRecord { raw, op }))
         }
         None => Err(DecodeError::UnknownKind(header.kind)),
     }
@@ -107,19 +135,24 @@ mod tests {
                 tid: 43,
             },
             object: 0xdead_beef,
+            aux: 0,
             caller: 0x4000,
             wait_ns: 77,
             primitive: Primitive::Mutex as u32,
             op: SyncOp::Lock as u32,
             ret: 0,
             flags: SYNC_FLAG_CONTENDED,
+            extra: 0,
+            pad: 0,
         }
     }
 
     #[test]
     fn round_trip() {
         let ev = sample();
-        let Event::Sync(s) = decode(encode(&ev)).unwrap();
+        let Event::Sync(s) = decode(encode(&ev)).unwrap() else {
+            panic!("not a sync event")
+        };
         assert_eq!(s.raw, ev);
         assert_eq!(s.primitive, Primitive::Mutex);
         assert_eq!(s.op, SyncOp::Lock);
@@ -130,7 +163,9 @@ mod tests {
         let ev = sample();
         let mut buf = std::vec![0u8; 1];
         buf.extend_from_slice(encode(&ev));
-        let Event::Sync(s) = decode(&buf[1..]).unwrap();
+        let Event::Sync(s) = decode(&buf[1..]).unwrap() else {
+            panic!("not a sync event")
+        };
         assert_eq!(s.raw.object, 0xdead_beef);
     }
 
@@ -144,7 +179,7 @@ mod tests {
         );
         assert_eq!(
             decode(&bytes[..40]),
-            Err(DecodeError::Short { len: 40, need: 64 })
+            Err(DecodeError::Short { len: 40, need: 80 })
         );
     }
 
@@ -164,7 +199,36 @@ mod tests {
     #[test]
     fn every_kind_round_trips_its_discriminant() {
         for k in EventKind::ALL {
-            assert_eq!(EventKind::from_u32(k as u32), Some(k));
+            assert_eq!(EventKind::from_u32(*k as u32), Some(*k));
         }
+    }
+
+    #[test]
+    fn task_records_decode_with_their_name() {
+        let mut comm = [0u8; 16];
+        comm[..8].copy_from_slice(b"worker-1");
+        let ev = TaskEvent {
+            header: EventHeader {
+                kind: EventKind::Task as u32,
+                cpu: 0,
+                ts_ns: 5,
+                pid: 10,
+                tid: 10,
+            },
+            op: TaskOp::Spawn as u32,
+            child: 11,
+            clone_flags: crate::event::CLONE_THREAD,
+            comm,
+        };
+        let Event::Task(t) = decode(encode(&ev)).unwrap() else {
+            panic!("not a task event")
+        };
+        assert_eq!(
+            (t.op, t.raw.child, t.comm()),
+            (TaskOp::Spawn, 11, "worker-1")
+        );
+        let mut bad = ev;
+        bad.op = 9;
+        assert_eq!(decode(encode(&bad)), Err(DecodeError::UnknownTaskOp(9)));
     }
 }

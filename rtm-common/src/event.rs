@@ -4,25 +4,39 @@
 
 use core::mem::size_of;
 
-/// Discriminant of a record, stored in [`EventHeader::kind`].
-#[repr(u32)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-#[cfg_attr(feature = "user", derive(serde::Serialize))]
-pub enum EventKind {
-    /// A [`SyncEvent`]: an operation on a synchronization object.
-    Sync = 1,
+/// Declares a `#[repr(u32)]` enum with explicit discriminants, `ALL` and a checked
+/// `from_u32`, so a new variant cannot be forgotten in the conversion.
+macro_rules! abi_enum {
+    ($(#[$m:meta])* pub enum $name:ident { $($(#[$vm:meta])* $v:ident = $n:literal,)+ }) => {
+        $(#[$m])*
+        #[repr(u32)]
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        #[cfg_attr(feature = "user", derive(serde::Serialize))]
+        #[cfg_attr(feature = "user", serde(rename_all = "snake_case"))]
+        pub enum $name { $($(#[$vm])* $v = $n,)+ }
+
+        impl $name {
+            /// Every variant, in discriminant order.
+            pub const ALL: &'static [$name] = &[$($name::$v,)+];
+
+            /// Converts a raw discriminant; `None` for a value this build does not know.
+            pub const fn from_u32(v: u32) -> Option<Self> {
+                match v {
+                    $($n => Some($name::$v),)+
+                    _ => None,
+                }
+            }
+        }
+    };
 }
 
-impl EventKind {
-    /// Every kind, for exhaustive tests and documentation.
-    pub const ALL: [EventKind; 1] = [EventKind::Sync];
-
-    /// Converts a raw discriminant; `None` for a kind this build does not know.
-    pub const fn from_u32(v: u32) -> Option<Self> {
-        match v {
-            1 => Some(EventKind::Sync),
-            _ => None,
-        }
+abi_enum! {
+    /// Discriminant of a record, stored in [`EventHeader::kind`].
+    pub enum EventKind {
+        /// A [`SyncEvent`]: an operation on a synchronization object or a futex.
+        Sync = 1,
+        /// A [`TaskEvent`]: a thread or process was created, exited or exec'd.
+        Task = 2,
     }
 }
 
@@ -43,60 +57,83 @@ pub struct EventHeader {
 }
 const _: () = assert!(size_of::<EventHeader>() == 24);
 
-/// Which kind of synchronization object a [`SyncEvent`] is about.
-#[repr(u32)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-#[cfg_attr(feature = "user", derive(serde::Serialize))]
-#[cfg_attr(feature = "user", serde(rename_all = "snake_case"))]
-pub enum Primitive {
-    /// pthread_mutex_t.
-    Mutex = 1,
-}
-
-impl Primitive {
-    /// Converts a raw discriminant; `None` for a primitive this build does not know.
-    pub const fn from_u32(v: u32) -> Option<Self> {
-        match v {
-            1 => Some(Primitive::Mutex),
-            _ => None,
-        }
+abi_enum! {
+    /// Which kind of object a [`SyncEvent`] is about.
+    pub enum Primitive {
+        /// pthread_mutex_t.
+        Mutex = 1,
+        /// pthread_rwlock_t.
+        RwLock = 2,
+        /// pthread_spinlock_t.
+        Spin = 3,
+        /// sem_t.
+        Sem = 4,
+        /// pthread_cond_t.
+        Cond = 5,
+        /// pthread_barrier_t.
+        Barrier = 6,
+        /// A thread, as pthread_create and pthread_join see it (object = its pthread_t).
+        Thread = 7,
+        /// A futex word, seen from the futex syscall (object = its user address).
+        Futex = 8,
     }
 }
 
-/// The operation a [`SyncEvent`] records. Blocking operations are reported once, at
-/// return, with the time spent inside the call in [`SyncEvent::wait_ns`].
-#[repr(u32)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-#[cfg_attr(feature = "user", derive(serde::Serialize))]
-#[cfg_attr(feature = "user", serde(rename_all = "snake_case"))]
-pub enum SyncOp {
-    /// A blocking acquire (pthread_mutex_lock).
-    Lock = 1,
-    /// A non-blocking attempt (pthread_mutex_trylock); `ret` is EBUSY when it failed.
-    TryLock = 2,
-    /// An acquire with a deadline (pthread_mutex_timedlock); `ret` is ETIMEDOUT on timeout.
-    TimedLock = 3,
-    /// A release (pthread_mutex_unlock), recorded at entry.
-    Unlock = 4,
-}
-
-impl SyncOp {
-    /// Converts a raw discriminant; `None` for an operation this build does not know.
-    pub const fn from_u32(v: u32) -> Option<Self> {
-        match v {
-            1 => Some(SyncOp::Lock),
-            2 => Some(SyncOp::TryLock),
-            3 => Some(SyncOp::TimedLock),
-            4 => Some(SyncOp::Unlock),
-            _ => None,
-        }
+abi_enum! {
+    /// The operation a [`SyncEvent`] records. Blocking operations are reported once, at
+    /// return, with the time spent inside the call in [`SyncEvent::wait_ns`].
+    pub enum SyncOp {
+        /// A blocking acquire (pthread_mutex_lock, pthread_spin_lock).
+        Lock = 1,
+        /// A non-blocking attempt; `ret` is EBUSY when it failed.
+        TryLock = 2,
+        /// An acquire with a deadline; `ret` is ETIMEDOUT on timeout.
+        TimedLock = 3,
+        /// A release, recorded at entry.
+        Unlock = 4,
+        /// pthread_rwlock_rdlock.
+        RdLock = 5,
+        /// pthread_rwlock_tryrdlock.
+        TryRdLock = 6,
+        /// pthread_rwlock_timedrdlock / clockrdlock.
+        TimedRdLock = 7,
+        /// pthread_rwlock_wrlock.
+        WrLock = 8,
+        /// pthread_rwlock_trywrlock.
+        TryWrLock = 9,
+        /// pthread_rwlock_timedwrlock / clockwrlock.
+        TimedWrLock = 10,
+        /// A blocking wait: sem_wait, pthread_cond_wait, pthread_barrier_wait, FUTEX_WAIT.
+        Wait = 11,
+        /// sem_trywait; `ret` is -1 (errno EAGAIN) when it would have blocked.
+        TryWait = 12,
+        /// sem_timedwait, pthread_cond_timedwait / clockwait.
+        TimedWait = 13,
+        /// sem_post, recorded at entry.
+        Post = 14,
+        /// pthread_cond_signal; `extra` counts the threads its FUTEX_WAKE woke.
+        Signal = 15,
+        /// pthread_cond_broadcast; `extra` counts the threads its FUTEX_WAKE woke.
+        Broadcast = 16,
+        /// pthread_create: `object` is the new pthread_t, `extra` the new thread's tid.
+        Create = 17,
+        /// pthread_join: `object` is the joined pthread_t.
+        Join = 18,
+        /// A futex wake that woke `ret` threads.
+        Wake = 19,
     }
 }
 
 /// [`SyncEvent::flags`] bit: the object was already held when the call started.
 pub const SYNC_FLAG_CONTENDED: u32 = 1;
+/// [`SyncEvent::flags`] bit: the call blocked in the kernel (a FUTEX_WAIT was seen in it).
+pub const SYNC_FLAG_BLOCKED: u32 = 2;
 
 /// An operation on a synchronization object (kind [`EventKind::Sync`]).
+///
+/// For [`Primitive::Futex`] waits, `aux` is the futex op and `extra` the tid whose
+/// FUTEX_WAKE on the same word ended the wait (0 when unknown).
+/// For [`Primitive::Cond`] waits, `aux` is the mutex the wait released.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct SyncEvent {
@@ -104,6 +141,8 @@ pub struct SyncEvent {
     pub header: EventHeader,
     /// Address of the object in the traced process (e.g. the pthread_mutex_t).
     pub object: u64,
+    /// A second address: see the type's documentation.
+    pub aux: u64,
     /// Return address of the call: where in the program the operation was made.
     pub caller: u64,
     /// Nanoseconds spent inside the call (0 for releases).
@@ -116,8 +155,44 @@ pub struct SyncEvent {
     pub ret: i32,
     /// `SYNC_FLAG_*` bits.
     pub flags: u32,
+    /// A count or thread id: see the type's documentation.
+    pub extra: u32,
+    /// Zero.
+    pub pad: u32,
 }
-const _: () = assert!(size_of::<SyncEvent>() == 64);
+const _: () = assert!(size_of::<SyncEvent>() == 80);
+
+abi_enum! {
+    /// What a [`TaskEvent`] records.
+    pub enum TaskOp {
+        /// A thread (`CLONE_THREAD`) or a process was created; the header is the parent.
+        Spawn = 1,
+        /// A thread exited; the header is the thread.
+        Exit = 2,
+        /// A process exec'd a new program; the header is the process.
+        Exec = 3,
+    }
+}
+
+/// Linux `CLONE_THREAD`: a [`TaskOp::Spawn`] that created a thread, not a process.
+pub const CLONE_THREAD: u64 = 0x0001_0000;
+
+/// A thread or process lifecycle event from the sched/task tracepoints.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TaskEvent {
+    /// Common header: the task the event happened in (the parent for a spawn).
+    pub header: EventHeader,
+    /// A [`TaskOp`] discriminant.
+    pub op: u32,
+    /// Spawn: the new task's id. Exit: 1 when the whole process is gone.
+    pub child: u32,
+    /// Spawn: the clone flags.
+    pub clone_flags: u64,
+    /// The new task's or the exiting task's name, NUL-padded.
+    pub comm: [u8; 16],
+}
+const _: () = assert!(size_of::<TaskEvent>() == 56);
 
 /// Indexes into the per-CPU loss counter map ([`crate::names::MAP_LOSSES`]).
 #[repr(u32)]
@@ -150,16 +225,124 @@ impl LossCounter {
 pub struct PendingCall {
     /// Object address (first argument).
     pub object: u64,
+    /// Second argument when the operation needs it (the cond wait's mutex, the
+    /// pthread_t pointer of pthread_create).
+    pub aux: u64,
     /// Return address of the call.
     pub caller: u64,
     /// bpf_ktime_get_ns at entry.
     pub start_ns: u64,
-    /// A [`SyncOp`] discriminant.
-    pub op: u32,
-    /// `SYNC_FLAG_*` bits observed at entry.
+    /// The probe's cookie (see [`Cookie`]).
+    pub cookie: u64,
+    /// `SYNC_FLAG_*` bits observed so far.
     pub flags: u32,
+    /// Filled in while the call runs: threads woken, or the created thread's tid.
+    pub extra: u32,
 }
-const _: () = assert!(size_of::<PendingCall>() == 32);
+const _: () = assert!(size_of::<PendingCall>() == 48);
+
+/// A futex wait in flight, between sys_enter_futex and sys_exit_futex.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct PendingFutex {
+    /// The futex word's user address.
+    pub uaddr: u64,
+    /// bpf_ktime_get_ns at entry.
+    pub start_ns: u64,
+    /// The futex op (with its flags).
+    pub op: u32,
+    /// Zero.
+    pub pad: u32,
+}
+const _: () = assert!(size_of::<PendingFutex>() == 24);
+
+/// Key of the last-waker map: a futex word in one process.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct FutexKey {
+    /// Its process.
+    pub tgid: u32,
+    /// Zero.
+    pub pad: u32,
+    /// The futex word's user address.
+    pub uaddr: u64,
+}
+const _: () = assert!(size_of::<FutexKey>() == 16);
+
+/// Value of the last-waker map: who last woke waiters on a futex word, and when.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct FutexWaker {
+    /// bpf_ktime_get_ns when the wake was entered.
+    pub ts_ns: u64,
+    /// The waking thread.
+    pub tid: u32,
+    /// Zero.
+    pub pad: u32,
+}
+const _: () = assert!(size_of::<FutexWaker>() == 16);
+
+abi_enum! {
+    /// How an entry probe judges contention from the object's first word, read when the
+    /// probe fires. Which check applies depends on where the probe sits in the function.
+    pub enum Check {
+        /// No contention check.
+        None = 0,
+        /// Contended when the word is nonzero (a glibc mutex or rwlock being written,
+        /// a spinlock after its `lock decl`).
+        NonZero = 1,
+        /// Contended when the word is not 1 (a spinlock before its `lock decl`).
+        NotOne = 2,
+        /// Contended when the word has the writer-locked bit (a rwlock taken for reading).
+        WriterBit = 3,
+        /// Contended when the low 32 bits are 0 (a semaphore with no value left).
+        Empty = 4,
+        /// Contended when anything but the phase bit is set (a rwlock taken for writing:
+        /// readers, a writer or waiters present).
+        Busy = 5,
+    }
+}
+
+/// The attach cookie of a uprobe: which primitive, operation and contention check the
+/// shared programs are running for, packed into 64 bits.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Cookie {
+    /// The primitive.
+    pub primitive: u32,
+    /// The operation.
+    pub op: u32,
+    /// The [`Check`].
+    pub check: u32,
+}
+
+impl Cookie {
+    /// Packs the cookie.
+    pub const fn pack(primitive: Primitive, op: SyncOp, check: Check) -> u64 {
+        (primitive as u64) | ((op as u64) << 16) | ((check as u64) << 32)
+    }
+
+    /// Unpacks a cookie (no validation: the fields are checked where they are decoded).
+    pub const fn unpack(v: u64) -> Self {
+        Self {
+            primitive: (v & 0xffff) as u32,
+            op: ((v >> 16) & 0xffff) as u32,
+            check: ((v >> 32) & 0xffff) as u32,
+        }
+    }
+}
+
+/// Futex commands (`op & FUTEX_CMD_MASK`) that put the caller to sleep.
+pub const fn futex_cmd_waits(cmd: u32) -> bool {
+    matches!(cmd, 0 | 6 | 9 | 11 | 13)
+}
+
+/// Futex commands that wake sleepers.
+pub const fn futex_cmd_wakes(cmd: u32) -> bool {
+    matches!(cmd, 1 | 3 | 4 | 5 | 7 | 10 | 12)
+}
+
+/// Masks the private and clock flags off a futex op.
+pub const FUTEX_CMD_MASK: u32 = 0x7f;
 
 #[cfg(feature = "user")]
 mod user_impls {
@@ -167,12 +350,20 @@ mod user_impls {
     // SAFETY: plain-old-data, #[repr(C)], every bit pattern valid, no padding.
     unsafe impl aya::Pod for EventHeader {}
     unsafe impl aya::Pod for SyncEvent {}
+    unsafe impl aya::Pod for TaskEvent {}
     unsafe impl aya::Pod for PendingCall {}
 
     impl core::fmt::Display for Primitive {
         fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
             f.write_str(match self {
                 Primitive::Mutex => "mutex",
+                Primitive::RwLock => "rwlock",
+                Primitive::Spin => "spinlock",
+                Primitive::Sem => "semaphore",
+                Primitive::Cond => "condvar",
+                Primitive::Barrier => "barrier",
+                Primitive::Thread => "thread",
+                Primitive::Futex => "futex",
             })
         }
     }
@@ -185,5 +376,39 @@ mod user_impls {
                 LossCounter::MissedEntry => "return without entry (call in flight at attach)",
             })
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cookie_round_trip() {
+        let c = Cookie::unpack(Cookie::pack(
+            Primitive::RwLock,
+            SyncOp::TimedWrLock,
+            Check::NonZero,
+        ));
+        assert_eq!(
+            c,
+            Cookie {
+                primitive: Primitive::RwLock as u32,
+                op: SyncOp::TimedWrLock as u32,
+                check: Check::NonZero as u32
+            }
+        );
+    }
+
+    #[test]
+    fn discriminants_round_trip() {
+        for p in Primitive::ALL {
+            assert_eq!(Primitive::from_u32(*p as u32), Some(*p));
+        }
+        for o in SyncOp::ALL {
+            assert_eq!(SyncOp::from_u32(*o as u32), Some(*o));
+        }
+        assert_eq!(SyncOp::from_u32(0), None);
+        assert!(futex_cmd_waits(0) && futex_cmd_wakes(1) && !futex_cmd_waits(1));
     }
 }

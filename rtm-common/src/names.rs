@@ -9,16 +9,39 @@ pub const MAP_PENDING: &str = "PENDING";
 /// Per-CPU loss counters, indexed by [`crate::LossCounter`].
 pub const MAP_LOSSES: &str = "LOSSES";
 
-/// Entry probe shared by pthread_mutex_lock, _trylock and _timedlock (the cookie says which).
-pub const PROG_MUTEX_LOCK_ENTER: &str = "mutex_lock_enter";
-/// Return probe shared by the same three functions.
-pub const PROG_MUTEX_LOCK_RETURN: &str = "mutex_lock_return";
-/// Entry probe of pthread_mutex_unlock.
-pub const PROG_MUTEX_UNLOCK_ENTER: &str = "mutex_unlock_enter";
+/// Per-thread futex wait between sys_enter_futex and sys_exit_futex.
+pub const MAP_PENDING_FUTEX: &str = "PENDING_FUTEX";
+/// (tgid, futex word) -> the thread that last woke it.
+pub const MAP_WAKERS: &str = "WAKERS";
+
+/// Entry uprobe shared by every blocking call (the cookie says which).
+pub const PROG_CALL_ENTER: &str = "call_enter";
+/// Return uprobe shared by the same functions.
+pub const PROG_CALL_RETURN: &str = "call_return";
+/// Entry uprobe of calls recorded at once, with no return probe (unlock, post).
+pub const PROG_CALL_MARK: &str = "call_mark";
+/// syscalls/sys_enter_futex.
+pub const PROG_FUTEX_ENTER: &str = "futex_enter";
+/// syscalls/sys_exit_futex.
+pub const PROG_FUTEX_EXIT: &str = "futex_exit";
+/// task/task_newtask.
+pub const PROG_TASK_NEW: &str = "task_new";
+/// sched/sched_process_exit.
+pub const PROG_TASK_EXIT: &str = "task_exit";
+/// sched/sched_process_exec.
+pub const PROG_TASK_EXEC: &str = "task_exec";
+
+/// Global in the eBPF object: 1 to add processes forked by a traced process to the filter.
+pub const GLOBAL_FOLLOW_FORKS: &str = "FOLLOW_FORKS";
+/// Global in the eBPF object: 1 to emit futex waits and wakes as events (contention mode);
+/// 0 to use them only to mark blocking calls and find wakers (full mode).
+pub const GLOBAL_EMIT_FUTEX: &str = "EMIT_FUTEX";
 
 /// Capacity of the process filter map.
 pub const MAX_TRACED_TGIDS: u32 = 4096;
 /// Capacity of the per-thread pending-call map.
 pub const MAX_PENDING: u32 = 65536;
+/// Capacity of the last-waker map (LRU).
+pub const MAX_WAKERS: u32 = 16384;
 /// Default ring buffer size in bytes (a power of two, a multiple of the page size).
 pub const DEFAULT_RING_BYTES: u32 = 16 * 1024 * 1024;

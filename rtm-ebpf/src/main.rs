@@ -2,9 +2,12 @@
 #![no_std]
 #![no_main]
 
+mod calls;
+mod emit;
 mod filter;
+mod futex;
 mod maps;
-mod mutex;
+mod task;
 
 #[cfg(not(test))]
 #[panic_handler]

@@ -6,8 +6,22 @@ use clap::Parser;
 
 use crate::model::Limits;
 
+/// What the probes watch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Mode {
+    /// Only contended waits, from the futex syscall tracepoints: nothing on the fast path,
+    /// cheap enough for production. Waits are keyed by the futex word (for a mutex, its
+    /// address) and name the thread whose wake ended them. Uncontended acquisitions,
+    /// hold times and which pthread call waited are not seen.
+    Contention,
+    /// Every pthread call, with uprobes: exact counts, hold times, condition variables,
+    /// barriers, rwlocks, spinlocks, semaphores, create/join. About a microsecond per call.
+    Full,
+}
+
 /// Attach to running processes (or launch one) and show where their threads wait on each
-/// other: which mutexes are contended, for how long, and by whom.
+/// other: which locks are contended, for how long, by whom, and who they waited for.
 #[derive(Debug, Parser)]
 #[command(
     name = "rtm-trace",
@@ -57,6 +71,18 @@ pub struct Cli {
     /// counts, totals, min and max only.
     #[arg(long, value_name = "N", default_value_t = Limits::default().max_histograms)]
     pub max_histograms: usize,
+
+    /// What to trace: contended waits only (near-zero overhead), or every pthread call.
+    #[arg(short, long, value_enum, default_value_t = Mode::Contention)]
+    pub mode: Mode,
+
+    /// Also trace processes the targets fork (default in launch mode).
+    #[arg(long)]
+    pub follow: bool,
+
+    /// Do not trace processes the targets fork.
+    #[arg(long)]
+    pub no_follow: bool,
 
     /// Say where each probe went and what the tracer is doing.
     #[arg(short, long)]
@@ -118,6 +144,11 @@ impl Cli {
         Ok(())
     }
 
+    /// Whether forked processes are traced: on by default when launching.
+    pub fn follow_forks(&self) -> bool {
+        !self.no_follow && (self.follow || !self.command.is_empty())
+    }
+
     /// The model's caps.
     pub fn limits(&self) -> Limits {
         Limits {
@@ -165,5 +196,18 @@ mod tests {
         assert!(parse(&["-p", "1", "-d", "-3"]).is_err());
         assert!(parse(&["-p", "1", "--ring-size", "5000"]).is_err());
         assert!(parse(&["--no-such-option"]).is_err());
+        assert!(parse(&["-p", "1", "--mode", "fast"]).is_err());
+    }
+
+    #[test]
+    fn mode_and_follow_defaults() {
+        let c = parse(&["-p", "1"]).unwrap();
+        assert_eq!(c.mode, Mode::Contention);
+        assert!(!c.follow_forks());
+        assert!(parse(&["-p", "1", "--follow"]).unwrap().follow_forks());
+        let c = parse(&["--mode", "full", "--", "ls"]).unwrap();
+        assert_eq!(c.mode, Mode::Full);
+        assert!(c.follow_forks());
+        assert!(!parse(&["--no-follow", "--", "ls"]).unwrap().follow_forks());
     }
 }

@@ -32,7 +32,13 @@ fn init_logging(level: &str) {
     struct Stderr(log::LevelFilter);
     impl log::Log for Stderr {
         fn enabled(&self, m: &log::Metadata) -> bool {
-            m.level() <= self.0
+            // aya's own debug output (relocations, BTF) is for aya developers.
+            let cap = if m.target().starts_with("aya") {
+                self.0.min(log::LevelFilter::Info)
+            } else {
+                self.0
+            };
+            m.level() <= cap
         }
         fn log(&self, r: &log::Record) {
             if self.enabled(r.metadata()) {

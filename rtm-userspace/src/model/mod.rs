@@ -2,10 +2,12 @@
 //! everything here is driven by the events and arguments it is given, so it is tested
 //! without root.
 
+pub mod barrier;
 pub mod dist;
+pub mod holds;
 pub mod snapshot;
 pub mod sync_graph;
 
 pub use dist::{Dist, DistSummary, HistogramBudget};
-pub use snapshot::{EdgeView, ObjectView, Snapshot, ThreadView, Window};
+pub use snapshot::{BarrierView, EdgeView, ObjectView, Snapshot, ThreadView, WaitsForView, Window};
 pub use sync_graph::{Counts, Limits, SyncGraph};

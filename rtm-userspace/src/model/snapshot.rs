@@ -7,13 +7,24 @@ use rtm_common::Primitive;
 use serde::Serialize;
 
 use super::{
+    barrier::{self, Round},
     dist::{Dist, DistSummary},
-    sync_graph::{Counts, ModelCounters, ObjectKey, SyncGraph, ThreadKey},
+    sync_graph::{Counts, ModelCounters, ObjectKey, Role, SyncGraph, ThreadKey},
 };
+
+/// Most barrier rounds listed per barrier (the summary covers all of them).
+const MAX_ROUNDS_LISTED: usize = 1_000;
 
 /// Serializes an address as a hex string, the way people read them.
 fn hex<S: serde::Serializer>(v: &u64, s: S) -> Result<S::Ok, S::Error> {
     s.serialize_str(&format!("{v:#x}"))
+}
+
+fn hex_opt<S: serde::Serializer>(v: &Option<u64>, s: S) -> Result<S::Ok, S::Error> {
+    match v {
+        Some(v) => s.serialize_str(&format!("{v:#x}")),
+        None => s.serialize_none(),
+    }
 }
 
 /// A thread and what it spent waiting.
@@ -25,6 +36,10 @@ pub struct ThreadView {
     pub tid: u32,
     /// Thread name, when known.
     pub name: Option<String>,
+    /// The thread that created it, when that was seen (`pid`/`tid`).
+    pub parent: Option<ThreadKey>,
+    /// Whether it exited during the trace.
+    pub exited: bool,
     /// Acquisitions across all objects.
     pub acquisitions: u64,
     /// Acquisitions that found the object held.
@@ -56,10 +71,54 @@ pub struct ObjectView {
     /// Operation counts over every thread that used it.
     #[serde(flatten)]
     pub counts: Counts,
-    /// Time inside blocking acquisitions.
+    /// Time inside blocking calls.
     pub wait: DistSummary,
     /// Time held.
     pub hold: DistSummary,
+    /// Condition variable: the mutex its waits released.
+    #[serde(serialize_with = "hex_opt", skip_serializing_if = "Option::is_none")]
+    pub mutex: Option<u64>,
+    /// Thread handle: the thread's id.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub thread_tid: Option<u32>,
+    /// Barrier: its rounds.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub barrier: Option<BarrierView>,
+}
+
+/// A barrier's rounds.
+#[derive(Debug, Clone, Serialize)]
+pub struct BarrierView {
+    /// Rounds seen.
+    pub rounds: u64,
+    /// Spread between first and last arrival per round: the load imbalance.
+    pub spread: DistSummary,
+    /// How often each thread arrived last: (tid, rounds), most first.
+    pub last_arrivals: Vec<(u32, u64)>,
+    /// Calls that returned PTHREAD_BARRIER_SERIAL_THREAD.
+    pub serial_returns: u64,
+    /// The rounds, oldest first (at most 1000, the latest).
+    pub round_list: Vec<Round>,
+}
+
+/// A waiter -> waker edge: `waiter` slept on a futex word until `waker` woke it.
+#[derive(Debug, Clone, Serialize)]
+pub struct WaitsForView {
+    /// Process id.
+    pub pid: u32,
+    /// The waiting thread.
+    pub waiter: u32,
+    /// The thread whose wake ended the waits.
+    pub waker: u32,
+    /// The futex word (for a glibc mutex, the mutex).
+    #[serde(serialize_with = "hex")]
+    pub object: u64,
+    /// Its symbol name, when it is a global or static variable.
+    pub object_name: Option<String>,
+    /// Waits ended by this waker.
+    pub count: u64,
+    /// Their lengths.
+    pub wait: DistSummary,
 }
 
 impl ObjectView {
@@ -83,6 +142,8 @@ pub struct EdgeView {
     /// Object address.
     #[serde(serialize_with = "hex")]
     pub object: u64,
+    /// How the thread used it: `read` or `write` for rwlocks, `use` otherwise.
+    pub role: Role,
     /// Operation counts of this thread on this object.
     #[serde(flatten)]
     pub counts: Counts,
@@ -112,6 +173,8 @@ pub struct Snapshot {
     pub objects: Vec<ObjectView>,
     /// Edges, most wait first.
     pub edges: Vec<EdgeView>,
+    /// Waiter -> waker edges, most wait first.
+    pub waits_for: Vec<WaitsForView>,
     /// What the model could not attribute.
     pub model: ModelCounters,
 }
@@ -149,6 +212,7 @@ impl Snapshot {
                 tid: key.thread.tid,
                 kind: key.object.primitive,
                 object: key.object.addr,
+                role: key.role,
                 counts: e.counts,
                 wait: e.wait.summary(),
                 hold: e.hold.summary(),
@@ -158,7 +222,29 @@ impl Snapshot {
             b.wait
                 .total_ns
                 .cmp(&a.wait.total_ns)
-                .then((a.pid, a.tid, a.object).cmp(&(b.pid, b.tid, b.object)))
+                .then((a.pid, a.tid, a.object, a.role).cmp(&(b.pid, b.tid, b.object, b.role)))
+        });
+
+        let mut waits_for: Vec<WaitsForView> = graph
+            .waits_for()
+            .map(|(k, w)| WaitsForView {
+                pid: k.pid,
+                waiter: k.waiter,
+                waker: k.waker,
+                object: k.object,
+                object_name: name_of(&ObjectKey {
+                    pid: k.pid,
+                    primitive: Primitive::Futex,
+                    addr: k.object,
+                }),
+                count: w.count,
+                wait: w.wait.summary(),
+            })
+            .collect();
+        waits_for.sort_by(|a, b| {
+            b.wait.total_ns.cmp(&a.wait.total_ns).then(
+                (a.pid, a.waiter, a.waker, a.object).cmp(&(b.pid, b.waiter, b.waker, b.object)),
+            )
         });
 
         let mut threads: Vec<ThreadView> = graph
@@ -176,6 +262,8 @@ impl Snapshot {
                     pid: key.pid,
                     tid: key.tid,
                     name: node.name.clone(),
+                    parent: node.parent,
+                    exited: node.exited_ns.is_some_and(|e| e <= window.end_ns),
                     acquisitions: t.counts.acquisitions,
                     contended: t.counts.contended,
                     wait_share: if observed_ns > 0 {
@@ -198,17 +286,25 @@ impl Snapshot {
 
         let mut objects: Vec<ObjectView> = graph
             .objects()
-            .map(|(key, _)| {
+            .map(|(key, meta)| {
                 let t = per_object.remove(key).unwrap_or_default();
+                let name = match key.primitive {
+                    Primitive::Thread => meta.tid.map(|tid| format!("thread {tid}")),
+                    _ => name_of(key),
+                };
                 ObjectView {
                     pid: key.pid,
                     kind: key.primitive,
                     addr: key.addr,
-                    name: name_of(key),
+                    name,
                     threads: t.threads,
                     counts: t.counts,
                     wait: t.wait.summary(),
                     hold: t.hold.summary(),
+                    mutex: meta.mutex,
+                    thread_tid: meta.tid,
+                    barrier: (key.primitive == Primitive::Barrier)
+                        .then(|| barrier_view(&meta.barrier_calls, meta.serial)),
                 }
             })
             .collect();
@@ -231,7 +327,29 @@ impl Snapshot {
             threads,
             objects,
             edges,
+            waits_for,
             model: graph.counters(),
         }
+    }
+}
+
+fn barrier_view(calls: &[barrier::Arrival], serial: u64) -> BarrierView {
+    let rounds = barrier::rounds(calls);
+    let mut spread = Dist::default();
+    let mut budget = super::HistogramBudget::new(1);
+    let mut last: HashMap<u32, u64> = HashMap::new();
+    for r in &rounds {
+        spread.record(r.spread_ns, &mut budget);
+        *last.entry(r.last_tid).or_default() += 1;
+    }
+    let mut last_arrivals: Vec<(u32, u64)> = last.into_iter().collect();
+    last_arrivals.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+    let skip = rounds.len().saturating_sub(MAX_ROUNDS_LISTED);
+    BarrierView {
+        rounds: rounds.len() as u64,
+        spread: spread.summary(),
+        last_arrivals,
+        serial_returns: serial,
+        round_list: rounds.into_iter().skip(skip).collect(),
     }
 }

@@ -1,20 +1,33 @@
 //! The sync graph: threads and the synchronization objects they use, with one edge per
-//! (thread, object) pair carrying counts and wait/hold distributions.
+//! (thread, object, role) carrying counts and wait/hold distributions; "waits for" edges
+//! from a waiting thread to the thread whose wake ended its wait; barrier rounds; and the
+//! thread tree.
 //!
-//! Memory is bounded: threads, objects and edges are capped ([`Limits`]) and events
-//! beyond a cap are counted in [`ModelCounters::dropped_over_limits`], never silently lost.
+//! Memory is bounded: threads, objects, edges and barrier calls are capped ([`Limits`])
+//! and events beyond a cap are counted in [`ModelCounters::dropped_over_limits`], never
+//! silently lost.
 
 use std::collections::{HashMap, HashSet};
 
-use rtm_common::{Primitive, SYNC_FLAG_CONTENDED, SyncOp, decode::Event, decode::SyncRecord};
+use rtm_common::{
+    CLONE_THREAD, Primitive, SYNC_FLAG_BLOCKED, SYNC_FLAG_CONTENDED, SyncOp, TaskOp,
+    decode::{Event, SyncRecord, TaskRecord},
+};
 use serde::Serialize;
 
-use super::dist::{Dist, HistogramBudget};
+use super::{
+    barrier::Arrival,
+    dist::{Dist, HistogramBudget},
+    holds::{Acquired, Holds},
+};
 
+const EAGAIN: i32 = 11;
 const EBUSY: i32 = 16;
 const ETIMEDOUT: i32 = 110;
 /// A robust mutex whose owner died: the caller does own it.
 const EOWNERDEAD: i32 = 130;
+/// PTHREAD_BARRIER_SERIAL_THREAD.
+const BARRIER_SERIAL: i32 = -1;
 
 /// A thread of a traced process.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
@@ -36,6 +49,18 @@ pub struct ObjectKey {
     pub addr: u64,
 }
 
+/// How a thread used an object: rwlocks are read or written, everything else is `Use`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Role {
+    /// The only role of non-rwlock objects.
+    Use,
+    /// A rwlock taken for reading.
+    Read,
+    /// A rwlock taken for writing.
+    Write,
+}
+
 /// A thread -> object edge.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct EdgeKey {
@@ -43,6 +68,21 @@ pub struct EdgeKey {
     pub thread: ThreadKey,
     /// The object it used.
     pub object: ObjectKey,
+    /// How.
+    pub role: Role,
+}
+
+/// A waiter -> waker edge: `waiter` slept on `object` (a futex word) until `waker` woke it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct WaitsForKey {
+    /// Process id.
+    pub pid: u32,
+    /// The thread that waited.
+    pub waiter: u32,
+    /// The thread whose wake ended the wait.
+    pub waker: u32,
+    /// The futex word.
+    pub object: u64,
 }
 
 /// Caps that bound the model's memory whatever the target does.
@@ -52,10 +92,12 @@ pub struct Limits {
     pub max_threads: usize,
     /// Distinct objects tracked.
     pub max_objects: usize,
-    /// Distinct thread -> object edges tracked.
+    /// Distinct thread -> object and waiter -> waker edges tracked.
     pub max_edges: usize,
     /// Distributions that keep a percentile histogram (about 10 KiB each).
     pub max_histograms: usize,
+    /// Barrier calls kept to compute rounds (24 bytes each).
+    pub max_barrier_calls: usize,
 }
 
 impl Default for Limits {
@@ -65,6 +107,7 @@ impl Default for Limits {
             max_objects: 200_000,
             max_edges: 400_000,
             max_histograms: 4_096,
+            max_barrier_calls: 1 << 20,
         }
     }
 }
@@ -78,6 +121,8 @@ pub struct ThreadNode {
     pub start_ns: Option<u64>,
     /// When it ended, when it ended during the trace.
     pub exited_ns: Option<u64>,
+    /// The thread that created it, when that was seen.
+    pub parent: Option<ThreadKey>,
     /// Timestamp of its first event.
     pub first_event_ns: u64,
     /// Timestamp of its last event.
@@ -87,18 +132,30 @@ pub struct ThreadNode {
 /// Operation counts of an edge, or summed over an object's or a thread's edges.
 #[derive(Clone, Copy, Debug, Default, Serialize, PartialEq, Eq)]
 pub struct Counts {
-    /// Successful acquisitions (lock, trylock, timedlock).
+    /// Successful acquisitions: locks, trylocks, timed locks, semaphore waits.
     pub acquisitions: u64,
-    /// Acquisitions that found the object held at entry.
+    /// Acquisitions that found the object held (or a futex wait: always contended).
     pub contended: u64,
     /// Total time spent in contended acquisitions, ns.
     pub contended_wait_ns: u64,
-    /// Trylocks that failed because the object was held.
+    /// Waits that are not acquisitions: condition variables, barriers, joins, futex waits.
+    pub waits: u64,
+    /// Calls that went to sleep in the kernel (full mode: a FUTEX_WAIT inside the call).
+    pub blocked: u64,
+    /// Trylocks (and sem_trywait) that failed because the object was busy.
     pub failed_trylocks: u64,
-    /// Timed acquisitions that timed out.
+    /// Timed calls that timed out.
     pub timeouts: u64,
     /// Calls that returned another error (EINVAL, EDEADLK, ...).
     pub errors: u64,
+    /// sem_post calls.
+    pub posts: u64,
+    /// pthread_cond_signal calls.
+    pub signals: u64,
+    /// pthread_cond_broadcast calls.
+    pub broadcasts: u64,
+    /// Threads woken in the kernel by this thread's signals, broadcasts or futex wakes.
+    pub woken: u64,
 }
 
 impl Counts {
@@ -107,9 +164,15 @@ impl Counts {
         self.acquisitions += o.acquisitions;
         self.contended += o.contended;
         self.contended_wait_ns += o.contended_wait_ns;
+        self.waits += o.waits;
+        self.blocked += o.blocked;
         self.failed_trylocks += o.failed_trylocks;
         self.timeouts += o.timeouts;
         self.errors += o.errors;
+        self.posts += o.posts;
+        self.signals += o.signals;
+        self.broadcasts += o.broadcasts;
+        self.woken += o.woken;
     }
 }
 
@@ -118,17 +181,34 @@ impl Counts {
 pub struct EdgeStats {
     /// What the thread did with the object.
     pub counts: Counts,
-    /// Time spent inside blocking acquisitions (lock, timedlock), timeouts included.
+    /// Time spent inside blocking calls (acquisitions and waits), timeouts included.
     pub wait: Dist,
     /// Time between acquisition and release.
     pub hold: Dist,
 }
 
-#[derive(Clone, Copy, Debug)]
-struct Holder {
-    tid: u32,
-    since_ns: u64,
-    depth: u32,
+/// What is known of an object beyond its edges.
+#[derive(Clone, Debug, Default)]
+pub struct ObjectMeta {
+    /// Timestamp of its first event.
+    pub first_ns: u64,
+    /// For a condition variable: the mutex its waits released (the last one seen).
+    pub mutex: Option<u64>,
+    /// For a thread handle: the thread's id, when its creation was seen.
+    pub tid: Option<u32>,
+    /// For a barrier: its calls, for rounds.
+    pub barrier_calls: Vec<Arrival>,
+    /// For a barrier: calls that returned PTHREAD_BARRIER_SERIAL_THREAD.
+    pub serial: u64,
+}
+
+/// A waiter -> waker edge's statistics.
+#[derive(Clone, Debug, Default)]
+pub struct WaitsFor {
+    /// Waits ended by this waker.
+    pub count: u64,
+    /// Their lengths.
+    pub wait: Dist,
 }
 
 /// Counters of what the model saw but could not fully attribute.
@@ -136,29 +216,18 @@ struct Holder {
 pub struct ModelCounters {
     /// Events applied.
     pub events: u64,
-    /// Events not recorded because a thread, object or edge cap was reached.
+    /// Events not recorded because a thread, object, edge or barrier-call cap was reached.
     pub dropped_over_limits: u64,
     /// Releases of objects whose acquisition was not seen (acquired before attach).
     pub unmatched_releases: u64,
     /// Acquisitions of an object another thread held as far as the events showed: a release
-    /// was not seen (a condition variable wait releases its mutex inside libc, or an event
-    /// was lost). The earlier hold is discarded, not guessed.
+    /// was not seen (an event was lost). The earlier hold is discarded, not guessed.
     pub interrupted_holds: u64,
+    /// Futex waits that ended without a wake from another thread of the process (timeouts,
+    /// signals, a value that had already changed, or a waker in another process).
+    pub waits_without_waker: u64,
     /// Distributions that got no percentile histogram because the budget was spent.
     pub histograms_refused: u64,
-}
-
-/// The sync graph.
-#[derive(Debug)]
-pub struct SyncGraph {
-    limits: Limits,
-    budget: HistogramBudget,
-    threads: HashMap<ThreadKey, ThreadNode>,
-    pids: HashSet<u32>,
-    objects: HashMap<ObjectKey, u64>,
-    edges: HashMap<EdgeKey, EdgeStats>,
-    held: HashMap<ObjectKey, Holder>,
-    counters: ModelCounters,
 }
 
 /// What applying an event revealed, so the caller can look things up while they exist.
@@ -168,19 +237,52 @@ pub struct Applied {
     pub new_thread: Option<ThreadKey>,
     /// The event came from a process not seen before.
     pub new_process: Option<u32>,
+    /// A traced process forked this new process.
+    pub spawned_process: Option<u32>,
+    /// A process exited (its last thread).
+    pub process_exited: Option<u32>,
+}
+
+/// The sync graph.
+#[derive(Debug)]
+pub struct SyncGraph {
+    limits: Limits,
+    /// Contention mode: futex waits are the objects. Otherwise they only feed waits-for.
+    futex_objects: bool,
+    budget: HistogramBudget,
+    threads: HashMap<ThreadKey, ThreadNode>,
+    pids: HashSet<u32>,
+    objects: HashMap<ObjectKey, ObjectMeta>,
+    edges: HashMap<EdgeKey, EdgeStats>,
+    waits_for: HashMap<WaitsForKey, WaitsFor>,
+    holds: Holds,
+    barrier_calls: usize,
+    counters: ModelCounters,
+}
+
+fn role_of(op: SyncOp) -> Role {
+    match op {
+        SyncOp::RdLock | SyncOp::TryRdLock | SyncOp::TimedRdLock => Role::Read,
+        SyncOp::WrLock | SyncOp::TryWrLock | SyncOp::TimedWrLock => Role::Write,
+        _ => Role::Use,
+    }
 }
 
 impl SyncGraph {
-    /// An empty graph with the given caps.
-    pub fn new(limits: Limits) -> Self {
+    /// An empty graph with the given caps. With `futex_objects` (contention mode), futex
+    /// waits become objects and edges; otherwise they only yield waits-for edges.
+    pub fn new(limits: Limits, futex_objects: bool) -> Self {
         Self {
             limits,
+            futex_objects,
             budget: HistogramBudget::new(limits.max_histograms),
             threads: HashMap::new(),
             pids: HashSet::new(),
             objects: HashMap::new(),
             edges: HashMap::new(),
-            held: HashMap::new(),
+            waits_for: HashMap::new(),
+            holds: Holds::default(),
+            barrier_calls: 0,
             counters: ModelCounters::default(),
         }
     }
@@ -188,133 +290,362 @@ impl SyncGraph {
     /// Applies one decoded event.
     pub fn apply(&mut self, event: &Event) -> Applied {
         self.counters.events += 1;
-        match event {
-            Event::Sync(s) => self.apply_sync(s),
-        }
-    }
-
-    fn apply_sync(&mut self, s: &SyncRecord) -> Applied {
-        let h = &s.raw.header;
+        let h = event.header();
         let thread = ThreadKey {
             pid: h.pid,
             tid: h.tid,
         };
         let mut applied = Applied::default();
-        if !self.threads.contains_key(&thread) {
-            if self.threads.len() >= self.limits.max_threads {
-                self.counters.dropped_over_limits += 1;
-                return applied;
-            }
-            if self.pids.insert(thread.pid) {
-                applied.new_process = Some(thread.pid);
-            }
-            self.threads.insert(
-                thread,
-                ThreadNode {
-                    first_event_ns: h.ts_ns,
-                    ..Default::default()
-                },
-            );
-            applied.new_thread = Some(thread);
-        }
-        let node = self.threads.get_mut(&thread).expect("inserted above");
-        node.last_event_ns = node.last_event_ns.max(h.ts_ns);
-
-        let object = ObjectKey {
-            pid: h.pid,
-            primitive: s.primitive,
-            addr: s.raw.object,
-        };
-        if s.op == SyncOp::Unlock {
-            self.release(object, h.ts_ns);
+        if !self.touch_thread(thread, h.ts_ns, &mut applied) {
             return applied;
         }
-        if !self.objects.contains_key(&object) {
-            if self.objects.len() >= self.limits.max_objects {
-                self.counters.dropped_over_limits += 1;
-                return applied;
-            }
-            self.objects.insert(object, h.ts_ns);
-        }
-        let key = EdgeKey { thread, object };
-        if !self.edges.contains_key(&key) && self.edges.len() >= self.limits.max_edges {
-            self.counters.dropped_over_limits += 1;
-            return applied;
-        }
-        let edge = self.edges.entry(key).or_default();
-        let contended = s.raw.flags & SYNC_FLAG_CONTENDED != 0;
-        let acquired = match (s.op, s.raw.ret) {
-            (_, 0 | EOWNERDEAD) => true,
-            (SyncOp::TryLock, EBUSY) => {
-                edge.counts.failed_trylocks += 1;
-                false
-            }
-            (SyncOp::TimedLock, ETIMEDOUT) => {
-                edge.counts.timeouts += 1;
-                edge.wait.record(s.raw.wait_ns, &mut self.budget);
-                false
-            }
-            _ => {
-                edge.counts.errors += 1;
-                false
-            }
-        };
-        if !acquired {
-            return applied;
-        }
-        edge.counts.acquisitions += 1;
-        if contended {
-            edge.counts.contended += 1;
-            edge.counts.contended_wait_ns += s.raw.wait_ns;
-        }
-        if s.op != SyncOp::TryLock {
-            edge.wait.record(s.raw.wait_ns, &mut self.budget);
-        }
-        match self.held.get_mut(&object) {
-            Some(holder) if holder.tid == thread.tid => holder.depth += 1,
-            Some(holder) => {
-                self.counters.interrupted_holds += 1;
-                *holder = Holder {
-                    tid: thread.tid,
-                    since_ns: h.ts_ns,
-                    depth: 1,
-                };
-            }
-            None => {
-                self.held.insert(
-                    object,
-                    Holder {
-                        tid: thread.tid,
-                        since_ns: h.ts_ns,
-                        depth: 1,
-                    },
-                );
-            }
+        match event {
+            Event::Sync(s) => self.apply_sync(thread, s),
+            Event::Task(t) => self.apply_task(thread, t, &mut applied),
         }
         applied
     }
 
-    fn release(&mut self, object: ObjectKey, ts_ns: u64) {
-        let Some(holder) = self.held.get_mut(&object) else {
-            self.counters.unmatched_releases += 1;
+    /// Records activity of a thread; false when it is new and the thread cap is reached.
+    fn touch_thread(&mut self, thread: ThreadKey, ts_ns: u64, applied: &mut Applied) -> bool {
+        if let Some(node) = self.threads.get_mut(&thread) {
+            node.last_event_ns = node.last_event_ns.max(ts_ns);
+            return true;
+        }
+        if self.threads.len() >= self.limits.max_threads {
+            self.counters.dropped_over_limits += 1;
+            return false;
+        }
+        if self.pids.insert(thread.pid) {
+            applied.new_process = Some(thread.pid);
+        }
+        self.threads.insert(
+            thread,
+            ThreadNode {
+                first_event_ns: ts_ns,
+                last_event_ns: ts_ns,
+                ..Default::default()
+            },
+        );
+        applied.new_thread = Some(thread);
+        true
+    }
+
+    fn apply_task(&mut self, thread: ThreadKey, t: &TaskRecord, applied: &mut Applied) {
+        let ts = t.raw.header.ts_ns;
+        match t.op {
+            TaskOp::Spawn => {
+                let is_thread = t.raw.clone_flags & CLONE_THREAD != 0;
+                let child = ThreadKey {
+                    pid: if is_thread { thread.pid } else { t.raw.child },
+                    tid: t.raw.child,
+                };
+                if !is_thread {
+                    applied.spawned_process = Some(child.pid);
+                }
+                if self.touch_thread(child, ts, applied) {
+                    let node = self.threads.get_mut(&child).expect("touched");
+                    node.parent = Some(thread);
+                    node.start_ns.get_or_insert(ts);
+                    if node.name.is_none() && !t.comm().is_empty() {
+                        node.name = Some(t.comm().to_owned());
+                    }
+                }
+            }
+            TaskOp::Exit => {
+                let node = self.threads.get_mut(&thread).expect("touched");
+                node.exited_ns.get_or_insert(ts);
+                if !t.comm().is_empty() {
+                    node.name = Some(t.comm().to_owned());
+                }
+                if t.raw.child != 0 {
+                    applied.process_exited = Some(thread.pid);
+                }
+            }
+            TaskOp::Exec => {
+                let node = self.threads.get_mut(&thread).expect("touched");
+                if !t.comm().is_empty() {
+                    node.name = Some(t.comm().to_owned());
+                }
+            }
+        }
+    }
+
+    fn object(&mut self, key: ObjectKey, ts_ns: u64) -> Option<&mut ObjectMeta> {
+        if !self.objects.contains_key(&key) {
+            if self.objects.len() >= self.limits.max_objects {
+                self.counters.dropped_over_limits += 1;
+                return None;
+            }
+            self.objects.insert(
+                key,
+                ObjectMeta {
+                    first_ns: ts_ns,
+                    ..Default::default()
+                },
+            );
+        }
+        self.objects.get_mut(&key)
+    }
+
+    fn edge(&mut self, key: EdgeKey) -> Option<&mut EdgeStats> {
+        if !self.edges.contains_key(&key) && self.edges.len() >= self.limits.max_edges {
+            self.counters.dropped_over_limits += 1;
+            return None;
+        }
+        Some(self.edges.entry(key).or_default())
+    }
+
+    fn apply_sync(&mut self, thread: ThreadKey, s: &SyncRecord) {
+        let raw = &s.raw;
+        let ts = raw.header.ts_ns;
+        let object = ObjectKey {
+            pid: thread.pid,
+            primitive: s.primitive,
+            addr: raw.object,
+        };
+        if s.primitive == Primitive::Futex {
+            return self.apply_futex(thread, s);
+        }
+        if s.op == SyncOp::Unlock {
+            return self.release(thread, object, ts);
+        }
+        let room = self.barrier_calls < self.limits.max_barrier_calls;
+        let mut barrier_call = None;
+        let Some(meta) = self.object(object, ts) else {
             return;
         };
-        if holder.depth > 1 {
-            holder.depth -= 1;
+        match (s.primitive, s.op) {
+            (Primitive::Cond, SyncOp::Wait | SyncOp::TimedWait) => meta.mutex = Some(raw.aux),
+            (Primitive::Thread, SyncOp::Create) if raw.extra != 0 => meta.tid = Some(raw.extra),
+            (Primitive::Barrier, SyncOp::Wait) => {
+                if raw.ret == BARRIER_SERIAL {
+                    meta.serial += 1;
+                }
+                if room {
+                    meta.barrier_calls.push(Arrival {
+                        tid: thread.tid,
+                        arrive_ns: ts.saturating_sub(raw.wait_ns),
+                        depart_ns: ts,
+                    });
+                }
+                barrier_call = Some(room);
+            }
+            _ => {}
+        }
+        match barrier_call {
+            Some(true) => self.barrier_calls += 1,
+            Some(false) => self.counters.dropped_over_limits += 1,
+            None => {}
+        }
+        let role = role_of(s.op);
+        let key = EdgeKey {
+            thread,
+            object,
+            role,
+        };
+        if !self.edges.contains_key(&key) {
+            if self.edges.len() >= self.limits.max_edges {
+                self.counters.dropped_over_limits += 1;
+                return;
+            }
+            self.edges.insert(key, EdgeStats::default());
+        }
+        let budget = &mut self.budget;
+        let edge = self.edges.get_mut(&key).expect("inserted above");
+        let c = &mut edge.counts;
+        if raw.flags & SYNC_FLAG_BLOCKED != 0 {
+            c.blocked += 1;
+        }
+        match s.op {
+            SyncOp::Post => {
+                c.posts += 1;
+                return;
+            }
+            SyncOp::Signal | SyncOp::Broadcast => {
+                if s.op == SyncOp::Signal {
+                    c.signals += 1;
+                } else {
+                    c.broadcasts += 1;
+                }
+                c.woken += raw.extra as u64;
+                return;
+            }
+            SyncOp::Create => return,
+            _ => {}
+        }
+        let is_try = matches!(
+            s.op,
+            SyncOp::TryLock | SyncOp::TryRdLock | SyncOp::TryWrLock | SyncOp::TryWait
+        );
+        let ok = match raw.ret {
+            0 | EOWNERDEAD => true,
+            BARRIER_SERIAL if s.primitive == Primitive::Barrier => true,
+            // sem_* return -1 and set errno: a failed trywait is "would block".
+            -1 if s.op == SyncOp::TryWait => {
+                c.failed_trylocks += 1;
+                false
+            }
+            -1 if s.op == SyncOp::TimedWait && s.primitive == Primitive::Sem => {
+                c.timeouts += 1;
+                edge.wait.record(raw.wait_ns, budget);
+                false
+            }
+            EBUSY | EAGAIN if is_try => {
+                c.failed_trylocks += 1;
+                false
+            }
+            ETIMEDOUT => {
+                c.timeouts += 1;
+                edge.wait.record(raw.wait_ns, budget);
+                false
+            }
+            _ => {
+                c.errors += 1;
+                false
+            }
+        };
+        let acquires = matches!(
+            s.primitive,
+            Primitive::Mutex | Primitive::RwLock | Primitive::Spin | Primitive::Sem
+        );
+        if !acquires {
+            // Condition variables, barriers, joins: waits (timeouts were recorded above).
+            c.waits += 1;
+            if ok {
+                edge.wait.record(raw.wait_ns, budget);
+            }
+            if s.primitive == Primitive::Cond {
+                self.cond_wait_moved_mutex(thread, raw.aux, ts, raw.wait_ns);
+            }
             return;
         }
-        let holder = *holder;
-        self.held.remove(&object);
-        let key = EdgeKey {
-            thread: ThreadKey {
-                pid: object.pid,
-                tid: holder.tid,
-            },
-            object,
+        if !ok {
+            return;
+        }
+        c.acquisitions += 1;
+        if raw.flags & (SYNC_FLAG_CONTENDED | SYNC_FLAG_BLOCKED) != 0 {
+            c.contended += 1;
+            c.contended_wait_ns += raw.wait_ns;
+        }
+        if !is_try {
+            edge.wait.record(raw.wait_ns, budget);
+        }
+        if s.primitive != Primitive::Sem {
+            let exclusive = role != Role::Read;
+            if self.holds.acquire(object, thread.tid, ts, role, exclusive) == Acquired::Interrupted
+            {
+                self.counters.interrupted_holds += 1;
+            }
+        }
+    }
+
+    /// A condition-variable wait released `mutex` when it started and re-acquired it
+    /// inside libc before returning: end the hold at the wait's start, start a new one at
+    /// its end.
+    fn cond_wait_moved_mutex(&mut self, thread: ThreadKey, mutex: u64, ts: u64, wait_ns: u64) {
+        let m = ObjectKey {
+            pid: thread.pid,
+            primitive: Primitive::Mutex,
+            addr: mutex,
         };
-        if let Some(edge) = self.edges.get_mut(&key) {
-            edge.hold
-                .record(ts_ns.saturating_sub(holder.since_ns), &mut self.budget);
+        let (released, known) = self
+            .holds
+            .release(m, thread.tid, ts.saturating_sub(wait_ns));
+        if let Some(r) = released
+            && let Some(e) = self.edges.get_mut(&EdgeKey {
+                thread,
+                object: m,
+                role: r.role,
+            })
+        {
+            e.hold.record(r.held_ns, &mut self.budget);
+        }
+        if known {
+            self.holds.acquire(m, thread.tid, ts, Role::Use, true);
+        }
+    }
+
+    fn release(&mut self, thread: ThreadKey, object: ObjectKey, ts: u64) {
+        let (released, known) = self.holds.release(object, thread.tid, ts);
+        if !known {
+            self.counters.unmatched_releases += 1;
+        }
+        if let Some(r) = released
+            && let Some(e) = self.edges.get_mut(&EdgeKey {
+                thread,
+                object,
+                role: r.role,
+            })
+        {
+            e.hold.record(r.held_ns, &mut self.budget);
+        }
+    }
+
+    fn apply_futex(&mut self, thread: ThreadKey, s: &SyncRecord) {
+        let raw = &s.raw;
+        let ts = raw.header.ts_ns;
+        let object = ObjectKey {
+            pid: thread.pid,
+            primitive: Primitive::Futex,
+            addr: raw.object,
+        };
+        if s.op == SyncOp::Wait {
+            if raw.extra != 0 {
+                let key = WaitsForKey {
+                    pid: thread.pid,
+                    waiter: thread.tid,
+                    waker: raw.extra,
+                    object: raw.object,
+                };
+                if self.waits_for.contains_key(&key) || self.waits_for.len() < self.limits.max_edges
+                {
+                    let w = self.waits_for.entry(key).or_default();
+                    w.count += 1;
+                    w.wait.record(raw.wait_ns, &mut self.budget);
+                } else {
+                    self.counters.dropped_over_limits += 1;
+                }
+            } else {
+                self.counters.waits_without_waker += 1;
+            }
+        }
+        if !self.futex_objects || self.object(object, ts).is_none() {
+            return;
+        }
+        if self
+            .edge(EdgeKey {
+                thread,
+                object,
+                role: Role::Use,
+            })
+            .is_none()
+        {
+            return;
+        }
+        let budget = &mut self.budget;
+        let edge = self
+            .edges
+            .get_mut(&EdgeKey {
+                thread,
+                object,
+                role: Role::Use,
+            })
+            .expect("present");
+        let c = &mut edge.counts;
+        match s.op {
+            SyncOp::Wait => {
+                c.waits += 1;
+                c.contended += 1;
+                c.contended_wait_ns += raw.wait_ns;
+                c.blocked += 1;
+                if raw.ret == -ETIMEDOUT {
+                    c.timeouts += 1;
+                }
+                edge.wait.record(raw.wait_ns, budget);
+            }
+            SyncOp::Wake => c.woken += raw.ret.max(0) as u64,
+            _ => {}
         }
     }
 
@@ -342,14 +673,24 @@ impl SyncGraph {
         self.threads.iter()
     }
 
-    /// The objects seen so far, with the timestamp of their first acquisition attempt.
-    pub fn objects(&self) -> impl Iterator<Item = (&ObjectKey, &u64)> {
+    /// The objects seen so far.
+    pub fn objects(&self) -> impl Iterator<Item = (&ObjectKey, &ObjectMeta)> {
         self.objects.iter()
     }
 
-    /// The edges.
+    /// The thread -> object edges.
     pub fn edges(&self) -> impl Iterator<Item = (&EdgeKey, &EdgeStats)> {
         self.edges.iter()
+    }
+
+    /// The waiter -> waker edges.
+    pub fn waits_for(&self) -> impl Iterator<Item = (&WaitsForKey, &WaitsFor)> {
+        self.waits_for.iter()
+    }
+
+    /// Whether futex words are objects (contention mode).
+    pub fn futex_objects(&self) -> bool {
+        self.futex_objects
     }
 
     /// Counters of incomplete attribution, histogram budget included.

@@ -3,6 +3,7 @@
 pub mod format;
 pub mod json;
 pub mod report;
+mod sections;
 
 use serde::Serialize;
 
@@ -36,6 +37,8 @@ pub enum EndReason {
 /// Facts about the run that are not in the model.
 #[derive(Debug, Clone, Serialize)]
 pub struct RunInfo {
+    /// What was traced: `contention` (futex waits only) or `full` (every pthread call).
+    pub mode: crate::cli::Mode,
     /// The launched command, in launch mode.
     pub command: Option<Vec<String>>,
     /// The traced processes.

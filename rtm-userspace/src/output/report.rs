@@ -1,17 +1,18 @@
-//! The readable report: what a performance engineer wants first. Which mutexes cost the
-//! most waiting, which threads spent their time waiting, how long locks are held, and
-//! whether anything was lost.
+//! The readable report: what a performance engineer wants first. Which locks cost the
+//! most waiting, which threads spent their time waiting and for whom, how long locks are
+//! held, barrier imbalance, and whether anything was lost.
 
 use std::fmt::Write as _;
 
 use super::{
     EndReason, RunInfo,
     format::{count, mean_ns, ns, opt_ns, pct},
+    sections,
 };
-use crate::model::Snapshot;
+use crate::{cli::Mode, model::Snapshot};
 
 /// Renders rows as aligned columns; the first column is left-aligned, the rest right.
-fn table(out: &mut String, header: &[&str], rows: &[Vec<String>]) {
+pub(super) fn table(out: &mut String, header: &[&str], rows: &[Vec<String>]) {
     let mut w: Vec<usize> = header.iter().map(|h| h.len()).collect();
     for r in rows {
         for (i, c) in r.iter().enumerate() {
@@ -63,9 +64,13 @@ pub fn render(title: &str, run: &RunInfo, s: &Snapshot, top: usize) -> String {
         .collect();
     let _ = writeln!(
         out,
-        "traced {} for {}; {} threads, {} mutexes, {} events",
+        "traced {} for {} in {} mode; {} threads, {} objects, {} events",
         targets.join(", "),
         ns(dur),
+        match run.mode {
+            Mode::Contention => "contention",
+            Mode::Full => "full",
+        },
         s.threads.len(),
         s.objects.len(),
         count(s.model.events)
@@ -80,20 +85,20 @@ pub fn render(title: &str, run: &RunInfo, s: &Snapshot, top: usize) -> String {
     }
     losses(&mut out, run);
 
-    let objects: Vec<_> = s
-        .objects
-        .iter()
-        .filter(|o| o.counts.acquisitions + o.counts.failed_trylocks + o.counts.timeouts > 0)
-        .take(top)
-        .collect();
+    let locks: Vec<_> = s.objects.iter().filter(|o| sections::is_lock(o)).collect();
+    let objects: Vec<_> = locks.iter().take(top).collect();
+    let what = match run.mode {
+        Mode::Contention => "lock words (futex) by time threads slept on them",
+        Mode::Full => "locks by time waiting in contended acquisitions",
+    };
     let _ = writeln!(
         out,
-        "\nMost contended mutexes (by time waiting in contended acquisitions; top {} of {})",
+        "\nMost contended {what} (top {} of {})",
         objects.len(),
-        s.objects.len()
+        locks.len()
     );
     if objects.is_empty() {
-        let _ = writeln!(out, "  (no mutex operations seen)");
+        let _ = writeln!(out, "  (no contended waits seen)");
     } else {
         let rows: Vec<Vec<String>> = objects
             .iter()
@@ -101,12 +106,16 @@ pub fn render(title: &str, run: &RunInfo, s: &Snapshot, top: usize) -> String {
                 let share = if o.counts.acquisitions > 0 {
                     o.counts.contended as f64 / o.counts.acquisitions as f64
                 } else {
-                    0.0
+                    1.0
                 };
                 vec![
-                    o.label(),
+                    format!("{} {}", o.kind, o.label()),
                     o.pid.to_string(),
-                    count(o.counts.acquisitions),
+                    if run.mode == Mode::Contention {
+                        "-".into()
+                    } else {
+                        count(o.counts.acquisitions)
+                    },
                     format!("{} ({})", count(o.counts.contended), pct(share)),
                     ns(o.counts.contended_wait_ns),
                     mean_ns(o.wait.mean_ns),
@@ -123,7 +132,7 @@ pub fn render(title: &str, run: &RunInfo, s: &Snapshot, top: usize) -> String {
         table(
             &mut out,
             &[
-                "mutex",
+                "object",
                 "pid",
                 "acquired",
                 "contended",
@@ -144,7 +153,7 @@ pub fn render(title: &str, run: &RunInfo, s: &Snapshot, top: usize) -> String {
     let threads: Vec<_> = s.threads.iter().take(top).collect();
     let _ = writeln!(
         out,
-        "\nThreads by time spent waiting for mutexes (top {} of {})",
+        "\nThreads by time spent waiting (top {} of {})",
         threads.len(),
         s.threads.len()
     );
@@ -155,7 +164,12 @@ pub fn render(title: &str, run: &RunInfo, s: &Snapshot, top: usize) -> String {
             .iter()
             .map(|t| {
                 vec![
-                    format!("{} {}", t.tid, t.name.as_deref().unwrap_or("?")),
+                    format!(
+                        "{} {}{}",
+                        t.tid,
+                        t.name.as_deref().unwrap_or("?"),
+                        if t.exited { " (exited)" } else { "" }
+                    ),
                     t.pid.to_string(),
                     count(t.acquisitions),
                     count(t.contended),
@@ -181,7 +195,13 @@ pub fn render(title: &str, run: &RunInfo, s: &Snapshot, top: usize) -> String {
             &rows,
         );
     }
-    notes(&mut out, s);
+    sections::waits_for(&mut out, s, top);
+    sections::rwlocks(&mut out, s, top);
+    sections::condvars(&mut out, s, top);
+    sections::barriers(&mut out, s, top);
+    sections::semaphores(&mut out, s, top);
+    sections::thread_tree(&mut out, s, top);
+    notes(&mut out, run, s);
     out
 }
 
@@ -203,9 +223,24 @@ fn losses(out: &mut String, run: &RunInfo) {
     );
 }
 
-fn notes(out: &mut String, s: &Snapshot) {
+fn notes(out: &mut String, run: &RunInfo, s: &Snapshot) {
     let m = &s.model;
     let mut notes = Vec::new();
+    if run.mode == Mode::Contention {
+        notes.push(
+            "contention mode sees only waits that slept in the kernel: uncontended \
+             acquisitions, hold times, spinning, and which pthread call waited are not \
+             visible (run with --mode full for those, at about 1 us per call)"
+                .to_owned(),
+        );
+    }
+    if m.waits_without_waker > 0 {
+        notes.push(format!(
+            "{} waits ended without a wake from another thread (timeouts, signals, or the \
+             value had already changed)",
+            count(m.waits_without_waker)
+        ));
+    }
     if m.dropped_over_limits > 0 {
         notes.push(format!(
             "{} events were not recorded because the thread/mutex caps were reached (--max-objects)",
@@ -226,8 +261,8 @@ fn notes(out: &mut String, s: &Snapshot) {
     }
     if m.interrupted_holds > 0 {
         notes.push(format!(
-            "{} holds ended without a visible unlock (condition-variable waits release the \
-             mutex inside libc); their hold times are left out",
+            "{} holds ended without a visible unlock (an event was lost or a lock was released \
+             in a way not probed); their hold times are left out",
             count(m.interrupted_holds)
         ));
     }

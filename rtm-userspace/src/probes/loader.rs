@@ -6,13 +6,32 @@ use aya::{
     Ebpf, EbpfLoader,
     maps::{HashMap as BpfHashMap, MapData, MapError, PerCpuArray, RingBuf},
     programs::{
-        ProgramError, UProbe,
+        ProgramError, TracePoint, UProbe,
         uprobe::{UProbeAttachLocation, UProbeAttachPoint, UProbeLinkId, UProbeScope},
     },
 };
-use rtm_common::{LossCounter, names};
+use iced_x86::Register;
+use rtm_common::{Cookie, LossCounter, names};
 
-use super::pthread::{self, LibraryError, MUTEX_PROBES, ProbeKind, PthreadLibrary};
+use super::{
+    placement,
+    pthread::{self, FULL_PROBES, LibraryError, ProbeKind, ProbeSpec, PthreadLibrary},
+};
+
+const UPROBES: [&str; 3] = [
+    names::PROG_CALL_ENTER,
+    names::PROG_CALL_RETURN,
+    names::PROG_CALL_MARK,
+];
+
+/// Tracepoints attached for every mode: (program, category, event).
+const TRACEPOINTS: [(&str, &str, &str); 5] = [
+    (names::PROG_FUTEX_ENTER, "syscalls", "sys_enter_futex"),
+    (names::PROG_FUTEX_EXIT, "syscalls", "sys_exit_futex"),
+    (names::PROG_TASK_NEW, "task", "task_newtask"),
+    (names::PROG_TASK_EXIT, "sched", "sched_process_exit"),
+    (names::PROG_TASK_EXEC, "sched", "sched_process_exec"),
+];
 
 /// Errors loading or attaching probes.
 #[derive(Debug, thiserror::Error)]
@@ -51,6 +70,30 @@ pub enum ProbeError {
     /// No pthread library was found in the process.
     #[error(transparent)]
     Library(#[from] LibraryError),
+    /// Attaching a tracepoint failed.
+    #[error(
+        "cannot attach to tracepoint {category}/{event}: {source}\n  rtm-trace needs tracefs \
+         (mount -t tracefs nodev /sys/kernel/tracing) and a kernel with syscall tracepoints \
+         (CONFIG_FTRACE_SYSCALLS)"
+    )]
+    Tracepoint {
+        /// Category.
+        category: &'static str,
+        /// Event.
+        event: &'static str,
+        /// Why.
+        #[source]
+        source: ProgramError,
+    },
+    /// The library file could not be read to place probes.
+    #[error("cannot read {path} to place probes: {source}")]
+    ReadLibrary {
+        /// Library.
+        path: String,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
     /// Attaching a uprobe failed.
     #[error("cannot attach to {function} in {path} for PID {pid}: {source}")]
     Attach {
@@ -68,13 +111,15 @@ pub enum ProbeError {
 
 /// Where one probe went, for `--verbose`.
 #[derive(Debug, Clone)]
-pub struct Placement {
+pub struct Placed {
     /// Function.
     pub function: &'static str,
-    /// Entry or return.
+    /// Entry and return, or entry only.
     pub kind: ProbeKind,
-    /// File offset used.
-    pub offset: u64,
+    /// File offset of the function.
+    pub function_offset: u64,
+    /// Where in the function, and why.
+    pub placement: placement::Placement,
 }
 
 /// What attaching to one process did.
@@ -83,7 +128,7 @@ pub struct AttachReport {
     /// The library probed (path inside the process's namespace).
     pub library: std::path::PathBuf,
     /// Probes placed.
-    pub placed: Vec<Placement>,
+    pub placed: Vec<Placed>,
     /// Functions the library does not define (e.g. an old libc without timedlock).
     pub missing: Vec<&'static str>,
 }
@@ -100,16 +145,15 @@ fn map_err(name: &'static str) -> impl FnOnce(MapError) -> ProbeError {
 
 impl Probes {
     /// Loads the object with a ring buffer of `ring_bytes` and loads every program.
-    pub fn load(object: &[u8], ring_bytes: u32) -> Result<Self, ProbeError> {
+    /// With `follow_forks`, processes a traced process forks are traced from birth.
+    pub fn load(object: &[u8], ring_bytes: u32, follow_forks: bool) -> Result<Self, ProbeError> {
+        let follow: u32 = follow_forks.into();
         let mut ebpf = EbpfLoader::new()
             .map_max_entries(names::MAP_EVENTS, ring_bytes)
+            .override_global(names::GLOBAL_FOLLOW_FORKS, &follow, true)
             .load(object)
             .map_err(|source| ProbeError::Load { source })?;
-        for name in [
-            names::PROG_MUTEX_LOCK_ENTER,
-            names::PROG_MUTEX_LOCK_RETURN,
-            names::PROG_MUTEX_UNLOCK_ENTER,
-        ] {
+        for name in UPROBES {
             let prog: &mut UProbe = ebpf
                 .program_mut(name)
                 .ok_or(ProbeError::Missing(name))?
@@ -117,6 +161,22 @@ impl Probes {
                 .map_err(|source| ProbeError::Program { name, source })?;
             prog.load()
                 .map_err(|source| ProbeError::Program { name, source })?;
+        }
+        for (name, category, event) in TRACEPOINTS {
+            let prog: &mut TracePoint = ebpf
+                .program_mut(name)
+                .ok_or(ProbeError::Missing(name))?
+                .try_into()
+                .map_err(|source| ProbeError::Program { name, source })?;
+            prog.load()
+                .map_err(|source| ProbeError::Program { name, source })?;
+            // Tracepoints see every process; the in-kernel filter keeps the traced ones.
+            prog.attach(category, event)
+                .map_err(|source| ProbeError::Tracepoint {
+                    category,
+                    event,
+                    source,
+                })?;
         }
         Ok(Self {
             ebpf,
@@ -152,12 +212,38 @@ impl Probes {
         .map_err(map_err(names::MAP_TRACED_TGIDS))
     }
 
-    /// Attaches the mutex probes for `pid` to the pthread library `probe_pid` maps. The two
-    /// differ in launch mode, where the child has not exec'd yet and the tracer's own libc
-    /// stands in for the one the program will load.
-    pub fn attach_mutex(&mut self, pid: u32, probe_pid: u32) -> Result<AttachReport, ProbeError> {
+    /// Attaches the full-mode probes for `pid` to the pthread library `probe_pid` maps.
+    /// The two differ in launch mode, where the child has not exec'd yet and the tracer's
+    /// own libc stands in for the one the program will load.
+    pub fn attach_pthread(&mut self, pid: u32, probe_pid: u32) -> Result<AttachReport, ProbeError> {
         let lib = pthread::find(probe_pid)?;
         self.attach_library(pid, &lib)
+    }
+
+    /// Where each probe of `lib` goes.
+    fn placements(
+        lib: &PthreadLibrary,
+    ) -> Result<Vec<(ProbeSpec, u64, placement::Placement)>, ProbeError> {
+        let bytes = std::fs::read(&lib.host_path).map_err(|source| ProbeError::ReadLibrary {
+            path: lib.path.display().to_string(),
+            source,
+        })?;
+        let mut out = Vec::new();
+        for spec in FULL_PROBES {
+            let Some(offset) = lib.symbols.function_offset(spec.function) else {
+                continue;
+            };
+            let size = lib.symbols.function_size(spec.function).unwrap_or(0) as usize;
+            let start = offset as usize;
+            let code = bytes
+                .get(start..start.saturating_add(size).min(bytes.len()))
+                .unwrap_or(&[]);
+            let keep = &[Register::RDI, Register::RSI][..spec.args as usize];
+            let pass_stores = spec.check_at_entry != spec.check_further_in;
+            let p = placement::place(code, offset, keep, pass_stores);
+            out.push((*spec, offset, p));
+        }
+        Ok(out)
     }
 
     fn attach_library(
@@ -171,42 +257,51 @@ impl Probes {
             placed: Vec::new(),
             missing: Vec::new(),
         };
-        for spec in MUTEX_PROBES {
-            let Some(offset) = lib.symbols.function_offset(spec.function) else {
-                if !report.missing.contains(&spec.function) {
-                    report.missing.push(spec.function);
-                }
-                continue;
+        for spec in FULL_PROBES {
+            if lib.symbols.function_offset(spec.function).is_none() {
+                report.missing.push(spec.function);
+            }
+        }
+        for (spec, offset, place) in Self::placements(lib)? {
+            let check = if place.offset == 0 {
+                spec.check_at_entry
+            } else {
+                spec.check_further_in
             };
-            let prog: &mut UProbe = self
-                .ebpf
-                .program_mut(spec.program)
-                .ok_or(ProbeError::Missing(spec.program))?
-                .try_into()
-                .map_err(|source| ProbeError::Program {
-                    name: spec.program,
-                    source,
-                })?;
-            let point = UProbeAttachPoint {
-                location: UProbeAttachLocation::AbsoluteOffset(offset),
-                cookie: spec.cookie.map(|op| op as u64),
+            let cookie = Cookie::pack(spec.primitive, spec.op, check);
+            let programs: &[&'static str] = match spec.kind {
+                ProbeKind::Call => &[names::PROG_CALL_ENTER, names::PROG_CALL_RETURN],
+                ProbeKind::Mark => &[names::PROG_CALL_MARK],
             };
-            let link = prog
-                .attach(point, Path::new(&lib.host_path), scope)
-                .map_err(|source| ProbeError::Attach {
-                    function: spec.function,
-                    path: lib.path.display().to_string(),
-                    pid,
-                    source,
-                })?;
-            self.links
-                .entry(pid)
-                .or_default()
-                .push((spec.program, link));
-            report.placed.push(Placement {
+            for &program in programs {
+                let prog: &mut UProbe = self
+                    .ebpf
+                    .program_mut(program)
+                    .ok_or(ProbeError::Missing(program))?
+                    .try_into()
+                    .map_err(|source| ProbeError::Program {
+                        name: program,
+                        source,
+                    })?;
+                let point = UProbeAttachPoint {
+                    location: UProbeAttachLocation::AbsoluteOffset(offset + place.offset),
+                    cookie: Some(cookie),
+                };
+                let link = prog
+                    .attach(point, Path::new(&lib.host_path), scope)
+                    .map_err(|source| ProbeError::Attach {
+                        function: spec.function,
+                        path: lib.path.display().to_string(),
+                        pid,
+                        source,
+                    })?;
+                self.links.entry(pid).or_default().push((program, link));
+            }
+            report.placed.push(Placed {
                 function: spec.function,
                 kind: spec.kind,
-                offset,
+                function_offset: offset,
+                placement: place,
             });
         }
         Ok(report)

@@ -3,78 +3,189 @@
 
 use std::path::PathBuf;
 
-use rtm_common::{SyncOp, names};
+use rtm_common::{Check, Primitive, SyncOp};
 
 use crate::target::{
     elf::{ElfError, ElfSymbols},
     process::{self, ProcessError},
 };
 
-/// Entry or return probe.
+/// How a function is probed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ProbeKind {
-    /// At the function's entry.
-    Entry,
-    /// At its return.
-    Return,
+    /// An entry probe and a return probe: the call's duration and result are recorded.
+    Call,
+    /// An entry probe only: the call is recorded when it starts (releases, posts).
+    Mark,
 }
 
-/// One probe to place.
+/// One function to probe.
 #[derive(Debug, Clone, Copy)]
 pub struct ProbeSpec {
     /// Function symbol.
     pub function: &'static str,
-    /// eBPF program name.
-    pub program: &'static str,
-    /// Entry or return.
+    /// Entry and return, or entry only.
     pub kind: ProbeKind,
-    /// Cookie telling a shared program which operation it is on.
-    pub cookie: Option<SyncOp>,
+    /// The object kind.
+    pub primitive: Primitive,
+    /// The operation.
+    pub op: SyncOp,
+    /// Contention check when the probe sits on the first instruction.
+    pub check_at_entry: Check,
+    /// Contention check when the probe sits further in (the first instructions may
+    /// already have changed the lock word, as a spinlock's `lock decl` does).
+    pub check_further_in: Check,
+    /// How many leading arguments the probe reads (they must survive to the probe point).
+    pub args: u8,
 }
 
-const fn entry(function: &'static str, program: &'static str, op: SyncOp) -> ProbeSpec {
+const fn spec(
+    function: &'static str,
+    kind: ProbeKind,
+    primitive: Primitive,
+    op: SyncOp,
+    check: Check,
+) -> ProbeSpec {
     ProbeSpec {
         function,
-        program,
-        kind: ProbeKind::Entry,
-        cookie: Some(op),
+        kind,
+        primitive,
+        op,
+        check_at_entry: check,
+        check_further_in: check,
+        args: 1,
     }
 }
 
-const fn ret(function: &'static str) -> ProbeSpec {
-    ProbeSpec {
-        function,
-        program: names::PROG_MUTEX_LOCK_RETURN,
-        kind: ProbeKind::Return,
-        cookie: None,
-    }
-}
+use {Check as C, Primitive as P, ProbeKind::*, SyncOp as O};
 
-/// The mutex probes: every call of lock, trylock, timedlock and unlock.
-pub const MUTEX_PROBES: [ProbeSpec; 7] = [
-    entry(
-        "pthread_mutex_lock",
-        names::PROG_MUTEX_LOCK_ENTER,
-        SyncOp::Lock,
-    ),
-    ret("pthread_mutex_lock"),
-    entry(
+/// Every function probed in full mode. A libc that lacks one (an old glibc without the
+/// clock* variants) is reported, not an error.
+pub const FULL_PROBES: &[ProbeSpec] = &[
+    spec("pthread_mutex_lock", Call, P::Mutex, O::Lock, C::NonZero),
+    spec(
         "pthread_mutex_trylock",
-        names::PROG_MUTEX_LOCK_ENTER,
-        SyncOp::TryLock,
+        Call,
+        P::Mutex,
+        O::TryLock,
+        C::NonZero,
     ),
-    ret("pthread_mutex_trylock"),
-    entry(
+    spec(
         "pthread_mutex_timedlock",
-        names::PROG_MUTEX_LOCK_ENTER,
-        SyncOp::TimedLock,
+        Call,
+        P::Mutex,
+        O::TimedLock,
+        C::NonZero,
     ),
-    ret("pthread_mutex_timedlock"),
-    entry(
-        "pthread_mutex_unlock",
-        names::PROG_MUTEX_UNLOCK_ENTER,
-        SyncOp::Unlock,
+    spec(
+        "pthread_mutex_clocklock",
+        Call,
+        P::Mutex,
+        O::TimedLock,
+        C::NonZero,
     ),
+    spec("pthread_mutex_unlock", Mark, P::Mutex, O::Unlock, C::None),
+    spec(
+        "pthread_rwlock_rdlock",
+        Call,
+        P::RwLock,
+        O::RdLock,
+        C::WriterBit,
+    ),
+    spec(
+        "pthread_rwlock_tryrdlock",
+        Call,
+        P::RwLock,
+        O::TryRdLock,
+        C::WriterBit,
+    ),
+    spec(
+        "pthread_rwlock_timedrdlock",
+        Call,
+        P::RwLock,
+        O::TimedRdLock,
+        C::WriterBit,
+    ),
+    spec(
+        "pthread_rwlock_clockrdlock",
+        Call,
+        P::RwLock,
+        O::TimedRdLock,
+        C::WriterBit,
+    ),
+    spec("pthread_rwlock_wrlock", Call, P::RwLock, O::WrLock, C::Busy),
+    spec(
+        "pthread_rwlock_trywrlock",
+        Call,
+        P::RwLock,
+        O::TryWrLock,
+        C::Busy,
+    ),
+    spec(
+        "pthread_rwlock_timedwrlock",
+        Call,
+        P::RwLock,
+        O::TimedWrLock,
+        C::Busy,
+    ),
+    spec(
+        "pthread_rwlock_clockwrlock",
+        Call,
+        P::RwLock,
+        O::TimedWrLock,
+        C::Busy,
+    ),
+    spec("pthread_rwlock_unlock", Mark, P::RwLock, O::Unlock, C::None),
+    ProbeSpec {
+        // glibc x86-64: `lock decl (%rdi); jne spin`: 1 is free; after the decrement a
+        // nonzero word means it was held.
+        check_further_in: C::NonZero,
+        ..spec("pthread_spin_lock", Call, P::Spin, O::Lock, C::NotOne)
+    },
+    spec("pthread_spin_trylock", Call, P::Spin, O::TryLock, C::NotOne),
+    spec("pthread_spin_unlock", Mark, P::Spin, O::Unlock, C::None),
+    spec("sem_wait", Call, P::Sem, O::Wait, C::Empty),
+    spec("sem_trywait", Call, P::Sem, O::TryWait, C::Empty),
+    spec("sem_timedwait", Call, P::Sem, O::TimedWait, C::Empty),
+    spec("sem_clockwait", Call, P::Sem, O::TimedWait, C::Empty),
+    spec("sem_post", Mark, P::Sem, O::Post, C::None),
+    ProbeSpec {
+        args: 2,
+        ..spec("pthread_cond_wait", Call, P::Cond, O::Wait, C::None)
+    },
+    ProbeSpec {
+        args: 2,
+        ..spec(
+            "pthread_cond_timedwait",
+            Call,
+            P::Cond,
+            O::TimedWait,
+            C::None,
+        )
+    },
+    ProbeSpec {
+        args: 2,
+        ..spec(
+            "pthread_cond_clockwait",
+            Call,
+            P::Cond,
+            O::TimedWait,
+            C::None,
+        )
+    },
+    spec("pthread_cond_signal", Call, P::Cond, O::Signal, C::None),
+    spec(
+        "pthread_cond_broadcast",
+        Call,
+        P::Cond,
+        O::Broadcast,
+        C::None,
+    ),
+    spec("pthread_barrier_wait", Call, P::Barrier, O::Wait, C::None),
+    spec("pthread_create", Call, P::Thread, O::Create, C::None),
+    spec("pthread_join", Call, P::Thread, O::Join, C::None),
+    spec("pthread_timedjoin_np", Call, P::Thread, O::Join, C::None),
+    spec("pthread_clockjoin_np", Call, P::Thread, O::Join, C::None),
 ];
 
 /// The function whose presence identifies the pthread library.
@@ -175,7 +286,7 @@ mod tests {
             "{:?}",
             lib.path
         );
-        for spec in MUTEX_PROBES {
+        for spec in FULL_PROBES {
             assert!(
                 lib.symbols.function_offset(spec.function).is_some(),
                 "{} missing",

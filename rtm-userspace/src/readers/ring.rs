@@ -31,7 +31,8 @@ impl ReaderStats {
             DecodeError::Short { .. } => self.short_records += 1,
             DecodeError::UnknownKind(_)
             | DecodeError::UnknownPrimitive(_)
-            | DecodeError::UnknownOp(_) => self.unknown_records += 1,
+            | DecodeError::UnknownOp(_)
+            | DecodeError::UnknownTaskOp(_) => self.unknown_records += 1,
         }
     }
 }

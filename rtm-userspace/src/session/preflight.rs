@@ -17,6 +17,13 @@ pub enum PreflightError {
          rtm-trace needs CONFIG_UPROBES and CONFIG_UPROBE_EVENTS"
     )]
     NoUprobes,
+    /// tracefs is not mounted and could not be mounted.
+    #[error(
+        "tracefs is not mounted and mounting it failed ({0}): run \
+         `mount -t tracefs nodev /sys/kernel/tracing` (rtm-trace attaches to futex and sched \
+         tracepoints)"
+    )]
+    NoTracefs(std::io::Error),
     /// The kernel has no BPF syscall.
     #[error("this kernel has no BPF support (CONFIG_BPF_SYSCALL): rtm-trace cannot run here")]
     NoBpf,
@@ -55,12 +62,43 @@ fn check_uprobes(pmu: &Path) -> Result<(), PreflightError> {
     }
 }
 
+/// Makes sure tracefs is mounted where aya looks for tracepoint ids, mounting it at
+/// /sys/kernel/tracing when it is not (a minimal container or VM may not mount it).
+fn ensure_tracefs() -> Result<(), PreflightError> {
+    let mounted = [
+        "/sys/kernel/tracing/events",
+        "/sys/kernel/debug/tracing/events",
+    ]
+    .iter()
+    .any(|p| Path::new(p).is_dir());
+    if mounted {
+        return Ok(());
+    }
+    let target = c"/sys/kernel/tracing";
+    // SAFETY: constant NUL-terminated strings; no data argument.
+    let r = unsafe {
+        libc::mount(
+            c"nodev".as_ptr(),
+            target.as_ptr(),
+            c"tracefs".as_ptr(),
+            0,
+            std::ptr::null(),
+        )
+    };
+    if r != 0 {
+        return Err(PreflightError::NoTracefs(std::io::Error::last_os_error()));
+    }
+    log::info!("mounted tracefs at /sys/kernel/tracing");
+    Ok(())
+}
+
 /// Runs every check.
 pub fn check() -> Result<(), PreflightError> {
     if !caps_allow_tracing(effective_caps()) {
         return Err(PreflightError::NotPrivileged);
     }
     check_uprobes(Path::new(UPROBE_PMU))?;
+    ensure_tracefs()?;
     // SAFETY: BPF_PROG_TYPE probing with a null attr only asks whether the syscall exists.
     let r = unsafe { libc::syscall(libc::SYS_bpf, 0, std::ptr::null::<u8>(), 0) };
     if r < 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ENOSYS) {

@@ -12,10 +12,10 @@ use tokio::{
 use super::{SessionError, exits};
 use crate::{
     EBPF_OBJECT,
-    cli::Cli,
+    cli::{Cli, Mode},
     model::{Snapshot, SyncGraph, Window},
     output::{EndReason, RunInfo, TargetInfo, json, report},
-    probes::{Probes, loader::AttachReport},
+    probes::{Probes, loader::AttachReport, pthread::ProbeKind},
     readers::{EventReader, Losses},
     symbolize::ObjectNamer,
     target::{
@@ -39,11 +39,17 @@ struct State {
     namer: ObjectNamer,
     /// Command names read when each process's first event arrived (after any exec).
     comms: std::collections::HashMap<u32, String>,
+    /// Processes forked by traced processes, not yet handled by the loop.
+    spawned: Vec<u32>,
+    /// Followed processes that exited, not yet dropped from the filter.
+    gone: Vec<u32>,
 }
 
 impl State {
     fn apply(&mut self, ev: &rtm_common::decode::Event) {
         let a = self.model.apply(ev);
+        self.spawned.extend(a.spawned_process);
+        self.gone.extend(a.process_exited);
         if let Some(pid) = a.new_process {
             // Maps are read while the process is alive so names resolve after it exits.
             self.namer.remember(pid);
@@ -71,20 +77,44 @@ fn io_err(what: &str) -> impl FnOnce(std::io::Error) -> SessionError + '_ {
 fn verbose_placements(pid: u32, r: &AttachReport) {
     for p in &r.placed {
         eprintln!(
-            "rtm-trace: PID {pid}: {:?} probe on {} at {}+{:#x} (function entry)",
-            p.kind,
+            "rtm-trace: PID {pid}: {} ({}) at {}+{:#x}: {}",
             p.function,
+            match p.kind {
+                ProbeKind::Call => "entry+return",
+                ProbeKind::Mark => "entry",
+            },
             r.library.display(),
-            p.offset
+            p.function_offset + p.placement.offset,
+            p.placement.reason
         );
     }
+}
+
+/// Attaches the full-mode uprobes to `pid` (in `probe_pid`'s libc) and says what happened.
+fn attach_full(
+    probes: &mut Probes,
+    cli: &Cli,
+    pid: u32,
+    probe_pid: u32,
+) -> Result<AttachReport, SessionError> {
+    let r = probes.attach_pthread(pid, probe_pid)?;
+    if cli.verbose {
+        verbose_placements(pid, &r);
+        for f in &r.missing {
+            eprintln!(
+                "rtm-trace: note: {} does not define {f}; not traced",
+                r.library.display()
+            );
+        }
+    }
+    Ok(r)
 }
 
 pub(super) async fn trace(cli: Cli, mut child: Option<GatedChild>) -> Result<i32, SessionError> {
     // Handlers first: a Ctrl-C at any moment after this still detaches and writes results.
     let mut sigint = signal(SignalKind::interrupt()).map_err(io_err("SIGINT handler"))?;
     let mut sigterm = signal(SignalKind::terminate()).map_err(io_err("SIGTERM handler"))?;
-    let mut probes = match Probes::load(EBPF_OBJECT, cli.ring_size) {
+    let mut probes = match Probes::load(EBPF_OBJECT, cli.ring_size, cli.follow_forks()) {
         Ok(p) => p,
         Err(e) => {
             drop(child); // the gated child sees the gate close and exits 127
@@ -109,22 +139,21 @@ pub(super) async fn trace(cli: Cli, mut child: Option<GatedChild>) -> Result<i32
         } else {
             pid
         };
-        let r = probes.attach_mutex(pid, probe_pid)?;
-        if cli.verbose {
-            verbose_placements(pid, &r);
-        }
-        for f in &r.missing {
-            eprintln!(
-                "rtm-trace: note: {} does not define {f}; not traced",
-                r.library.display()
-            );
-        }
+        let library = match cli.mode {
+            Mode::Full => Some(
+                attach_full(&mut probes, &cli, pid, probe_pid)?
+                    .library
+                    .display()
+                    .to_string(),
+            ),
+            Mode::Contention => None,
+        };
         let launched = child.as_ref().is_some_and(|c| c.pid == pid);
         targets.push(TargetInfo {
             pid,
             // A launched child still runs the tracer's image: its name comes after exec.
             comm: if launched { None } else { process::comm(pid) },
-            library: Some(r.library.display().to_string()),
+            library,
             ended: None,
         });
     }
@@ -180,10 +209,13 @@ pub(super) async fn trace(cli: Cli, mut child: Option<GatedChild>) -> Result<i32
     });
 
     let mut state = State {
-        model: SyncGraph::new(cli.limits()),
+        model: SyncGraph::new(cli.limits(), cli.mode == Mode::Contention),
         namer: ObjectNamer::default(),
         comms: Default::default(),
+        spawned: Vec::new(),
+        gone: Vec::new(),
     };
+    let mut followed: Vec<u32> = Vec::new();
     let mut child_exit: Option<ChildExit> = None;
     let mut live = pids.len();
     let reason = loop {
@@ -198,6 +230,7 @@ pub(super) async fn trace(cli: Cli, mut child: Option<GatedChild>) -> Result<i32
         match wake {
             Wake::Events => {
                 reader.drain(BATCH, &mut |ev| state.apply(ev));
+                follow(&mut probes, &cli, &mut state, &mut followed);
             }
             Wake::Tick => {
                 reader.drain_now(&mut |ev| state.apply(ev));
@@ -251,6 +284,7 @@ pub(super) async fn trace(cli: Cli, mut child: Option<GatedChild>) -> Result<i32
     // Stop collecting at once, take what is in flight, and write the results; the
     // breakpoints themselves go afterwards, since unregistering them is slow.
     probes.stop(&pids);
+    probes.stop(&followed);
     let end_ns = monotonic_ns();
     reader.drain_now(&mut |ev| state.apply(ev));
     let losses = probes.losses()?;
@@ -290,6 +324,32 @@ pub(super) async fn trace(cli: Cli, mut child: Option<GatedChild>) -> Result<i32
     }
 }
 
+/// Handles processes the targets forked (already in the in-kernel filter, put there by
+/// the fork tracepoint): full mode gives them their own uprobes. Followed processes that
+/// exited leave the filter.
+fn follow(probes: &mut Probes, cli: &Cli, state: &mut State, followed: &mut Vec<u32>) {
+    for pid in std::mem::take(&mut state.spawned) {
+        if !cli.follow_forks() || followed.contains(&pid) {
+            continue;
+        }
+        followed.push(pid);
+        if cli.verbose {
+            eprintln!("rtm-trace: following forked process {pid}");
+        }
+        if cli.mode == Mode::Full
+            && let Err(e) = attach_full(probes, cli, pid, pid)
+        {
+            eprintln!("rtm-trace: warning: cannot probe forked process {pid}: {e}");
+        }
+    }
+    for pid in std::mem::take(&mut state.gone) {
+        if let Some(i) = followed.iter().position(|p| *p == pid) {
+            followed.swap_remove(i);
+            probes.stop(&[pid]);
+        }
+    }
+}
+
 fn run_info(
     cli: &Cli,
     targets: &[TargetInfo],
@@ -299,6 +359,7 @@ fn run_info(
     reader: &EventReader,
 ) -> RunInfo {
     RunInfo {
+        mode: cli.mode,
         command: (!cli.command.is_empty()).then(|| {
             cli.command
                 .iter()

@@ -3,7 +3,7 @@
 
 use std::{collections::HashMap, path::Path};
 
-use object::{Object, ObjectSegment, ObjectSymbol, SymbolKind};
+use object::{Object, ObjectSegment, ObjectSymbol, SymbolKind, read::elf::VersionTable};
 
 /// Errors reading an ELF file.
 #[derive(Debug, thiserror::Error)]
@@ -39,7 +39,8 @@ struct Segment {
 /// Symbols and segments of one ELF file.
 #[derive(Debug, Default)]
 pub struct ElfSymbols {
-    functions: HashMap<String, u64>,
+    /// Name -> (address, size); the default version wins over compatibility versions.
+    functions: HashMap<String, (u64, u64)>,
     /// Data symbols sorted by address: (address, size, name).
     data: Vec<(u64, u64, String)>,
     segments: Vec<Segment>,
@@ -64,7 +65,31 @@ impl ElfSymbols {
     pub fn parse(bytes: &[u8]) -> Result<Self, object::Error> {
         let file = object::File::parse(bytes)?;
         let mut out = ElfSymbols::default();
-        for sym in file.dynamic_symbols().chain(file.symbols()) {
+        // Which dynamic symbols are compatibility versions (`name@VER`, not `name@@VER`):
+        // glibc keeps old pthread_cond_wait & co. beside the current ones.
+        let hidden: Vec<bool> = match &file {
+            object::File::Elf64(elf) => {
+                let endian = elf.endian();
+                let versions: Option<
+                    VersionTable<'_, object::elf::FileHeader64<object::Endianness>>,
+                > = elf
+                    .elf_section_table()
+                    .versions(endian, elf.data())
+                    .ok()
+                    .flatten();
+                let n = elf.elf_dynamic_symbol_table().len();
+                (0..n)
+                    .map(|i| {
+                        versions.as_ref().is_some_and(|v| {
+                            v.version_index(endian, object::SymbolIndex(i)).is_hidden()
+                        })
+                    })
+                    .collect()
+            }
+            _ => Vec::new(),
+        };
+        let dynamic = file.dynamic_symbols().map(|s| (true, s));
+        for (is_dynamic, sym) in dynamic.chain(file.symbols().map(|s| (false, s))) {
             if !sym.is_definition() {
                 continue;
             }
@@ -74,9 +99,14 @@ impl ElfSymbols {
             }
             match sym.kind() {
                 SymbolKind::Text => {
-                    out.functions
-                        .entry(name.to_owned())
-                        .or_insert(sym.address());
+                    let value = (sym.address(), sym.size());
+                    let is_default =
+                        is_dynamic && !hidden.get(sym.index().0).copied().unwrap_or(false);
+                    if is_default {
+                        out.functions.insert(name.to_owned(), value);
+                    } else {
+                        out.functions.entry(name.to_owned()).or_insert(value);
+                    }
                 }
                 SymbolKind::Data => out.data.push((sym.address(), sym.size(), name.to_owned())),
                 _ => {}
@@ -107,7 +137,12 @@ impl ElfSymbols {
 
     /// Virtual address of a defined function.
     pub fn function(&self, name: &str) -> Option<u64> {
-        self.functions.get(name).copied()
+        self.functions.get(name).map(|f| f.0)
+    }
+
+    /// Size in bytes of a defined function (0 when the symbol does not say).
+    pub fn function_size(&self, name: &str) -> Option<u64> {
+        self.functions.get(name).map(|f| f.1)
     }
 
     /// File offset of a virtual address inside a loaded segment's file bytes.
@@ -155,15 +190,21 @@ impl ElfSymbols {
 mod tests {
     use super::*;
 
+    fn libc_path() -> std::path::PathBuf {
+        let m = crate::target::process::modules(std::process::id()).expect("own maps");
+        m.iter()
+            .find(|m| {
+                m.path
+                    .file_name()
+                    .is_some_and(|n| n.to_string_lossy().starts_with("libc.so"))
+            })
+            .expect("glibc mapped")
+            .path
+            .clone()
+    }
+
     fn libc() -> Option<ElfSymbols> {
-        let me = std::process::id();
-        let m = crate::target::process::modules(me).ok()?;
-        let libc = m.iter().find(|m| {
-            m.path
-                .file_name()
-                .is_some_and(|n| n.to_string_lossy().starts_with("libc.so"))
-        })?;
-        ElfSymbols::open(&libc.path).ok()
+        ElfSymbols::open(&libc_path()).ok()
     }
 
     #[test]
@@ -175,6 +216,25 @@ mod tests {
             .expect("defined");
         assert!(lock > 0 && unlock > 0 && lock != unlock);
         assert_eq!(elf.function("no_such_function_anywhere"), None);
+    }
+
+    #[test]
+    fn default_symbol_versions_win_over_compatibility_ones() {
+        let elf = libc().expect("this test binary maps glibc");
+        // glibc 2.3.2 replaced pthread_cond_wait; the old one stays as @GLIBC_2.2.5.
+        let out = std::process::Command::new("nm")
+            .args(["-D", "--defined-only"])
+            .arg(libc_path())
+            .output()
+            .expect("nm (binutils) runs");
+        let text = String::from_utf8_lossy(&out.stdout);
+        let default = text
+            .lines()
+            .find(|l| l.ends_with(" pthread_cond_wait@@GLIBC_2.3.2"))
+            .and_then(|l| u64::from_str_radix(l.split(' ').next()?, 16).ok())
+            .expect("nm lists the default pthread_cond_wait");
+        assert_eq!(elf.function("pthread_cond_wait"), Some(default));
+        assert!(elf.function_size("pthread_cond_wait").unwrap() > 0);
     }
 
     #[test]

@@ -1,4 +1,6 @@
-use rtm_common::{EventHeader, EventKind, SyncEvent, decode::decode, decode::encode};
+use rtm_common::{
+    EventHeader, EventKind, SyncEvent, TaskEvent, TaskOp, decode::decode, decode::encode,
+};
 
 use super::*;
 
@@ -6,6 +8,23 @@ const M1: u64 = 0x1000;
 const M2: u64 = 0x2000;
 
 fn ev(tid: u32, ts: u64, op: SyncOp, obj: u64, wait: u64, ret: i32, contended: bool) -> Event {
+    let flags = if contended { SYNC_FLAG_CONTENDED } else { 0 };
+    evp(Primitive::Mutex, tid, ts, op, obj, wait, ret, flags, 0, 0)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn evp(
+    primitive: Primitive,
+    tid: u32,
+    ts: u64,
+    op: SyncOp,
+    obj: u64,
+    wait: u64,
+    ret: i32,
+    flags: u32,
+    aux: u64,
+    extra: u32,
+) -> Event {
     let raw = SyncEvent {
         header: EventHeader {
             kind: EventKind::Sync as u32,
@@ -15,26 +34,33 @@ fn ev(tid: u32, ts: u64, op: SyncOp, obj: u64, wait: u64, ret: i32, contended: b
             tid,
         },
         object: obj,
+        aux,
         caller: 0,
         wait_ns: wait,
-        primitive: Primitive::Mutex as u32,
+        primitive: primitive as u32,
         op: op as u32,
         ret,
-        flags: if contended { SYNC_FLAG_CONTENDED } else { 0 },
+        flags,
+        extra,
+        pad: 0,
     };
     decode(encode(&raw)).expect("valid event")
 }
 
 fn edge(g: &SyncGraph, tid: u32, obj: u64) -> &EdgeStats {
+    edge_as(g, tid, obj, Role::Use)
+}
+
+fn edge_as(g: &SyncGraph, tid: u32, obj: u64, role: Role) -> &EdgeStats {
     g.edges()
-        .find(|(k, _)| k.thread.tid == tid && k.object.addr == obj)
+        .find(|(k, _)| k.thread.tid == tid && k.object.addr == obj && k.role == role)
         .map(|(_, e)| e)
         .expect("edge exists")
 }
 
 #[test]
 fn lock_unlock_pairs_give_counts_waits_and_holds() {
-    let mut g = SyncGraph::new(Limits::default());
+    let mut g = SyncGraph::new(Limits::default(), false);
     // Thread 1 holds M1 for 100 ns twice; thread 2 waits 50 ns once, contended.
     g.apply(&ev(1, 1_000, SyncOp::Lock, M1, 10, 0, false));
     g.apply(&ev(1, 1_100, SyncOp::Unlock, M1, 0, 0, false));
@@ -63,7 +89,7 @@ fn lock_unlock_pairs_give_counts_waits_and_holds() {
 
 #[test]
 fn failed_trylocks_timeouts_and_errors_are_not_acquisitions() {
-    let mut g = SyncGraph::new(Limits::default());
+    let mut g = SyncGraph::new(Limits::default(), false);
     g.apply(&ev(1, 10, SyncOp::TryLock, M1, 1, EBUSY, false));
     g.apply(&ev(1, 20, SyncOp::TimedLock, M1, 5_000, ETIMEDOUT, true));
     g.apply(&ev(
@@ -88,7 +114,7 @@ fn failed_trylocks_timeouts_and_errors_are_not_acquisitions() {
 
 #[test]
 fn recursive_acquisitions_hold_until_the_last_release() {
-    let mut g = SyncGraph::new(Limits::default());
+    let mut g = SyncGraph::new(Limits::default(), false);
     g.apply(&ev(1, 100, SyncOp::Lock, M1, 0, 0, false));
     g.apply(&ev(1, 200, SyncOp::Lock, M1, 0, 0, false));
     g.apply(&ev(1, 300, SyncOp::Unlock, M1, 0, 0, false));
@@ -100,7 +126,7 @@ fn recursive_acquisitions_hold_until_the_last_release() {
 
 #[test]
 fn release_without_acquire_and_missed_release_are_counted() {
-    let mut g = SyncGraph::new(Limits::default());
+    let mut g = SyncGraph::new(Limits::default(), false);
     g.apply(&ev(1, 100, SyncOp::Unlock, M1, 0, 0, false));
     g.apply(&ev(1, 200, SyncOp::Lock, M2, 0, 0, false));
     g.apply(&ev(2, 300, SyncOp::Lock, M2, 0, 0, false)); // thread 1's release was not seen
@@ -118,8 +144,9 @@ fn caps_bound_memory_and_count_what_they_drop() {
         max_objects: 3,
         max_edges: 4,
         max_histograms: 1,
+        max_barrier_calls: 10,
     };
-    let mut g = SyncGraph::new(limits);
+    let mut g = SyncGraph::new(limits, false);
     for obj in 0..10u64 {
         g.apply(&ev(1, obj, SyncOp::Lock, obj, 1, 0, false));
     }
@@ -133,7 +160,7 @@ fn caps_bound_memory_and_count_what_they_drop() {
 
 #[test]
 fn new_threads_and_processes_are_reported_once() {
-    let mut g = SyncGraph::new(Limits::default());
+    let mut g = SyncGraph::new(Limits::default(), false);
     let a = g.apply(&ev(1, 1, SyncOp::Lock, M1, 0, 0, false));
     assert_eq!(a.new_process, Some(100));
     assert_eq!(a.new_thread, Some(ThreadKey { pid: 100, tid: 1 }));
@@ -144,4 +171,184 @@ fn new_threads_and_processes_are_reported_once() {
     );
     let c = g.apply(&ev(2, 3, SyncOp::Unlock, M2, 0, 0, false));
     assert_eq!(c, Applied::default());
+}
+
+#[test]
+fn rwlock_readers_share_and_writers_are_separate_edges() {
+    let mut g = SyncGraph::new(Limits::default(), false);
+    let rw = |tid, ts, op, wait, contended| {
+        let flags = if contended { SYNC_FLAG_CONTENDED } else { 0 };
+        evp(Primitive::RwLock, tid, ts, op, M1, wait, 0, flags, 0, 0)
+    };
+    g.apply(&rw(1, 100, SyncOp::RdLock, 5, false));
+    g.apply(&rw(2, 110, SyncOp::RdLock, 5, false)); // a second reader: no interruption
+    g.apply(&rw(1, 200, SyncOp::Unlock, 0, false));
+    g.apply(&rw(2, 260, SyncOp::Unlock, 0, false));
+    g.apply(&rw(3, 300, SyncOp::WrLock, 150, true)); // waited for the readers
+    g.apply(&rw(3, 400, SyncOp::Unlock, 0, false));
+    assert_eq!(g.counters().interrupted_holds, 0);
+    assert_eq!(edge_as(&g, 1, M1, Role::Read).hold.total(), 100);
+    assert_eq!(edge_as(&g, 2, M1, Role::Read).hold.total(), 150);
+    let w = edge_as(&g, 3, M1, Role::Write);
+    assert_eq!((w.counts.contended, w.counts.contended_wait_ns), (1, 150));
+    assert_eq!(w.hold.total(), 100);
+}
+
+#[test]
+fn cond_wait_ends_and_restarts_the_mutex_hold() {
+    let mut g = SyncGraph::new(Limits::default(), false);
+    const C: u64 = 0x3000;
+    g.apply(&ev(1, 100, SyncOp::Lock, M1, 0, 0, false));
+    // Waits 1000 ns on C from 200 to 1200, releasing M1 meanwhile.
+    g.apply(&evp(
+        Primitive::Cond,
+        1,
+        1_200,
+        SyncOp::Wait,
+        C,
+        1_000,
+        0,
+        0,
+        M1,
+        0,
+    ));
+    g.apply(&ev(1, 1_250, SyncOp::Unlock, M1, 0, 0, false));
+    g.apply(&evp(
+        Primitive::Cond,
+        2,
+        1_100,
+        SyncOp::Signal,
+        C,
+        3,
+        0,
+        0,
+        0,
+        1,
+    ));
+    let m = edge(&g, 1, M1);
+    assert_eq!((m.hold.count(), m.hold.total()), (2, 100 + 50));
+    let c = edge(&g, 1, C);
+    assert_eq!((c.counts.waits, c.wait.total()), (1, 1_000));
+    let s = edge(&g, 2, C);
+    assert_eq!((s.counts.signals, s.counts.woken), (1, 1));
+    let meta = g.objects().find(|(k, _)| k.addr == C).unwrap().1;
+    assert_eq!(meta.mutex, Some(M1));
+    assert_eq!(g.counters().interrupted_holds, 0);
+}
+
+#[test]
+fn futex_waits_name_their_waker_and_are_objects_only_in_contention_mode() {
+    for futex_objects in [true, false] {
+        let mut g = SyncGraph::new(Limits::default(), futex_objects);
+        let wait = |tid, ts, waker| {
+            evp(
+                Primitive::Futex,
+                tid,
+                ts,
+                SyncOp::Wait,
+                M1,
+                400,
+                0,
+                0,
+                128,
+                waker,
+            )
+        };
+        g.apply(&wait(1, 1_000, 2));
+        g.apply(&wait(1, 2_000, 2));
+        g.apply(&wait(3, 2_100, 0));
+        g.apply(&evp(
+            Primitive::Futex,
+            2,
+            990,
+            SyncOp::Wake,
+            M1,
+            0,
+            1,
+            0,
+            129,
+            0,
+        ));
+        let (k, w) = g.waits_for().next().unwrap();
+        assert_eq!((k.waiter, k.waker, k.object, w.count), (1, 2, M1, 2));
+        assert_eq!(w.wait.total(), 800);
+        assert_eq!(g.counters().waits_without_waker, 1);
+        assert_eq!(g.objects().count(), usize::from(futex_objects));
+        if futex_objects {
+            let e = edge(&g, 1, M1);
+            assert_eq!((e.counts.waits, e.counts.contended_wait_ns), (2, 800));
+            assert_eq!(edge(&g, 2, M1).counts.woken, 1);
+        }
+    }
+}
+
+#[test]
+fn spawns_build_the_thread_tree_and_report_new_processes() {
+    let mut g = SyncGraph::new(Limits::default(), false);
+    let task = |pid, tid, ts, op: TaskOp, child, flags, name: &str| {
+        let mut comm = [0u8; 16];
+        comm[..name.len()].copy_from_slice(name.as_bytes());
+        let raw = TaskEvent {
+            header: EventHeader {
+                kind: EventKind::Task as u32,
+                cpu: 0,
+                ts_ns: ts,
+                pid,
+                tid,
+            },
+            op: op as u32,
+            child,
+            clone_flags: flags,
+            comm,
+        };
+        decode(encode(&raw)).unwrap()
+    };
+    g.apply(&task(100, 100, 10, TaskOp::Spawn, 101, CLONE_THREAD, "app"));
+    let a = g.apply(&task(100, 101, 20, TaskOp::Spawn, 200, 0, "app"));
+    assert_eq!(a.spawned_process, Some(200));
+    let b = g.apply(&task(100, 101, 30, TaskOp::Exit, 0, 0, "worker"));
+    assert_eq!(b.process_exited, None);
+    let t = |pid, tid| {
+        g.threads()
+            .find(|(k, _)| **k == ThreadKey { pid, tid })
+            .unwrap()
+            .1
+    };
+    assert_eq!(t(100, 101).parent, Some(ThreadKey { pid: 100, tid: 100 }));
+    assert_eq!(
+        (t(100, 101).start_ns, t(100, 101).exited_ns),
+        (Some(10), Some(30))
+    );
+    assert_eq!(t(100, 101).name.as_deref(), Some("worker"));
+    assert_eq!(t(200, 200).parent, Some(ThreadKey { pid: 100, tid: 101 }));
+}
+
+#[test]
+fn semaphores_count_posts_and_failed_trywaits() {
+    let mut g = SyncGraph::new(Limits::default(), false);
+    const S: u64 = 0x4000;
+    let sem =
+        |tid, op, wait, ret, flags| evp(Primitive::Sem, tid, 10, op, S, wait, ret, flags, 0, 0);
+    g.apply(&sem(
+        1,
+        SyncOp::Wait,
+        900,
+        0,
+        SYNC_FLAG_CONTENDED | SYNC_FLAG_BLOCKED,
+    ));
+    g.apply(&sem(1, SyncOp::TryWait, 1, -1, 0));
+    g.apply(&sem(2, SyncOp::Post, 0, 0, 0));
+    g.apply(&sem(2, SyncOp::Post, 0, 0, 0));
+    let e = edge(&g, 1, S);
+    assert_eq!(
+        (
+            e.counts.acquisitions,
+            e.counts.contended,
+            e.counts.blocked,
+            e.counts.failed_trylocks
+        ),
+        (1, 1, 1, 1)
+    );
+    assert_eq!(edge(&g, 2, S).counts.posts, 2);
+    assert_eq!(g.counters().unmatched_releases, 0);
 }

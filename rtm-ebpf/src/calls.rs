@@ -1,0 +1,170 @@
+//! Uprobes on the pthread and semaphore functions, shared through cookies.
+//!
+//! `call_enter` remembers a blocking call per thread; `call_return` emits one
+//! `SyncEvent` with the time spent in it; `call_mark` emits releases and posts at once.
+//! The cookie set at attach time says which primitive and operation a probe is on and
+//! how to judge contention from the object's first word (which depends on where in the
+//! function userspace placed the probe).
+
+use aya_ebpf::{
+    EbpfContext as _,
+    helpers::{bpf_get_attach_cookie, bpf_probe_read_user},
+    macros::{uprobe, uretprobe},
+    programs::{ProbeContext, RetProbeContext},
+};
+use rtm_common::{
+    Check, Cookie, EventKind, LossCounter, PendingCall, Primitive, SYNC_FLAG_CONTENDED, SyncEvent,
+    SyncOp,
+};
+
+use crate::{
+    emit::{self, header, now},
+    filter::traced_pid_tgid,
+    maps::{DEPTH, MAX_DEPTH, PENDING, count_loss, pending_key},
+};
+
+/// Reads the return address at the top of the stack. Userspace only places probes where
+/// nothing has been pushed yet, so this is the caller.
+#[inline(always)]
+fn caller(ctx: &ProbeContext) -> u64 {
+    // SAFETY: regs points at the probed task's saved registers.
+    let sp = unsafe { (*ctx.regs).rsp };
+    // SAFETY: bpf_probe_read_user checks the user address itself.
+    unsafe { bpf_probe_read_user(sp as *const u64) }.unwrap_or(0)
+}
+
+/// Applies the cookie's contention check to the object's first word.
+#[inline(always)]
+fn contended(check: u32, object: u64) -> bool {
+    if check == Check::None as u32 {
+        return false;
+    }
+    // SAFETY: bpf_probe_read_user checks the user address itself.
+    let word = unsafe { bpf_probe_read_user(object as *const u32) }.unwrap_or(0);
+    match check {
+        c if c == Check::NonZero as u32 => word != 0,
+        c if c == Check::NotOne as u32 => word != 1,
+        c if c == Check::WriterBit as u32 => word & 2 != 0,
+        c if c == Check::Empty as u32 => word == 0,
+        c if c == Check::Busy as u32 => word & !1 != 0,
+        _ => false,
+    }
+}
+
+#[inline(always)]
+fn cookie(ctx: &ProbeContext) -> u64 {
+    // SAFETY: helper without preconditions; the cookie is set by userspace at attach.
+    unsafe { bpf_get_attach_cookie(ctx.as_ptr()) }
+}
+
+/// Entry of a blocking call.
+#[uprobe]
+pub fn call_enter(ctx: ProbeContext) -> u32 {
+    let Some(pid_tgid) = traced_pid_tgid() else {
+        return 0;
+    };
+    let raw = cookie(&ctx);
+    let c = Cookie::unpack(raw);
+    let object: u64 = ctx.arg(0).unwrap_or(0);
+    let call = PendingCall {
+        object,
+        aux: ctx.arg(1).unwrap_or(0),
+        caller: caller(&ctx),
+        start_ns: now(),
+        cookie: raw,
+        flags: if contended(c.check, object) {
+            SYNC_FLAG_CONTENDED
+        } else {
+            0
+        },
+        extra: 0,
+    };
+    // SAFETY: the value is copied at once.
+    let depth = unsafe { DEPTH.get(pid_tgid) }.copied().unwrap_or(0);
+    if depth >= MAX_DEPTH
+        || PENDING
+            .insert(pending_key(pid_tgid, depth), call, 0)
+            .is_err()
+    {
+        count_loss(LossCounter::PendingFull);
+        return 0;
+    }
+    let _ = DEPTH.insert(pid_tgid, depth + 1, 0);
+    0
+}
+
+/// Return of a blocking call.
+#[uretprobe]
+pub fn call_return(ctx: RetProbeContext) -> u32 {
+    let Some(pid_tgid) = traced_pid_tgid() else {
+        return 0;
+    };
+    // SAFETY: the value is copied at once.
+    let depth = unsafe { DEPTH.get(pid_tgid) }.copied().unwrap_or(0);
+    if depth == 0 {
+        count_loss(LossCounter::MissedEntry);
+        return 0;
+    }
+    let depth = depth - 1;
+    if depth == 0 {
+        let _ = DEPTH.remove(pid_tgid);
+    } else {
+        let _ = DEPTH.insert(pid_tgid, depth, 0);
+    }
+    let key = pending_key(pid_tgid, depth);
+    // SAFETY: the value is copied out before the entry is removed.
+    let Some(call) = (unsafe { PENDING.get(key) }).copied() else {
+        count_loss(LossCounter::MissedEntry);
+        return 0;
+    };
+    let _ = PENDING.remove(key);
+    let ts = now();
+    let c = Cookie::unpack(call.cookie);
+    let ret: i64 = ctx.ret();
+    let (object, aux) = if c.primitive == Primitive::Thread as u32 && c.op == SyncOp::Create as u32
+    {
+        // pthread_create(pthread_t *out, ...): the new thread's handle is in *out now.
+        // SAFETY: bpf_probe_read_user checks the user address itself.
+        let handle = unsafe { bpf_probe_read_user(call.object as *const u64) }.unwrap_or(0);
+        (handle, 0)
+    } else {
+        (call.object, call.aux)
+    };
+    emit::sync(SyncEvent {
+        header: header(EventKind::Sync, pid_tgid, ts),
+        object,
+        aux,
+        caller: call.caller,
+        wait_ns: ts.saturating_sub(call.start_ns),
+        primitive: c.primitive,
+        op: c.op,
+        ret: ret as i32,
+        flags: call.flags,
+        extra: call.extra,
+        pad: 0,
+    });
+    0
+}
+
+/// Entry of a call recorded at once (unlock, post).
+#[uprobe]
+pub fn call_mark(ctx: ProbeContext) -> u32 {
+    let Some(pid_tgid) = traced_pid_tgid() else {
+        return 0;
+    };
+    let c = Cookie::unpack(cookie(&ctx));
+    emit::sync(SyncEvent {
+        header: header(EventKind::Sync, pid_tgid, now()),
+        object: ctx.arg(0).unwrap_or(0),
+        aux: 0,
+        caller: caller(&ctx),
+        wait_ns: 0,
+        primitive: c.primitive,
+        op: c.op,
+        ret: 0,
+        flags: 0,
+        extra: 0,
+        pad: 0,
+    });
+    0
+}

@@ -1,0 +1,50 @@
+//! Writing records to the ring buffer; a full ring is counted, never silent.
+
+use aya_ebpf::helpers::{bpf_get_smp_processor_id, bpf_ktime_get_ns};
+use rtm_common::{EventHeader, EventKind, LossCounter, SyncEvent, TaskEvent};
+
+use crate::maps::{EVENTS, count_loss};
+
+/// The common header for the current task.
+#[inline(always)]
+pub fn header(kind: EventKind, pid_tgid: u64, ts_ns: u64) -> EventHeader {
+    EventHeader {
+        kind: kind as u32,
+        // SAFETY: helper without preconditions.
+        cpu: unsafe { bpf_get_smp_processor_id() },
+        ts_ns,
+        pid: (pid_tgid >> 32) as u32,
+        tid: pid_tgid as u32,
+    }
+}
+
+/// Current CLOCK_MONOTONIC time.
+#[inline(always)]
+pub fn now() -> u64 {
+    // SAFETY: helper without preconditions.
+    unsafe { bpf_ktime_get_ns() }
+}
+
+/// Sends a sync record.
+#[inline(always)]
+pub fn sync(event: SyncEvent) {
+    match EVENTS.reserve::<SyncEvent>(0) {
+        Some(mut entry) => {
+            entry.write(event);
+            entry.submit(0);
+        }
+        None => count_loss(LossCounter::RingFull),
+    }
+}
+
+/// Sends a task record.
+#[inline(always)]
+pub fn task(event: TaskEvent) {
+    match EVENTS.reserve::<TaskEvent>(0) {
+        Some(mut entry) => {
+            entry.write(event);
+            entry.submit(0);
+        }
+        None => count_loss(LossCounter::RingFull),
+    }
+}

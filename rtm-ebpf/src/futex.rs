@@ -1,0 +1,122 @@
+//! The futex syscall tracepoints: contended waits and the wakes that end them.
+//!
+//! The uncontended paths of glibc's primitives never enter the kernel, so these
+//! programs cost nothing there. A wait is reported at its exit with the thread whose
+//! FUTEX_WAKE on the same word (in the same process) came last before it returned: the
+//! releaser the waiter was waiting for. A blocking uprobed call in flight on the thread
+//! is marked as having blocked, and a wake inside pthread_cond_signal/broadcast adds the
+//! threads it woke to that call.
+
+use aya_ebpf::{macros::tracepoint, programs::TracePointContext};
+use rtm_common::{
+    EventKind, FUTEX_CMD_MASK, FutexKey, FutexWaker, LossCounter, PendingFutex, Primitive,
+    SYNC_FLAG_BLOCKED, SyncEvent, SyncOp, futex_cmd_waits, futex_cmd_wakes,
+};
+
+use crate::{
+    emit::{self, header, now},
+    filter::traced_pid_tgid,
+    maps::{PENDING_FUTEX, WAKERS, count_loss, innermost},
+};
+
+/// Offsets in syscalls/sys_enter_futex and sys_exit_futex (stable syscall ABI layout).
+const ENTER_UADDR: usize = 16;
+const ENTER_OP: usize = 24;
+const EXIT_RET: usize = 16;
+
+/// sys_enter_futex.
+#[tracepoint]
+pub fn futex_enter(ctx: TracePointContext) -> u32 {
+    let Some(pid_tgid) = traced_pid_tgid() else {
+        return 0;
+    };
+    // SAFETY: offsets of the tracepoint's fixed fields.
+    let uaddr: u64 = unsafe { ctx.read_at(ENTER_UADDR) }.unwrap_or(0);
+    // SAFETY: as above.
+    let op = unsafe { ctx.read_at::<u64>(ENTER_OP) }.unwrap_or(0) as u32;
+    let cmd = op & FUTEX_CMD_MASK;
+    let ts = now();
+    if futex_cmd_waits(cmd) {
+        if let Some(call) = innermost(pid_tgid) {
+            // SAFETY: this thread's own entry; only this thread writes it.
+            unsafe { (*call).flags |= SYNC_FLAG_BLOCKED };
+        }
+    } else if futex_cmd_wakes(cmd) {
+        let key = FutexKey {
+            tgid: (pid_tgid >> 32) as u32,
+            pad: 0,
+            uaddr,
+        };
+        let waker = FutexWaker {
+            ts_ns: ts,
+            tid: pid_tgid as u32,
+            pad: 0,
+        };
+        let _ = WAKERS.insert(key, waker, 0);
+    } else {
+        return 0;
+    }
+    let pending = PendingFutex {
+        uaddr,
+        start_ns: ts,
+        op,
+        pad: 0,
+    };
+    if PENDING_FUTEX.insert(pid_tgid, pending, 0).is_err() {
+        count_loss(LossCounter::PendingFull);
+    }
+    0
+}
+
+/// sys_exit_futex.
+#[tracepoint]
+pub fn futex_exit(ctx: TracePointContext) -> u32 {
+    let Some(pid_tgid) = traced_pid_tgid() else {
+        return 0;
+    };
+    // SAFETY: the value is copied out before the entry is removed.
+    let Some(f) = (unsafe { PENDING_FUTEX.get(pid_tgid) }).copied() else {
+        return 0;
+    };
+    let _ = PENDING_FUTEX.remove(pid_tgid);
+    // SAFETY: offset of the tracepoint's fixed field.
+    let ret = unsafe { ctx.read_at::<i64>(EXIT_RET) }.unwrap_or(0);
+    let ts = now();
+    let cmd = f.op & FUTEX_CMD_MASK;
+    let (op, wait_ns, extra) = if futex_cmd_waits(cmd) {
+        let key = FutexKey {
+            tgid: (pid_tgid >> 32) as u32,
+            pad: 0,
+            uaddr: f.uaddr,
+        };
+        // SAFETY: the value is copied out at once.
+        let waker = match unsafe { WAKERS.get(key) } {
+            Some(w) if w.ts_ns >= f.start_ns && w.tid != pid_tgid as u32 => w.tid,
+            _ => 0,
+        };
+        (SyncOp::Wait, ts.saturating_sub(f.start_ns), waker)
+    } else {
+        if ret <= 0 {
+            return 0;
+        }
+        if let Some(call) = innermost(pid_tgid) {
+            // SAFETY: this thread's own entry; only this thread writes it.
+            unsafe { (*call).extra = (*call).extra.saturating_add(ret as u32) };
+        }
+        (SyncOp::Wake, 0, 0)
+    };
+    emit::sync(SyncEvent {
+        header: header(EventKind::Sync, pid_tgid, ts),
+        object: f.uaddr,
+        aux: f.op as u64,
+        caller: 0,
+        wait_ns,
+        primitive: Primitive::Futex as u32,
+        op: op as u32,
+        ret: ret as i32,
+        flags: 0,
+        extra,
+        pad: 0,
+    });
+    0
+}

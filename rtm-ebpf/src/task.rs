@@ -1,0 +1,83 @@
+//! Thread and process lifecycle from the task and sched tracepoints: who created whom,
+//! exits and execs. Processes forked by a traced process join the filter when
+//! `FOLLOW_FORKS` is set, before the child runs.
+
+use aya_ebpf::{helpers::bpf_get_current_comm, macros::tracepoint, programs::TracePointContext};
+use rtm_common::{CLONE_THREAD, EventKind, Primitive, SyncOp, TaskEvent, TaskOp};
+
+use crate::{
+    emit::{self, header, now},
+    filter::traced_pid_tgid,
+    maps::{FOLLOW_FORKS, TRACED_TGIDS, forget_thread, innermost},
+};
+
+/// task/task_newtask fields.
+const NEW_PID: usize = 8;
+const NEW_COMM: usize = 12;
+const NEW_FLAGS: usize = 32;
+/// sched/sched_process_exit fields.
+const EXIT_COMM: usize = 8;
+const EXIT_GROUP_DEAD: usize = 32;
+
+fn send(pid_tgid: u64, op: TaskOp, child: u32, clone_flags: u64, comm: [u8; 16]) {
+    emit::task(TaskEvent {
+        header: header(EventKind::Task, pid_tgid, now()),
+        op: op as u32,
+        child,
+        clone_flags,
+        comm,
+    });
+}
+
+/// task_newtask: runs in the parent, before the child is scheduled.
+#[tracepoint]
+pub fn task_new(ctx: TracePointContext) -> u32 {
+    let Some(pid_tgid) = traced_pid_tgid() else {
+        return 0;
+    };
+    // SAFETY: offsets of the tracepoint's fixed fields.
+    let child = unsafe { ctx.read_at::<i32>(NEW_PID) }.unwrap_or(0) as u32;
+    // SAFETY: as above.
+    let flags = unsafe { ctx.read_at::<u64>(NEW_FLAGS) }.unwrap_or(0);
+    // SAFETY: as above.
+    let comm = unsafe { ctx.read_at::<[u8; 16]>(NEW_COMM) }.unwrap_or([0; 16]);
+    if flags & CLONE_THREAD == 0 && FOLLOW_FORKS.load() != 0 && child != 0 {
+        let _ = TRACED_TGIDS.insert(child, 1, 0);
+    }
+    if let Some(call) = innermost(pid_tgid) {
+        // SAFETY: this thread's own entry; only this thread writes it.
+        let c = rtm_common::Cookie::unpack(unsafe { (*call).cookie });
+        if c.primitive == Primitive::Thread as u32 && c.op == SyncOp::Create as u32 {
+            // SAFETY: as above.
+            unsafe { (*call).extra = child };
+        }
+    }
+    send(pid_tgid, TaskOp::Spawn, child, flags, comm);
+    0
+}
+
+/// sched_process_exit: a thread exits (`child` is 1 when it was the last one).
+#[tracepoint]
+pub fn task_exit(ctx: TracePointContext) -> u32 {
+    let Some(pid_tgid) = traced_pid_tgid() else {
+        return 0;
+    };
+    // SAFETY: offsets of the tracepoint's fixed fields.
+    let comm = unsafe { ctx.read_at::<[u8; 16]>(EXIT_COMM) }.unwrap_or([0; 16]);
+    // SAFETY: as above.
+    let group_dead = unsafe { ctx.read_at::<u8>(EXIT_GROUP_DEAD) }.unwrap_or(0);
+    forget_thread(pid_tgid);
+    send(pid_tgid, TaskOp::Exit, group_dead as u32, 0, comm);
+    0
+}
+
+/// sched_process_exec: the process runs a new program.
+#[tracepoint]
+pub fn task_exec(_ctx: TracePointContext) -> u32 {
+    let Some(pid_tgid) = traced_pid_tgid() else {
+        return 0;
+    };
+    let comm = bpf_get_current_comm().unwrap_or([0; 16]);
+    send(pid_tgid, TaskOp::Exec, pid_tgid as u32, 0, comm);
+    0
+}

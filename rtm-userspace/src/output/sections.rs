@@ -1,0 +1,351 @@
+//! Report sections beyond locks and threads: who waited for whom, rwlocks, condition
+//! variables, barriers, semaphores and the thread tree. Each prints nothing when its
+//! primitive was not seen.
+
+use std::fmt::Write as _;
+
+use rtm_common::Primitive;
+
+use super::{
+    format::{count, mean_ns, ns, opt_ns, pct},
+    report::table,
+};
+use crate::model::{ObjectView, Snapshot, sync_graph::Role};
+
+/// Objects shown in the main lock table: locks and futex words with contention or fails.
+pub(super) fn is_lock(o: &ObjectView) -> bool {
+    let c = &o.counts;
+    match o.kind {
+        Primitive::Mutex | Primitive::Spin | Primitive::RwLock => {
+            c.acquisitions + c.failed_trylocks + c.timeouts > 0
+        }
+        Primitive::Futex => c.waits > 0,
+        _ => false,
+    }
+}
+
+fn thread_label(s: &Snapshot, pid: u32, tid: u32) -> String {
+    let name = s
+        .threads
+        .iter()
+        .find(|t| t.pid == pid && t.tid == tid)
+        .and_then(|t| t.name.as_deref())
+        .unwrap_or("?");
+    format!("{tid} {name}")
+}
+
+/// Waiter -> waker edges: the answer to "who was I waiting for".
+pub(super) fn waits_for(out: &mut String, s: &Snapshot, top: usize) {
+    if s.waits_for.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        out,
+        "\nWho waited for whom (the thread whose wake ended the wait; top {} of {})",
+        top.min(s.waits_for.len()),
+        s.waits_for.len()
+    );
+    let rows: Vec<Vec<String>> = s
+        .waits_for
+        .iter()
+        .take(top)
+        .map(|w| {
+            vec![
+                thread_label(s, w.pid, w.waiter),
+                thread_label(s, w.pid, w.waker),
+                w.object_name
+                    .clone()
+                    .unwrap_or_else(|| format!("{:#x}", w.object)),
+                count(w.count),
+                ns(w.wait.total_ns),
+                mean_ns(w.wait.mean_ns),
+                opt_ns(w.wait.max_ns),
+            ]
+        })
+        .collect();
+    table(
+        out,
+        &["waiter", "woken by", "on", "waits", "waited", "avg", "max"],
+        &rows,
+    );
+}
+
+/// Readers and writers of each rwlock, side by side.
+pub(super) fn rwlocks(out: &mut String, s: &Snapshot, top: usize) {
+    let locks: Vec<&ObjectView> = s
+        .objects
+        .iter()
+        .filter(|o| o.kind == Primitive::RwLock)
+        .take(top)
+        .collect();
+    if locks.is_empty() {
+        return;
+    }
+    let _ = writeln!(out, "\nRead-write locks: readers and writers");
+    let mut rows = Vec::new();
+    for o in locks {
+        for role in [Role::Read, Role::Write] {
+            let edges: Vec<_> = s
+                .edges
+                .iter()
+                .filter(|e| e.pid == o.pid && e.object == o.addr && e.role == role)
+                .collect();
+            if edges.is_empty() {
+                continue;
+            }
+            let acquired: u64 = edges.iter().map(|e| e.counts.acquisitions).sum();
+            let contended: u64 = edges.iter().map(|e| e.counts.contended).sum();
+            let waited: u64 = edges.iter().map(|e| e.wait.total_ns).sum();
+            let max_wait = edges.iter().filter_map(|e| e.wait.max_ns).max();
+            let held: u64 = edges.iter().map(|e| e.hold.total_ns).sum();
+            let holds: u64 = edges.iter().map(|e| e.hold.count).sum();
+            rows.push(vec![
+                o.label(),
+                format!("{role:?}").to_lowercase(),
+                edges.len().to_string(),
+                count(acquired),
+                count(contended),
+                ns(waited),
+                opt_ns(max_wait),
+                if holds > 0 {
+                    ns(held / holds)
+                } else {
+                    "-".into()
+                },
+            ]);
+        }
+    }
+    table(
+        out,
+        &[
+            "rwlock",
+            "as",
+            "threads",
+            "acquired",
+            "contended",
+            "waited",
+            "wait max",
+            "hold avg",
+        ],
+        &rows,
+    );
+    let _ = writeln!(
+        out,
+        "  (writer starvation shows as writers' wait max far above the readers' hold avg)"
+    );
+}
+
+/// Condition variables: waits, timeouts, signals and wakeups.
+pub(super) fn condvars(out: &mut String, s: &Snapshot, top: usize) {
+    let cvs: Vec<&ObjectView> = s
+        .objects
+        .iter()
+        .filter(|o| o.kind == Primitive::Cond)
+        .take(top)
+        .collect();
+    if cvs.is_empty() {
+        return;
+    }
+    let _ = writeln!(out, "\nCondition variables");
+    let rows: Vec<Vec<String>> = cvs
+        .iter()
+        .map(|o| {
+            let c = &o.counts;
+            let mutex = o
+                .mutex
+                .map(|m| {
+                    s.objects
+                        .iter()
+                        .find(|x| x.pid == o.pid && x.addr == m && x.kind == Primitive::Mutex)
+                        .map(|x| x.label())
+                        .unwrap_or_else(|| format!("{m:#x}"))
+                })
+                .unwrap_or_else(|| "-".into());
+            vec![
+                o.label(),
+                mutex,
+                count(c.waits),
+                ns(o.wait.total_ns),
+                mean_ns(o.wait.mean_ns),
+                opt_ns(o.wait.max_ns),
+                count(c.timeouts),
+                count(c.signals),
+                count(c.broadcasts),
+                count(c.woken),
+            ]
+        })
+        .collect();
+    table(
+        out,
+        &[
+            "condvar",
+            "mutex",
+            "waits",
+            "waited",
+            "avg",
+            "max",
+            "timeouts",
+            "signals",
+            "broadcasts",
+            "woken",
+        ],
+        &rows,
+    );
+}
+
+/// Barriers: rounds, imbalance and who arrived last.
+pub(super) fn barriers(out: &mut String, s: &Snapshot, top: usize) {
+    let bs: Vec<&ObjectView> = s
+        .objects
+        .iter()
+        .filter(|o| o.kind == Primitive::Barrier)
+        .take(top)
+        .collect();
+    if bs.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        out,
+        "\nBarriers (spread = last arrival - first arrival per round: the load imbalance)"
+    );
+    let rows: Vec<Vec<String>> = bs
+        .iter()
+        .filter_map(|o| {
+            let b = o.barrier.as_ref()?;
+            let last = b
+                .last_arrivals
+                .first()
+                .map(|(tid, n)| {
+                    format!(
+                        "{} ({}/{} rounds)",
+                        thread_label(s, o.pid, *tid),
+                        n,
+                        b.rounds
+                    )
+                })
+                .unwrap_or_else(|| "-".into());
+            Some(vec![
+                o.label(),
+                count(b.rounds),
+                o.threads.to_string(),
+                mean_ns(b.spread.mean_ns),
+                opt_ns(b.spread.p99_ns),
+                opt_ns(b.spread.max_ns),
+                ns(o.wait.total_ns),
+                last,
+            ])
+        })
+        .collect();
+    table(
+        out,
+        &[
+            "barrier",
+            "rounds",
+            "threads",
+            "spread avg",
+            "spread p99",
+            "spread max",
+            "waited",
+            "most often last",
+        ],
+        &rows,
+    );
+}
+
+/// Semaphores: acquisitions, waits and posts.
+pub(super) fn semaphores(out: &mut String, s: &Snapshot, top: usize) {
+    let sems: Vec<&ObjectView> = s
+        .objects
+        .iter()
+        .filter(|o| o.kind == Primitive::Sem)
+        .take(top)
+        .collect();
+    if sems.is_empty() {
+        return;
+    }
+    let _ = writeln!(out, "\nSemaphores");
+    let rows: Vec<Vec<String>> = sems
+        .iter()
+        .map(|o| {
+            let c = &o.counts;
+            let share = if c.acquisitions > 0 {
+                c.contended as f64 / c.acquisitions as f64
+            } else {
+                0.0
+            };
+            vec![
+                o.label(),
+                count(c.acquisitions),
+                format!("{} ({})", count(c.contended), pct(share)),
+                ns(o.wait.total_ns),
+                opt_ns(o.wait.max_ns),
+                count(c.failed_trylocks),
+                count(c.timeouts),
+                count(c.posts),
+            ]
+        })
+        .collect();
+    table(
+        out,
+        &[
+            "semaphore",
+            "acquired",
+            "had to wait",
+            "waited",
+            "wait max",
+            "trywait fails",
+            "timeouts",
+            "posts",
+        ],
+        &rows,
+    );
+}
+
+/// The thread tree (threads whose creation was seen) and joins.
+pub(super) fn thread_tree(out: &mut String, s: &Snapshot, top: usize) {
+    let children: Vec<_> = s.threads.iter().filter(|t| t.parent.is_some()).collect();
+    let joins: Vec<&ObjectView> = s
+        .objects
+        .iter()
+        .filter(|o| o.kind == Primitive::Thread && o.counts.waits > 0)
+        .collect();
+    if children.is_empty() && joins.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        out,
+        "\nThread tree ({} threads created during the trace; top {} by lifetime)",
+        children.len(),
+        top.min(children.len())
+    );
+    let mut by_life = children.clone();
+    by_life.sort_by(|a, b| b.observed_ns.cmp(&a.observed_ns).then(a.tid.cmp(&b.tid)));
+    let rows: Vec<Vec<String>> = by_life
+        .iter()
+        .take(top)
+        .map(|t| {
+            let p = t.parent.expect("filtered");
+            let joined = joins
+                .iter()
+                .find(|o| o.pid == t.pid && o.thread_tid == Some(t.tid))
+                .map(|o| format!("{} (waited {})", count(o.counts.waits), ns(o.wait.total_ns)))
+                .unwrap_or_else(|| "-".into());
+            vec![
+                thread_label(s, t.pid, t.tid),
+                if p.pid == t.pid {
+                    thread_label(s, p.pid, p.tid)
+                } else {
+                    format!("{} (process {})", thread_label(s, p.pid, p.tid), t.pid)
+                },
+                ns(t.observed_ns),
+                if t.exited { "yes" } else { "no" }.into(),
+                joined,
+            ]
+        })
+        .collect();
+    table(
+        out,
+        &["thread", "created by", "lifetime", "exited", "joined"],
+        &rows,
+    );
+}
