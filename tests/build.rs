@@ -6,8 +6,13 @@ fn main() {
     let out = PathBuf::from(env::var_os("OUT_DIR").expect("OUT_DIR"));
     let src =
         PathBuf::from(env::var_os("CARGO_MANIFEST_DIR").expect("manifest dir")).join("workloads");
-    let builds: [(&str, &[&str]); 3] = [
+    let builds: [(&str, &[&str]); 5] = [
         ("mutex_workload", &["-O2", "-g", "-pthread"]),
+        ("sync_workload", &["-O2", "-g", "-pthread"]),
+        (
+            "sync_workload_static",
+            &["-O2", "-g", "-pthread", "-static"],
+        ),
         ("demo", &["-O2", "-g", "-pthread"]),
         (
             "nolibc",
@@ -15,7 +20,7 @@ fn main() {
         ),
     ];
     for (name, flags) in builds {
-        let c = src.join(format!("{name}.c"));
+        let c = src.join(format!("{}.c", name.trim_end_matches("_static")));
         println!("cargo:rerun-if-changed={}", c.display());
         let st = Command::new("cc")
             .args(flags)

@@ -63,12 +63,16 @@ abi_enum! {
         /// pthread_mutex_t.
         Mutex = 1,
         /// pthread_rwlock_t.
+        #[cfg_attr(feature = "user", serde(rename = "rwlock"))]
         RwLock = 2,
         /// pthread_spinlock_t.
+        #[cfg_attr(feature = "user", serde(rename = "spinlock"))]
         Spin = 3,
         /// sem_t.
+        #[cfg_attr(feature = "user", serde(rename = "semaphore"))]
         Sem = 4,
         /// pthread_cond_t.
+        #[cfg_attr(feature = "user", serde(rename = "condvar"))]
         Cond = 5,
         /// pthread_barrier_t.
         Barrier = 6,
@@ -128,6 +132,9 @@ abi_enum! {
 pub const SYNC_FLAG_CONTENDED: u32 = 1;
 /// [`SyncEvent::flags`] bit: the call blocked in the kernel (a FUTEX_WAIT was seen in it).
 pub const SYNC_FLAG_BLOCKED: u32 = 2;
+/// [`SyncEvent::flags`] bit: the record marks the start of a call still in progress (a
+/// condition-variable wait, which releases its mutex as it starts).
+pub const SYNC_FLAG_BEGIN: u32 = 4;
 
 /// An operation on a synchronization object (kind [`EventKind::Sync`]).
 ///
@@ -238,8 +245,16 @@ pub struct PendingCall {
     pub flags: u32,
     /// Filled in while the call runs: threads woken, or the created thread's tid.
     pub extra: u32,
+    /// Stack pointer at the probe: with `caller`, identifies the call's frame.
+    pub sp: u64,
+    /// Extra hits of the entry probe by the same call (a function that loops back to its
+    /// probed instruction, as pthread_spin_lock's retry loop does); that many return-probe
+    /// firings belong to them and are swallowed.
+    pub rehits: u32,
+    /// Zero.
+    pub pad: u32,
 }
-const _: () = assert!(size_of::<PendingCall>() == 48);
+const _: () = assert!(size_of::<PendingCall>() == 64);
 
 /// A futex wait in flight, between sys_enter_futex and sys_exit_futex.
 #[repr(C)]

@@ -13,14 +13,14 @@ use aya_ebpf::{
     programs::{ProbeContext, RetProbeContext},
 };
 use rtm_common::{
-    Check, Cookie, EventKind, LossCounter, PendingCall, Primitive, SYNC_FLAG_CONTENDED, SyncEvent,
-    SyncOp,
+    Check, Cookie, EventKind, LossCounter, PendingCall, Primitive, SYNC_FLAG_BEGIN,
+    SYNC_FLAG_CONTENDED, SyncEvent, SyncOp,
 };
 
 use crate::{
     emit::{self, header, now},
     filter::traced_pid_tgid,
-    maps::{DEPTH, MAX_DEPTH, PENDING, count_loss, pending_key},
+    maps::{DEPTH, MAX_DEPTH, PENDING, count_loss, innermost, pending_key},
 };
 
 /// Reads the return address at the top of the stack. Userspace only places probes where
@@ -66,11 +66,26 @@ pub fn call_enter(ctx: ProbeContext) -> u32 {
     let raw = cookie(&ctx);
     let c = Cookie::unpack(raw);
     let object: u64 = ctx.arg(0).unwrap_or(0);
+    // SAFETY: regs points at the probed task's saved registers.
+    let sp = unsafe { (*ctx.regs).rsp };
+    let ret_addr = caller(&ctx);
+    if let Some(inner) = innermost(pid_tgid) {
+        // SAFETY: this thread's own entry; only this thread writes it.
+        let inner = unsafe { &mut *inner };
+        if inner.sp == sp && inner.cookie == raw && inner.object == object {
+            // The same call passed its probe again (a retry loop through it). Its return
+            // address now reads as the uretprobe trampoline, so the frame is matched by
+            // stack pointer.
+            inner.rehits += 1;
+            return 0;
+        }
+    }
+    let ts = now();
     let call = PendingCall {
         object,
         aux: ctx.arg(1).unwrap_or(0),
-        caller: caller(&ctx),
-        start_ns: now(),
+        caller: ret_addr,
+        start_ns: ts,
         cookie: raw,
         flags: if contended(c.check, object) {
             SYNC_FLAG_CONTENDED
@@ -78,7 +93,28 @@ pub fn call_enter(ctx: ProbeContext) -> u32 {
             0
         },
         extra: 0,
+        sp,
+        rehits: 0,
+        pad: 0,
     };
+    if c.primitive == Primitive::Cond as u32
+        && (c.op == SyncOp::Wait as u32 || c.op == SyncOp::TimedWait as u32)
+    {
+        // The wait releases its mutex now: say so before anyone else can take it.
+        emit::sync(SyncEvent {
+            header: header(EventKind::Sync, pid_tgid, ts),
+            object,
+            aux: call.aux,
+            caller: ret_addr,
+            wait_ns: 0,
+            primitive: c.primitive,
+            op: c.op,
+            ret: 0,
+            flags: SYNC_FLAG_BEGIN,
+            extra: 0,
+            pad: 0,
+        });
+    }
     // SAFETY: the value is copied at once.
     let depth = unsafe { DEPTH.get(pid_tgid) }.copied().unwrap_or(0);
     if depth >= MAX_DEPTH
@@ -106,6 +142,16 @@ pub fn call_return(ctx: RetProbeContext) -> u32 {
         return 0;
     }
     let depth = depth - 1;
+    if let Some(p) = PENDING.get_ptr_mut(pending_key(pid_tgid, depth)) {
+        // SAFETY: this thread's own entry; only this thread writes it.
+        let p = unsafe { &mut *p };
+        if p.rehits > 0 {
+            // A return instance of a repeated entry hit: the call has not returned yet
+            // as far as its first hit is concerned.
+            p.rehits -= 1;
+            return 0;
+        }
+    }
     if depth == 0 {
         let _ = DEPTH.remove(pid_tgid);
     } else {

@@ -76,6 +76,12 @@ pub struct Cli {
     #[arg(short, long, value_enum, default_value_t = Mode::Contention)]
     pub mode: Mode,
 
+    /// Full mode: probe every pthread function, not only those the program and its
+    /// libraries import (each probe costs ~0.1 s to remove at exit). Use it when the
+    /// program loads libraries with dlopen after the trace starts.
+    #[arg(long)]
+    pub probe_all: bool,
+
     /// Also trace processes the targets fork (default in launch mode).
     #[arg(long)]
     pub follow: bool,

@@ -66,6 +66,7 @@ fn launch_mode_counts_hold_times_and_contention_match_ground_truth() {
     let json = dir.join("out.json");
     let out = run(
         Command::new(rtm_bin())
+            .args(["--mode", "full"])
             .arg("--json")
             .arg(&json)
             .arg("-o")
@@ -161,6 +162,7 @@ fn traced_program_output_and_exit_code_are_unchanged() {
     let dir = TempDir::new("unchanged");
     let traced = run(
         Command::new(rtm_bin())
+            .args(["--mode", "full"])
             .arg("-o")
             .arg(dir.join("r.txt"))
             .arg("--")
@@ -200,6 +202,7 @@ fn waiting_workload(args: &[&str]) -> (Proc, LineWatch, u32) {
 fn attach(pid: u32, extra: &[&str]) -> (Proc, LineWatch) {
     let mut tr = spawn(
         Command::new(rtm_bin())
+            .args(["--mode", "full"])
             .arg("--pid")
             .arg(pid.to_string())
             .args(extra),
@@ -347,6 +350,7 @@ fn interval_prints_periodic_summaries() {
     }
     let out = run(
         Command::new(rtm_bin())
+            .args(["--mode", "full"])
             .args(["-i", "0.3", "--"])
             .arg(workload("mutex_workload"))
             .args([

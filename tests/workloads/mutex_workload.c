@@ -12,7 +12,8 @@
  *     --quiet            print only deterministic totals (for output comparisons)
  *
  * Every thread prints what it did, measured by itself, one line each:
- *   truth tid=T shared=N private=N try_ok=N try_busy=N hold_ns=N
+ *   truth tid=T shared=N private=N try_ok=N try_busy=N hold_ns=N wait_ns=N
+ * (wait_ns: time inside pthread_mutex_lock on the shared lock)
  * Threads are created after the stdin gate, so an attached tracer sees them start.
  */
 #define _GNU_SOURCE
@@ -47,7 +48,7 @@ static void spin_ns(long long ns) {
 struct result {
     long tid;
     long shared, priv, try_ok, try_busy;
-    long long hold_ns;
+    long long hold_ns, wait_ns;
 };
 
 static struct result results[MAX_THREADS];
@@ -60,8 +61,10 @@ static void *run(void *arg) {
     pthread_setname_np(pthread_self(), name);
     r->tid = syscall(SYS_gettid);
     for (int k = 0; k < iters; k++) {
+        long long w0 = now_ns();
         pthread_mutex_lock(&shared_lock);
         long long t0 = now_ns();
+        r->wait_ns += t0 - w0;
         spin_ns(hold_us * 1000LL);
         r->hold_ns += now_ns() - t0;
         r->shared++;
@@ -125,8 +128,8 @@ int main(int argc, char **argv) {
         shared += r->shared;
         priv += r->priv;
         if (quiet) continue;
-        printf("truth tid=%ld shared=%ld private=%ld try_ok=%ld try_busy=%ld hold_ns=%lld\n", r->tid,
-               r->shared, r->priv, r->try_ok, r->try_busy, r->hold_ns);
+        printf("truth tid=%ld shared=%ld private=%ld try_ok=%ld try_busy=%ld hold_ns=%lld wait_ns=%lld\n",
+               r->tid, r->shared, r->priv, r->try_ok, r->try_busy, r->hold_ns, r->wait_ns);
     }
     if (quiet) printf("done threads=%d shared=%ld private=%ld\n", n_threads, shared, priv);
     fflush(stdout);

@@ -54,13 +54,12 @@ impl Holds {
         exclusive: bool,
     ) -> Acquired {
         let mut result = Acquired::Fresh;
-        if exclusive {
-            if let Some(prev) = self.owner.insert(object, tid)
-                && prev != tid
-                && self.held.remove(&(object, prev)).is_some()
-            {
-                result = Acquired::Interrupted;
-            }
+        if exclusive
+            && let Some(prev) = self.owner.insert(object, tid)
+            && prev != tid
+            && self.held.remove(&(object, prev)).is_some()
+        {
+            result = Acquired::Interrupted;
         }
         match self.held.get_mut(&(object, tid)) {
             Some(h) => {

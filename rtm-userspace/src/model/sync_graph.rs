@@ -10,7 +10,8 @@
 use std::collections::{HashMap, HashSet};
 
 use rtm_common::{
-    CLONE_THREAD, Primitive, SYNC_FLAG_BLOCKED, SYNC_FLAG_CONTENDED, SyncOp, TaskOp,
+    CLONE_THREAD, Primitive, SYNC_FLAG_BEGIN, SYNC_FLAG_BLOCKED, SYNC_FLAG_CONTENDED, SyncOp,
+    TaskOp,
     decode::{Event, SyncRecord, TaskRecord},
 };
 use serde::Serialize;
@@ -407,6 +408,18 @@ impl SyncGraph {
         if s.primitive == Primitive::Futex {
             return self.apply_futex(thread, s);
         }
+        if raw.flags & SYNC_FLAG_BEGIN != 0 {
+            // A condition-variable wait starts and releases its mutex.
+            if s.primitive == Primitive::Cond {
+                let m = ObjectKey {
+                    pid: thread.pid,
+                    primitive: Primitive::Mutex,
+                    addr: raw.aux,
+                };
+                self.release(thread, m, ts);
+            }
+            return;
+        }
         if s.op == SyncOp::Unlock {
             return self.release(thread, object, ts);
         }
@@ -541,15 +554,15 @@ impl SyncGraph {
     }
 
     /// A condition-variable wait released `mutex` when it started and re-acquired it
-    /// inside libc before returning: end the hold at the wait's start, start a new one at
-    /// its end.
+    /// inside libc before returning: end the hold at the wait's start (when the start
+    /// record was not seen), start a new one at its end.
     fn cond_wait_moved_mutex(&mut self, thread: ThreadKey, mutex: u64, ts: u64, wait_ns: u64) {
         let m = ObjectKey {
             pid: thread.pid,
             primitive: Primitive::Mutex,
             addr: mutex,
         };
-        let (released, known) = self
+        let (released, _) = self
             .holds
             .release(m, thread.tid, ts.saturating_sub(wait_ns));
         if let Some(r) = released
@@ -561,8 +574,8 @@ impl SyncGraph {
         {
             e.hold.record(r.held_ns, &mut self.budget);
         }
-        if known {
-            self.holds.acquire(m, thread.tid, ts, Role::Use, true);
+        if self.holds.acquire(m, thread.tid, ts, Role::Use, true) == Acquired::Interrupted {
+            self.counters.interrupted_holds += 1;
         }
     }
 

@@ -107,11 +107,9 @@ pub(super) fn rwlocks(out: &mut String, s: &Snapshot, top: usize) {
                 count(contended),
                 ns(waited),
                 opt_ns(max_wait),
-                if holds > 0 {
-                    ns(held / holds)
-                } else {
-                    "-".into()
-                },
+                held.checked_div(holds)
+                    .map(ns)
+                    .unwrap_or_else(|| "-".into()),
             ]);
         }
     }

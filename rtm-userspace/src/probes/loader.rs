@@ -1,6 +1,10 @@
 //! The loaded eBPF object: process filter, attachments per process, loss counters.
 
-use std::{collections::HashMap, num::NonZeroU32, path::Path};
+use std::{
+    collections::{HashMap, HashSet},
+    num::NonZeroU32,
+    path::Path,
+};
 
 use aya::{
     Ebpf, EbpfLoader,
@@ -131,6 +135,8 @@ pub struct AttachReport {
     pub placed: Vec<Placed>,
     /// Functions the library does not define (e.g. an old libc without timedlock).
     pub missing: Vec<&'static str>,
+    /// Functions not probed because nothing in the program imports them.
+    pub unused: Vec<&'static str>,
 }
 
 /// The loaded eBPF object.
@@ -214,10 +220,22 @@ impl Probes {
 
     /// Attaches the full-mode probes for `pid` to the pthread library `probe_pid` maps.
     /// The two differ in launch mode, where the child has not exec'd yet and the tracer's
-    /// own libc stands in for the one the program will load.
-    pub fn attach_pthread(&mut self, pid: u32, probe_pid: u32) -> Result<AttachReport, ProbeError> {
+    /// own libc stands in for the one the program will load. Only functions in `used`
+    /// are probed (None: all of them).
+    pub fn attach_pthread(
+        &mut self,
+        pid: u32,
+        probe_pid: u32,
+        used: Option<&HashSet<&'static str>>,
+    ) -> Result<AttachReport, ProbeError> {
         let lib = pthread::find(probe_pid)?;
-        self.attach_library(pid, &lib)
+        self.attach_library(pid, &lib, used)
+    }
+
+    /// Attaches the full-mode probes for `pid` to a statically linked executable.
+    pub fn attach_static(&mut self, pid: u32, exe: &Path) -> Result<AttachReport, ProbeError> {
+        let lib = pthread::from_file(exe)?;
+        self.attach_library(pid, &lib, None)
     }
 
     /// Where each probe of `lib` goes.
@@ -250,12 +268,14 @@ impl Probes {
         &mut self,
         pid: u32,
         lib: &PthreadLibrary,
+        used: Option<&HashSet<&'static str>>,
     ) -> Result<AttachReport, ProbeError> {
         let scope = UProbeScope::OneProcess(NonZeroU32::new(pid).expect("pid 0 is never traced"));
         let mut report = AttachReport {
             library: lib.path.clone(),
             placed: Vec::new(),
             missing: Vec::new(),
+            unused: Vec::new(),
         };
         for spec in FULL_PROBES {
             if lib.symbols.function_offset(spec.function).is_none() {
@@ -263,6 +283,10 @@ impl Probes {
             }
         }
         for (spec, offset, place) in Self::placements(lib)? {
+            if used.is_some_and(|u| !u.contains(spec.function)) {
+                report.unused.push(spec.function);
+                continue;
+            }
             let check = if place.offset == 0 {
                 spec.check_at_entry
             } else {

@@ -235,6 +235,89 @@ fn is_candidate(path: &std::path::Path, exe: Option<&std::path::Path>) -> bool {
         || Some(path) == exe
 }
 
+/// Directories searched for a launched program's DT_NEEDED libraries.
+const LIB_DIRS: [&str; 6] = [
+    "/lib/x86_64-linux-gnu",
+    "/usr/lib/x86_64-linux-gnu",
+    "/lib64",
+    "/usr/lib64",
+    "/lib",
+    "/usr/lib",
+];
+
+/// The probed functions some file imports, collected over `files` (the program and the
+/// libraries it uses). Probes on functions nobody imports are not worth their detach
+/// cost (each uprobe takes ~0.1 s to unregister here).
+fn used_by(files: impl Iterator<Item = PathBuf>) -> std::collections::HashSet<&'static str> {
+    let mut used = std::collections::HashSet::new();
+    for f in files {
+        let Ok(elf) = ElfSymbols::open(&f) else {
+            continue;
+        };
+        for spec in FULL_PROBES {
+            if elf.imports(spec.function) {
+                used.insert(spec.function);
+            }
+        }
+    }
+    used
+}
+
+/// The probed functions used by the files `pid` maps (attach mode).
+pub fn used_in_process(pid: u32, lib: &PthreadLibrary) -> std::collections::HashSet<&'static str> {
+    let modules = process::modules(pid).unwrap_or_default();
+    let mut files: Vec<PathBuf> = modules
+        .iter()
+        .filter(|m| m.path != lib.path)
+        .map(|m| process::host_path(pid, &m.path))
+        .collect();
+    files.sort();
+    files.dedup();
+    used_by(files.into_iter())
+}
+
+/// The probed functions used by `program` and the libraries it needs, found in the
+/// standard directories (launch mode, before the program runs).
+pub fn used_by_program(program: &std::path::Path) -> std::collections::HashSet<&'static str> {
+    let mut files = vec![program.to_path_buf()];
+    let mut seen = std::collections::HashSet::new();
+    let mut i = 0;
+    while i < files.len() && files.len() < 256 {
+        if let Ok(elf) = ElfSymbols::open(&files[i]) {
+            for name in elf.needed() {
+                if !seen.insert(name.clone()) {
+                    continue;
+                }
+                if let Some(p) = LIB_DIRS
+                    .iter()
+                    .map(|d| std::path::Path::new(d).join(name))
+                    .find(|p| p.exists())
+                {
+                    files.push(p);
+                }
+            }
+        }
+        i += 1;
+    }
+    used_by(files.into_iter())
+}
+
+/// Uses `path` (a statically linked executable) as the pthread library.
+pub fn from_file(path: &std::path::Path) -> Result<PthreadLibrary, LibraryError> {
+    let symbols = ElfSymbols::open(path)?;
+    if symbols.function_offset(KEY_FUNCTION).is_none() {
+        return Err(LibraryError::NotFound {
+            pid: 0,
+            looked: path.display().to_string(),
+        });
+    }
+    Ok(PthreadLibrary {
+        path: path.to_path_buf(),
+        host_path: path.to_path_buf(),
+        symbols,
+    })
+}
+
 /// Finds the library defining the pthread functions in `pid`.
 pub fn find(pid: u32) -> Result<PthreadLibrary, LibraryError> {
     let modules = process::modules(pid)?;
@@ -277,6 +360,16 @@ pub fn find(pid: u32) -> Result<PthreadLibrary, LibraryError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_test_binary_uses_mutexes_but_no_barriers() {
+        let lib = find(std::process::id()).unwrap();
+        let used = used_in_process(std::process::id(), &lib);
+        assert!(used.contains("pthread_mutex_lock"), "{used:?}");
+        assert!(!used.contains("pthread_barrier_wait"), "{used:?}");
+        let exe = std::fs::read_link("/proc/self/exe").unwrap();
+        assert!(used_by_program(&exe).contains("pthread_mutex_lock"));
+    }
 
     #[test]
     fn finds_libc_in_this_process() {

@@ -15,10 +15,15 @@ use crate::{
     cli::{Cli, Mode},
     model::{Snapshot, SyncGraph, Window},
     output::{EndReason, RunInfo, TargetInfo, json, report},
-    probes::{Probes, loader::AttachReport, pthread::ProbeKind},
+    probes::{
+        ProbeError, Probes,
+        loader::AttachReport,
+        pthread::{self, ProbeKind},
+    },
     readers::{EventReader, Losses},
     symbolize::ObjectNamer,
     target::{
+        elf::ElfSymbols,
         launch::{ChildExit, GatedChild, wait_child},
         process::{self, monotonic_ns},
     },
@@ -90,16 +95,41 @@ fn verbose_placements(pid: u32, r: &AttachReport) {
     }
 }
 
-/// Attaches the full-mode uprobes to `pid` (in `probe_pid`'s libc) and says what happened.
+/// Attaches the full-mode uprobes to `pid` and says what happened. `static_exe` is the
+/// launched program when it is statically linked (the pthread code is inside it);
+/// otherwise the probes go to the pthread library `probe_pid` maps.
 fn attach_full(
     probes: &mut Probes,
     cli: &Cli,
     pid: u32,
     probe_pid: u32,
+    static_exe: Option<&std::path::Path>,
+    launched: Option<&std::path::Path>,
 ) -> Result<AttachReport, SessionError> {
-    let r = probes.attach_pthread(pid, probe_pid)?;
+    let r = match static_exe {
+        Some(exe) => probes.attach_static(pid, exe)?,
+        None => {
+            let used = if cli.probe_all {
+                None
+            } else if let Some(program) = launched {
+                // Launch mode: what the program and the libraries it needs import.
+                Some(pthread::used_by_program(program))
+            } else {
+                let lib = pthread::find(pid).map_err(ProbeError::from)?;
+                Some(pthread::used_in_process(pid, &lib))
+            };
+            probes.attach_pthread(pid, probe_pid, used.as_ref())?
+        }
+    };
     if cli.verbose {
         verbose_placements(pid, &r);
+        if !r.unused.is_empty() {
+            eprintln!(
+                "rtm-trace: PID {pid}: not probed, as nothing imports them (--probe-all to \
+                 probe anyway): {}",
+                r.unused.join(", ")
+            );
+        }
         for f in &r.missing {
             eprintln!(
                 "rtm-trace: note: {} does not define {f}; not traced",
@@ -139,16 +169,35 @@ pub(super) async fn trace(cli: Cli, mut child: Option<GatedChild>) -> Result<i32
         } else {
             pid
         };
+        let launched = child.as_ref().is_some_and(|c| c.pid == pid);
+        // A statically linked program carries its own pthread code.
+        let static_exe = match &child {
+            Some(c)
+                if launched && ElfSymbols::is_static_executable(&c.program).unwrap_or(false) =>
+            {
+                Some(c.program.clone())
+            }
+            _ => None,
+        };
         let library = match cli.mode {
             Mode::Full => Some(
-                attach_full(&mut probes, &cli, pid, probe_pid)?
-                    .library
-                    .display()
-                    .to_string(),
+                attach_full(
+                    &mut probes,
+                    &cli,
+                    pid,
+                    probe_pid,
+                    static_exe.as_deref(),
+                    child
+                        .as_ref()
+                        .filter(|_| launched)
+                        .map(|c| c.program.as_path()),
+                )?
+                .library
+                .display()
+                .to_string(),
             ),
             Mode::Contention => None,
         };
-        let launched = child.as_ref().is_some_and(|c| c.pid == pid);
         targets.push(TargetInfo {
             pid,
             // A launched child still runs the tracer's image: its name comes after exec.
@@ -337,7 +386,7 @@ fn follow(probes: &mut Probes, cli: &Cli, state: &mut State, followed: &mut Vec<
             eprintln!("rtm-trace: following forked process {pid}");
         }
         if cli.mode == Mode::Full
-            && let Err(e) = attach_full(probes, cli, pid, pid)
+            && let Err(e) = attach_full(probes, cli, pid, pid, None, None)
         {
             eprintln!("rtm-trace: warning: cannot probe forked process {pid}: {e}");
         }

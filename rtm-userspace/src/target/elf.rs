@@ -46,6 +46,10 @@ pub struct ElfSymbols {
     segments: Vec<Segment>,
     /// The virtual address that file offset 0 maps to.
     image_base: u64,
+    /// Functions the file imports from shared libraries (undefined dynamic symbols).
+    imports: std::collections::HashSet<String>,
+    /// Its DT_NEEDED libraries.
+    needed: Vec<String>,
 }
 
 impl ElfSymbols {
@@ -112,6 +116,15 @@ impl ElfSymbols {
                 _ => {}
             }
         }
+        for sym in file.dynamic_symbols() {
+            if sym.is_undefined()
+                && let Ok(name) = sym.name()
+                && !name.is_empty()
+            {
+                out.imports.insert(name.to_owned());
+            }
+        }
+        out.needed = needed_libraries(&file);
         out.data.sort();
         out.data.dedup_by(|a, b| a.0 == b.0);
         out.segments = file
@@ -133,6 +146,35 @@ impl ElfSymbols {
             .min()
             .unwrap_or(0);
         Ok(out)
+    }
+
+    /// Whether the file is a statically linked executable (no program interpreter): its
+    /// pthread functions are inside it.
+    pub fn is_static_executable(path: &Path) -> Result<bool, ElfError> {
+        let bytes = std::fs::read(path).map_err(|source| ElfError::Read {
+            path: path.display().to_string(),
+            source,
+        })?;
+        let file = object::File::parse(&*bytes).map_err(|source| ElfError::Parse {
+            path: path.display().to_string(),
+            source,
+        })?;
+        let has_interp = file
+            .sections()
+            .any(|s| object::ObjectSection::name(&s) == Ok(".interp"));
+        Ok(!has_interp
+            && (file.kind() == object::ObjectKind::Executable
+                || file.dynamic_symbols().next().is_none()))
+    }
+
+    /// Whether the file imports `name` from a shared library.
+    pub fn imports(&self, name: &str) -> bool {
+        self.imports.contains(name)
+    }
+
+    /// The file's DT_NEEDED entries.
+    pub fn needed(&self) -> &[String] {
+        &self.needed
     }
 
     /// Virtual address of a defined function.
@@ -184,6 +226,33 @@ impl ElfSymbols {
             None
         }
     }
+}
+
+/// DT_NEEDED names from the `.dynamic` section (64-bit little-endian files).
+fn needed_libraries(file: &object::File<'_>) -> Vec<String> {
+    use object::ObjectSection;
+    let (Some(dynamic), Some(dynstr)) = (
+        file.section_by_name(".dynamic"),
+        file.section_by_name(".dynstr"),
+    ) else {
+        return Vec::new();
+    };
+    let (Ok(d), Ok(strs)) = (dynamic.data(), dynstr.data()) else {
+        return Vec::new();
+    };
+    const DT_NEEDED: u64 = 1;
+    d.chunks_exact(16)
+        .filter_map(|e| {
+            let tag = u64::from_le_bytes(e[..8].try_into().ok()?);
+            let val = u64::from_le_bytes(e[8..].try_into().ok()?) as usize;
+            if tag != DT_NEEDED {
+                return None;
+            }
+            let rest = strs.get(val..)?;
+            let end = rest.iter().position(|&b| b == 0)?;
+            Some(String::from_utf8_lossy(&rest[..end]).into_owned())
+        })
+        .collect()
 }
 
 #[cfg(test)]

@@ -1,0 +1,260 @@
+//! Every pthread primitive in full mode, against workloads that know what they did.
+
+use std::{collections::HashMap, path::PathBuf, process::Command, time::Duration};
+
+use rtm_tests::{TempDir, Value, can_trace, read_json, rtm_bin, run, workload};
+
+const T: Duration = Duration::from_secs(120);
+
+/// `truth k=v ...` lines as string maps.
+fn truth_lines(stdout: &str) -> Vec<HashMap<String, String>> {
+    stdout
+        .lines()
+        .filter_map(|l| l.strip_prefix("truth "))
+        .map(|rest| {
+            rest.split_whitespace()
+                .filter_map(|kv| kv.split_once('='))
+                .map(|(k, v)| (k.to_owned(), v.to_owned()))
+                .collect()
+        })
+        .collect()
+}
+
+/// The value of `key` in the first truth line that has it.
+fn truth(t: &[HashMap<String, String>], key: &str) -> String {
+    t.iter()
+        .find_map(|m| m.get(key).cloned())
+        .unwrap_or_else(|| panic!("no truth {key} in {t:?}"))
+}
+
+/// Traces `sync_workload ARGS` (or another binary) in full mode; returns its truths, the
+/// JSON document and the report.
+fn trace(bin: PathBuf, args: &[&str]) -> (Vec<HashMap<String, String>>, Value, String) {
+    let dir = TempDir::new("prim");
+    let json = dir.join("out.json");
+    let out = run(
+        Command::new(rtm_bin())
+            .args(["--mode", "full", "--json"])
+            .arg(&json)
+            .arg("--")
+            .arg(bin)
+            .args(args),
+        T,
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "rtm-trace failed: {}\n{stdout}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains(&format!("done {}", args[0])), "{stdout}");
+    let doc = read_json(&json);
+    assert_eq!(doc["run"]["losses"]["ring_full"], 0);
+    (truth_lines(&stdout), doc, stdout)
+}
+
+fn objects<'a>(doc: &'a Value, kind: &str) -> Vec<&'a Value> {
+    doc["sync_graph"]["objects"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|o| o["kind"] == kind)
+        .collect()
+}
+
+fn named<'a>(doc: &'a Value, kind: &str, name: &str) -> &'a Value {
+    objects(doc, kind)
+        .into_iter()
+        .find(|o| o["name"] == name)
+        .unwrap_or_else(|| panic!("no {kind} named {name}"))
+}
+
+fn edges<'a>(doc: &'a Value, tid: u64, object: &Value) -> Vec<&'a Value> {
+    doc["sync_graph"]["edges"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["tid"] == tid && e["object"] == object["addr"])
+        .collect()
+}
+
+fn u(v: &Value) -> u64 {
+    v.as_u64().unwrap_or_else(|| panic!("not a number: {v}"))
+}
+
+fn tid(s: &str) -> u64 {
+    s.parse().expect("tid")
+}
+
+fn within(measured: f64, truth: f64, tol: f64, what: &str) {
+    let err = (measured - truth).abs() / truth;
+    println!(
+        "{what}: expected {truth:.0}, measured {measured:.0} ({:.2}% off)",
+        err * 100.0
+    );
+    assert!(err < tol, "{what}: {measured} vs {truth}");
+}
+
+#[test]
+fn barrier_rounds_show_the_spread_and_the_last_arriver() {
+    if !can_trace("barrier_rounds_show_the_spread_and_the_last_arriver") {
+        return;
+    }
+    let sync = workload("sync_workload");
+    let (t, doc, report) = trace(sync, &["barrier", "3", "6", "3000"]);
+    let slowest = t
+        .iter()
+        .find(|m| m.get("index").map(String::as_str) == Some("2"))
+        .map(|m| tid(&m["tid"]))
+        .unwrap();
+    let b = named(&doc, "barrier", "round_barrier");
+    let bv = &b["barrier"];
+    assert_eq!(u(&bv["rounds"]), 6, "{bv}");
+    assert_eq!(bv["last_arrivals"][0], serde_json::json!([slowest, 6]));
+    // Thread i sleeps (i+1)*3 ms per round: the last arrives 6 ms after the first.
+    let rounds = bv["round_list"].as_array().unwrap();
+    for r in &rounds[1..] {
+        within(u(&r["spread_ns"]) as f64, 6e6, 0.05, "round spread");
+        assert_eq!(u(&r["last_tid"]), slowest);
+    }
+    assert_eq!(u(&bv["serial_returns"]), 6);
+    assert!(report.contains("round_barrier"), "{report}");
+}
+
+#[test]
+fn condition_variables_show_waits_timeouts_signals_and_their_mutex() {
+    if !can_trace("condition_variables_show_waits_timeouts_signals_and_their_mutex") {
+        return;
+    }
+    let (t, doc, _) = trace(workload("sync_workload"), &["cond", "4", "30", "20"]);
+    assert_eq!(truth(&t, "timedwait"), "timeout");
+    let waiter = tid(&truth(&t, "waiter"));
+    let signaler = tid(&truth(&t, "signaler"));
+    let cv = named(&doc, "condvar", "ready_cond");
+    let mutex = named(&doc, "mutex", "cond_lock");
+    assert_eq!(cv["mutex"], mutex["addr"]);
+    assert_eq!(
+        (u(&cv["waits"]), u(&cv["timeouts"]), u(&cv["signals"])),
+        (5, 1, 4)
+    );
+    assert!(u(&cv["woken"]) >= 1 && u(&cv["woken"]) <= 4, "{cv}");
+    let w = edges(&doc, waiter, cv);
+    let waited = u(&w[0]["wait"]["total_ns"]) as f64;
+    // Four waits of ~30 ms and a 20 ms timeout.
+    within(waited, 4.0 * 30e6 + 20e6, 0.05, "condvar wait total");
+    let wf = doc["sync_graph"]["waits_for"].as_array().unwrap();
+    assert!(
+        wf.iter()
+            .any(|e| e["waiter"] == waiter && e["waker"] == signaler),
+        "{wf:?}"
+    );
+    assert_eq!(doc["sync_graph"]["model"]["interrupted_holds"], 0);
+}
+
+#[test]
+fn rwlocks_separate_readers_and_writers() {
+    if !can_trace("rwlocks_separate_readers_and_writers") {
+        return;
+    }
+    let (t, doc, report) = trace(
+        workload("sync_workload"),
+        &["rwlock", "2", "1", "30", "400"],
+    );
+    let lock = named(&doc, "rwlock", "table_lock");
+    for m in t.iter().filter(|m| m.contains_key("role")) {
+        let e = edges(&doc, tid(&m["tid"]), lock);
+        assert_eq!(e.len(), 1, "{e:?}");
+        assert_eq!(e[0]["role"], m["role"].as_str());
+        assert_eq!(u(&e[0]["acquisitions"]), 30);
+        assert_eq!(u(&e[0]["hold"]["count"]), 30);
+        // The median: three spinning threads on a small machine get preempted now and
+        // then, which stretches a few holds.
+        within(
+            u(&e[0]["hold"]["p50_ns"]) as f64,
+            400e3,
+            0.05,
+            "rwlock hold median",
+        );
+    }
+    assert!(report.contains("Read-write locks"), "{report}");
+}
+
+#[test]
+fn semaphores_count_waits_posts_and_failed_trywaits() {
+    if !can_trace("semaphores_count_waits_posts_and_failed_trywaits") {
+        return;
+    }
+    let (t, doc, _) = trace(workload("sync_workload"), &["sem", "6", "3000"]);
+    let sem = named(&doc, "semaphore", "items");
+    let consumer = edges(&doc, tid(&truth(&t, "consumer")), sem);
+    let producer = edges(&doc, tid(&truth(&t, "producer")), sem);
+    assert_eq!(u(&consumer[0]["acquisitions"]), 6);
+    assert_eq!(u(&consumer[0]["failed_trylocks"]), 1);
+    assert_eq!(u(&producer[0]["posts"]), 6);
+}
+
+#[test]
+fn spinlocks_count_every_acquisition_once() {
+    if !can_trace("spinlocks_count_every_acquisition_once") {
+        return;
+    }
+    let (t, doc, _) = trace(workload("sync_workload"), &["spin", "2", "300", "10"]);
+    let spin = named(&doc, "spinlock", "counter_spin");
+    for m in t.iter().filter(|m| m.contains_key("iters")) {
+        let e = edges(&doc, tid(&m["tid"]), spin);
+        assert_eq!(u(&e[0]["acquisitions"]), 300, "{}", e[0]);
+        assert_eq!(u(&e[0]["hold"]["count"]), 300);
+    }
+    assert_eq!(doc["sync_graph"]["model"]["interrupted_holds"], 0);
+}
+
+#[test]
+fn the_thread_tree_has_its_known_shape_and_joins() {
+    if !can_trace("the_thread_tree_has_its_known_shape_and_joins") {
+        return;
+    }
+    let (t, doc, report) = trace(workload("sync_workload"), &["tree"]);
+    let node = |n: &str| {
+        t.iter()
+            .find(|m| m.get("node").map(String::as_str) == Some(n))
+            .map(|m| tid(&m["tid"]))
+            .unwrap()
+    };
+    let threads = doc["sync_graph"]["threads"].as_array().unwrap();
+    let parent = |tid: u64| {
+        threads
+            .iter()
+            .find(|x| x["tid"] == tid)
+            .map(|x| x["parent"]["tid"].clone())
+            .unwrap()
+    };
+    assert_eq!(parent(node("middle")), node("main"));
+    assert_eq!(parent(node("leaf1")), node("middle"));
+    assert_eq!(parent(node("leaf2")), node("middle"));
+    for (joiner, joined) in [("main", "middle"), ("middle", "leaf1"), ("middle", "leaf2")] {
+        let h = objects(&doc, "thread")
+            .into_iter()
+            .find(|o| o["thread_tid"] == node(joined))
+            .unwrap_or_else(|| panic!("no handle for {joined}"));
+        let e = edges(&doc, node(joiner), h);
+        assert_eq!(u(&e[0]["waits"]), 1, "{joiner} joined {joined}");
+    }
+    // leaf2 sleeps 40 ms, leaf1 20 ms: middle waits ~20 ms more for leaf2 after leaf1.
+    assert!(report.contains("Thread tree"), "{report}");
+}
+
+#[test]
+fn a_statically_linked_target_is_traced() {
+    if !can_trace("a_statically_linked_target_is_traced") {
+        return;
+    }
+    let (t, doc, _) = trace(
+        workload("sync_workload_static"),
+        &["barrier", "2", "4", "2000"],
+    );
+    assert_eq!(t.len(), 2);
+    let b = named(&doc, "barrier", "round_barrier");
+    assert_eq!(u(&b["barrier"]["rounds"]), 4, "{b}");
+    let lib = doc["run"]["targets"][0]["library"].as_str().unwrap();
+    assert!(lib.ends_with("sync_workload_static"), "{lib}");
+}

@@ -1,0 +1,244 @@
+/* Ground-truth workloads for every pthread primitive rtm-trace follows.
+ *
+ *   sync_workload barrier  THREADS ROUNDS UNIT_US   thread i sleeps (i+1)*UNIT_US per round
+ *   sync_workload cond     WAITS WAIT_MS TIMEOUT_MS signaler wakes the waiter after WAIT_MS
+ *   sync_workload rwlock   READERS WRITERS ITERS HOLD_US
+ *   sync_workload sem      POSTS GAP_US
+ *   sync_workload spin     THREADS ITERS HOLD_US
+ *   sync_workload tree                               main -> a -> (b, c), joins all
+ *
+ * Each prints `truth key=value ...` lines the tests compare with rtm-trace's output.
+ */
+#define _GNU_SOURCE
+#include <pthread.h>
+#include <semaphore.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+static long tid(void) { return syscall(SYS_gettid); }
+
+static long long now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+static void spin_ns(long long ns) {
+    long long end = now_ns() + ns;
+    while (now_ns() < end) {
+    }
+}
+
+static void sleep_us(long us) {
+    struct timespec ts = {us / 1000000, (us % 1000000) * 1000};
+    nanosleep(&ts, NULL);
+}
+
+static void name(const char *fmt, long i) {
+    char n[16];
+    snprintf(n, sizeof n, fmt, i);
+    pthread_setname_np(pthread_self(), n);
+}
+
+/* ---- barrier ---- */
+static pthread_barrier_t round_barrier;
+static int b_rounds;
+static long b_unit_us;
+
+static void *barrier_thread(void *arg) {
+    long i = (long)arg;
+    name("bar-%ld", i);
+    printf("truth barrier index=%ld tid=%ld\n", i, tid());
+    for (int r = 0; r < b_rounds; r++) {
+        sleep_us((i + 1) * b_unit_us);
+        pthread_barrier_wait(&round_barrier);
+    }
+    return NULL;
+}
+
+/* ---- cond ---- */
+static pthread_mutex_t cond_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t ready_cond = PTHREAD_COND_INITIALIZER;
+static int c_generation;
+static int c_waits;
+static long c_wait_ms;
+
+static void *signaler(void *arg) {
+    (void)arg;
+    name("signaler", 0);
+    printf("truth cond signaler=%ld\n", tid());
+    for (int k = 0; k < c_waits; k++) {
+        sleep_us(c_wait_ms * 1000);
+        pthread_mutex_lock(&cond_lock);
+        c_generation++;
+        pthread_cond_signal(&ready_cond);
+        pthread_mutex_unlock(&cond_lock);
+    }
+    return NULL;
+}
+
+/* ---- rwlock ---- */
+static pthread_rwlock_t table_lock = PTHREAD_RWLOCK_INITIALIZER;
+static int rw_iters;
+static long rw_hold_us;
+
+static void *reader(void *arg) {
+    name("reader-%ld", (long)arg);
+    printf("truth rwlock role=read tid=%ld iters=%d\n", tid(), rw_iters);
+    for (int k = 0; k < rw_iters; k++) {
+        pthread_rwlock_rdlock(&table_lock);
+        spin_ns(rw_hold_us * 1000LL);
+        pthread_rwlock_unlock(&table_lock);
+        spin_ns(rw_hold_us * 100LL);
+    }
+    return NULL;
+}
+
+static void *writer(void *arg) {
+    name("writer-%ld", (long)arg);
+    printf("truth rwlock role=write tid=%ld iters=%d\n", tid(), rw_iters);
+    for (int k = 0; k < rw_iters; k++) {
+        pthread_rwlock_wrlock(&table_lock);
+        spin_ns(rw_hold_us * 1000LL);
+        pthread_rwlock_unlock(&table_lock);
+        spin_ns(rw_hold_us * 100LL);
+    }
+    return NULL;
+}
+
+/* ---- sem ---- */
+static sem_t items;
+static int s_posts;
+static long s_gap_us;
+
+static void *producer(void *arg) {
+    (void)arg;
+    name("producer", 0);
+    printf("truth sem producer=%ld\n", tid());
+    for (int k = 0; k < s_posts; k++) {
+        sleep_us(s_gap_us);
+        sem_post(&items);
+    }
+    return NULL;
+}
+
+/* ---- spin ---- */
+static pthread_spinlock_t counter_spin;
+static int sp_iters;
+static long sp_hold_us;
+
+static void *spinner(void *arg) {
+    name("spinner-%ld", (long)arg);
+    printf("truth spin tid=%ld iters=%d\n", tid(), sp_iters);
+    for (int k = 0; k < sp_iters; k++) {
+        pthread_spin_lock(&counter_spin);
+        spin_ns(sp_hold_us * 1000LL);
+        pthread_spin_unlock(&counter_spin);
+        spin_ns(sp_hold_us * 500LL);
+    }
+    return NULL;
+}
+
+/* ---- tree ---- */
+static void *leaf(void *arg) {
+    name("leaf-%ld", (long)arg);
+    printf("truth tree node=leaf%ld tid=%ld\n", (long)arg, tid());
+    sleep_us(20000 * (long)arg);
+    return NULL;
+}
+
+static void *middle(void *arg) {
+    (void)arg;
+    name("middle", 0);
+    printf("truth tree node=middle tid=%ld\n", tid());
+    pthread_t b, c;
+    pthread_create(&b, NULL, leaf, (void *)1);
+    pthread_create(&c, NULL, leaf, (void *)2);
+    pthread_join(b, NULL);
+    pthread_join(c, NULL);
+    return NULL;
+}
+
+static int usage(void) {
+    fprintf(stderr, "usage: sync_workload barrier|cond|rwlock|sem|spin|tree ARGS (see source)\n");
+    return 2;
+}
+
+int main(int argc, char **argv) {
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    if (argc < 2)
+        return usage();
+    const char *mode = argv[1];
+    long a = argc > 2 ? atol(argv[2]) : 0, b = argc > 3 ? atol(argv[3]) : 0,
+         c = argc > 4 ? atol(argv[4]) : 0, d = argc > 5 ? atol(argv[5]) : 0;
+    pthread_t th[64];
+    if (!strcmp(mode, "barrier") && argc == 5 && a > 0 && a <= 64) {
+        b_rounds = b;
+        b_unit_us = c;
+        pthread_barrier_init(&round_barrier, NULL, a);
+        for (long i = 0; i < a; i++)
+            pthread_create(&th[i], NULL, barrier_thread, (void *)i);
+        for (long i = 0; i < a; i++)
+            pthread_join(th[i], NULL);
+    } else if (!strcmp(mode, "cond") && argc == 5) {
+        c_waits = a;
+        c_wait_ms = b;
+        printf("truth cond waiter=%ld\n", tid());
+        pthread_create(&th[0], NULL, signaler, NULL);
+        pthread_mutex_lock(&cond_lock);
+        for (int k = 0; k < c_waits; k++) {
+            int seen = c_generation;
+            while (c_generation == seen)
+                pthread_cond_wait(&ready_cond, &cond_lock);
+        }
+        struct timespec dl;
+        clock_gettime(CLOCK_REALTIME, &dl);
+        dl.tv_nsec += c * 1000000L;
+        dl.tv_sec += dl.tv_nsec / 1000000000L;
+        dl.tv_nsec %= 1000000000L;
+        int r = pthread_cond_timedwait(&ready_cond, &cond_lock, &dl);
+        printf("truth cond timedwait=%s\n", r ? "timeout" : "woken");
+        pthread_mutex_unlock(&cond_lock);
+        pthread_join(th[0], NULL);
+    } else if (!strcmp(mode, "rwlock") && argc == 6 && a + b <= 64) {
+        rw_iters = c;
+        rw_hold_us = d;
+        for (long i = 0; i < a; i++)
+            pthread_create(&th[i], NULL, reader, (void *)i);
+        for (long i = 0; i < b; i++)
+            pthread_create(&th[a + i], NULL, writer, (void *)i);
+        for (long i = 0; i < a + b; i++)
+            pthread_join(th[i], NULL);
+    } else if (!strcmp(mode, "sem") && argc == 4) {
+        s_posts = a;
+        s_gap_us = b;
+        sem_init(&items, 0, 0);
+        printf("truth sem consumer=%ld\n", tid());
+        int busy = sem_trywait(&items) != 0;
+        printf("truth sem trywait_failed=%d\n", busy);
+        pthread_create(&th[0], NULL, producer, NULL);
+        for (int k = 0; k < s_posts; k++)
+            sem_wait(&items);
+        pthread_join(th[0], NULL);
+    } else if (!strcmp(mode, "spin") && argc == 5 && a <= 64) {
+        sp_iters = b;
+        sp_hold_us = c;
+        pthread_spin_init(&counter_spin, PTHREAD_PROCESS_PRIVATE);
+        for (long i = 0; i < a; i++)
+            pthread_create(&th[i], NULL, spinner, (void *)i);
+        for (long i = 0; i < a; i++)
+            pthread_join(th[i], NULL);
+    } else if (!strcmp(mode, "tree")) {
+        printf("truth tree node=main tid=%ld\n", tid());
+        pthread_create(&th[0], NULL, middle, NULL);
+        pthread_join(th[0], NULL);
+    } else {
+        return usage();
+    }
+    printf("done %s\n", mode);
+    return 0;
+}
