@@ -54,17 +54,26 @@ fn unknown_pid_is_refused() {
 }
 
 #[test]
-fn process_without_libc_is_refused() {
-    if !can_trace("process_without_libc_is_refused") {
+fn process_without_libc_is_refused_in_full_mode() {
+    if !can_trace("process_without_libc_is_refused_in_full_mode") {
         return;
     }
     let p = spawn(&mut Command::new(workload("nolibc")));
-    let (code, err) = stderr_of(Command::new(rtm_bin()).args(["--pid", &p.pid().to_string()]));
+    let (code, err) =
+        stderr_of(Command::new(rtm_bin()).args(["--mode", "full", "--pid", &p.pid().to_string()]));
     assert_eq!(code, Some(1));
     assert!(
         err.contains("has no library defining pthread_mutex_lock"),
         "{err}"
     );
+    // Contention mode needs no library: the futex tracepoints see any process.
+    let (code, err) = stderr_of(Command::new(rtm_bin()).args([
+        "--duration",
+        "0.2",
+        "--pid",
+        &p.pid().to_string(),
+    ]));
+    assert_eq!(code, Some(0), "{err}");
 }
 
 #[test]

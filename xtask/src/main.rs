@@ -1,6 +1,7 @@
 //! `cargo xtask`: what cargo alone cannot do. Installs the eBPF toolchain, runs the demo,
 //! runs the whole test suite (root, real eBPF).
 
+mod bench;
 mod setup;
 mod tasks;
 
@@ -27,6 +28,18 @@ enum Cmd {
     Demo,
     /// Set up, then run the whole suite: fmt, clippy, unit tests, eBPF tests (needs root).
     Test,
+    /// Benchmarks (needs root); prints Markdown for BENCHMARKS.md.
+    Bench {
+        #[command(subcommand)]
+        which: BenchCmd,
+    },
+}
+
+#[derive(Subcommand)]
+enum BenchCmd {
+    /// What tracing costs a lock/unlock loop: no tracing, contention mode, full mode and
+    /// bpftrace, side by side.
+    Probes,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -38,5 +51,8 @@ fn main() -> anyhow::Result<()> {
         }
         Cmd::Demo => tasks::demo(&setup::run()?),
         Cmd::Test => tasks::test(&setup::run()?),
+        Cmd::Bench {
+            which: BenchCmd::Probes,
+        } => bench::probes(&setup::run()?, &tasks::root()),
     }
 }

@@ -176,7 +176,12 @@ fn ensure_bpf_linker() -> Result<PathBuf> {
 }
 
 fn ensure_apt() -> Result<()> {
-    let missing: Vec<&str> = APT_PACKAGES
+    ensure_packages(APT_PACKAGES)
+}
+
+/// Installs the Debian packages that are missing (quietly nothing when all are there).
+pub fn ensure_packages(packages: &[&str]) -> Result<()> {
+    let missing: Vec<&str> = packages
         .iter()
         .copied()
         .filter(|p| {

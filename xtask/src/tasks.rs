@@ -10,7 +10,7 @@ use anyhow::{Context, Result, bail};
 
 use crate::setup::{Env, status};
 
-fn root() -> PathBuf {
+pub fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .parent()
         .expect("xtask lives in the workspace")
@@ -113,6 +113,7 @@ pub fn test(env: &Env) -> Result<()> {
         "--workspace",
         "--exclude",
         "rtm-ebpf",
+        "--no-fail-fast",
         "--",
         "--test-threads=1",
     ]))

@@ -1,0 +1,180 @@
+//! Contention mode against full mode and the workload's own clock; a target in its own
+//! mount namespace; forked children followed.
+
+use std::{io::Write, process::Command, time::Duration};
+
+use rtm_tests::{
+    LineWatch, TempDir, Value, can_trace, read_json, rtm_bin, run, spawn, truths, workload,
+};
+
+const T: Duration = Duration::from_secs(120);
+
+const ARGS: [&str; 8] = [
+    "--threads",
+    "2",
+    "--iters",
+    "60",
+    "--hold-us",
+    "1000",
+    "--private",
+    "0",
+];
+
+fn object<'a>(doc: &'a Value, kind: &str, name: &str) -> &'a Value {
+    doc["sync_graph"]["objects"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|o| o["kind"] == kind && o["name"] == name)
+        .unwrap_or_else(|| panic!("no {kind} {name}"))
+}
+
+/// Runs mutex_workload under `mode`; returns (truth wait sum, doc, worker tids).
+fn traced(mode: &str) -> (f64, Value, Vec<u64>) {
+    let dir = TempDir::new(mode);
+    let json = dir.join("o.json");
+    let out = run(
+        Command::new(rtm_bin())
+            .args(["--mode", mode, "-o", "/dev/null", "--json"])
+            .arg(&json)
+            .arg("--")
+            .arg(workload("mutex_workload"))
+            .args(ARGS),
+        T,
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let t = truths(&String::from_utf8_lossy(&out.stdout));
+    let wait: u64 = t.iter().map(|t| t.get("wait_ns")).sum();
+    (
+        wait as f64,
+        read_json(&json),
+        t.iter().map(|t| t.tid).collect(),
+    )
+}
+
+#[test]
+fn contention_mode_agrees_with_full_mode_and_names_the_releaser() {
+    if !can_trace("contention_mode_agrees_with_full_mode_and_names_the_releaser") {
+        return;
+    }
+    let (truth_c, doc_c, tids) = traced("contention");
+    let (truth_f, doc_f, _) = traced("full");
+    let c = object(&doc_c, "futex", "shared_lock")["contended_wait_ns"]
+        .as_u64()
+        .unwrap() as f64;
+    let f = object(&doc_f, "mutex", "shared_lock")["contended_wait_ns"]
+        .as_u64()
+        .unwrap() as f64;
+    // Each run against the workload's own measure of time spent in pthread_mutex_lock.
+    let (ec, ef) = ((c - truth_c).abs() / truth_c, (f - truth_f).abs() / truth_f);
+    println!(
+        "contention mode: {c:.0} ns vs truth {truth_c:.0} ({:.2}% off); full mode: {f:.0} ns vs \
+         truth {truth_f:.0} ({:.2}% off)",
+        ec * 100.0,
+        ef * 100.0
+    );
+    assert!(ec < 0.05 && ef < 0.05);
+    // Per wait ended, the same story in both modes: each worker waited for the other.
+    for doc in [&doc_c, &doc_f] {
+        let wf = doc["sync_graph"]["waits_for"].as_array().unwrap();
+        assert!(!wf.is_empty());
+        for e in wf.iter().filter(|e| e["object_name"] == "shared_lock") {
+            let (w, k) = (e["waiter"].as_u64().unwrap(), e["waker"].as_u64().unwrap());
+            assert!(tids.contains(&w) && tids.contains(&k) && w != k, "{e}");
+        }
+    }
+    assert_eq!(doc_c["run"]["mode"], "contention");
+    // What contention mode cannot see is not made up.
+    assert_eq!(object(&doc_c, "futex", "shared_lock")["acquisitions"], 0);
+}
+
+#[test]
+fn a_target_in_its_own_mount_namespace_is_probed_in_its_own_libc() {
+    if !can_trace("a_target_in_its_own_mount_namespace_is_probed_in_its_own_libc") {
+        return;
+    }
+    // The target sees a copy of libc bind-mounted over the host's path: a different file.
+    // Probing the host's libc by path would see nothing.
+    let dir = TempDir::new("mntns");
+    let libc = std::fs::read_to_string("/proc/self/maps")
+        .unwrap()
+        .lines()
+        .filter_map(|l| l.split_whitespace().nth(5).map(str::to_owned))
+        .find(|p| p.contains("/libc.so"))
+        .unwrap();
+    let copy = dir.join("libc-copy.so");
+    let script = format!(
+        "cp {libc} {copy} && mount --bind {copy} {libc} && exec {wl} --wait-stdin {args}",
+        copy = copy.display(),
+        wl = workload("mutex_workload").display(),
+        args = ARGS.join(" ")
+    );
+    let mut w = spawn(
+        Command::new("unshare")
+            .args(["--mount", "--propagation", "private", "sh", "-c"])
+            .arg(&script),
+    );
+    let mut out = LineWatch::new(w.child.stdout.take().unwrap());
+    let pid: u32 = out
+        .wait_for("ready", Duration::from_secs(10))
+        .trim_start_matches("ready ")
+        .trim()
+        .parse()
+        .unwrap();
+    let json = dir.join("o.json");
+    let mut tr = spawn(
+        Command::new(rtm_bin())
+            .args(["--mode", "full", "-v", "-o", "/dev/null", "--json"])
+            .arg(&json)
+            .args(["--pid", &pid.to_string()]),
+    );
+    let mut err = LineWatch::new(tr.child.stderr.take().unwrap());
+    err.wait_for("attached to PID", Duration::from_secs(30));
+    writeln!(w.child.stdin.as_mut().unwrap(), "go").unwrap();
+    let t = truths(&out.rest(T).join("\n"));
+    let done = tr.wait_output(T);
+    assert!(done.status.success());
+    let doc = read_json(&json);
+    let lock = object(&doc, "mutex", "shared_lock");
+    let total: u64 = t.iter().map(|t| t.get("shared")).sum();
+    assert_eq!(lock["acquisitions"].as_u64().unwrap(), total);
+}
+
+#[test]
+fn forked_children_are_followed_in_launch_mode() {
+    if !can_trace("forked_children_are_followed_in_launch_mode") {
+        return;
+    }
+    // A shell forks the workload: its events come from a process rtm-trace did not start.
+    let dir = TempDir::new("follow");
+    let json = dir.join("o.json");
+    let script = format!(
+        "{} {} --quiet; true",
+        workload("mutex_workload").display(),
+        ARGS.join(" ")
+    );
+    let out = run(
+        Command::new(rtm_bin())
+            .args(["-o", "/dev/null", "--json"])
+            .arg(&json)
+            .args(["--", "sh", "-c"])
+            .arg(&script),
+        T,
+    );
+    assert!(out.status.success());
+    let doc = read_json(&json);
+    let lock = object(&doc, "futex", "shared_lock");
+    let shell = doc["run"]["targets"][0]["pid"].as_u64().unwrap();
+    assert_ne!(lock["pid"].as_u64().unwrap(), shell);
+    assert!(lock["waits"].as_u64().unwrap() > 0);
+    let threads = doc["sync_graph"]["threads"].as_array().unwrap();
+    let child = threads
+        .iter()
+        .find(|t| t["pid"] == lock["pid"] && t["tid"] == lock["pid"])
+        .unwrap();
+    assert_eq!(child["parent"]["pid"].as_u64().unwrap(), shell);
+}

@@ -1,0 +1,190 @@
+//! `cargo xtask bench probes`: what tracing costs a lock-heavy program, measured side by
+//! side in one run: no tracing, contention mode, full mode, and bpftrace probing the same
+//! two functions. Each configuration runs ROUNDS times, interleaved so drift hits all of
+//! them alike; medians and ratios to the untraced baseline are printed as a Markdown
+//! table for BENCHMARKS.md.
+
+use std::{
+    path::{Path, PathBuf},
+    process::Command,
+};
+
+use anyhow::{Context, Result, bail};
+
+use crate::setup::{Env, ensure_packages, status};
+
+const ROUNDS: usize = 5;
+
+struct Workload {
+    name: &'static str,
+    args: [&'static str; 3],
+}
+
+const WORKLOADS: [Workload; 2] = [
+    Workload {
+        name: "uncontended (1 thread, empty critical section)",
+        args: ["1", "2000000", "0"],
+    },
+    Workload {
+        name: "contended (2 threads, 200 ns in and out of the lock)",
+        args: ["2", "200000", "200"],
+    },
+];
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Config {
+    Baseline,
+    Contention,
+    Full,
+    Bpftrace,
+}
+
+impl Config {
+    fn label(self) -> &'static str {
+        match self {
+            Config::Baseline => "no tracing",
+            Config::Contention => "rtm-trace --mode contention",
+            Config::Full => "rtm-trace --mode full",
+            Config::Bpftrace => "bpftrace (lock+unlock uprobes, count)",
+        }
+    }
+}
+
+fn libc_path() -> Result<PathBuf> {
+    let maps = std::fs::read_to_string("/proc/self/maps")?;
+    maps.lines()
+        .filter_map(|l| l.split_whitespace().nth(5))
+        .find(|p| p.contains("/libc.so"))
+        .map(PathBuf::from)
+        .context("this process maps no libc")
+}
+
+fn ns_per_pair(out: &std::process::Output) -> Result<f64> {
+    let text = String::from_utf8_lossy(&out.stdout);
+    text.lines()
+        .find_map(|l| l.strip_prefix("ns_per_pair="))
+        .and_then(|v| v.trim().parse().ok())
+        .with_context(|| {
+            format!(
+                "no ns_per_pair in the output:\n{text}\n{}",
+                String::from_utf8_lossy(&out.stderr)
+            )
+        })
+}
+
+fn run_one(cfg: Config, rtm: &Path, bench: &Path, args: &[&str], libc: &Path) -> Result<f64> {
+    let mut cmd = match cfg {
+        Config::Baseline => Command::new(bench),
+        Config::Contention | Config::Full => {
+            let mut c = Command::new(rtm);
+            c.args(["-o", "/dev/null", "--mode"])
+                .arg(if cfg == Config::Full {
+                    "full"
+                } else {
+                    "contention"
+                })
+                .arg("--")
+                .arg(bench);
+            c
+        }
+        Config::Bpftrace => {
+            let l = libc.display();
+            let mut c = Command::new("bpftrace");
+            c.arg("-e")
+                .arg(format!(
+                    "uprobe:{l}:pthread_mutex_lock {{ @l = count(); }} \
+                     uprobe:{l}:pthread_mutex_unlock {{ @u = count(); }}"
+                ))
+                .arg("-c")
+                .arg(format!("{} {}", bench.display(), args.join(" ")));
+            c
+        }
+    };
+    if cfg != Config::Bpftrace {
+        cmd.args(args);
+    }
+    let out = cmd
+        .output()
+        .with_context(|| format!("running {}", cfg.label()))?;
+    if !out.status.success() {
+        bail!(
+            "{} failed: {}",
+            cfg.label(),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    ns_per_pair(&out)
+}
+
+fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    v[v.len() / 2]
+}
+
+/// Runs the probe-cost benchmark and prints the table.
+pub fn probes(env: &Env, root: &Path) -> Result<()> {
+    ensure_packages(&["bpftrace"])?;
+    let mut build = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
+    build.current_dir(root).env("PATH", &env.path).args([
+        "build",
+        "--release",
+        "-p",
+        "rtm-userspace",
+    ]);
+    status(&mut build)?;
+    let out = root.join("target/bench");
+    std::fs::create_dir_all(&out)?;
+    let bench = out.join("bench_lock");
+    status(
+        Command::new("cc")
+            .args(["-O2", "-pthread", "-Wall", "-o"])
+            .arg(&bench)
+            .arg(root.join("tests/workloads/bench_lock.c")),
+    )?;
+    let rtm = root.join("target/release/rtm-trace");
+    let libc = libc_path()?;
+    let configs = [
+        Config::Baseline,
+        Config::Contention,
+        Config::Full,
+        Config::Bpftrace,
+    ];
+    println!(
+        "\nProbe cost on {} ({} rounds each, interleaved; median ns per lock+unlock pair)\n",
+        std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .unwrap_or_default()
+            .trim(),
+        ROUNDS
+    );
+    for w in &WORKLOADS {
+        let mut samples: Vec<Vec<f64>> = vec![Vec::new(); configs.len()];
+        for _ in 0..ROUNDS {
+            for (i, cfg) in configs.iter().enumerate() {
+                samples[i].push(run_one(*cfg, &rtm, &bench, &w.args, &libc)?);
+            }
+        }
+        let medians: Vec<f64> = samples.iter_mut().map(|s| median(s)).collect();
+        let base = medians[0];
+        println!("### {} (`bench_lock {}`)\n", w.name, w.args.join(" "));
+        println!("| configuration | ns per pair (median) | vs. no tracing | added ns per pair |");
+        println!("|---|---|---|---|");
+        for (cfg, m) in configs.iter().zip(&medians) {
+            println!(
+                "| {} | {:.1} | {:.2}x | {:.1} |",
+                cfg.label(),
+                m,
+                m / base,
+                m - base
+            );
+        }
+        let full = medians[2] - base;
+        let bpft = medians[3] - base;
+        println!(
+            "\nfull mode adds {:.2} us per pair; bpftrace adds {:.2} us: rtm-trace is {:.1}x cheaper\n",
+            full / 1000.0,
+            bpft / 1000.0,
+            bpft / full.max(1.0)
+        );
+    }
+    Ok(())
+}
