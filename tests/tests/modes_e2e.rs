@@ -61,8 +61,8 @@ fn contention_mode_agrees_with_full_mode_and_names_the_releaser() {
     if !can_trace("contention_mode_agrees_with_full_mode_and_names_the_releaser") {
         return;
     }
-    let (truth_c, doc_c, tids) = traced("contention");
-    let (truth_f, doc_f, _) = traced("full");
+    let (truth_c, doc_c, tids_c) = traced("contention");
+    let (truth_f, doc_f, tids_f) = traced("full");
     let c = object(&doc_c, "futex", "shared_lock")["contended_wait_ns"]
         .as_u64()
         .unwrap() as f64;
@@ -79,7 +79,7 @@ fn contention_mode_agrees_with_full_mode_and_names_the_releaser() {
     );
     assert!(ec < 0.05 && ef < 0.05);
     // Per wait ended, the same story in both modes: each worker waited for the other.
-    for doc in [&doc_c, &doc_f] {
+    for (doc, tids) in [(&doc_c, &tids_c), (&doc_f, &tids_f)] {
         let wf = doc["sync_graph"]["waits_for"].as_array().unwrap();
         assert!(!wf.is_empty());
         for e in wf.iter().filter(|e| e["object_name"] == "shared_lock") {

@@ -23,11 +23,11 @@ struct Workload {
 const WORKLOADS: [Workload; 2] = [
     Workload {
         name: "uncontended (1 thread, empty critical section)",
-        args: ["1", "2000000", "0"],
+        args: ["1", "1000000", "0"],
     },
     Workload {
         name: "contended (2 threads, 200 ns in and out of the lock)",
-        args: ["2", "200000", "200"],
+        args: ["2", "100000", "200"],
     },
 ];
 

@@ -242,6 +242,8 @@ pub struct Applied {
     pub spawned_process: Option<u32>,
     /// A process exited (its last thread).
     pub process_exited: Option<u32>,
+    /// A process exec'd a new program: what was known of its address space is stale.
+    pub exec: Option<u32>,
 }
 
 /// The sync graph.
@@ -364,6 +366,7 @@ impl SyncGraph {
                 }
             }
             TaskOp::Exec => {
+                applied.exec = Some(thread.pid);
                 let node = self.threads.get_mut(&thread).expect("touched");
                 if !t.comm().is_empty() {
                     node.name = Some(t.comm().to_owned());

@@ -48,6 +48,9 @@ struct State {
     spawned: Vec<u32>,
     /// Followed processes that exited, not yet dropped from the filter.
     gone: Vec<u32>,
+    /// Processes that exec'd: their maps are read again at their next sync event (after
+    /// the loader has mapped the libraries).
+    stale_maps: std::collections::HashSet<u32>,
 }
 
 impl State {
@@ -55,6 +58,18 @@ impl State {
         let a = self.model.apply(ev);
         self.spawned.extend(a.spawned_process);
         self.gone.extend(a.process_exited);
+        if let Some(pid) = a.exec {
+            self.stale_maps.insert(pid);
+            self.comms.remove(&pid);
+        } else if matches!(ev, rtm_common::decode::Event::Sync(_))
+            && self.stale_maps.remove(&ev.header().pid)
+        {
+            let pid = ev.header().pid;
+            self.namer.remember(pid);
+            if let Some(c) = process::comm(pid) {
+                self.comms.insert(pid, c);
+            }
+        }
         if let Some(pid) = a.new_process {
             // Maps are read while the process is alive so names resolve after it exits.
             self.namer.remember(pid);
@@ -263,6 +278,7 @@ pub(super) async fn trace(cli: Cli, mut child: Option<GatedChild>) -> Result<i32
         comms: Default::default(),
         spawned: Vec::new(),
         gone: Vec::new(),
+        stale_maps: Default::default(),
     };
     let mut followed: Vec<u32> = Vec::new();
     let mut child_exit: Option<ChildExit> = None;
