@@ -256,6 +256,23 @@ pub struct PendingCall {
 }
 const _: () = assert!(size_of::<PendingCall>() == 64);
 
+/// Deepest nesting of probed calls remembered per thread (pthread_create calls
+/// pthread_mutex_lock, for one).
+pub const MAX_CALL_DEPTH: usize = 4;
+
+/// The probed calls in flight on one thread, innermost last: one map value per thread,
+/// so entry and return each cost one map lookup.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ThreadCalls {
+    /// How many of `calls` are in flight (64 bits wide so the eBPF verifier can follow
+    /// bounds checks on it without a zero-extension in between).
+    pub depth: u64,
+    /// The calls, outermost first.
+    pub calls: [PendingCall; MAX_CALL_DEPTH],
+}
+const _: () = assert!(size_of::<ThreadCalls>() == 8 + 64 * MAX_CALL_DEPTH);
+
 /// A futex wait in flight, between sys_enter_futex and sys_exit_futex.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]
@@ -367,6 +384,7 @@ mod user_impls {
     unsafe impl aya::Pod for SyncEvent {}
     unsafe impl aya::Pod for TaskEvent {}
     unsafe impl aya::Pod for PendingCall {}
+    unsafe impl aya::Pod for ThreadCalls {}
 
     impl core::fmt::Display for Primitive {
         fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {

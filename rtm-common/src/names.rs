@@ -33,14 +33,17 @@ pub const PROG_TASK_EXEC: &str = "task_exec";
 
 /// Global in the eBPF object: 1 to add processes forked by a traced process to the filter.
 pub const GLOBAL_FOLLOW_FORKS: &str = "FOLLOW_FORKS";
-/// Global in the eBPF object: 1 to emit futex waits and wakes as events (contention mode);
-/// 0 to use them only to mark blocking calls and find wakers (full mode).
-pub const GLOBAL_EMIT_FUTEX: &str = "EMIT_FUTEX";
+/// Global in the eBPF object: 1 to follow futex wakes to their return (full mode: the
+/// threads a pthread_cond_signal/broadcast woke); 0 skips that work.
+pub const GLOBAL_COUNT_WAKES: &str = "COUNT_WAKES";
+/// Global in the eBPF object: bytes waiting in the ring buffer before a record wakes the
+/// reader (which otherwise drains on a timer).
+pub const GLOBAL_WAKEUP_BYTES: &str = "WAKEUP_BYTES";
 
 /// Capacity of the process filter map.
 pub const MAX_TRACED_TGIDS: u32 = 4096;
-/// Capacity of the per-thread pending-call map.
-pub const MAX_PENDING: u32 = 65536;
+/// Capacity of the per-thread maps (threads with a call or a futex wait in flight).
+pub const MAX_PENDING: u32 = 16384;
 /// Capacity of the last-waker map (LRU).
 pub const MAX_WAKERS: u32 = 16384;
 /// Default ring buffer size in bytes (a power of two, a multiple of the page size).

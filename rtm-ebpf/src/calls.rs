@@ -13,14 +13,14 @@ use aya_ebpf::{
     programs::{ProbeContext, RetProbeContext},
 };
 use rtm_common::{
-    Check, Cookie, EventKind, LossCounter, PendingCall, Primitive, SYNC_FLAG_BEGIN,
+    Check, Cookie, EventKind, LossCounter, MAX_CALL_DEPTH, PendingCall, Primitive, SYNC_FLAG_BEGIN,
     SYNC_FLAG_CONTENDED, SyncEvent, SyncOp,
 };
 
 use crate::{
     emit::{self, header, now},
     filter::traced_pid_tgid,
-    maps::{DEPTH, MAX_DEPTH, PENDING, count_loss, innermost, pending_key},
+    maps::{PENDING, count_loss, thread_calls},
 };
 
 /// Reads the return address at the top of the stack. Userspace only places probes where
@@ -69,16 +69,27 @@ pub fn call_enter(ctx: ProbeContext) -> u32 {
     // SAFETY: regs points at the probed task's saved registers.
     let sp = unsafe { (*ctx.regs).rsp };
     let ret_addr = caller(&ctx);
-    if let Some(inner) = innermost(pid_tgid) {
-        // SAFETY: this thread's own entry; only this thread writes it.
-        let inner = unsafe { &mut *inner };
-        if inner.sp == sp && inner.cookie == raw && inner.object == object {
-            // The same call passed its probe again (a retry loop through it). Its return
-            // address now reads as the uretprobe trampoline, so the frame is matched by
-            // stack pointer.
-            inner.rehits += 1;
-            return 0;
-        }
+    let Some(tc) = thread_calls(pid_tgid) else {
+        count_loss(LossCounter::PendingFull);
+        return 0;
+    };
+    // SAFETY: this thread's own entry; only this thread writes it.
+    let tc = unsafe { &mut *tc };
+    let depth = tc.depth as usize;
+    // Indexes are masked so the verifier sees them in bounds (MAX_CALL_DEPTH is a power
+    // of two and the comparisons come first).
+    if depth > 0
+        && depth <= MAX_CALL_DEPTH
+        && let Some(inner) = tc.calls.get_mut((depth - 1) & (MAX_CALL_DEPTH - 1))
+        && inner.sp == sp
+        && inner.cookie == raw
+        && inner.object == object
+    {
+        // The same call passed its probe again (a retry loop through it). Its return
+        // address now reads as the uretprobe trampoline, so the frame is matched by
+        // stack pointer.
+        inner.rehits += 1;
+        return 0;
     }
     let ts = now();
     let call = PendingCall {
@@ -115,17 +126,15 @@ pub fn call_enter(ctx: ProbeContext) -> u32 {
             pad: 0,
         });
     }
-    // SAFETY: the value is copied at once.
-    let depth = unsafe { DEPTH.get(pid_tgid) }.copied().unwrap_or(0);
-    if depth >= MAX_DEPTH
-        || PENDING
-            .insert(pending_key(pid_tgid, depth), call, 0)
-            .is_err()
-    {
+    if depth >= MAX_CALL_DEPTH {
         count_loss(LossCounter::PendingFull);
         return 0;
     }
-    let _ = DEPTH.insert(pid_tgid, depth + 1, 0);
+    let Some(slot) = tc.calls.get_mut(depth & (MAX_CALL_DEPTH - 1)) else {
+        return 0;
+    };
+    *slot = call;
+    tc.depth = depth as u64 + 1;
     0
 }
 
@@ -135,35 +144,29 @@ pub fn call_return(ctx: RetProbeContext) -> u32 {
     let Some(pid_tgid) = traced_pid_tgid() else {
         return 0;
     };
-    // SAFETY: the value is copied at once.
-    let depth = unsafe { DEPTH.get(pid_tgid) }.copied().unwrap_or(0);
-    if depth == 0 {
-        count_loss(LossCounter::MissedEntry);
-        return 0;
-    }
-    let depth = depth - 1;
-    if let Some(p) = PENDING.get_ptr_mut(pending_key(pid_tgid, depth)) {
-        // SAFETY: this thread's own entry; only this thread writes it.
-        let p = unsafe { &mut *p };
-        if p.rehits > 0 {
-            // A return instance of a repeated entry hit: the call has not returned yet
-            // as far as its first hit is concerned.
-            p.rehits -= 1;
-            return 0;
-        }
-    }
-    if depth == 0 {
-        let _ = DEPTH.remove(pid_tgid);
-    } else {
-        let _ = DEPTH.insert(pid_tgid, depth, 0);
-    }
-    let key = pending_key(pid_tgid, depth);
-    // SAFETY: the value is copied out before the entry is removed.
-    let Some(call) = (unsafe { PENDING.get(key) }).copied() else {
+    let Some(tc) = PENDING.get_ptr_mut(pid_tgid) else {
         count_loss(LossCounter::MissedEntry);
         return 0;
     };
-    let _ = PENDING.remove(key);
+    // SAFETY: this thread's own entry; only this thread writes it.
+    let tc = unsafe { &mut *tc };
+    let depth = tc.depth as usize;
+    if depth == 0 || depth > MAX_CALL_DEPTH {
+        count_loss(LossCounter::MissedEntry);
+        return 0;
+    }
+    let Some(slot) = tc.calls.get_mut((depth - 1) & (MAX_CALL_DEPTH - 1)) else {
+        count_loss(LossCounter::MissedEntry);
+        return 0;
+    };
+    if slot.rehits > 0 {
+        // A return instance of a repeated entry hit: the call has not returned yet as far
+        // as its first hit is concerned.
+        slot.rehits -= 1;
+        return 0;
+    }
+    let call = *slot;
+    tc.depth = depth as u64 - 1;
     let ts = now();
     let c = Cookie::unpack(call.cookie);
     let ret: i64 = ctx.ret();

@@ -16,7 +16,7 @@ use rtm_common::{
 use crate::{
     emit::{self, header, now},
     filter::traced_pid_tgid,
-    maps::{PENDING_FUTEX, WAKERS, count_loss, innermost},
+    maps::{COUNT_WAKES, PENDING_FUTEX, WAKERS, count_loss, innermost},
 };
 
 /// Offsets in syscalls/sys_enter_futex and sys_exit_futex (stable syscall ABI layout).
@@ -42,6 +42,7 @@ pub fn futex_enter(ctx: TracePointContext) -> u32 {
             unsafe { (*call).flags |= SYNC_FLAG_BLOCKED };
         }
     } else if futex_cmd_wakes(cmd) {
+        let count = COUNT_WAKES.load() != 0;
         let key = FutexKey {
             tgid: (pid_tgid >> 32) as u32,
             pad: 0,
@@ -53,6 +54,10 @@ pub fn futex_enter(ctx: TracePointContext) -> u32 {
             pad: 0,
         };
         let _ = WAKERS.insert(key, waker, 0);
+        if !count {
+            // Contention mode: the waker is all a wait needs; skip the return.
+            return 0;
+        }
     } else {
         return 0;
     }
@@ -83,39 +88,37 @@ pub fn futex_exit(ctx: TracePointContext) -> u32 {
     let ret = unsafe { ctx.read_at::<i64>(EXIT_RET) }.unwrap_or(0);
     let ts = now();
     let cmd = f.op & FUTEX_CMD_MASK;
-    let (op, wait_ns, extra) = if futex_cmd_waits(cmd) {
-        let key = FutexKey {
-            tgid: (pid_tgid >> 32) as u32,
-            pad: 0,
-            uaddr: f.uaddr,
-        };
-        // SAFETY: the value is copied out at once.
-        let waker = match unsafe { WAKERS.get(key) } {
-            Some(w) if w.ts_ns >= f.start_ns && w.tid != pid_tgid as u32 => w.tid,
-            _ => 0,
-        };
-        (SyncOp::Wait, ts.saturating_sub(f.start_ns), waker)
-    } else {
-        if ret <= 0 {
-            return 0;
-        }
-        if let Some(call) = innermost(pid_tgid) {
+    if !futex_cmd_waits(cmd) {
+        // A wake in full mode: credit the threads it woke to the call in flight.
+        if ret > 0
+            && let Some(call) = innermost(pid_tgid)
+        {
             // SAFETY: this thread's own entry; only this thread writes it.
             unsafe { (*call).extra = (*call).extra.saturating_add(ret as u32) };
         }
-        (SyncOp::Wake, 0, 0)
+        return 0;
+    }
+    let key = FutexKey {
+        tgid: (pid_tgid >> 32) as u32,
+        pad: 0,
+        uaddr: f.uaddr,
+    };
+    // SAFETY: the value is copied out at once.
+    let waker = match unsafe { WAKERS.get(key) } {
+        Some(w) if w.ts_ns >= f.start_ns && w.tid != pid_tgid as u32 => w.tid,
+        _ => 0,
     };
     emit::sync(SyncEvent {
         header: header(EventKind::Sync, pid_tgid, ts),
         object: f.uaddr,
         aux: f.op as u64,
         caller: 0,
-        wait_ns,
+        wait_ns: ts.saturating_sub(f.start_ns),
         primitive: Primitive::Futex as u32,
-        op: op as u32,
+        op: SyncOp::Wait as u32,
         ret: ret as i32,
         flags: 0,
-        extra,
+        extra: waker,
         pad: 0,
     });
     0

@@ -6,7 +6,7 @@ use aya_ebpf::{
     maps::{HashMap, LruHashMap, PerCpuArray, RingBuf},
 };
 use rtm_common::{
-    FutexKey, FutexWaker, LossCounter, PendingCall, PendingFutex,
+    FutexKey, FutexWaker, LossCounter, MAX_CALL_DEPTH, PendingCall, PendingFutex, ThreadCalls,
     names::{DEFAULT_RING_BYTES, MAX_PENDING, MAX_TRACED_TGIDS, MAX_WAKERS},
 };
 
@@ -18,43 +18,41 @@ pub static EVENTS: RingBuf = RingBuf::with_byte_size(DEFAULT_RING_BYTES, 0);
 #[map(name = "TRACED_TGIDS")]
 pub static TRACED_TGIDS: HashMap<u32, u32> = HashMap::with_max_entries(MAX_TRACED_TGIDS, 0);
 
-/// (pid_tgid, depth) -> the probed call in flight on that thread at that nesting depth
-/// (pthread_create calls pthread_mutex_lock, for one).
+/// pid_tgid -> the probed calls in flight on that thread.
 #[map(name = "PENDING")]
-pub static PENDING: HashMap<u64, PendingCall> = HashMap::with_max_entries(MAX_PENDING, 0);
+pub static PENDING: HashMap<u64, ThreadCalls> = HashMap::with_max_entries(MAX_PENDING, 0);
 
-/// pid_tgid -> how many probed calls are in flight on that thread.
-#[map(name = "DEPTH")]
-pub static DEPTH: HashMap<u64, u32> = HashMap::with_max_entries(MAX_PENDING, 0);
-
-/// Deepest nesting of probed calls remembered per thread.
-pub const MAX_DEPTH: u32 = 4;
-
-/// The PENDING key of a thread's call at `depth`.
+/// The thread's call stack, created empty on first use; `None` when the map is full.
 #[inline(always)]
-pub fn pending_key(pid_tgid: u64, depth: u32) -> u64 {
-    // pid_tgid uses at most 54 bits (pid_max is 2^22).
-    pid_tgid | ((depth as u64) << 60)
+pub fn thread_calls(pid_tgid: u64) -> Option<*mut ThreadCalls> {
+    if let Some(p) = PENDING.get_ptr_mut(pid_tgid) {
+        return Some(p);
+    }
+    let empty = ThreadCalls::default();
+    PENDING.insert(pid_tgid, empty, 0).ok()?;
+    PENDING.get_ptr_mut(pid_tgid)
 }
 
 /// The innermost call in flight on the thread, if any.
 #[inline(always)]
 pub fn innermost(pid_tgid: u64) -> Option<*mut PendingCall> {
-    // SAFETY: the value is copied at once.
-    let depth = unsafe { DEPTH.get(pid_tgid) }.copied().unwrap_or(0);
-    if depth == 0 {
+    let tc = PENDING.get_ptr_mut(pid_tgid)?;
+    // SAFETY: this thread's own entry; only this thread writes it.
+    let tc = unsafe { &mut *tc };
+    let d = tc.depth as usize;
+    if d == 0 || d > MAX_CALL_DEPTH {
         return None;
     }
-    PENDING.get_ptr_mut(pending_key(pid_tgid, depth - 1))
+    // Masked so the verifier sees the index in bounds.
+    tc.calls
+        .get_mut((d - 1) & (MAX_CALL_DEPTH - 1))
+        .map(|c| c as *mut PendingCall)
 }
 
 /// Forgets everything in flight on an exiting thread.
 #[inline(always)]
 pub fn forget_thread(pid_tgid: u64) {
-    let _ = DEPTH.remove(pid_tgid);
-    for d in 0..MAX_DEPTH {
-        let _ = PENDING.remove(pending_key(pid_tgid, d));
-    }
+    let _ = PENDING.remove(pid_tgid);
     let _ = PENDING_FUTEX.remove(pid_tgid);
 }
 
@@ -70,9 +68,17 @@ pub static WAKERS: LruHashMap<FutexKey, FutexWaker> = LruHashMap::with_max_entri
 #[map(name = "LOSSES")]
 pub static LOSSES: PerCpuArray<u64> = PerCpuArray::with_max_entries(LossCounter::COUNT, 0);
 
+/// 1: follow futex wakes to their return, to count the threads a signal woke (full mode).
+#[unsafe(no_mangle)]
+pub static COUNT_WAKES: Global<u32> = Global::new(0);
+
 /// 1: processes forked by a traced process are traced too (set by userspace at load).
 #[unsafe(no_mangle)]
 pub static FOLLOW_FORKS: Global<u32> = Global::new(0);
+
+/// Bytes waiting in EVENTS before a record wakes the reader (set by userspace at load).
+#[unsafe(no_mangle)]
+pub static WAKEUP_BYTES: Global<u64> = Global::new(1 << 20);
 
 /// Counts one loss of the given kind.
 #[inline(always)]

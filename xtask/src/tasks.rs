@@ -53,21 +53,25 @@ pub fn demo(env: &Env) -> Result<()> {
             .arg(root().join("tests/workloads/demo.c")),
     )?;
     let bin = root().join("target/release/rtm-trace");
-    let json = out.join("demo.json");
-    eprintln!(
-        "xtask: running: {} --json {} -- {}",
-        bin.display(),
-        json.display(),
-        demo.display()
-    );
-    status(
-        Command::new(&bin)
-            .arg("--json")
-            .arg(&json)
-            .arg("--")
-            .arg(&demo),
-    )
-    .context("tracing the demo")
+    // The default mode first (what `rtm-trace --pid` gives), then every call traced.
+    for mode in ["contention", "full"] {
+        let json = out.join(format!("demo-{mode}.json"));
+        eprintln!(
+            "\nxtask: running: {} --mode {mode} --json {} -- {}",
+            bin.display(),
+            json.display(),
+            demo.display()
+        );
+        status(
+            Command::new(&bin)
+                .args(["--mode", mode, "--json"])
+                .arg(&json)
+                .arg("--")
+                .arg(&demo),
+        )
+        .with_context(|| format!("tracing the demo in {mode} mode"))?;
+    }
+    Ok(())
 }
 
 /// The whole suite: formatting, lints (userspace and eBPF), unit tests, and the

@@ -12,6 +12,9 @@ use super::{
     sync_graph::{Counts, ModelCounters, ObjectKey, Role, SyncGraph, ThreadKey},
 };
 
+/// Most call sites listed (by time waited).
+const MAX_CALL_SITES: usize = 500;
+
 /// Most barrier rounds listed per barrier (the summary covers all of them).
 const MAX_ROUNDS_LISTED: usize = 1_000;
 
@@ -101,6 +104,30 @@ pub struct BarrierView {
     pub round_list: Vec<Round>,
 }
 
+/// Where in the program an object was waited on.
+#[derive(Debug, Clone, Serialize)]
+pub struct CallSiteView {
+    /// Process id.
+    pub pid: u32,
+    /// Kind of object.
+    pub kind: Primitive,
+    /// Object address.
+    #[serde(serialize_with = "hex")]
+    pub object: u64,
+    /// The call's return address.
+    #[serde(serialize_with = "hex")]
+    pub site: u64,
+    /// `function+0xOFF (file:line)` when the file has symbols (and debug info), else
+    /// `file+0xOFF`.
+    pub location: Option<String>,
+    /// Blocking calls made from there.
+    pub calls: u64,
+    /// Those that found the object busy or slept.
+    pub contended: u64,
+    /// Time inside them, ns.
+    pub wait_ns: u64,
+}
+
 /// A waiter -> waker edge: `waiter` slept on a futex word until `waker` woke it.
 #[derive(Debug, Clone, Serialize)]
 pub struct WaitsForView {
@@ -175,6 +202,8 @@ pub struct Snapshot {
     pub edges: Vec<EdgeView>,
     /// Waiter -> waker edges, most wait first.
     pub waits_for: Vec<WaitsForView>,
+    /// Call sites, most wait first (at most 500).
+    pub call_sites: Vec<CallSiteView>,
     /// What the model could not attribute.
     pub model: ModelCounters,
 }
@@ -193,7 +222,24 @@ impl Snapshot {
         graph: &SyncGraph,
         window: Window,
         name_of: &mut dyn FnMut(&ObjectKey) -> Option<String>,
+        locate: &mut dyn FnMut(u32, u64) -> Option<String>,
     ) -> Snapshot {
+        let mut sites: Vec<_> = graph.call_sites().collect();
+        sites.sort_by(|a, b| b.1.wait_ns.cmp(&a.1.wait_ns).then(a.0.cmp(b.0)));
+        let call_sites = sites
+            .into_iter()
+            .take(MAX_CALL_SITES)
+            .map(|((obj, site), c)| CallSiteView {
+                pid: obj.pid,
+                kind: obj.primitive,
+                object: obj.addr,
+                site: *site,
+                location: locate(obj.pid, *site),
+                calls: c.calls,
+                contended: c.contended,
+                wait_ns: c.wait_ns,
+            })
+            .collect();
         let mut per_thread: HashMap<ThreadKey, Totals> = HashMap::new();
         let mut per_object: HashMap<ObjectKey, Totals> = HashMap::new();
         let mut edges = Vec::new();
@@ -328,6 +374,7 @@ impl Snapshot {
             objects,
             edges,
             waits_for,
+            call_sites,
             model: graph.counters(),
         }
     }

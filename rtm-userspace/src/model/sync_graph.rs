@@ -212,6 +212,17 @@ pub struct WaitsFor {
     pub wait: Dist,
 }
 
+/// Where in the program an object was waited on: one call site's totals.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CallSite {
+    /// Blocking calls made from here.
+    pub calls: u64,
+    /// Those that found the object busy or slept.
+    pub contended: u64,
+    /// Time inside them, ns.
+    pub wait_ns: u64,
+}
+
 /// Counters of what the model saw but could not fully attribute.
 #[derive(Clone, Copy, Debug, Default, Serialize, PartialEq, Eq)]
 pub struct ModelCounters {
@@ -258,6 +269,7 @@ pub struct SyncGraph {
     objects: HashMap<ObjectKey, ObjectMeta>,
     edges: HashMap<EdgeKey, EdgeStats>,
     waits_for: HashMap<WaitsForKey, WaitsFor>,
+    call_sites: HashMap<(ObjectKey, u64), CallSite>,
     holds: Holds,
     barrier_calls: usize,
     counters: ModelCounters,
@@ -284,6 +296,7 @@ impl SyncGraph {
             objects: HashMap::new(),
             edges: HashMap::new(),
             waits_for: HashMap::new(),
+            call_sites: HashMap::new(),
             holds: Holds::default(),
             barrier_calls: 0,
             counters: ModelCounters::default(),
@@ -453,6 +466,20 @@ impl SyncGraph {
             Some(true) => self.barrier_calls += 1,
             Some(false) => self.counters.dropped_over_limits += 1,
             None => {}
+        }
+        if raw.caller != 0 && !matches!(s.op, SyncOp::Post | SyncOp::Create) {
+            let site = (object, raw.caller);
+            if self.call_sites.contains_key(&site) || self.call_sites.len() < self.limits.max_edges
+            {
+                let c = self.call_sites.entry(site).or_default();
+                c.calls += 1;
+                c.wait_ns += raw.wait_ns;
+                if raw.flags & (SYNC_FLAG_CONTENDED | SYNC_FLAG_BLOCKED) != 0 {
+                    c.contended += 1;
+                }
+            } else {
+                self.counters.dropped_over_limits += 1;
+            }
         }
         let role = role_of(s.op);
         let key = EdgeKey {
@@ -702,6 +729,11 @@ impl SyncGraph {
     /// The waiter -> waker edges.
     pub fn waits_for(&self) -> impl Iterator<Item = (&WaitsForKey, &WaitsFor)> {
         self.waits_for.iter()
+    }
+
+    /// Call sites per object: (object, return address) -> totals.
+    pub fn call_sites(&self) -> impl Iterator<Item = (&(ObjectKey, u64), &CallSite)> {
+        self.call_sites.iter()
     }
 
     /// Whether futex words are objects (contention mode).

@@ -196,6 +196,7 @@ pub fn render(title: &str, run: &RunInfo, s: &Snapshot, top: usize) -> String {
         );
     }
     sections::waits_for(&mut out, s, top);
+    sections::call_sites(&mut out, s, top);
     sections::rwlocks(&mut out, s, top);
     sections::condvars(&mut out, s, top);
     sections::barriers(&mut out, s, top);

@@ -70,6 +70,48 @@ pub(super) fn waits_for(out: &mut String, s: &Snapshot, top: usize) {
     );
 }
 
+/// Call sites: where in the program the waiting happens.
+pub(super) fn call_sites(out: &mut String, s: &Snapshot, top: usize) {
+    let sites: Vec<_> = s
+        .call_sites
+        .iter()
+        .filter(|c| c.wait_ns > 0)
+        .take(top)
+        .collect();
+    if sites.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        out,
+        "\nWhere the waiting happens (call sites, by time waited)"
+    );
+    let rows: Vec<Vec<String>> = sites
+        .iter()
+        .map(|c| {
+            let object = s
+                .objects
+                .iter()
+                .find(|o| o.pid == c.pid && o.addr == c.object && o.kind == c.kind)
+                .map(|o| format!("{} {}", o.kind, o.label()))
+                .unwrap_or_else(|| format!("{} {:#x}", c.kind, c.object));
+            vec![
+                c.location
+                    .clone()
+                    .unwrap_or_else(|| format!("{:#x}", c.site)),
+                object,
+                count(c.calls),
+                count(c.contended),
+                ns(c.wait_ns),
+            ]
+        })
+        .collect();
+    table(
+        out,
+        &["call site", "object", "calls", "contended", "waited"],
+        &rows,
+    );
+}
+
 /// Readers and writers of each rwlock, side by side.
 pub(super) fn rwlocks(out: &mut String, s: &Snapshot, top: usize) {
     let locks: Vec<&ObjectView> = s

@@ -152,11 +152,23 @@ fn map_err(name: &'static str) -> impl FnOnce(MapError) -> ProbeError {
 impl Probes {
     /// Loads the object with a ring buffer of `ring_bytes` and loads every program.
     /// With `follow_forks`, processes a traced process forks are traced from birth.
-    pub fn load(object: &[u8], ring_bytes: u32, follow_forks: bool) -> Result<Self, ProbeError> {
+    /// `count_wakes` follows futex wakes to their return (full mode: threads woken per
+    /// condition-variable signal).
+    pub fn load(
+        object: &[u8],
+        ring_bytes: u32,
+        follow_forks: bool,
+        count_wakes: bool,
+    ) -> Result<Self, ProbeError> {
         let follow: u32 = follow_forks.into();
+        let wakes: u32 = count_wakes.into();
+        // Wake the reader when an eighth of the ring is used; it drains on a timer too.
+        let wakeup = u64::from(ring_bytes / 8);
         let mut ebpf = EbpfLoader::new()
             .map_max_entries(names::MAP_EVENTS, ring_bytes)
             .override_global(names::GLOBAL_FOLLOW_FORKS, &follow, true)
+            .override_global(names::GLOBAL_WAKEUP_BYTES, &wakeup, true)
+            .override_global(names::GLOBAL_COUNT_WAKES, &wakes, true)
             .load(object)
             .map_err(|source| ProbeError::Load { source })?;
         for name in UPROBES {

@@ -21,13 +21,16 @@ use crate::{
         pthread::{self, ProbeKind},
     },
     readers::{EventReader, Losses},
-    symbolize::ObjectNamer,
+    symbolize::{CodeNamer, ObjectNamer},
     target::{
         elf::ElfSymbols,
         launch::{ChildExit, GatedChild, wait_child},
         process::{self, monotonic_ns},
     },
 };
+
+/// How often the reader drains the ring buffer without being woken.
+const DRAIN_EVERY: std::time::Duration = std::time::Duration::from_millis(20);
 
 /// Records decoded per wake-up before the loop looks at its other sources again.
 const BATCH: usize = 16_384;
@@ -42,6 +45,7 @@ enum Wake {
 struct State {
     model: SyncGraph,
     namer: ObjectNamer,
+    code: CodeNamer,
     /// Command names read when each process's first event arrived (after any exec).
     comms: std::collections::HashMap<u32, String>,
     /// Processes forked by traced processes, not yet handled by the loop.
@@ -159,7 +163,12 @@ pub(super) async fn trace(cli: Cli, mut child: Option<GatedChild>) -> Result<i32
     // Handlers first: a Ctrl-C at any moment after this still detaches and writes results.
     let mut sigint = signal(SignalKind::interrupt()).map_err(io_err("SIGINT handler"))?;
     let mut sigterm = signal(SignalKind::terminate()).map_err(io_err("SIGTERM handler"))?;
-    let mut probes = match Probes::load(EBPF_OBJECT, cli.ring_size, cli.follow_forks()) {
+    let mut probes = match Probes::load(
+        EBPF_OBJECT,
+        cli.ring_size,
+        cli.follow_forks(),
+        cli.mode == Mode::Full,
+    ) {
         Ok(p) => p,
         Err(e) => {
             drop(child); // the gated child sees the gate close and exits 127
@@ -266,6 +275,10 @@ pub(super) async fn trace(cli: Cli, mut child: Option<GatedChild>) -> Result<i32
         exits::watch(pid, exit_tx.clone());
     }
     let deadline = cli.duration.map(|d| Instant::now() + d);
+    // The kernel wakes the reader only when the ring fills up; the rest of the time the
+    // reader comes by on this timer, so records wait at most DRAIN_EVERY.
+    let mut drain = tokio::time::interval(DRAIN_EVERY);
+    drain.set_missed_tick_behavior(MissedTickBehavior::Delay);
     let mut ticker = cli.interval.map(|i| {
         let mut t = tokio::time::interval_at(Instant::now() + i, i);
         t.set_missed_tick_behavior(MissedTickBehavior::Delay);
@@ -275,6 +288,7 @@ pub(super) async fn trace(cli: Cli, mut child: Option<GatedChild>) -> Result<i32
     let mut state = State {
         model: SyncGraph::new(cli.limits(), cli.mode == Mode::Contention),
         namer: ObjectNamer::default(),
+        code: CodeNamer::default(),
         comms: Default::default(),
         spawned: Vec::new(),
         gone: Vec::new(),
@@ -286,6 +300,7 @@ pub(super) async fn trace(cli: Cli, mut child: Option<GatedChild>) -> Result<i32
     let reason = loop {
         let wake = tokio::select! {
             r = reader.ready() => { r.map_err(io_err("reading the ring buffer"))?; Wake::Events }
+            _ = drain.tick() => Wake::Events,
             _ = async { ticker.as_mut().expect("guarded").tick().await }, if ticker.is_some() => Wake::Tick,
             _ = async { tokio::time::sleep_until(deadline.expect("guarded")).await }, if deadline.is_some() => Wake::Stop(EndReason::Duration),
             _ = sigint.recv() => Wake::Stop(EndReason::Signal),
@@ -458,10 +473,16 @@ fn snapshot(state: &mut State, start_ns: u64, end_ns: u64) -> Snapshot {
             state.model.mark_thread_exited(k, last);
         }
     }
-    let namer = &mut state.namer;
-    Snapshot::build(&state.model, Window { start_ns, end_ns }, &mut |o| {
-        namer.name(o.pid, o.addr)
-    })
+    let State {
+        model, namer, code, ..
+    } = state;
+    let objects = std::cell::RefCell::new(namer);
+    Snapshot::build(
+        model,
+        Window { start_ns, end_ns },
+        &mut |o| objects.borrow_mut().name(o.pid, o.addr),
+        &mut |pid, addr| code.name(&mut objects.borrow_mut(), pid, addr),
+    )
 }
 
 fn emit_report(cli: &Cli, text: &str) -> Result<(), SessionError> {

@@ -1,5 +1,7 @@
 //! Turning addresses of traced processes into names.
 
+pub mod code;
 pub mod objects;
 
+pub use code::CodeNamer;
 pub use objects::ObjectNamer;

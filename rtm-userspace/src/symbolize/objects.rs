@@ -48,6 +48,26 @@ impl ObjectNamer {
         elf.data_symbol(vaddr)
     }
 
+    /// The file mapped at `addr` in `pid` (a path the tracer can open) and the address's
+    /// virtual address inside that file, from the remembered maps.
+    pub fn locate(&mut self, pid: u32, addr: u64) -> Option<(PathBuf, u64)> {
+        if !self.maps.contains_key(&pid) {
+            self.remember(pid);
+        }
+        let module = self
+            .maps
+            .get(&pid)?
+            .iter()
+            .find(|m| addr >= m.start && addr < m.end)?
+            .clone();
+        let base = module.base?;
+        let elf = self.symbols(pid, &module)?;
+        let vaddr = elf.vaddr_of(addr, base);
+        let host = process::host_path(pid, &module.path);
+        let path = if host.exists() { host } else { module.path };
+        Some((path, vaddr))
+    }
+
     fn symbols(&mut self, pid: u32, m: &Module) -> Option<Rc<ElfSymbols>> {
         self.files
             .entry((m.dev.clone(), m.inode))

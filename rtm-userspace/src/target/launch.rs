@@ -118,6 +118,10 @@ pub fn spawn_gated(argv: &[OsString]) -> Result<GatedChild, LaunchError> {
             let mut empty: libc::sigset_t = std::mem::zeroed();
             libc::sigemptyset(&mut empty);
             libc::sigprocmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut());
+            // The parent's ends: while the child holds the gate's write end itself, the
+            // read below would never see the tracer go away.
+            libc::close(gate_w.as_raw_fd());
+            libc::close(err_r.as_raw_fd());
             let mut b = 0u8;
             loop {
                 let n = libc::read(gate_r.as_raw_fd(), (&raw mut b).cast(), 1);
