@@ -14,13 +14,15 @@ use anyhow::{Context, Result, bail};
 use crate::setup::{Env, ensure_packages, status};
 
 const ROUNDS: usize = 5;
+/// How many times more pairs the untraced and contention-mode runs make.
+const SCALE: u64 = 20;
 
 struct Workload {
     name: &'static str,
     args: [&'static str; 3],
 }
 
-const WORKLOADS: [Workload; 2] = [
+const WORKLOADS: [Workload; 3] = [
     Workload {
         name: "uncontended (1 thread, empty critical section)",
         args: ["1", "1000000", "0"],
@@ -28,6 +30,10 @@ const WORKLOADS: [Workload; 2] = [
     Workload {
         name: "contended (2 threads, 200 ns in and out of the lock)",
         args: ["2", "100000", "200"],
+    },
+    Workload {
+        name: "contended (2 threads, 2 us in and out of the lock)",
+        args: ["2", "20000", "2000"],
     },
 ];
 
@@ -158,14 +164,26 @@ pub fn probes(env: &Env, root: &Path) -> Result<()> {
     );
     for w in &WORKLOADS {
         let mut samples: Vec<Vec<f64>> = vec![Vec::new(); configs.len()];
+        // The cheap configurations get SCALE times more pairs so that they run long
+        // enough (hundreds of ms) to measure; figures are per pair either way.
+        let scaled = (w.args[1].parse::<u64>()? * SCALE).to_string();
+        let long = [w.args[0], scaled.as_str(), w.args[2]];
         for _ in 0..ROUNDS {
             for (i, cfg) in configs.iter().enumerate() {
-                samples[i].push(run_one(*cfg, &rtm, &bench, &w.args, &libc)?);
+                let args: &[&str] = match cfg {
+                    Config::Baseline | Config::Contention => &long,
+                    _ => &w.args,
+                };
+                samples[i].push(run_one(*cfg, &rtm, &bench, args, &libc)?);
             }
         }
         let medians: Vec<f64> = samples.iter_mut().map(|s| median(s)).collect();
         let base = medians[0];
-        println!("### {} (`bench_lock {}`)\n", w.name, w.args.join(" "));
+        println!(
+            "### {} (`bench_lock {}`; x{SCALE} pairs without tracing and in contention mode)\n",
+            w.name,
+            w.args.join(" ")
+        );
         println!("| configuration | ns per pair (median) | vs. no tracing | added ns per pair |");
         println!("|---|---|---|---|");
         for (cfg, m) in configs.iter().zip(&medians) {

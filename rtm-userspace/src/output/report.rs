@@ -116,7 +116,11 @@ pub fn render(title: &str, run: &RunInfo, s: &Snapshot, top: usize) -> String {
                     } else {
                         count(o.counts.acquisitions)
                     },
-                    format!("{} ({})", count(o.counts.contended), pct(share)),
+                    if run.mode == Mode::Contention {
+                        count(o.counts.contended)
+                    } else {
+                        format!("{} ({})", count(o.counts.contended), pct(share))
+                    },
                     ns(o.counts.contended_wait_ns),
                     mean_ns(o.wait.mean_ns),
                     opt_ns(o.wait.p99_ns),
@@ -129,25 +133,45 @@ pub fn render(title: &str, run: &RunInfo, s: &Snapshot, top: usize) -> String {
                 ]
             })
             .collect();
-        table(
-            &mut out,
-            &[
-                "object",
-                "pid",
-                "acquired",
-                "contended",
-                "waited",
-                "wait avg",
-                "wait p99",
-                "wait max",
-                "hold avg",
-                "hold p99",
-                "hold max",
-                "threads",
-                "try/timeout fails",
-            ],
-            &rows,
-        );
+        // Contention mode sees no acquisitions or holds: leave those columns out.
+        let keep = |i: usize| run.mode == Mode::Full || !matches!(i, 2 | 8 | 9 | 10 | 12);
+        let rows: Vec<Vec<String>> = rows
+            .into_iter()
+            .map(|r| {
+                r.into_iter()
+                    .enumerate()
+                    .filter(|(i, _)| keep(*i))
+                    .map(|(_, c)| c)
+                    .collect()
+            })
+            .collect();
+        let header: Vec<&str> = [
+            "object",
+            "pid",
+            "acquired",
+            "contended",
+            "waited",
+            "wait avg",
+            "wait p99",
+            "wait max",
+            "hold avg",
+            "hold p99",
+            "hold max",
+            "threads",
+            "try/timeout fails",
+        ]
+        .into_iter()
+        .enumerate()
+        .filter(|(i, _)| keep(*i))
+        .map(|(i, h)| {
+            if i == 3 && run.mode == Mode::Contention {
+                "sleeps"
+            } else {
+                h
+            }
+        })
+        .collect();
+        table(&mut out, &header, &rows);
     }
 
     let threads: Vec<_> = s.threads.iter().take(top).collect();
@@ -180,20 +204,39 @@ pub fn render(title: &str, run: &RunInfo, s: &Snapshot, top: usize) -> String {
                 ]
             })
             .collect();
-        table(
-            &mut out,
-            &[
-                "thread",
-                "pid",
-                "acquired",
-                "contended",
-                "waited",
-                "of its time",
-                "held",
-                "observed",
-            ],
-            &rows,
-        );
+        let keep = |i: usize| run.mode == Mode::Full || !matches!(i, 2 | 6);
+        let rows: Vec<Vec<String>> = rows
+            .into_iter()
+            .map(|r| {
+                r.into_iter()
+                    .enumerate()
+                    .filter(|(i, _)| keep(*i))
+                    .map(|(_, c)| c)
+                    .collect()
+            })
+            .collect();
+        let header: Vec<&str> = [
+            "thread",
+            "pid",
+            "acquired",
+            "contended",
+            "waited",
+            "of its time",
+            "held",
+            "observed",
+        ]
+        .into_iter()
+        .enumerate()
+        .filter(|(i, _)| keep(*i))
+        .map(|(i, h)| {
+            if i == 3 && run.mode == Mode::Contention {
+                "sleeps"
+            } else {
+                h
+            }
+        })
+        .collect();
+        table(&mut out, &header, &rows);
     }
     sections::waits_for(&mut out, s, top);
     sections::call_sites(&mut out, s, top);

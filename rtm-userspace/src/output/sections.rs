@@ -92,7 +92,11 @@ pub(super) fn call_sites(out: &mut String, s: &Snapshot, top: usize) {
                 .objects
                 .iter()
                 .find(|o| o.pid == c.pid && o.addr == c.object && o.kind == c.kind)
-                .map(|o| format!("{} {}", o.kind, o.label()))
+                .map(|o| match o.kind {
+                    // Already "thread TID".
+                    Primitive::Thread => o.label(),
+                    _ => format!("{} {}", o.kind, o.label()),
+                })
                 .unwrap_or_else(|| format!("{} {:#x}", c.kind, c.object));
             vec![
                 c.location
