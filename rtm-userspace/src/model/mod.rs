@@ -7,6 +7,7 @@ pub mod dist;
 pub mod holds;
 pub mod snapshot;
 pub mod sync_graph;
+pub mod sync_types;
 
 pub use dist::{Dist, DistSummary, HistogramBudget};
 pub use snapshot::{BarrierView, EdgeView, ObjectView, Snapshot, ThreadView, WaitsForView, Window};

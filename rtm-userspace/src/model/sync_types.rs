@@ -1,0 +1,234 @@
+//! The nodes, edges, caps and counters of the sync graph ([`super::SyncGraph`]).
+
+use serde::Serialize;
+
+use rtm_common::Primitive;
+
+use super::{barrier::Arrival, dist::Dist};
+
+/// A thread of a traced process.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+pub struct ThreadKey {
+    /// Process id.
+    pub pid: u32,
+    /// Thread id.
+    pub tid: u32,
+}
+
+/// A synchronization object, identified by its address in its process.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ObjectKey {
+    /// Process id (addresses are per process).
+    pub pid: u32,
+    /// What kind of object.
+    pub primitive: Primitive,
+    /// Address in the process.
+    pub addr: u64,
+}
+
+/// How a thread used an object: rwlocks are read or written, everything else is `Use`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Role {
+    /// The only role of non-rwlock objects.
+    Use,
+    /// A rwlock taken for reading.
+    Read,
+    /// A rwlock taken for writing.
+    Write,
+}
+
+/// A thread -> object edge.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct EdgeKey {
+    /// The thread.
+    pub thread: ThreadKey,
+    /// The object it used.
+    pub object: ObjectKey,
+    /// How.
+    pub role: Role,
+}
+
+/// A waiter -> waker edge: `waiter` slept on `object` (a futex word) until `waker` woke it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct WaitsForKey {
+    /// Process id.
+    pub pid: u32,
+    /// The thread that waited.
+    pub waiter: u32,
+    /// The thread whose wake ended the wait.
+    pub waker: u32,
+    /// The futex word.
+    pub object: u64,
+}
+
+/// Caps that bound the model's memory whatever the target does.
+#[derive(Clone, Copy, Debug)]
+pub struct Limits {
+    /// Distinct threads tracked.
+    pub max_threads: usize,
+    /// Distinct objects tracked.
+    pub max_objects: usize,
+    /// Distinct thread -> object and waiter -> waker edges tracked.
+    pub max_edges: usize,
+    /// Distributions that keep a percentile histogram (about 10 KiB each).
+    pub max_histograms: usize,
+    /// Barrier calls kept to compute rounds (24 bytes each).
+    pub max_barrier_calls: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            max_threads: 65_536,
+            max_objects: 200_000,
+            max_edges: 400_000,
+            max_histograms: 4_096,
+            max_barrier_calls: 1 << 20,
+        }
+    }
+}
+
+/// What is known of a thread.
+#[derive(Clone, Debug, Default)]
+pub struct ThreadNode {
+    /// Its name (comm), when it could be read.
+    pub name: Option<String>,
+    /// When it started (CLOCK_MONOTONIC ns), when known.
+    pub start_ns: Option<u64>,
+    /// When it ended, when it ended during the trace.
+    pub exited_ns: Option<u64>,
+    /// The thread that created it, when that was seen.
+    pub parent: Option<ThreadKey>,
+    /// Timestamp of its first event.
+    pub first_event_ns: u64,
+    /// Timestamp of its last event.
+    pub last_event_ns: u64,
+}
+
+/// Operation counts of an edge, or summed over an object's or a thread's edges.
+#[derive(Clone, Copy, Debug, Default, Serialize, PartialEq, Eq)]
+pub struct Counts {
+    /// Successful acquisitions: locks, trylocks, timed locks, semaphore waits.
+    pub acquisitions: u64,
+    /// Acquisitions that found the object held (or a futex wait: always contended).
+    pub contended: u64,
+    /// Total time spent in contended acquisitions, ns.
+    pub contended_wait_ns: u64,
+    /// Waits that are not acquisitions: condition variables, barriers, joins, futex waits.
+    pub waits: u64,
+    /// Calls that went to sleep in the kernel (full mode: a FUTEX_WAIT inside the call).
+    pub blocked: u64,
+    /// Trylocks (and sem_trywait) that failed because the object was busy.
+    pub failed_trylocks: u64,
+    /// Timed calls that timed out.
+    pub timeouts: u64,
+    /// Calls that returned another error (EINVAL, EDEADLK, ...).
+    pub errors: u64,
+    /// sem_post calls.
+    pub posts: u64,
+    /// pthread_cond_signal calls.
+    pub signals: u64,
+    /// pthread_cond_broadcast calls.
+    pub broadcasts: u64,
+    /// Threads woken in the kernel by this thread's signals, broadcasts or futex wakes.
+    pub woken: u64,
+}
+
+impl Counts {
+    /// Adds another set of counts into this one.
+    pub fn add(&mut self, o: &Counts) {
+        self.acquisitions += o.acquisitions;
+        self.contended += o.contended;
+        self.contended_wait_ns += o.contended_wait_ns;
+        self.waits += o.waits;
+        self.blocked += o.blocked;
+        self.failed_trylocks += o.failed_trylocks;
+        self.timeouts += o.timeouts;
+        self.errors += o.errors;
+        self.posts += o.posts;
+        self.signals += o.signals;
+        self.broadcasts += o.broadcasts;
+        self.woken += o.woken;
+    }
+}
+
+/// Per-edge statistics.
+#[derive(Clone, Debug, Default)]
+pub struct EdgeStats {
+    /// What the thread did with the object.
+    pub counts: Counts,
+    /// Time spent inside blocking calls (acquisitions and waits), timeouts included.
+    pub wait: Dist,
+    /// Time between acquisition and release.
+    pub hold: Dist,
+}
+
+/// What is known of an object beyond its edges.
+#[derive(Clone, Debug, Default)]
+pub struct ObjectMeta {
+    /// Timestamp of its first event.
+    pub first_ns: u64,
+    /// For a condition variable: the mutex its waits released (the last one seen).
+    pub mutex: Option<u64>,
+    /// For a thread handle: the thread's id, when its creation was seen.
+    pub tid: Option<u32>,
+    /// For a barrier: its calls, for rounds.
+    pub barrier_calls: Vec<Arrival>,
+    /// For a barrier: calls that returned PTHREAD_BARRIER_SERIAL_THREAD.
+    pub serial: u64,
+}
+
+/// A waiter -> waker edge's statistics.
+#[derive(Clone, Debug, Default)]
+pub struct WaitsFor {
+    /// Waits ended by this waker.
+    pub count: u64,
+    /// Their lengths.
+    pub wait: Dist,
+}
+
+/// Where in the program an object was waited on: one call site's totals.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CallSite {
+    /// Blocking calls made from here.
+    pub calls: u64,
+    /// Those that found the object busy or slept.
+    pub contended: u64,
+    /// Time inside them, ns.
+    pub wait_ns: u64,
+}
+
+/// Counters of what the model saw but could not fully attribute.
+#[derive(Clone, Copy, Debug, Default, Serialize, PartialEq, Eq)]
+pub struct ModelCounters {
+    /// Events applied.
+    pub events: u64,
+    /// Events not recorded because a thread, object, edge or barrier-call cap was reached.
+    pub dropped_over_limits: u64,
+    /// Releases of objects whose acquisition was not seen (acquired before attach).
+    pub unmatched_releases: u64,
+    /// Acquisitions of an object another thread held as far as the events showed: a release
+    /// was not seen (an event was lost). The earlier hold is discarded, not guessed.
+    pub interrupted_holds: u64,
+    /// Futex waits that ended without a wake from another thread of the process (timeouts,
+    /// signals, a value that had already changed, or a waker in another process).
+    pub waits_without_waker: u64,
+    /// Distributions that got no percentile histogram because the budget was spent.
+    pub histograms_refused: u64,
+}
+
+/// What applying an event revealed, so the caller can look things up while they exist.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Applied {
+    /// The event came from a thread not seen before.
+    pub new_thread: Option<ThreadKey>,
+    /// The event came from a process not seen before.
+    pub new_process: Option<u32>,
+    /// A traced process forked this new process.
+    pub spawned_process: Option<u32>,
+    /// A process exited (its last thread).
+    pub process_exited: Option<u32>,
+    /// A process exec'd a new program: what was known of its address space is stale.
+    pub exec: Option<u32>,
+}
