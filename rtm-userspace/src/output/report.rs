@@ -43,6 +43,33 @@ pub(super) fn table(out: &mut String, header: &[&str], rows: &[Vec<String>]) {
     }
 }
 
+/// Renders a table keeping only the columns `keep` accepts; `rename` may relabel a header.
+fn table_of(
+    out: &mut String,
+    header: &[&'static str],
+    rows: Vec<Vec<String>>,
+    keep: impl Fn(usize) -> bool,
+    rename: impl Fn(usize, &'static str) -> &'static str,
+) {
+    let rows: Vec<Vec<String>> = rows
+        .into_iter()
+        .map(|r| {
+            r.into_iter()
+                .enumerate()
+                .filter(|(i, _)| keep(*i))
+                .map(|(_, c)| c)
+                .collect()
+        })
+        .collect();
+    let header: Vec<&str> = header
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| keep(*i))
+        .map(|(i, h)| rename(i, h))
+        .collect();
+    table(out, &header, &rows);
+}
+
 /// Renders the report. `top` bounds the rows of each table.
 pub fn render(title: &str, run: &RunInfo, s: &Snapshot, top: usize) -> String {
     let mut out = String::new();
@@ -135,43 +162,34 @@ pub fn render(title: &str, run: &RunInfo, s: &Snapshot, top: usize) -> String {
             .collect();
         // Contention mode sees no acquisitions or holds: leave those columns out.
         let keep = |i: usize| run.mode == Mode::Full || !matches!(i, 2 | 8 | 9 | 10 | 12);
-        let rows: Vec<Vec<String>> = rows
-            .into_iter()
-            .map(|r| {
-                r.into_iter()
-                    .enumerate()
-                    .filter(|(i, _)| keep(*i))
-                    .map(|(_, c)| c)
-                    .collect()
-            })
-            .collect();
-        let header: Vec<&str> = [
-            "object",
-            "pid",
-            "acquired",
-            "contended",
-            "waited",
-            "wait avg",
-            "wait p99",
-            "wait max",
-            "hold avg",
-            "hold p99",
-            "hold max",
-            "threads",
-            "try/timeout fails",
-        ]
-        .into_iter()
-        .enumerate()
-        .filter(|(i, _)| keep(*i))
-        .map(|(i, h)| {
+        let sleeps = |i: usize, h: &'static str| {
             if i == 3 && run.mode == Mode::Contention {
                 "sleeps"
             } else {
                 h
             }
-        })
-        .collect();
-        table(&mut out, &header, &rows);
+        };
+        table_of(
+            &mut out,
+            &[
+                "object",
+                "pid",
+                "acquired",
+                "contended",
+                "waited",
+                "wait avg",
+                "wait p99",
+                "wait max",
+                "hold avg",
+                "hold p99",
+                "hold max",
+                "threads",
+                "try/timeout fails",
+            ],
+            rows,
+            keep,
+            sleeps,
+        );
     }
 
     let threads: Vec<_> = s.threads.iter().take(top).collect();
@@ -205,38 +223,29 @@ pub fn render(title: &str, run: &RunInfo, s: &Snapshot, top: usize) -> String {
             })
             .collect();
         let keep = |i: usize| run.mode == Mode::Full || !matches!(i, 2 | 6);
-        let rows: Vec<Vec<String>> = rows
-            .into_iter()
-            .map(|r| {
-                r.into_iter()
-                    .enumerate()
-                    .filter(|(i, _)| keep(*i))
-                    .map(|(_, c)| c)
-                    .collect()
-            })
-            .collect();
-        let header: Vec<&str> = [
-            "thread",
-            "pid",
-            "acquired",
-            "contended",
-            "waited",
-            "of its time",
-            "held",
-            "observed",
-        ]
-        .into_iter()
-        .enumerate()
-        .filter(|(i, _)| keep(*i))
-        .map(|(i, h)| {
+        let sleeps = |i: usize, h: &'static str| {
             if i == 3 && run.mode == Mode::Contention {
                 "sleeps"
             } else {
                 h
             }
-        })
-        .collect();
-        table(&mut out, &header, &rows);
+        };
+        table_of(
+            &mut out,
+            &[
+                "thread",
+                "pid",
+                "acquired",
+                "contended",
+                "waited",
+                "of its time",
+                "held",
+                "observed",
+            ],
+            rows,
+            keep,
+            sleeps,
+        );
     }
     sections::waits_for(&mut out, s, top);
     sections::call_sites(&mut out, s, top);

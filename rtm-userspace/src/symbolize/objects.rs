@@ -30,27 +30,16 @@ impl ObjectNamer {
 
     /// The symbol naming `addr` in `pid`, if it is inside a global or static variable.
     pub fn name(&mut self, pid: u32, addr: u64) -> Option<String> {
-        if !self.maps.contains_key(&pid) {
-            self.remember(pid);
-        }
-        let module = self
-            .maps
-            .get(&pid)?
-            .iter()
-            .find(|m| addr >= m.start && addr < m.end)?
-            .clone();
-        let base = module.base?;
-        let elf = self.symbols(pid, &module)?;
-        let vaddr = elf.vaddr_of(addr, base);
+        let (_, elf, vaddr) = self.resolve(pid, addr)?;
         if !elf.contains(vaddr) {
             return None;
         }
         elf.data_symbol(vaddr)
     }
 
-    /// The file mapped at `addr` in `pid` (a path the tracer can open) and the address's
-    /// virtual address inside that file, from the remembered maps.
-    pub fn locate(&mut self, pid: u32, addr: u64) -> Option<(PathBuf, u64)> {
+    /// The module covering `addr` in `pid`, its symbols, and the address's virtual
+    /// address inside the file.
+    fn resolve(&mut self, pid: u32, addr: u64) -> Option<(Module, Rc<ElfSymbols>, u64)> {
         if !self.maps.contains_key(&pid) {
             self.remember(pid);
         }
@@ -63,6 +52,13 @@ impl ObjectNamer {
         let base = module.base?;
         let elf = self.symbols(pid, &module)?;
         let vaddr = elf.vaddr_of(addr, base);
+        Some((module, elf, vaddr))
+    }
+
+    /// The file mapped at `addr` in `pid` (a path the tracer can open) and the address's
+    /// virtual address inside that file, from the remembered maps.
+    pub fn locate(&mut self, pid: u32, addr: u64) -> Option<(PathBuf, u64)> {
+        let (module, _, vaddr) = self.resolve(pid, addr)?;
         let host = process::host_path(pid, &module.path);
         let path = if host.exists() { host } else { module.path };
         Some((path, vaddr))
