@@ -138,7 +138,8 @@ pub const SYNC_FLAG_BEGIN: u32 = 4;
 
 /// An operation on a synchronization object (kind [`EventKind::Sync`]).
 ///
-/// For [`Primitive::Futex`] waits, `aux` is the futex op and `extra` the tid whose
+/// For [`Primitive::Futex`] waits, `aux` is the futex op in its low 32 bits and the value
+/// the caller expected in the word in its high 32 bits, and `extra` the tid whose
 /// FUTEX_WAKE on the same word ended the wait (0 when unknown).
 /// For [`Primitive::Cond`] waits, `aux` is the mutex the wait released.
 #[repr(C)]
@@ -283,8 +284,8 @@ pub struct PendingFutex {
     pub start_ns: u64,
     /// The futex op (with its flags).
     pub op: u32,
-    /// Zero.
-    pub pad: u32,
+    /// The value the caller expected in the word (for pthread_join: the joined tid).
+    pub val: u32,
 }
 const _: () = assert!(size_of::<PendingFutex>() == 24);
 

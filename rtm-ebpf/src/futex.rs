@@ -22,6 +22,7 @@ use crate::{
 /// Offsets in syscalls/sys_enter_futex and sys_exit_futex (stable syscall ABI layout).
 const ENTER_UADDR: usize = 16;
 const ENTER_OP: usize = 24;
+const ENTER_VAL: usize = 32;
 const EXIT_RET: usize = 16;
 
 /// sys_enter_futex.
@@ -65,7 +66,8 @@ pub fn futex_enter(ctx: TracePointContext) -> u32 {
         uaddr,
         start_ns: ts,
         op,
-        pad: 0,
+        // SAFETY: offset of the tracepoint's fixed field.
+        val: unsafe { ctx.read_at::<u64>(ENTER_VAL) }.unwrap_or(0) as u32,
     };
     if PENDING_FUTEX.insert(pid_tgid, pending, 0).is_err() {
         count_loss(LossCounter::PendingFull);
@@ -111,7 +113,7 @@ pub fn futex_exit(ctx: TracePointContext) -> u32 {
     emit::sync(SyncEvent {
         header: header(EventKind::Sync, pid_tgid, ts),
         object: f.uaddr,
-        aux: f.op as u64,
+        aux: (f.op as u64) | ((f.val as u64) << 32),
         caller: 0,
         wait_ns: ts.saturating_sub(f.start_ns),
         primitive: Primitive::Futex as u32,

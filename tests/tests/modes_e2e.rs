@@ -178,3 +178,43 @@ fn forked_children_are_followed_in_launch_mode() {
         .unwrap();
     assert_eq!(child["parent"]["pid"].as_u64().unwrap(), shell);
 }
+
+#[test]
+fn joins_name_the_exiting_thread_in_contention_mode() {
+    if !can_trace("joins_name_the_exiting_thread_in_contention_mode") {
+        return;
+    }
+    let dir = TempDir::new("joins");
+    let json = dir.join("o.json");
+    let out = run(
+        Command::new(rtm_bin())
+            .args(["-o", "/dev/null", "--json"])
+            .arg(&json)
+            .arg("--")
+            .arg(workload("sync_workload"))
+            .arg("tree"),
+        T,
+    );
+    assert!(out.status.success());
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let tid = |node: &str| -> u64 {
+        stdout
+            .lines()
+            .find(|l| l.contains(&format!("node={node} ")))
+            .and_then(|l| l.rsplit("tid=").next())
+            .and_then(|t| t.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no {node} in {stdout}"))
+    };
+    let doc = read_json(&json);
+    let wf = doc["sync_graph"]["waits_for"].as_array().unwrap();
+    // glibc's pthread_join sleeps on the joined thread's tid word; the kernel wakes it
+    // when that thread exits.
+    for (waiter, joined) in [("main", "middle"), ("middle", "leaf1"), ("middle", "leaf2")] {
+        let e = wf
+            .iter()
+            .find(|e| e["waiter"] == tid(waiter) && e["waker"] == tid(joined))
+            .unwrap_or_else(|| panic!("{waiter} -> {joined} missing: {wf:?}"));
+        assert_eq!(e["at_exit"], true);
+        assert_eq!(e["count"], 1);
+    }
+}

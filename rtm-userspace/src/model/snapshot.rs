@@ -146,6 +146,9 @@ pub struct WaitsForView {
     pub count: u64,
     /// Their lengths.
     pub wait: DistSummary,
+    /// The waits ended when the waker exited (the kernel's wake for pthread_join), not
+    /// by a FUTEX_WAKE it made.
+    pub at_exit: bool,
 }
 
 impl ObjectView {
@@ -285,8 +288,22 @@ impl Snapshot {
                 }),
                 count: w.count,
                 wait: w.wait.summary(),
+                at_exit: false,
             })
             .collect();
+        let exits = exit_waits(graph);
+        for ((pid, waiter, waker, object), w) in &exits {
+            waits_for.push(WaitsForView {
+                pid: *pid,
+                waiter: *waiter,
+                waker: *waker,
+                object: *object,
+                object_name: Some(format!("exit of thread {waker}")),
+                count: w.count(),
+                wait: w.summary(),
+                at_exit: true,
+            });
+        }
         waits_for.sort_by(|a, b| {
             b.wait.total_ns.cmp(&a.wait.total_ns).then(
                 (a.pid, a.waiter, a.waker, a.object).cmp(&(b.pid, b.waiter, b.waker, b.object)),
@@ -336,7 +353,12 @@ impl Snapshot {
                 let t = per_object.remove(key).unwrap_or_default();
                 let name = match key.primitive {
                     Primitive::Thread => meta.tid.map(|tid| format!("thread {tid}")),
-                    _ => name_of(key),
+                    _ => name_of(key).or_else(|| {
+                        exits
+                            .keys()
+                            .find(|k| k.0 == key.pid && k.3 == key.addr)
+                            .map(|k| format!("exit of thread {}", k.2))
+                    }),
                 };
                 ObjectView {
                     pid: key.pid,
@@ -375,9 +397,48 @@ impl Snapshot {
             edges,
             waits_for,
             call_sites,
-            model: graph.counters(),
+            model: ModelCounters {
+                waits_without_waker: graph.counters().waits_without_waker
+                    - exits.values().map(Dist::count).sum::<u64>(),
+                ..graph.counters()
+            },
         }
     }
+}
+
+/// How close a thread's exit must be to the end of a wait to have ended it.
+const EXIT_MATCH_NS: u64 = 5_000_000;
+
+/// Waits without a waker matched with the thread whose exit ended them: a wait whose
+/// word held the tid of a thread that exited during it, or just after its end (the
+/// kernel wakes joiners before the exit tracepoint fires). glibc's pthread_join sleeps on
+/// the joined thread's tid word expecting its tid. Keyed (pid, waiter, exited thread,
+/// futex word).
+fn exit_waits(graph: &SyncGraph) -> HashMap<(u32, u32, u32, u64), Dist> {
+    let exits: Vec<(ThreadKey, u64)> = graph
+        .threads()
+        .filter_map(|(k, n)| n.exited_ns.map(|e| (*k, e)))
+        .collect();
+    let mut budget = super::HistogramBudget::new(64);
+    let mut out: HashMap<(u32, u32, u32, u64), Dist> = HashMap::new();
+    for w in graph.unwoken() {
+        let best = exits
+            .iter()
+            .filter(|(k, e)| {
+                k.pid == w.pid
+                    && k.tid == w.val
+                    && k.tid != w.tid
+                    && *e >= w.start_ns
+                    && *e <= w.end_ns + EXIT_MATCH_NS
+            })
+            .min_by_key(|(_, e)| e.abs_diff(w.end_ns));
+        if let Some((k, _)) = best {
+            out.entry((w.pid, w.tid, k.tid, w.addr))
+                .or_default()
+                .record(w.end_ns - w.start_ns, &mut budget);
+        }
+    }
+    out
 }
 
 fn barrier_view(calls: &[barrier::Arrival], serial: u64) -> BarrierView {

@@ -25,6 +25,8 @@ const EBUSY: i32 = 16;
 const ETIMEDOUT: i32 = 110;
 /// A robust mutex whose owner died: the caller does own it.
 const EOWNERDEAD: i32 = 130;
+/// Most waits without a waker kept for matching with thread exits.
+const MAX_UNWOKEN: usize = 4096;
 /// PTHREAD_BARRIER_SERIAL_THREAD.
 const BARRIER_SERIAL: i32 = -1;
 
@@ -43,6 +45,7 @@ pub struct SyncGraph {
     edges: HashMap<EdgeKey, EdgeStats>,
     waits_for: HashMap<WaitsForKey, WaitsFor>,
     call_sites: HashMap<(ObjectKey, u64), CallSite>,
+    unwoken: Vec<UnwokenWait>,
     holds: Holds,
     barrier_calls: usize,
     counters: ModelCounters,
@@ -70,6 +73,7 @@ impl SyncGraph {
             edges: HashMap::new(),
             waits_for: HashMap::new(),
             call_sites: HashMap::new(),
+            unwoken: Vec::new(),
             holds: Holds::default(),
             barrier_calls: 0,
             counters: ModelCounters::default(),
@@ -424,6 +428,17 @@ impl SyncGraph {
                 }
             } else {
                 self.counters.waits_without_waker += 1;
+                // Woken (not a timeout or a changed value): perhaps by a thread's exit.
+                if raw.ret == 0 && self.unwoken.len() < MAX_UNWOKEN {
+                    self.unwoken.push(UnwokenWait {
+                        pid: thread.pid,
+                        tid: thread.tid,
+                        addr: raw.object,
+                        val: (raw.aux >> 32) as u32,
+                        start_ns: ts.saturating_sub(raw.wait_ns),
+                        end_ns: ts,
+                    });
+                }
             }
         }
         if !self.futex_objects || self.object(object, ts).is_none() {
@@ -502,6 +517,11 @@ impl SyncGraph {
     /// The waiter -> waker edges.
     pub fn waits_for(&self) -> impl Iterator<Item = (&WaitsForKey, &WaitsFor)> {
         self.waits_for.iter()
+    }
+
+    /// Futex waits woken by no thread of their process (at most 4096 kept).
+    pub fn unwoken(&self) -> &[UnwokenWait] {
+        &self.unwoken
     }
 
     /// Call sites per object: (object, return address) -> totals.

@@ -232,3 +232,22 @@ pub struct Applied {
     /// A process exec'd a new program: what was known of its address space is stale.
     pub exec: Option<u32>,
 }
+
+/// A futex wait that ended without a FUTEX_WAKE from another thread of its process. The
+/// kernel's wake at a thread's exit (what pthread_join sleeps on) is one: snapshots match
+/// these with thread exits.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct UnwokenWait {
+    /// Process id.
+    pub pid: u32,
+    /// The waiting thread.
+    pub tid: u32,
+    /// The futex word.
+    pub addr: u64,
+    /// The value the waiter expected in the word: for pthread_join, the joined tid.
+    pub val: u32,
+    /// When the wait began (CLOCK_MONOTONIC ns).
+    pub start_ns: u64,
+    /// When it ended.
+    pub end_ns: u64,
+}
