@@ -43,14 +43,24 @@ pub(super) fn table(out: &mut String, header: &[&str], rows: &[Vec<String>]) {
     }
 }
 
-/// Renders a table keeping only the columns `keep` accepts; `rename` may relabel a header.
+/// Renders a table whose columns depend on the mode. Contention mode sees no
+/// acquisitions or holds: the columns listed in `full_only` are left out, and the
+/// "contended" column (index 3) counts sleeps.
 fn table_of(
     out: &mut String,
+    mode: Mode,
     header: &[&'static str],
     rows: Vec<Vec<String>>,
-    keep: impl Fn(usize) -> bool,
-    rename: impl Fn(usize, &'static str) -> &'static str,
+    full_only: &[usize],
 ) {
+    let keep = |i: usize| mode == Mode::Full || !full_only.contains(&i);
+    let rename = |i: usize, h: &'static str| {
+        if i == 3 && mode == Mode::Contention {
+            "sleeps"
+        } else {
+            h
+        }
+    };
     let rows: Vec<Vec<String>> = rows
         .into_iter()
         .map(|r| {
@@ -160,17 +170,9 @@ pub fn render(title: &str, run: &RunInfo, s: &Snapshot, top: usize) -> String {
                 ]
             })
             .collect();
-        // Contention mode sees no acquisitions or holds: leave those columns out.
-        let keep = |i: usize| run.mode == Mode::Full || !matches!(i, 2 | 8 | 9 | 10 | 12);
-        let sleeps = |i: usize, h: &'static str| {
-            if i == 3 && run.mode == Mode::Contention {
-                "sleeps"
-            } else {
-                h
-            }
-        };
         table_of(
             &mut out,
+            run.mode,
             &[
                 "object",
                 "pid",
@@ -187,8 +189,7 @@ pub fn render(title: &str, run: &RunInfo, s: &Snapshot, top: usize) -> String {
                 "try/timeout fails",
             ],
             rows,
-            keep,
-            sleeps,
+            &[2, 8, 9, 10, 12],
         );
     }
 
@@ -222,16 +223,9 @@ pub fn render(title: &str, run: &RunInfo, s: &Snapshot, top: usize) -> String {
                 ]
             })
             .collect();
-        let keep = |i: usize| run.mode == Mode::Full || !matches!(i, 2 | 6);
-        let sleeps = |i: usize, h: &'static str| {
-            if i == 3 && run.mode == Mode::Contention {
-                "sleeps"
-            } else {
-                h
-            }
-        };
         table_of(
             &mut out,
+            run.mode,
             &[
                 "thread",
                 "pid",
@@ -243,8 +237,7 @@ pub fn render(title: &str, run: &RunInfo, s: &Snapshot, top: usize) -> String {
                 "observed",
             ],
             rows,
-            keep,
-            sleeps,
+            &[2, 6],
         );
     }
     sections::waits_for(&mut out, s, top);

@@ -149,6 +149,17 @@ fn map_err(name: &'static str) -> impl FnOnce(MapError) -> ProbeError {
     move |source| ProbeError::Map { name, source }
 }
 
+/// The object's program `name`, as the program type `T` it must be.
+fn program<'a, T>(ebpf: &'a mut Ebpf, name: &'static str) -> Result<&'a mut T, ProbeError>
+where
+    &'a mut T: TryFrom<&'a mut aya::programs::Program, Error = ProgramError>,
+{
+    ebpf.program_mut(name)
+        .ok_or(ProbeError::Missing(name))?
+        .try_into()
+        .map_err(|source| ProbeError::Program { name, source })
+}
+
 impl Probes {
     /// Loads the object with a ring buffer of `ring_bytes` and loads every program.
     /// With `follow_forks`, processes a traced process forks are traced from birth.
@@ -172,20 +183,12 @@ impl Probes {
             .load(object)
             .map_err(|source| ProbeError::Load { source })?;
         for name in UPROBES {
-            let prog: &mut UProbe = ebpf
-                .program_mut(name)
-                .ok_or(ProbeError::Missing(name))?
-                .try_into()
-                .map_err(|source| ProbeError::Program { name, source })?;
+            let prog: &mut UProbe = program(&mut ebpf, name)?;
             prog.load()
                 .map_err(|source| ProbeError::Program { name, source })?;
         }
         for (name, category, event) in TRACEPOINTS {
-            let prog: &mut TracePoint = ebpf
-                .program_mut(name)
-                .ok_or(ProbeError::Missing(name))?
-                .try_into()
-                .map_err(|source| ProbeError::Program { name, source })?;
+            let prog: &mut TracePoint = program(&mut ebpf, name)?;
             prog.load()
                 .map_err(|source| ProbeError::Program { name, source })?;
             // Tracepoints see every process; the in-kernel filter keeps the traced ones.
@@ -309,16 +312,8 @@ impl Probes {
                 ProbeKind::Call => &[names::PROG_CALL_ENTER, names::PROG_CALL_RETURN],
                 ProbeKind::Mark => &[names::PROG_CALL_MARK],
             };
-            for &program in programs {
-                let prog: &mut UProbe = self
-                    .ebpf
-                    .program_mut(program)
-                    .ok_or(ProbeError::Missing(program))?
-                    .try_into()
-                    .map_err(|source| ProbeError::Program {
-                        name: program,
-                        source,
-                    })?;
+            for &name in programs {
+                let prog: &mut UProbe = program(&mut self.ebpf, name)?;
                 let point = UProbeAttachPoint {
                     location: UProbeAttachLocation::AbsoluteOffset(offset + place.offset),
                     cookie: Some(cookie),
@@ -331,7 +326,7 @@ impl Probes {
                         pid,
                         source,
                     })?;
-                self.links.entry(pid).or_default().push((program, link));
+                self.links.entry(pid).or_default().push((name, link));
             }
             report.placed.push(Placed {
                 function: spec.function,

@@ -65,7 +65,8 @@ impl State {
         if let Some(pid) = a.exec {
             self.stale_maps.insert(pid);
             self.comms.remove(&pid);
-        } else if matches!(ev, rtm_common::decode::Event::Sync(_))
+        } else if !self.stale_maps.is_empty()
+            && matches!(ev, rtm_common::decode::Event::Sync(_))
             && self.stale_maps.remove(&ev.header().pid)
         {
             let pid = ev.header().pid;
