@@ -133,7 +133,8 @@ pub const SYNC_FLAG_CONTENDED: u32 = 1;
 /// [`SyncEvent::flags`] bit: the call blocked in the kernel (a FUTEX_WAIT was seen in it).
 pub const SYNC_FLAG_BLOCKED: u32 = 2;
 /// [`SyncEvent::flags`] bit: the record marks the start of a call still in progress (a
-/// condition-variable wait, which releases its mutex as it starts).
+/// condition-variable wait, which releases its mutex as it starts; a pthread_mutex_lock
+/// probed at entry only, which ends when its thread next does anything else).
 pub const SYNC_FLAG_BEGIN: u32 = 4;
 
 /// An operation on a synchronization object (kind [`EventKind::Sync`]).

@@ -195,23 +195,39 @@ pub fn call_return(ctx: RetProbeContext) -> u32 {
     0
 }
 
-/// Entry of a call recorded at once (unlock, post).
+/// Entry of a call recorded at once: releases and posts, and pthread_mutex_lock, whose
+/// record has the BEGIN flag (the acquisition ends when the thread next does anything
+/// else; the futex waits in between are its wait), which saves a return probe's trap.
 #[uprobe]
 pub fn call_mark(ctx: ProbeContext) -> u32 {
     let Some(pid_tgid) = traced_pid_tgid() else {
         return 0;
     };
     let c = Cookie::unpack(cookie(&ctx));
+    let object: u64 = ctx.arg(0).unwrap_or(0);
+    let mut flags = 0;
+    if c.op == SyncOp::Lock as u32 {
+        flags |= SYNC_FLAG_BEGIN;
+    }
+    if contended(c.check, object) {
+        flags |= SYNC_FLAG_CONTENDED;
+    }
+    // A release's call site is not worth a user-memory read on every unlock.
+    let site = if flags & SYNC_FLAG_BEGIN != 0 {
+        caller(&ctx)
+    } else {
+        0
+    };
     emit::sync(SyncEvent {
         header: header(EventKind::Sync, pid_tgid, now()),
-        object: ctx.arg(0).unwrap_or(0),
+        object,
         aux: 0,
-        caller: caller(&ctx),
+        caller: site,
         wait_ns: 0,
         primitive: c.primitive,
         op: c.op,
         ret: 0,
-        flags: 0,
+        flags,
         extra: 0,
         pad: 0,
     });

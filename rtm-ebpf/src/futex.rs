@@ -7,7 +7,7 @@
 //! is marked as having blocked, and a wake inside pthread_cond_signal/broadcast adds the
 //! threads it woke to that call.
 
-use aya_ebpf::{macros::tracepoint, programs::TracePointContext};
+use aya_ebpf::{EbpfContext, macros::tracepoint, programs::TracePointContext};
 use rtm_common::{
     EventKind, FUTEX_CMD_MASK, FutexKey, FutexWaker, LossCounter, PendingFutex, Primitive,
     SYNC_FLAG_BLOCKED, SyncEvent, SyncOp, futex_cmd_waits, futex_cmd_wakes,
@@ -25,25 +25,33 @@ const ENTER_OP: usize = 24;
 const ENTER_VAL: usize = 32;
 const EXIT_RET: usize = 16;
 
+/// Reads an 8-byte field of the tracepoint record straight from the context (the verifier
+/// allows aligned loads there; a bpf_probe_read_kernel call costs more on this hot path).
+#[inline(always)]
+fn field(ctx: &TracePointContext, offset: usize) -> u64 {
+    // SAFETY: `offset` is an aligned offset of a fixed 8-byte field of the syscall
+    // tracepoints' records, which the context points to.
+    unsafe { core::ptr::read_volatile(ctx.as_ptr().cast::<u8>().add(offset).cast::<u64>()) }
+}
+
 /// sys_enter_futex.
 #[tracepoint]
 pub fn futex_enter(ctx: TracePointContext) -> u32 {
     let Some(pid_tgid) = traced_pid_tgid() else {
         return 0;
     };
-    // SAFETY: offsets of the tracepoint's fixed fields.
-    let uaddr: u64 = unsafe { ctx.read_at(ENTER_UADDR) }.unwrap_or(0);
-    // SAFETY: as above.
-    let op = unsafe { ctx.read_at::<u64>(ENTER_OP) }.unwrap_or(0) as u32;
+    let uaddr = field(&ctx, ENTER_UADDR);
+    let op = field(&ctx, ENTER_OP) as u32;
     let cmd = op & FUTEX_CMD_MASK;
     let ts = now();
+    // Full mode (uprobes on the pthread functions) is when wakes are counted.
+    let full = COUNT_WAKES.load() != 0;
     if futex_cmd_waits(cmd) {
-        if let Some(call) = innermost(pid_tgid) {
+        if full && let Some(call) = innermost(pid_tgid) {
             // SAFETY: this thread's own entry; only this thread writes it.
             unsafe { (*call).flags |= SYNC_FLAG_BLOCKED };
         }
     } else if futex_cmd_wakes(cmd) {
-        let count = COUNT_WAKES.load() != 0;
         let key = FutexKey {
             tgid: (pid_tgid >> 32) as u32,
             pad: 0,
@@ -54,8 +62,16 @@ pub fn futex_enter(ctx: TracePointContext) -> u32 {
             tid: pid_tgid as u32,
             pad: 0,
         };
-        let _ = WAKERS.insert(key, waker, 0);
-        if !count {
+        // Written in place when the word has a waker already: an LRU insert pops and
+        // pushes free-list nodes, the dearest part of this program.
+        match WAKERS.get_ptr_mut(key) {
+            // SAFETY: a map value; a racing writer can only leave another recent waker.
+            Some(w) => unsafe { *w = waker },
+            None => {
+                let _ = WAKERS.insert(key, waker, 0);
+            }
+        }
+        if !full {
             // Contention mode: the waker is all a wait needs; skip the return.
             return 0;
         }
@@ -66,11 +82,18 @@ pub fn futex_enter(ctx: TracePointContext) -> u32 {
         uaddr,
         start_ns: ts,
         op,
-        // SAFETY: offset of the tracepoint's fixed field.
-        val: unsafe { ctx.read_at::<u64>(ENTER_VAL) }.unwrap_or(0) as u32,
+        val: field(&ctx, ENTER_VAL) as u32,
     };
-    if PENDING_FUTEX.insert(pid_tgid, pending, 0).is_err() {
-        count_loss(LossCounter::PendingFull);
+    // The thread's entry is reused from call to call (start_ns 0: none in flight) and
+    // removed when the thread exits.
+    match PENDING_FUTEX.get_ptr_mut(pid_tgid) {
+        // SAFETY: this thread's own entry; only this thread writes it.
+        Some(p) => unsafe { *p = pending },
+        None => {
+            if PENDING_FUTEX.insert(pid_tgid, pending, 0).is_err() {
+                count_loss(LossCounter::PendingFull);
+            }
+        }
     }
     0
 }
@@ -81,13 +104,17 @@ pub fn futex_exit(ctx: TracePointContext) -> u32 {
     let Some(pid_tgid) = traced_pid_tgid() else {
         return 0;
     };
-    // SAFETY: the value is copied out before the entry is removed.
-    let Some(f) = (unsafe { PENDING_FUTEX.get(pid_tgid) }).copied() else {
+    let Some(p) = PENDING_FUTEX.get_ptr_mut(pid_tgid) else {
         return 0;
     };
-    let _ = PENDING_FUTEX.remove(pid_tgid);
-    // SAFETY: offset of the tracepoint's fixed field.
-    let ret = unsafe { ctx.read_at::<i64>(EXIT_RET) }.unwrap_or(0);
+    // SAFETY: this thread's own entry; only this thread writes it.
+    let f = unsafe { *p };
+    if f.start_ns == 0 {
+        return 0;
+    }
+    // SAFETY: as above.
+    unsafe { (*p).start_ns = 0 };
+    let ret = field(&ctx, EXIT_RET) as i64;
     let ts = now();
     let cmd = f.op & FUTEX_CMD_MASK;
     if !futex_cmd_waits(cmd) {

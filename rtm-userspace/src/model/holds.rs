@@ -5,7 +5,7 @@
 //! while the events still show it held is detected (a release was not seen) and the
 //! stale hold is discarded rather than guessed.
 
-use std::collections::HashMap;
+use foldhash::HashMap;
 
 use super::sync_graph::{ObjectKey, Role};
 

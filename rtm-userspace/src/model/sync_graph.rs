@@ -7,7 +7,7 @@
 //! and events beyond a cap are counted in [`ModelCounters::dropped_over_limits`], never
 //! silently lost.
 
-use std::collections::{HashMap, HashSet};
+use foldhash::{HashMap, HashSet};
 
 use super::{
     barrier::Arrival,
@@ -47,8 +47,19 @@ pub struct SyncGraph {
     call_sites: HashMap<(ObjectKey, u64), CallSite>,
     unwoken: Vec<UnwokenWait>,
     holds: Holds,
+    /// pthread_mutex_lock calls seen at entry only, per thread: the record, with its
+    /// timestamp moved to the end of the last futex wait on the mutex since.
+    pending_locks: HashMap<ThreadKey, PendingLock>,
     barrier_calls: usize,
     counters: ModelCounters,
+}
+
+/// A lock call recorded at entry whose acquisition is not settled yet.
+#[derive(Debug, Clone, Copy)]
+struct PendingLock {
+    record: SyncRecord,
+    /// When the last futex wait on the lock ended (the entry time until one does).
+    acquired_ns: u64,
 }
 
 fn role_of(op: SyncOp) -> Role {
@@ -67,14 +78,15 @@ impl SyncGraph {
             limits,
             futex_objects,
             budget: HistogramBudget::new(limits.max_histograms),
-            threads: HashMap::new(),
-            pids: HashSet::new(),
-            objects: HashMap::new(),
-            edges: HashMap::new(),
-            waits_for: HashMap::new(),
-            call_sites: HashMap::new(),
+            threads: HashMap::default(),
+            pids: HashSet::default(),
+            objects: HashMap::default(),
+            edges: HashMap::default(),
+            waits_for: HashMap::default(),
+            call_sites: HashMap::default(),
             unwoken: Vec::new(),
             holds: Holds::default(),
+            pending_locks: HashMap::default(),
             barrier_calls: 0,
             counters: ModelCounters::default(),
         }
@@ -92,11 +104,53 @@ impl SyncGraph {
         if !self.touch_thread(thread, h.ts_ns, &mut applied) {
             return applied;
         }
+        if !self.pending_locks.is_empty() {
+            self.settle_lock(thread, event);
+        }
         match event {
             Event::Sync(s) => self.apply_sync(thread, s),
             Event::Task(t) => self.apply_task(thread, t, &mut applied),
         }
         applied
+    }
+
+    /// A lock call seen at entry only is settled by the thread's next event: a futex wait
+    /// on the same word is part of the call (the acquisition moves to its end); anything
+    /// else means the call returned, holding the lock since the last such wait.
+    fn settle_lock(&mut self, thread: ThreadKey, event: &Event) {
+        let Some(p) = self.pending_locks.get_mut(&thread) else {
+            return;
+        };
+        if let Event::Sync(s) = event
+            && s.primitive == Primitive::Futex
+            && s.op == SyncOp::Wait
+            && s.raw.object == p.record.raw.object
+        {
+            p.acquired_ns = s.raw.header.ts_ns;
+            p.record.raw.flags |= SYNC_FLAG_BLOCKED;
+            return;
+        }
+        if let Some(p) = self.pending_locks.remove(&thread) {
+            self.complete_lock(thread, p);
+        }
+    }
+
+    fn complete_lock(&mut self, thread: ThreadKey, p: PendingLock) {
+        let mut record = p.record;
+        let start = record.raw.header.ts_ns;
+        record.raw.flags &= !SYNC_FLAG_BEGIN;
+        record.raw.header.ts_ns = p.acquired_ns;
+        record.raw.wait_ns = p.acquired_ns.saturating_sub(start);
+        self.apply_sync(thread, &record);
+    }
+
+    /// Settles every lock call seen at entry only, as acquired (at the end of the trace:
+    /// their threads did nothing traced since).
+    pub fn settle_pending(&mut self) {
+        let pending: Vec<_> = self.pending_locks.drain().collect();
+        for (thread, p) in pending {
+            self.complete_lock(thread, p);
+        }
     }
 
     /// Records activity of a thread; false when it is new and the thread cap is reached.
@@ -202,6 +256,17 @@ impl SyncGraph {
             return self.apply_futex(thread, s);
         }
         if raw.flags & SYNC_FLAG_BEGIN != 0 {
+            if s.primitive == Primitive::Mutex && s.op == SyncOp::Lock {
+                // Settled by the thread's next event (see settle_lock).
+                self.pending_locks.insert(
+                    thread,
+                    PendingLock {
+                        record: *s,
+                        acquired_ns: ts,
+                    },
+                );
+                return;
+            }
             // A condition-variable wait starts and releases its mutex.
             if s.primitive == Primitive::Cond {
                 let m = ObjectKey {

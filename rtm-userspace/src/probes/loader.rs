@@ -310,7 +310,7 @@ impl Probes {
             let cookie = Cookie::pack(spec.primitive, spec.op, check);
             let programs: &[&'static str] = match spec.kind {
                 ProbeKind::Call => &[names::PROG_CALL_ENTER, names::PROG_CALL_RETURN],
-                ProbeKind::Mark => &[names::PROG_CALL_MARK],
+                ProbeKind::Mark | ProbeKind::Begin => &[names::PROG_CALL_MARK],
             };
             for &name in programs {
                 let prog: &mut UProbe = program(&mut self.ebpf, name)?;

@@ -17,6 +17,10 @@ pub enum ProbeKind {
     Call,
     /// An entry probe only: the call is recorded when it starts (releases, posts).
     Mark,
+    /// An entry probe only for an acquisition whose result is known without a return
+    /// probe (pthread_mutex_lock): it ends when the thread next does anything else, and
+    /// the futex waits on the object in between are its wait.
+    Begin,
 }
 
 /// One function to probe.
@@ -62,7 +66,7 @@ use {Check as C, Primitive as P, ProbeKind::*, SyncOp as O};
 /// Every function probed in full mode. A libc that lacks one (an old glibc without the
 /// clock* variants) is reported, not an error.
 pub const FULL_PROBES: &[ProbeSpec] = &[
-    spec("pthread_mutex_lock", Call, P::Mutex, O::Lock, C::NonZero),
+    spec("pthread_mutex_lock", Begin, P::Mutex, O::Lock, C::NonZero),
     spec(
         "pthread_mutex_trylock",
         Call,

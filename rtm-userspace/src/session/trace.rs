@@ -107,6 +107,7 @@ fn verbose_placements(pid: u32, r: &AttachReport) {
             match p.kind {
                 ProbeKind::Call => "entry+return",
                 ProbeKind::Mark => "entry",
+                ProbeKind::Begin => "entry (ends at the thread's next event)",
             },
             r.library.display(),
             p.function_offset + p.placement.offset,
@@ -383,6 +384,7 @@ pub(super) async fn trace(cli: Cli, mut child: Option<GatedChild>) -> Result<i32
         losses,
         &reader,
     );
+    state.model.settle_pending();
     let snap = snapshot(&mut state, start_ns, end_ns);
     emit_report(&cli, &report::render("final report", &run, &snap, cli.top))?;
     if let Some(path) = &cli.json {

@@ -352,3 +352,59 @@ fn semaphores_count_posts_and_failed_trywaits() {
     assert_eq!(edge(&g, 2, S).counts.posts, 2);
     assert_eq!(g.counters().unmatched_releases, 0);
 }
+
+#[test]
+fn lock_seen_at_entry_is_settled_by_the_threads_next_event() {
+    let mut g = SyncGraph::new(Limits::default(), false);
+    let begin = |tid, ts, contended: bool| {
+        let flags = SYNC_FLAG_BEGIN | if contended { SYNC_FLAG_CONTENDED } else { 0 };
+        evp(
+            Primitive::Mutex,
+            tid,
+            ts,
+            SyncOp::Lock,
+            M1,
+            0,
+            0,
+            flags,
+            0,
+            0,
+        )
+    };
+    // Thread 1 takes M1 at once and holds it 1000 ns.
+    g.apply(&begin(1, 1_000, false));
+    // Thread 2 enters lock at 1_200 while M1 is held and sleeps twice on its futex word
+    // (woken once, lost the race) before getting it at 2_500; it holds it 300 ns.
+    g.apply(&begin(2, 1_200, true));
+    g.apply(&ev(1, 2_000, SyncOp::Unlock, M1, 0, 0, false));
+    let futex = |ts, wait| evp(Primitive::Futex, 2, ts, SyncOp::Wait, M1, wait, 0, 0, 0, 1);
+    g.apply(&futex(2_100, 850));
+    g.apply(&futex(2_500, 300));
+    // Not settled yet: no acquisition without the thread's next event.
+    assert!(g.edges().all(|(k, _)| k.thread.tid != 2));
+    g.apply(&ev(2, 2_800, SyncOp::Unlock, M1, 0, 0, false));
+    // Thread 1 enters lock again and the trace ends.
+    g.apply(&begin(1, 3_000, false));
+    g.settle_pending();
+
+    let e1 = edge(&g, 1, M1);
+    assert_eq!((e1.counts.acquisitions, e1.counts.contended), (2, 0));
+    assert_eq!((e1.hold.count(), e1.hold.total()), (1, 1_000));
+    let e2 = edge(&g, 2, M1);
+    assert_eq!(
+        (
+            e2.counts.acquisitions,
+            e2.counts.contended,
+            e2.counts.blocked
+        ),
+        (1, 1, 1)
+    );
+    assert_eq!(e2.counts.contended_wait_ns, 1_300);
+    assert_eq!((e2.hold.count(), e2.hold.total()), (1, 300));
+    // The futex waits still name the waker (thread 1).
+    let w: Vec<_> = g
+        .waits_for()
+        .map(|(k, w)| (k.waiter, k.waker, w.count))
+        .collect();
+    assert_eq!(w, vec![(2, 1, 2)]);
+}
