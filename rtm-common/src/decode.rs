@@ -6,7 +6,10 @@
 
 use core::mem::size_of;
 
-use crate::event::{EventHeader, EventKind, Primitive, SyncEvent, SyncOp, TaskEvent, TaskOp};
+use crate::{
+    event::{EventHeader, EventKind, Primitive, SyncEvent, SyncOp, TaskEvent, TaskOp},
+    mpi::{MpiEvent, MpiImpl, MpiOp},
+};
 
 /// A decoded record.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -15,6 +18,19 @@ pub enum Event {
     Sync(SyncRecord),
     /// A thread or process lifecycle event, with its operation validated.
     Task(TaskRecord),
+    /// An MPI call or completed request, with its operation validated.
+    Mpi(MpiRecord),
+}
+
+/// An [`MpiEvent`] whose discriminants have been validated.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MpiRecord {
+    /// The raw record.
+    pub raw: MpiEvent,
+    /// The validated operation.
+    pub op: MpiOp,
+    /// The validated implementation.
+    pub implementation: MpiImpl,
 }
 
 /// A [`TaskEvent`] whose operation has been validated.
@@ -51,6 +67,7 @@ impl Event {
         match self {
             Event::Sync(s) => &s.raw.header,
             Event::Task(t) => &t.raw.header,
+            Event::Mpi(m) => &m.raw.header,
         }
     }
 }
@@ -78,6 +95,9 @@ pub enum DecodeError {
     /// A task record names an operation this build does not know.
     #[error("unknown task operation {0}")]
     UnknownTaskOp(u32),
+    /// An MPI record names an operation or implementation this build does not know.
+    #[error("unknown MPI operation {0} or implementation {1}")]
+    UnknownMpi(u32, u32),
 }
 
 fn read<T: Copy>(bytes: &[u8]) -> Result<T, DecodeError> {
@@ -108,6 +128,20 @@ pub fn decode(bytes: &[u8]) -> Result<Event, DecodeError> {
             let raw: TaskEvent = read(bytes)?;
             let op = TaskOp::from_u32(raw.op).ok_or(DecodeError::UnknownTaskOp(raw.op))?;
             Ok(Event::Task(TaskRecord { raw, op }))
+        }
+        Some(EventKind::Mpi) => {
+            let raw: MpiEvent = read(bytes)?;
+            match (
+                MpiOp::from_u32(raw.op),
+                MpiImpl::from_u32(raw.implementation),
+            ) {
+                (Some(op), Some(implementation)) => Ok(Event::Mpi(MpiRecord {
+                    raw,
+                    op,
+                    implementation,
+                })),
+                _ => Err(DecodeError::UnknownMpi(raw.op, raw.implementation)),
+            }
         }
         None => Err(DecodeError::UnknownKind(header.kind)),
     }

@@ -37,6 +37,8 @@ abi_enum! {
         Sync = 1,
         /// A [`TaskEvent`]: a thread or process was created, exited or exec'd.
         Task = 2,
+        /// An [`crate::MpiEvent`]: an MPI call, or a request a wait or test completed.
+        Mpi = 3,
     }
 }
 

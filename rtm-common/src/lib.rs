@@ -6,10 +6,13 @@
 //! feature adds `aya::Pod`, serde and a safe decoder for userspace.
 #![no_std]
 
+#[macro_use]
 pub mod event;
+pub mod mpi;
 pub mod names;
 
 #[cfg(feature = "user")]
 pub mod decode;
 
 pub use event::*;
+pub use mpi::*;

@@ -14,6 +14,15 @@ pub const MAP_PENDING_FUTEX: &str = "PENDING_FUTEX";
 /// (tgid, futex word) -> the thread that last woke it.
 pub const MAP_WAKERS: &str = "WAKERS";
 
+/// Per-thread MPI call between its entry and return probes.
+pub const MAP_MPI_PENDING: &str = "MPI_PENDING";
+/// MPI library layouts, indexed by `MpiImpl`.
+pub const MAP_MPI_LAYOUT: &str = "MPI_LAYOUT";
+/// Entry uprobe of every MPI function (the cookie says which).
+pub const PROG_MPI_ENTER: &str = "mpi_enter";
+/// Return uprobe of every MPI function.
+pub const PROG_MPI_RETURN: &str = "mpi_return";
+
 /// Entry uprobe shared by every blocking call (the cookie says which).
 pub const PROG_CALL_ENTER: &str = "call_enter";
 /// Return uprobe shared by the same functions.

@@ -1,7 +1,7 @@
 //! Writing records to the ring buffer; a full ring is counted, never silent.
 
 use aya_ebpf::helpers::{bpf_get_smp_processor_id, bpf_ktime_get_ns};
-use rtm_common::{EventHeader, EventKind, LossCounter, SyncEvent, TaskEvent};
+use rtm_common::{EventHeader, EventKind, LossCounter, MpiEvent, SyncEvent, TaskEvent};
 
 use crate::maps::{EVENTS, WAKEUP_BYTES, count_loss};
 
@@ -59,6 +59,18 @@ pub fn task(event: TaskEvent) {
     match EVENTS.reserve::<TaskEvent>(0) {
         Some(mut entry) => {
             entry.write(event);
+            entry.submit(wakeup_flags());
+        }
+        None => count_loss(LossCounter::RingFull),
+    }
+}
+
+/// Sends an MPI record.
+#[inline(always)]
+pub fn mpi(event: &MpiEvent) {
+    match EVENTS.reserve::<MpiEvent>(0) {
+        Some(mut entry) => {
+            entry.write(*event);
             entry.submit(wakeup_flags());
         }
         None => count_loss(LossCounter::RingFull),

@@ -7,6 +7,7 @@ mod emit;
 mod filter;
 mod futex;
 mod maps;
+mod mpi;
 mod task;
 
 #[cfg(not(test))]

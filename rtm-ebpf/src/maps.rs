@@ -3,10 +3,11 @@
 use aya_ebpf::{
     Global,
     macros::map,
-    maps::{HashMap, LruHashMap, PerCpuArray, RingBuf},
+    maps::{Array, HashMap, LruHashMap, PerCpuArray, RingBuf},
 };
 use rtm_common::{
-    FutexKey, FutexWaker, LossCounter, MAX_CALL_DEPTH, PendingCall, PendingFutex, ThreadCalls,
+    FutexKey, FutexWaker, LossCounter, MAX_CALL_DEPTH, MpiLayout, MpiPending, PendingCall,
+    PendingFutex, ThreadCalls,
     names::{DEFAULT_RING_BYTES, MAX_PENDING, MAX_TRACED_TGIDS, MAX_WAKERS},
 };
 
@@ -54,7 +55,16 @@ pub fn innermost(pid_tgid: u64) -> Option<*mut PendingCall> {
 pub fn forget_thread(pid_tgid: u64) {
     let _ = PENDING.remove(pid_tgid);
     let _ = PENDING_FUTEX.remove(pid_tgid);
+    let _ = MPI_PENDING.remove(pid_tgid);
 }
+
+/// pid_tgid -> the MPI call in flight on that thread.
+#[map(name = "MPI_PENDING")]
+pub static MPI_PENDING: HashMap<u64, MpiPending> = HashMap::with_max_entries(MAX_PENDING, 0);
+
+/// How to read each MPI implementation's handles, indexed by `MpiImpl` (set by userspace).
+#[map(name = "MPI_LAYOUT")]
+pub static MPI_LAYOUT: Array<MpiLayout> = Array::with_max_entries(4, 0);
 
 /// pid_tgid -> the futex call in flight on that thread.
 #[map(name = "PENDING_FUTEX")]

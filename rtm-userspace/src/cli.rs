@@ -90,6 +90,11 @@ pub struct Cli {
     #[arg(long)]
     pub no_follow: bool,
 
+    /// Do not probe MPI libraries (by default the MPI library each traced process maps,
+    /// or a launched command's ranks will load, is probed).
+    #[arg(long)]
+    pub no_mpi: bool,
+
     /// Say where each probe went and what the tracer is doing.
     #[arg(short, long)]
     pub verbose: bool,

@@ -8,7 +8,11 @@ pub mod holds;
 pub mod snapshot;
 pub mod sync_graph;
 pub mod sync_types;
+pub mod task_graph;
+pub mod task_view;
 
 pub use dist::{Dist, DistSummary, HistogramBudget};
 pub use snapshot::{BarrierView, EdgeView, ObjectView, Snapshot, ThreadView, WaitsForView, Window};
 pub use sync_graph::{Counts, Limits, SyncGraph};
+pub use task_graph::TaskGraph;
+pub use task_view::{RankEnv, TaskView};

@@ -209,6 +209,9 @@ pub struct Snapshot {
     pub call_sites: Vec<CallSiteView>,
     /// What the model could not attribute.
     pub model: ModelCounters,
+    /// The MPI task graph, when MPI calls were traced (written beside the sync graph).
+    #[serde(skip)]
+    pub tasks: Option<super::TaskView>,
 }
 
 #[derive(Default)]
@@ -402,6 +405,7 @@ impl Snapshot {
                     - exits.values().map(Dist::count).sum::<u64>(),
                 ..graph.counters()
             },
+            tasks: None,
         }
     }
 }

@@ -110,6 +110,8 @@ impl SyncGraph {
         match event {
             Event::Sync(s) => self.apply_sync(thread, s),
             Event::Task(t) => self.apply_task(thread, t, &mut applied),
+            // MPI calls feed the task graph.
+            Event::Mpi(_) => {}
         }
         applied
     }

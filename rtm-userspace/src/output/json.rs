@@ -21,6 +21,8 @@ struct Document<'a> {
     tool_version: &'static str,
     run: &'a RunInfo,
     sync_graph: &'a Snapshot,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    task_graph: Option<&'a crate::model::TaskView>,
 }
 
 /// Errors writing JSON.
@@ -45,6 +47,7 @@ pub fn to_string(run: &RunInfo, snapshot: &Snapshot) -> String {
         tool_version: env!("CARGO_PKG_VERSION"),
         run,
         sync_graph: snapshot,
+        task_graph: snapshot.tasks.as_ref(),
     };
     serde_json::to_string_pretty(&doc).expect("the document serializes")
 }

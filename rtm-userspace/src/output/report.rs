@@ -7,7 +7,7 @@ use std::fmt::Write as _;
 use super::{
     EndReason, RunInfo,
     format::{count, mean_ns, ns, opt_ns, pct},
-    sections,
+    mpi_report, sections,
 };
 use crate::{cli::Mode, model::Snapshot};
 
@@ -247,6 +247,9 @@ pub fn render(title: &str, run: &RunInfo, s: &Snapshot, top: usize) -> String {
     sections::barriers(&mut out, s, top);
     sections::semaphores(&mut out, s, top);
     sections::thread_tree(&mut out, s, top);
+    if let Some(t) = &s.tasks {
+        mpi_report::render(&mut out, t, top);
+    }
     notes(&mut out, run, s);
     out
 }

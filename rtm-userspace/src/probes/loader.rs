@@ -8,24 +8,26 @@ use std::{
 
 use aya::{
     Ebpf, EbpfLoader,
-    maps::{HashMap as BpfHashMap, MapData, MapError, PerCpuArray, RingBuf},
+    maps::{Array, HashMap as BpfHashMap, MapData, MapError, PerCpuArray, RingBuf},
     programs::{
         ProgramError, TracePoint, UProbe,
         uprobe::{UProbeAttachLocation, UProbeAttachPoint, UProbeLinkId, UProbeScope},
     },
 };
 use iced_x86::Register;
-use rtm_common::{Cookie, LossCounter, names};
+use rtm_common::{Cookie, LossCounter, MpiLayout, mpi_cookie, names};
 
 use super::{
-    placement,
+    mpi, placement,
     pthread::{self, FULL_PROBES, LibraryError, ProbeKind, ProbeSpec, PthreadLibrary},
 };
 
-const UPROBES: [&str; 3] = [
+const UPROBES: [&str; 5] = [
     names::PROG_CALL_ENTER,
     names::PROG_CALL_RETURN,
     names::PROG_CALL_MARK,
+    names::PROG_MPI_ENTER,
+    names::PROG_MPI_RETURN,
 ];
 
 /// Tracepoints attached for every mode: (program, category, event).
@@ -336,6 +338,75 @@ impl Probes {
             });
         }
         Ok(report)
+    }
+
+    /// Attaches the MPI entry and return probes to `lib`, for `pid` only or (None) for
+    /// every process that maps it, left to the in-kernel filter (launch mode: ranks
+    /// forked by the launcher are traced from their first instruction). Tells the
+    /// programs how to read this implementation's handles. Returns the functions probed.
+    pub fn attach_mpi(
+        &mut self,
+        pid: Option<u32>,
+        lib: &mpi::MpiLibrary,
+    ) -> Result<Vec<&'static str>, ProbeError> {
+        let map = self
+            .ebpf
+            .map_mut(names::MAP_MPI_LAYOUT)
+            .ok_or(ProbeError::Missing(names::MAP_MPI_LAYOUT))?;
+        let mut layouts: Array<_, MpiLayout> =
+            Array::try_from(map).map_err(map_err(names::MAP_MPI_LAYOUT))?;
+        layouts
+            .set(lib.implementation as u32, lib.layout, 0)
+            .map_err(map_err(names::MAP_MPI_LAYOUT))?;
+        let scope = match pid.and_then(NonZeroU32::new) {
+            Some(p) => UProbeScope::OneProcess(p),
+            None => UProbeScope::AllProcesses,
+        };
+        let bytes = std::fs::read(&lib.host_path).map_err(|source| ProbeError::ReadLibrary {
+            path: lib.path.display().to_string(),
+            source,
+        })?;
+        let keep = [
+            Register::RDI,
+            Register::RSI,
+            Register::RDX,
+            Register::RCX,
+            Register::R8,
+            Register::R9,
+        ];
+        let mut probed = Vec::new();
+        for &(function, op) in mpi::MPI_FUNCTIONS {
+            let Some(offset) = lib.symbols.function_offset(function) else {
+                continue;
+            };
+            let size = lib.symbols.function_size(function).unwrap_or(0) as usize;
+            let start = offset as usize;
+            let code = bytes
+                .get(start..start.saturating_add(size).min(bytes.len()))
+                .unwrap_or(&[]);
+            let place = placement::place(code, offset, &keep, false);
+            for name in [names::PROG_MPI_ENTER, names::PROG_MPI_RETURN] {
+                let prog: &mut UProbe = program(&mut self.ebpf, name)?;
+                let point = UProbeAttachPoint {
+                    location: UProbeAttachLocation::AbsoluteOffset(offset + place.offset),
+                    cookie: Some(mpi_cookie(op, lib.implementation)),
+                };
+                let link = prog
+                    .attach(point, Path::new(&lib.host_path), scope)
+                    .map_err(|source| ProbeError::Attach {
+                        function,
+                        path: lib.path.display().to_string(),
+                        pid: pid.unwrap_or(0),
+                        source,
+                    })?;
+                self.links
+                    .entry(pid.unwrap_or(0))
+                    .or_default()
+                    .push((name, link));
+            }
+            probed.push(function);
+        }
+        Ok(probed)
     }
 
     /// Stops event collection for `pids` at once: the in-kernel filter drops them, so the

@@ -1,6 +1,7 @@
 //! Loading the eBPF object and attaching its programs to target processes.
 
 pub mod loader;
+pub mod mpi;
 pub mod placement;
 pub mod pthread;
 

@@ -283,6 +283,12 @@ pub fn used_in_process(pid: u32, lib: &PthreadLibrary) -> std::collections::Hash
 /// The probed functions used by `program` and the libraries it needs, found in the
 /// standard directories (launch mode, before the program runs).
 pub fn used_by_program(program: &std::path::Path) -> std::collections::HashSet<&'static str> {
+    used_by(needed_closure(program).into_iter())
+}
+
+/// `program` and the libraries it needs, directly or not, found in the standard
+/// directories (at most 256 files).
+pub fn needed_closure(program: &std::path::Path) -> Vec<PathBuf> {
     let mut files = vec![program.to_path_buf()];
     let mut seen = std::collections::HashSet::new();
     let mut i = 0;
@@ -303,7 +309,7 @@ pub fn used_by_program(program: &std::path::Path) -> std::collections::HashSet<&
         }
         i += 1;
     }
-    used_by(files.into_iter())
+    files
 }
 
 /// Uses `path` (a statically linked executable) as the pthread library.

@@ -32,7 +32,8 @@ impl ReaderStats {
             DecodeError::UnknownKind(_)
             | DecodeError::UnknownPrimitive(_)
             | DecodeError::UnknownOp(_)
-            | DecodeError::UnknownTaskOp(_) => self.unknown_records += 1,
+            | DecodeError::UnknownTaskOp(_)
+            | DecodeError::UnknownMpi(..) => self.unknown_records += 1,
         }
     }
 }

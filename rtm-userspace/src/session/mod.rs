@@ -1,7 +1,8 @@
 //! A tracing session: checks, launch, attach, the event loop, and the final outputs.
 
 mod exits;
-pub mod preflight;
+mod mpi_attach;
+mod preflight;
 mod trace;
 
 use crate::{

@@ -9,11 +9,11 @@ use tokio::{
     time::{Instant, MissedTickBehavior},
 };
 
-use super::{SessionError, exits};
+use super::{SessionError, exits, mpi_attach};
 use crate::{
     EBPF_OBJECT,
     cli::{Cli, Mode},
-    model::{Snapshot, SyncGraph, Window},
+    model::{RankEnv, Snapshot, SyncGraph, TaskGraph, TaskView, Window},
     output::{EndReason, RunInfo, TargetInfo, json, report},
     probes::{
         ProbeError, Probes,
@@ -44,6 +44,9 @@ enum Wake {
 
 struct State {
     model: SyncGraph,
+    tasks: TaskGraph,
+    /// What each MPI process's environment said (read at its first MPI call).
+    rank_env: std::collections::HashMap<u32, RankEnv>,
     namer: ObjectNamer,
     code: CodeNamer,
     /// Command names read when each process's first event arrived (after any exec).
@@ -59,6 +62,13 @@ struct State {
 
 impl State {
     fn apply(&mut self, ev: &rtm_common::decode::Event) {
+        if let rtm_common::decode::Event::Mpi(m) = ev {
+            let pid = m.raw.header.pid;
+            if !self.rank_env.contains_key(&pid) {
+                self.rank_env.insert(pid, process::mpi_env(pid));
+            }
+            self.tasks.apply(m);
+        }
         let a = self.model.apply(ev);
         self.spawned.extend(a.spawned_process);
         self.gone.extend(a.process_exited);
@@ -273,6 +283,10 @@ pub(super) async fn trace(cli: Cli, mut child: Option<GatedChild>) -> Result<i32
     }
 
     let (exit_tx, mut exit_rx) = mpsc::unbounded_channel();
+    if !cli.no_mpi {
+        let launched = child.as_ref().map(|_| cli.command.as_slice());
+        mpi_attach::attach(&mut probes, &cli, &pids, launched)?;
+    }
     for &pid in &pids {
         exits::watch(pid, exit_tx.clone());
     }
@@ -289,6 +303,8 @@ pub(super) async fn trace(cli: Cli, mut child: Option<GatedChild>) -> Result<i32
 
     let mut state = State {
         model: SyncGraph::new(cli.limits(), cli.mode == Mode::Contention),
+        tasks: TaskGraph::default(),
+        rank_env: Default::default(),
         namer: ObjectNamer::default(),
         code: CodeNamer::default(),
         comms: Default::default(),
@@ -477,15 +493,24 @@ fn snapshot(state: &mut State, start_ns: u64, end_ns: u64) -> Snapshot {
         }
     }
     let State {
-        model, namer, code, ..
+        model,
+        namer,
+        code,
+        tasks,
+        rank_env,
+        ..
     } = state;
     let objects = std::cell::RefCell::new(namer);
-    Snapshot::build(
+    let mut snap = Snapshot::build(
         model,
         Window { start_ns, end_ns },
         &mut |o| objects.borrow_mut().name(o.pid, o.addr),
         &mut |pid, addr| code.name(&mut objects.borrow_mut(), pid, addr),
-    )
+    );
+    if !tasks.is_empty() {
+        snap.tasks = Some(TaskView::build(tasks, rank_env, &process::host_name()));
+    }
+    snap
 }
 
 fn emit_report(cli: &Cli, text: &str) -> Result<(), SessionError> {
