@@ -32,5 +32,20 @@ fn main() {
             .expect("running cc (cargo xtask setup installs gcc)");
         assert!(st.success(), "cc failed for {}", c.display());
     }
+    // MPI workloads need Open MPI's compiler wrapper (cargo xtask setup installs it); the
+    // MPI tests say so and fail if it was missing.
+    let mpi = src.join("mpi_ring.c");
+    println!("cargo:rerun-if-changed={}", mpi.display());
+    let built = Command::new("mpicc.openmpi")
+        .args(["-O2", "-g", "-Wall", "-o"])
+        .arg(out.join("mpi_ring_openmpi"))
+        .arg(&mpi)
+        .status()
+        .is_ok_and(|s| s.success());
+    if !built {
+        println!(
+            "cargo:warning=mpicc.openmpi missing or failed: MPI tests will fail (run cargo xtask setup)"
+        );
+    }
     println!("cargo:rustc-env=RTM_WORKLOADS={}", out.display());
 }

@@ -64,9 +64,9 @@ impl State {
     fn apply(&mut self, ev: &rtm_common::decode::Event) {
         if let rtm_common::decode::Event::Mpi(m) = ev {
             let pid = m.raw.header.pid;
-            if !self.rank_env.contains_key(&pid) {
-                self.rank_env.insert(pid, process::mpi_env(pid));
-            }
+            self.rank_env
+                .entry(pid)
+                .or_insert_with(|| process::mpi_env(pid));
             self.tasks.apply(m);
         }
         let a = self.model.apply(ev);

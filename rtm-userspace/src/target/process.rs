@@ -219,6 +219,39 @@ pub fn host_path(pid: u32, path: &Path) -> PathBuf {
     PathBuf::from(format!("/proc/{pid}/root")).join(rel)
 }
 
+/// What the MPI launcher put in `pid`'s environment: world rank and size, and the job
+/// (Open MPI: OMPI_COMM_WORLD_RANK/SIZE, PMIX_NAMESPACE; MPICH's hydra: PMI_RANK/SIZE,
+/// PMI_KVSNAME or the launcher's pid). Empty when unreadable (the process is gone).
+pub fn mpi_env(pid: u32) -> crate::model::RankEnv {
+    let Ok(raw) = std::fs::read(format!("/proc/{pid}/environ")) else {
+        return Default::default();
+    };
+    let vars: std::collections::HashMap<&str, &str> = raw
+        .split(|&b| b == 0)
+        .filter_map(|kv| std::str::from_utf8(kv).ok()?.split_once('='))
+        .collect();
+    let first = |keys: &[&str]| keys.iter().find_map(|k| vars.get(k).copied());
+    crate::model::RankEnv {
+        job: first(&[
+            "PMIX_NAMESPACE",
+            "OMPI_MCA_ess_base_jobid",
+            "PMI_KVSNAME",
+            "HYDI_CONTROL_FD",
+        ])
+        .map(str::to_owned),
+        rank: first(&["OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK"])
+            .and_then(|v| v.parse().ok()),
+        size: first(&["OMPI_COMM_WORLD_SIZE", "PMI_SIZE"]).and_then(|v| v.parse().ok()),
+    }
+}
+
+/// This node's host name.
+pub fn host_name() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|s| s.trim().to_owned())
+        .unwrap_or_else(|_| "localhost".into())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -272,37 +305,4 @@ mod tests {
             Err(ProcessError::NoSuchProcess(_))
         ));
     }
-}
-
-/// What the MPI launcher put in `pid`'s environment: world rank and size, and the job
-/// (Open MPI: OMPI_COMM_WORLD_RANK/SIZE, PMIX_NAMESPACE; MPICH's hydra: PMI_RANK/SIZE,
-/// PMI_KVSNAME or the launcher's pid). Empty when unreadable (the process is gone).
-pub fn mpi_env(pid: u32) -> crate::model::RankEnv {
-    let Ok(raw) = std::fs::read(format!("/proc/{pid}/environ")) else {
-        return Default::default();
-    };
-    let vars: std::collections::HashMap<&str, &str> = raw
-        .split(|&b| b == 0)
-        .filter_map(|kv| std::str::from_utf8(kv).ok()?.split_once('='))
-        .collect();
-    let first = |keys: &[&str]| keys.iter().find_map(|k| vars.get(k).copied());
-    crate::model::RankEnv {
-        job: first(&[
-            "PMIX_NAMESPACE",
-            "OMPI_MCA_ess_base_jobid",
-            "PMI_KVSNAME",
-            "HYDI_CONTROL_FD",
-        ])
-        .map(str::to_owned),
-        rank: first(&["OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK"])
-            .and_then(|v| v.parse().ok()),
-        size: first(&["OMPI_COMM_WORLD_SIZE", "PMI_SIZE"]).and_then(|v| v.parse().ok()),
-    }
-}
-
-/// This node's host name.
-pub fn host_name() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .map(|s| s.trim().to_owned())
-        .unwrap_or_else(|_| "localhost".into())
 }
