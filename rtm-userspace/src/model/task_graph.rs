@@ -152,7 +152,8 @@ struct Posted {
     /// Bytes the post implies (count x size); the status may say otherwise for receives.
     bytes: Option<u64>,
     time_ns: u64,
-    any_source: bool,
+    /// The source or destination as passed (comm-local; may be MPI_ANY_SOURCE).
+    peer: i32,
 }
 
 /// Key of a (rank process, peer world rank) pair.
@@ -265,7 +266,7 @@ impl TaskGraph {
                         peer_world: raw.peer_world,
                         bytes,
                         time_ns: dur,
-                        any_source: any_source(imp, raw.peer),
+                        peer: raw.peer,
                     },
                 );
             }
@@ -369,19 +370,11 @@ impl TaskGraph {
             }
             return;
         }
-        let peer = if p.any_source {
-            match m.implementation {
-                MpiImpl::OpenMpi => -1,
-                MpiImpl::Mpich => -2,
-            }
-        } else {
-            0
-        };
         self.receive(
             pid,
             m.implementation,
             m,
-            peer,
+            p.peer,
             p.peer_world,
             p.bytes,
             p.time_ns + share,
