@@ -136,11 +136,6 @@ fn read_status(e: &mut MpiEvent, layout: &MpiLayout, imp: u32, addr: u64) {
     };
 }
 
-#[inline(always)]
-fn send(e: &MpiEvent) {
-    emit::mpi(e);
-}
-
 /// Entry of an MPI function: save the arguments (and the request handles a wait or test
 /// is given, which it overwrites).
 #[uprobe]
@@ -291,14 +286,14 @@ pub fn mpi_return(ctx: RetProbeContext) -> u32 {
     if shape.flag != NO_ARG && read_u32(arg(p, shape.flag)).unwrap_or(0) == 0 {
         // A test or probe that found nothing.
         e.flags |= MPI_FLAG_NOT_DONE;
-        send(&e);
+        emit::mpi(&e);
         return 0;
     }
     if shape.requests == NO_ARG {
         if shape.status != NO_ARG {
             read_status(&mut e, layout, imp, arg(p, shape.status));
         }
-        send(&e);
+        emit::mpi(&e);
         return 0;
     }
     completions(p, &shape, layout, imp, e);
@@ -335,7 +330,7 @@ fn completions(p: &MpiPending, shape: &MpiShape, layout: &MpiLayout, imp: u32, m
     if done as usize > MAX_MPI_REQS {
         e.flags |= MPI_FLAG_REQS_TRUNCATED;
     }
-    send(&e);
+    emit::mpi(&e);
     e.flags |= MPI_FLAG_COMPLETION;
     let indices = arg(p, shape.indices);
     for k in 0..MAX_MPI_REQS {
@@ -373,6 +368,6 @@ fn completions(p: &MpiPending, shape: &MpiShape, layout: &MpiLayout, imp: u32, m
             statuses + i * status_size
         };
         read_status(&mut e, layout, imp, status);
-        send(&e);
+        emit::mpi(&e);
     }
 }

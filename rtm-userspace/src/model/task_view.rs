@@ -202,26 +202,12 @@ impl TaskView {
             .collect();
         ranks.sort_by_key(|r| (r.rank.unwrap_or(i32::MAX), r.pid));
 
-        let mut edges: BTreeMap<(Option<i32>, Option<i32>), TrafficEdge> = BTreeMap::new();
+        let mut edges = EdgeMap::new();
         for (&(pid, dst), t) in g.sent() {
-            let key = (rank_of(pid), rank_opt(dst));
-            let e = edges.entry(key).or_insert_with(|| TrafficEdge {
-                src: key.0,
-                dst: key.1,
-                sent: None,
-                received: None,
-            });
-            e.sent = Some(t.into());
+            edge(&mut edges, rank_of(pid), rank_opt(dst)).sent = Some(t.into());
         }
         for (&(pid, src), t) in g.received() {
-            let key = (rank_opt(src), rank_of(pid));
-            let e = edges.entry(key).or_insert_with(|| TrafficEdge {
-                src: key.0,
-                dst: key.1,
-                sent: None,
-                received: None,
-            });
-            e.received = Some(t.into());
+            edge(&mut edges, rank_opt(src), rank_of(pid)).received = Some(t.into());
         }
         let mut edges: Vec<TrafficEdge> = edges.into_values().collect();
         let bytes = |e: &TrafficEdge| {
@@ -269,6 +255,17 @@ impl TaskView {
             counters: g.counters(),
         }
     }
+}
+
+type EdgeMap = BTreeMap<(Option<i32>, Option<i32>), TrafficEdge>;
+
+fn edge(edges: &mut EdgeMap, src: Option<i32>, dst: Option<i32>) -> &mut TrafficEdge {
+    edges.entry((src, dst)).or_insert_with(|| TrafficEdge {
+        src,
+        dst,
+        sent: None,
+        received: None,
+    })
 }
 
 /// Fills the arrival spread over the instances every calling rank reached.
