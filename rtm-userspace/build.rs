@@ -25,6 +25,10 @@ fn main() -> anyhow::Result<()> {
              `cargo xtask build`"
         ));
     }
+    // The programs compile rtm-common's ABI in: a change there must rebuild them too.
+    for dir in ["../rtm-common/src", "../rtm-ebpf/src"] {
+        println!("cargo:rerun-if-changed={dir}");
+    }
     aya_build::build_ebpf(
         [aya_build::Package {
             name: ebpf.name.as_str(),

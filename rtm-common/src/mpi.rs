@@ -83,6 +83,13 @@ abi_enum! {
         InitThread = 36,
         /// MPI_Finalize.
         Finalize = 37,
+        /// MPI_Comm_rank: `request` carries the rank written at return.
+        CommRank = 38,
+        /// MPI_Comm_split: `count` is the color, `tag` the key, `request` the new
+        /// communicator's handle.
+        CommSplit = 39,
+        /// MPI_Comm_dup: `request` is the new communicator's handle.
+        CommDup = 40,
     }
 }
 
@@ -95,6 +102,11 @@ abi_enum! {
         Mpich = 2,
     }
 }
+
+/// MPICH's MPI_COMM_WORLD handle.
+pub const MPICH_COMM_WORLD: u64 = 0x4400_0000;
+/// MPI_UNDEFINED (the same in Open MPI and MPICH): a split color that joins no group.
+pub const MPI_UNDEFINED: i32 = -32766;
 
 /// "No argument" in an [`MpiShape`].
 pub const NO_ARG: u8 = 0xff;
@@ -312,6 +324,26 @@ impl MpiOp {
             // (sbuf, rbuf, rcounts, type, op, comm)
             ReduceScatter => coll(NO_ARG, 3, NO_ARG, 5),
             Init | InitThread | Finalize => shape(),
+            // (comm, int *rank): the rank is read like a handle written at return.
+            CommRank => MpiShape {
+                comm: 0,
+                request_out: 1,
+                ..shape()
+            },
+            // (comm, color, key, MPI_Comm *newcomm)
+            CommSplit => MpiShape {
+                comm: 0,
+                count: 1,
+                tag: 2,
+                request_out: 3,
+                ..shape()
+            },
+            // (comm, MPI_Comm *newcomm)
+            CommDup => MpiShape {
+                comm: 0,
+                request_out: 1,
+                ..shape()
+            },
         }
     }
 

@@ -249,11 +249,9 @@ pub struct TempDir(pub PathBuf);
 impl TempDir {
     /// Creates one.
     pub fn new(tag: &str) -> Self {
-        let p = std::env::temp_dir().join(format!(
-            "rtm-test-{tag}-{}-{}",
-            std::process::id(),
-            Instant::now().elapsed().as_nanos()
-        ));
+        static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let p = std::env::temp_dir().join(format!("rtm-test-{tag}-{}-{n}", std::process::id()));
         std::fs::create_dir_all(&p).expect("mkdir");
         Self(p)
     }

@@ -1,34 +1,72 @@
-//! MPI under a real mpirun: exact messages and bytes per (source, destination) world
-//! rank, world-rank translation through a split communicator, a derived datatype, a
-//! wildcard receive resolved from its status, collective counts, unchanged output.
+//! MPI under real launchers (Open MPI's mpirun with 4 ranks, MPICH's mpiexec with 2:
+//! more ranks than cores make MPICH busy-poll): exact messages and bytes per (source,
+//! destination) world rank, world-rank translation through a split and a duplicated
+//! communicator, a derived datatype, a wildcard receive resolved from its status,
+//! collective counts, unchanged output.
 
 use std::{collections::BTreeMap, process::Command, time::Duration};
 
 use rtm_tests::{TempDir, Value, can_trace, read_json, rtm_bin, run, workload};
 
 const T: Duration = Duration::from_secs(180);
-const RANKS: i64 = 4;
 const STEPS: u64 = 10;
 
-fn mpirun() -> Vec<String> {
-    let ring = workload("mpi_ring_openmpi");
+/// One implementation's launch of the ring.
+struct Launch {
+    ranks: i64,
+    argv: Vec<String>,
+    /// Whether a derived datatype's size can be read (Open MPI: from the datatype
+    /// object; MPICH: only builtin handles carry their size).
+    derived_sizes: bool,
+}
+
+fn open_mpi() -> Launch {
+    launch(
+        true,
+        "mpi_ring_openmpi",
+        "openmpi",
+        4,
+        &[
+            "mpirun.openmpi",
+            "--allow-run-as-root",
+            "--oversubscribe",
+            "-np",
+        ],
+    )
+}
+
+fn mpich() -> Launch {
+    launch(
+        false,
+        "mpi_ring_mpich",
+        "mpich",
+        2,
+        &["mpiexec.mpich", "-n"],
+    )
+}
+
+fn launch(
+    derived_sizes: bool,
+    program: &str,
+    package: &str,
+    ranks: i64,
+    launcher: &[&str],
+) -> Launch {
+    let ring = workload(program);
     assert!(
         ring.exists(),
-        "{} was not built: mpicc.openmpi is missing (cargo xtask setup installs openmpi)",
+        "{} was not built: its mpicc is missing (cargo xtask setup installs {package})",
         ring.display()
     );
-    [
-        "mpirun.openmpi",
-        "--allow-run-as-root",
-        "--oversubscribe",
-        "-np",
-        &RANKS.to_string(),
-        ring.to_str().unwrap(),
-        &STEPS.to_string(),
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect()
+    let mut argv: Vec<String> = launcher.iter().map(|s| s.to_string()).collect();
+    argv.push(ranks.to_string());
+    argv.push(ring.to_str().unwrap().to_owned());
+    argv.push(STEPS.to_string());
+    Launch {
+        ranks,
+        argv,
+        derived_sizes,
+    }
 }
 
 fn sorted_lines(b: &[u8]) -> Vec<String> {
@@ -40,16 +78,18 @@ fn sorted_lines(b: &[u8]) -> Vec<String> {
     l
 }
 
-/// The traffic mpi_ring.c documents: (src, dst) -> (messages, bytes).
-fn expected() -> BTreeMap<(i64, i64), (u64, u64)> {
-    let mut e: BTreeMap<(i64, i64), (u64, u64)> = BTreeMap::new();
+/// The traffic mpi_ring.c documents with `ranks` ranks: (src, dst) -> (messages, bytes,
+/// messages of unknown size).
+fn expected(ranks: i64, derived_sizes: bool) -> BTreeMap<(i64, i64), (u64, u64, u64)> {
+    let mut e: BTreeMap<(i64, i64), (u64, u64, u64)> = BTreeMap::new();
     let mut add = |s: i64, d: i64, m: u64, b: u64| {
         let v = e.entry((s, d)).or_default();
         v.0 += m;
         v.1 += b;
+        v.2 += u64::from(b == 0);
     };
-    for r in 0..RANKS {
-        let next = (r + 1) % RANKS;
+    for r in 0..ranks {
+        let next = (r + 1) % ranks;
         add(r, next, STEPS, STEPS * 100 * 8); // blocking ring, doubles
         add(r, next, STEPS, STEPS * 10 * 4); // Isend/Irecv, ints
         add(r, next, 1, 7); // Sendrecv, chars
@@ -57,18 +97,23 @@ fn expected() -> BTreeMap<(i64, i64), (u64, u64)> {
             add(r, 0, 1, 12); // to rank 0's MPI_ANY_SOURCE receives
         }
     }
-    add(0, 2, 1, 20); // split communicator: its rank 0 -> 1 is world 0 -> 2
-    add(1, 3, 1, 20);
-    add(0, 1, 1, 64); // 2 elements of a 4-double contiguous type
+    // Split communicators {2g+1, 2g} (key -rank): their rank 0 -> 1 is world 2g+1 -> 2g,
+    // 5 ints there and 2 ints in its duplicate.
+    for g in 0..ranks / 2 {
+        add(2 * g + 1, 2 * g, 2, 28);
+    }
+    // 2 elements of a 4-double contiguous type (64 bytes), when its size can be read.
+    add(0, 1, 1, if derived_sizes { 64 } else { 0 });
     e
 }
 
-fn side(e: &Value, which: &str) -> (u64, u64) {
+fn side(e: &Value, which: &str) -> (u64, u64, u64) {
     let s = &e[which];
     assert!(!s.is_null(), "{which} missing on {e}");
     (
         s["messages"].as_u64().unwrap(),
         s["bytes"].as_u64().unwrap(),
+        s["unknown_size"].as_u64().unwrap(),
     )
 }
 
@@ -77,7 +122,20 @@ fn open_mpi_ring_traffic_collectives_and_ranks_are_exact() {
     if !can_trace("open_mpi_ring_traffic_collectives_and_ranks_are_exact") {
         return;
     }
-    let argv = mpirun();
+    ring_is_exact(&open_mpi());
+}
+
+#[test]
+fn mpich_ring_traffic_collectives_and_ranks_are_exact() {
+    if !can_trace("mpich_ring_traffic_collectives_and_ranks_are_exact") {
+        return;
+    }
+    ring_is_exact(&mpich());
+}
+
+fn ring_is_exact(l: &Launch) {
+    let argv = &l.argv;
+    let ranks = l.ranks;
     let plain = run(Command::new(&argv[0]).args(&argv[1..]), T);
     assert!(
         plain.status.success(),
@@ -92,7 +150,7 @@ fn open_mpi_ring_traffic_collectives_and_ranks_are_exact() {
             .args(["-o", "/dev/null", "--json"])
             .arg(&json)
             .arg("--")
-            .args(&argv),
+            .args(argv),
         T,
     );
     assert!(
@@ -110,13 +168,13 @@ fn open_mpi_ring_traffic_collectives_and_ranks_are_exact() {
     let t = &doc["task_graph"];
     assert!(!t.is_null(), "no task_graph in the JSON");
 
-    let ranks: Vec<i64> = t["ranks"]
+    let identified: Vec<i64> = t["ranks"]
         .as_array()
         .unwrap()
         .iter()
         .map(|r| r["rank"].as_i64().expect("every rank identified"))
         .collect();
-    assert_eq!(ranks, (0..RANKS).collect::<Vec<_>>());
+    assert_eq!(identified, (0..ranks).collect::<Vec<_>>());
     let jobs: std::collections::HashSet<String> = t["ranks"]
         .as_array()
         .unwrap()
@@ -139,7 +197,7 @@ fn open_mpi_ring_traffic_collectives_and_ranks_are_exact() {
         );
         seen.insert(key, sent);
     }
-    assert_eq!(seen, expected());
+    assert_eq!(seen, expected(ranks, l.derived_sizes));
 
     let calls = |f: &str| -> (u64, Option<i64>) {
         let c = t["collectives"]
@@ -148,10 +206,10 @@ fn open_mpi_ring_traffic_collectives_and_ranks_are_exact() {
             .iter()
             .find(|c| c["function"] == f && c["comm_id"] == 0)
             .unwrap_or_else(|| panic!("no {f} on MPI_COMM_WORLD"));
-        assert_eq!(c["ranks"], RANKS, "{f}");
+        assert_eq!(c["ranks"], ranks, "{f}");
         (c["calls"].as_u64().unwrap(), c["root"].as_i64())
     };
-    let n = RANKS as u64;
+    let n = ranks as u64;
     assert_eq!(calls("barrier"), (3 * n, None));
     assert_eq!(calls("bcast"), (2 * n, Some(0)));
     assert_eq!(calls("allreduce"), (4 * n, None));
@@ -162,5 +220,6 @@ fn open_mpi_ring_traffic_collectives_and_ranks_are_exact() {
     let c = &t["counters"];
     assert_eq!(c["unknown_source"], 0);
     assert_eq!(c["unmatched_completions"], 0);
+    assert_eq!(c["untranslated_peer"], 0);
     assert_eq!(t["open_requests"], 0);
 }

@@ -7,8 +7,10 @@
  *     completed by MPI_Waitall.
  *  3. One MPI_Sendrecv of 7 chars to next, from prev.
  *  4. Rank 0 receives one message of 3 ints from every other rank with MPI_ANY_SOURCE.
- *  5. A split communicator (even/odd ranks): one MPI_Send of 5 ints from its rank 0 to
- *     its rank 1 (world ranks 0->2 and 1->3 with 4 ranks).
+ *  5. A split communicator (color rank/2, key -rank, so each pair in reverse order):
+ *     one MPI_Send of 5 ints from its rank 0 to its rank 1 (world ranks 1->0 and, with 4
+ *     ranks, 3->2). Then a duplicate of it, where the same send goes the same way again
+ *     with 2 ints (1->0 and 3->2: 8 bytes).
  *  6. A derived datatype (MPI_Type_contiguous of 4 doubles): one send of 2 elements
  *     (64 bytes) from rank 0 to rank 1.
  *  7. Collectives on MPI_COMM_WORLD: 3 Barriers, 2 Bcasts of 16 ints from root 0,
@@ -67,8 +69,9 @@ int main(int argc, char **argv) {
         MPI_Send(three, 3, MPI_INT, 0, 4, MPI_COMM_WORLD);
     }
 
-    MPI_Comm half;
-    MPI_Comm_split(MPI_COMM_WORLD, r % 2, r, &half);
+    MPI_Comm half, twin;
+    MPI_Comm_split(MPI_COMM_WORLD, r / 2, -r, &half);
+    MPI_Comm_dup(half, &twin);
     int hr, hn;
     MPI_Comm_rank(half, &hr);
     MPI_Comm_size(half, &hn);
@@ -76,7 +79,10 @@ int main(int argc, char **argv) {
     if (hn > 1) {
         if (hr == 0) MPI_Send(five, 5, MPI_INT, 1, 5, half);
         if (hr == 1) MPI_Recv(five, 5, MPI_INT, 0, 5, half, MPI_STATUS_IGNORE);
+        if (hr == 0) MPI_Send(five, 2, MPI_INT, 1, 5, twin);
+        if (hr == 1) MPI_Recv(five, 2, MPI_INT, 0, 5, twin, MPI_STATUS_IGNORE);
     }
+    MPI_Comm_free(&twin);
     MPI_Comm_free(&half);
 
     MPI_Datatype quad;

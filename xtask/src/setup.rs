@@ -16,7 +16,14 @@ use anyhow::{Context, Result, bail};
 /// bpf-linker release that fits aya 0.14 and LLVM 22.
 const BPF_LINKER_VERSION: &str = "0.13.0";
 /// Debian packages the suite needs.
-const APT_PACKAGES: &[&str] = &["gcc", "libc6-dev", "openmpi-bin", "libopenmpi-dev"];
+const APT_PACKAGES: &[&str] = &[
+    "gcc",
+    "libc6-dev",
+    "openmpi-bin",
+    "libopenmpi-dev",
+    "mpich",
+    "libmpich-dev",
+];
 
 /// What later steps need: a PATH with bpf-linker on it.
 pub struct Env {

@@ -14,9 +14,12 @@
 use foldhash::HashMap;
 use rtm_common::{
     BYTES_UNKNOWN, COMM_ID_UNKNOWN, MPI_FLAG_COMPLETION, MPI_FLAG_NOT_DONE,
-    MPI_FLAG_REQS_TRUNCATED, MPI_FLAG_STATUS_IGNORED, MpiImpl, MpiOp, RANK_UNKNOWN,
-    decode::MpiRecord,
+    MPI_FLAG_REQS_TRUNCATED, MPI_FLAG_STATUS_IGNORED, MPICH_COMM_WORLD, MpiImpl, MpiOp,
+    RANK_UNKNOWN, decode::MpiRecord,
 };
+
+mod comms;
+pub use comms::{CommId, Communicators, WORLD};
 
 /// Most requests open at once (posted, not completed) over all ranks.
 const MAX_OPEN_REQUESTS: usize = 1 << 16;
@@ -131,9 +134,12 @@ pub struct Arrival {
 pub struct TaskCounters {
     /// Receives whose source is unknown (a wildcard with MPI_STATUS_IGNORE).
     pub unknown_source: u64,
-    /// Peers that could not be translated to world ranks (e.g. an MPICH communicator
-    /// whose creation was not seen).
+    /// Messages whose peer could not be translated to a world rank (e.g. in an MPICH
+    /// communicator whose creation was not seen on every member).
     pub untranslated_peer: u64,
+    /// MPICH communicator creations that could not be followed (their parent was
+    /// created before the trace, or over the cap).
+    pub untracked_comms: u64,
     /// Sends or receives to MPI_PROC_NULL.
     pub proc_null: u64,
     /// Completions of requests whose post was not seen (posted before the trace,
@@ -145,19 +151,32 @@ pub struct TaskCounters {
     pub dropped_over_limits: u64,
 }
 
+/// The other side of a message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Peer {
+    /// A world rank.
+    World(i32),
+    /// A rank in a communicator whose members are only known at the end (MPICH).
+    InComm(CommId, i32),
+    /// Not known.
+    Unknown,
+}
+
 #[derive(Debug, Clone, Copy)]
 struct Posted {
     send: bool,
-    peer_world: i32,
+    peer: Peer,
+    /// The communicator, where the model follows it (to translate a status's source).
+    comm: Option<CommId>,
     /// Bytes the post implies (count x size); the status may say otherwise for receives.
     bytes: Option<u64>,
     time_ns: u64,
     /// The source or destination as passed (comm-local; may be MPI_ANY_SOURCE).
-    peer: i32,
+    passed: i32,
 }
 
-/// Key of a (rank process, peer world rank) pair.
-pub type PairKey = (u32, i32);
+/// Key of a (rank process, peer) pair.
+pub type PairKey = (u32, Peer);
 
 /// The task graph.
 #[derive(Debug, Default)]
@@ -172,6 +191,7 @@ pub struct TaskGraph {
     /// (pid, communicator id, op) -> calls seen so far (the instance index).
     sequence: HashMap<(u32, u32, MpiOp), usize>,
     arrivals: usize,
+    comms: Communicators,
     counters: TaskCounters,
 }
 
@@ -235,22 +255,27 @@ impl TaskGraph {
             return;
         }
         let imp = m.implementation;
+        let comm = self.comm_of(pid, m);
         match m.op {
-            MpiOp::Send | MpiOp::Ssend | MpiOp::Bsend | MpiOp::Rsend => self.send(
-                pid,
-                imp,
-                raw.peer,
-                raw.peer_world,
-                bytes_of(raw.count, raw.dtype_size),
-                dur,
-            ),
+            MpiOp::Send | MpiOp::Ssend | MpiOp::Bsend | MpiOp::Rsend => {
+                let peer = self.peer(comm, raw.peer, raw.peer_world);
+                self.send(
+                    pid,
+                    imp,
+                    raw.peer,
+                    peer,
+                    bytes_of(raw.count, raw.dtype_size),
+                    dur,
+                );
+            }
             MpiOp::Isend | MpiOp::Issend | MpiOp::Irecv => {
                 let send = m.op != MpiOp::Irecv;
                 let bytes = bytes_of(raw.count, raw.dtype_size);
+                let peer = self.peer(comm, raw.peer, raw.peer_world);
                 if send {
                     // The message is committed when posted: count it now, add the
                     // completion's time later.
-                    self.send(pid, imp, raw.peer, raw.peer_world, bytes, dur);
+                    self.send(pid, imp, raw.peer, peer, bytes, dur);
                 } else if proc_null(imp, raw.peer) {
                     self.counters.proc_null += 1;
                     return;
@@ -263,32 +288,67 @@ impl TaskGraph {
                     (pid, raw.request),
                     Posted {
                         send,
-                        peer_world: raw.peer_world,
+                        peer,
+                        comm,
                         bytes,
                         time_ns: dur,
-                        peer: raw.peer,
+                        passed: raw.peer,
                     },
                 );
             }
             MpiOp::Recv => {
                 let bytes = bytes_of(raw.count, raw.dtype_size);
-                self.receive(pid, imp, m, raw.peer, raw.peer_world, bytes, dur);
+                let peer = self.peer(comm, raw.peer, raw.peer_world);
+                self.receive(pid, imp, m, comm, raw.peer, peer, bytes, dur);
             }
             MpiOp::Sendrecv | MpiOp::SendrecvReplace => {
                 let half = dur / 2;
-                self.send(
-                    pid,
-                    imp,
-                    raw.peer,
-                    raw.peer_world,
-                    bytes_of(raw.count, raw.dtype_size),
-                    half,
-                );
+                let to = self.peer(comm, raw.peer, raw.peer_world);
+                let bytes = bytes_of(raw.count, raw.dtype_size);
+                self.send(pid, imp, raw.peer, to, bytes, half);
+                let from = self.peer(comm, raw.peer2, raw.peer2_world);
                 let bytes = bytes_of(raw.count2, raw.dtype2_size);
-                self.receive(pid, imp, m, raw.peer2, raw.peer2_world, bytes, dur - half);
+                self.receive(pid, imp, m, comm, raw.peer2, from, bytes, dur - half);
             }
-            op if op.is_collective() => self.collective(pid, m, dur),
+            MpiOp::CommRank if comm == Some(WORLD) && imp == MpiImpl::Mpich => {
+                // The rank written at return (Open MPI's is read from the communicator).
+                let me = raw.request as u32 as i32;
+                if let Some(r) = self.ranks.get_mut(&pid) {
+                    r.world_rank = known_rank(me).or(r.world_rank);
+                }
+            }
+            MpiOp::CommSplit | MpiOp::CommDup if imp == MpiImpl::Mpich => {
+                let color = (m.op == MpiOp::CommSplit).then_some(raw.count);
+                let key = if m.op == MpiOp::CommSplit { raw.tag } else { 0 };
+                let new = raw.request & 0xffff_ffff;
+                self.comms
+                    .create(pid, raw.comm, MPICH_COMM_WORLD, color, key, new);
+                self.counters.untracked_comms = self.comms.lost;
+            }
+            op if op.is_collective() => self.collective(pid, m, comm, dur),
             _ => {}
+        }
+    }
+
+    /// The communicator as the model follows it: MPICH handles through the creations
+    /// seen (None when not seen); Open MPI's are followed in the kernel, not here.
+    fn comm_of(&self, pid: u32, m: &MpiRecord) -> Option<CommId> {
+        match m.implementation {
+            MpiImpl::Mpich => self.comms.id(pid, m.raw.comm, MPICH_COMM_WORLD),
+            MpiImpl::OpenMpi => None,
+        }
+    }
+
+    /// A peer passed as `local` in `comm`, `world` when the kernel translated it.
+    fn peer(&self, comm: Option<CommId>, local: i32, world: i32) -> Peer {
+        if let Some(w) = known_rank(world) {
+            return Peer::World(w);
+        }
+        match comm {
+            _ if local < 0 => Peer::Unknown,
+            Some(WORLD) => Peer::World(local),
+            Some(c) => Peer::InComm(c, local),
+            None => Peer::Unknown,
         }
     }
 
@@ -296,56 +356,54 @@ impl TaskGraph {
         &mut self,
         pid: u32,
         imp: MpiImpl,
-        peer: i32,
-        peer_world: i32,
+        passed: i32,
+        peer: Peer,
         bytes: Option<u64>,
         dur: u64,
     ) {
-        if proc_null(imp, peer) {
+        if proc_null(imp, passed) {
             self.counters.proc_null += 1;
             return;
         }
-        if known_rank(peer_world).is_none() {
+        if peer == Peer::Unknown {
             self.counters.untranslated_peer += 1;
         }
-        self.sent
-            .entry((pid, peer_world))
-            .or_default()
-            .add(bytes, dur);
+        self.sent.entry((pid, peer)).or_default().add(bytes, dur);
     }
 
-    /// A receive from `peer` (as passed) completed with `m`'s status.
+    /// A receive from `passed` (comm-local, as passed; `peer` translated) completed
+    /// with `m`'s status.
     #[allow(clippy::too_many_arguments)]
     fn receive(
         &mut self,
         pid: u32,
         imp: MpiImpl,
         m: &MpiRecord,
-        peer: i32,
-        peer_world: i32,
+        comm: Option<CommId>,
+        passed: i32,
+        peer: Peer,
         bytes: Option<u64>,
         dur: u64,
     ) {
-        if proc_null(imp, peer) {
+        if proc_null(imp, passed) {
             self.counters.proc_null += 1;
             return;
         }
         let raw = &m.raw;
-        let source = if raw.flags & MPI_FLAG_STATUS_IGNORED == 0
-            && known_rank(raw.status_source_world).is_some()
-        {
-            raw.status_source_world
-        } else if any_source(imp, peer) {
+        let status = raw.flags & MPI_FLAG_STATUS_IGNORED == 0;
+        let from_status = self.peer(comm, raw.status_source, raw.status_source_world);
+        let source = if status && from_status != Peer::Unknown {
+            from_status
+        } else if any_source(imp, passed) {
             self.counters.unknown_source += 1;
-            RANK_UNKNOWN
+            Peer::Unknown
         } else {
-            if known_rank(peer_world).is_none() {
+            if peer == Peer::Unknown {
                 self.counters.untranslated_peer += 1;
             }
-            peer_world
+            peer
         };
-        let bytes = if raw.status_bytes != BYTES_UNKNOWN && raw.flags & MPI_FLAG_STATUS_IGNORED == 0
-        {
+        let bytes = if raw.status_bytes != BYTES_UNKNOWN && status {
             Some(raw.status_bytes)
         } else {
             bytes
@@ -365,7 +423,7 @@ impl TaskGraph {
         // The wait or test call's time is shared among the requests it was given.
         let share = dur / u64::from(raw.total.max(1));
         if p.send {
-            if let Some(t) = self.sent.get_mut(&(pid, p.peer_world)) {
+            if let Some(t) = self.sent.get_mut(&(pid, p.peer)) {
                 t.time_ns += share;
             }
             return;
@@ -374,16 +432,22 @@ impl TaskGraph {
             pid,
             m.implementation,
             m,
+            p.comm,
+            p.passed,
             p.peer,
-            p.peer_world,
             p.bytes,
             p.time_ns + share,
         );
     }
 
-    fn collective(&mut self, pid: u32, m: &MpiRecord, dur: u64) {
+    fn collective(&mut self, pid: u32, m: &MpiRecord, comm: Option<CommId>, dur: u64) {
         let raw = &m.raw;
-        let cid = raw.comm_id;
+        // MPICH's handles are per process: name its communicators as the model follows
+        // them (MPI_COMM_WORLD is 0, as Open MPI's context id).
+        let cid = match m.implementation {
+            MpiImpl::Mpich => comm.unwrap_or(COMM_ID_UNKNOWN),
+            MpiImpl::OpenMpi => raw.comm_id,
+        };
         let c = self.collectives.entry((pid, cid, m.op)).or_default();
         c.calls += 1;
         c.time_ns += dur;
@@ -415,17 +479,26 @@ impl TaskGraph {
         self.arrivals += 1;
     }
 
+    /// The followed communicators' members as world ranks (see [`Communicators`]).
+    pub fn comm_members(
+        &self,
+        world_of: &dyn Fn(u32) -> Option<i32>,
+        world_size: Option<i32>,
+    ) -> HashMap<CommId, Vec<i32>> {
+        self.comms.members(world_of, world_size)
+    }
+
     /// Ranks by process.
     pub fn ranks(&self) -> impl Iterator<Item = (&u32, &RankStats)> {
         self.ranks.iter()
     }
 
-    /// What each rank sent, by (process, destination world rank).
+    /// What each rank sent, by (process, destination).
     pub fn sent(&self) -> impl Iterator<Item = (&PairKey, &Traffic)> {
         self.sent.iter()
     }
 
-    /// What each rank received, by (process, source world rank).
+    /// What each rank received, by (process, source).
     pub fn received(&self) -> impl Iterator<Item = (&PairKey, &Traffic)> {
         self.received.iter()
     }

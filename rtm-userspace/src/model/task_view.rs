@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, HashMap};
 use rtm_common::{MpiOp, RANK_UNKNOWN};
 use serde::Serialize;
 
-use super::task_graph::{Arrival, SIZE_BUCKETS, TaskCounters, TaskGraph, Traffic};
+use super::task_graph::{Arrival, Peer, SIZE_BUCKETS, TaskCounters, TaskGraph, Traffic};
 
 /// What the launcher's environment says about a rank.
 #[derive(Debug, Clone, Default, Serialize)]
@@ -202,12 +202,30 @@ impl TaskView {
             .collect();
         ranks.sort_by_key(|r| (r.rank.unwrap_or(i32::MAX), r.pid));
 
+        let world_size = env.values().filter_map(|e| e.size).max();
+        let members = g.comm_members(&rank_of, world_size);
+        let mut counters = g.counters();
+        // Peers in communicators the model followed become world ranks now that every
+        // member's creation is in; the rest are counted as untranslated.
+        let mut resolve = |p: Peer, t: &Traffic| match p {
+            Peer::World(w) => rank_opt(w),
+            Peer::InComm(c, r) => {
+                let w = members.get(&c).and_then(|m| m.get(r as usize)).copied();
+                if w.is_none() {
+                    counters.untranslated_peer += t.messages;
+                }
+                w
+            }
+            Peer::Unknown => None,
+        };
         let mut edges = EdgeMap::new();
         for (&(pid, dst), t) in g.sent() {
-            edge(&mut edges, rank_of(pid), rank_opt(dst)).sent = Some(t.into());
+            let dst = resolve(dst, t);
+            merge(&mut edge(&mut edges, rank_of(pid), dst).sent, t);
         }
         for (&(pid, src), t) in g.received() {
-            edge(&mut edges, rank_opt(src), rank_of(pid)).received = Some(t.into());
+            let src = resolve(src, t);
+            merge(&mut edge(&mut edges, src, rank_of(pid)).received, t);
         }
         let mut edges: Vec<TrafficEdge> = edges.into_values().collect();
         let bytes = |e: &TrafficEdge| {
@@ -252,12 +270,33 @@ impl TaskView {
             edges,
             collectives,
             open_requests: g.open_requests(),
-            counters: g.counters(),
+            counters,
         }
     }
 }
 
 type EdgeMap = BTreeMap<(Option<i32>, Option<i32>), TrafficEdge>;
+
+/// Adds `t` to one side of an edge (several keys can resolve to the same pair).
+fn merge(side: &mut Option<TrafficView>, t: &Traffic) {
+    let v = TrafficView::from(t);
+    let Some(old) = side.as_mut() else {
+        *side = Some(v);
+        return;
+    };
+    old.messages += v.messages;
+    old.bytes += v.bytes;
+    old.unknown_size += v.unknown_size;
+    old.time_ns += v.time_ns;
+    old.bandwidth_mb_s = (old.time_ns > 0).then(|| old.bytes as f64 * 1e3 / old.time_ns as f64);
+    for (lo, n) in v.sizes {
+        match old.sizes.iter_mut().find(|(l, _)| *l == lo) {
+            Some((_, m)) => *m += n,
+            None => old.sizes.push((lo, n)),
+        }
+    }
+    old.sizes.sort_unstable();
+}
 
 fn edge(edges: &mut EdgeMap, src: Option<i32>, dst: Option<i32>) -> &mut TrafficEdge {
     edges.entry((src, dst)).or_insert_with(|| TrafficEdge {

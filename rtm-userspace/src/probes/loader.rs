@@ -348,7 +348,7 @@ impl Probes {
         &mut self,
         pid: Option<u32>,
         lib: &mpi::MpiLibrary,
-    ) -> Result<Vec<&'static str>, ProbeError> {
+    ) -> Result<Vec<(&'static str, placement::Placement)>, ProbeError> {
         let map = self
             .ebpf
             .map_mut(names::MAP_MPI_LAYOUT)
@@ -404,7 +404,7 @@ impl Probes {
                     .or_default()
                     .push((name, link));
             }
-            probed.push(function);
+            probed.push((function, place));
         }
         Ok(probed)
     }

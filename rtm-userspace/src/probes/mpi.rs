@@ -50,6 +50,9 @@ pub const MPI_FUNCTIONS: &[(&str, MpiOp)] = &[
     ("MPI_Init", MpiOp::Init),
     ("MPI_Init_thread", MpiOp::InitThread),
     ("MPI_Finalize", MpiOp::Finalize),
+    ("MPI_Comm_rank", MpiOp::CommRank),
+    ("MPI_Comm_split", MpiOp::CommSplit),
+    ("MPI_Comm_dup", MpiOp::CommDup),
 ];
 
 /// An MPI library a traced process uses.
@@ -131,7 +134,7 @@ const MPICH: MpiLayout = MpiLayout {
     any_source: -2,
     proc_null: -1,
     status_ignore: 1,
-    comm_world: 0x4400_0000,
+    comm_world: rtm_common::MPICH_COMM_WORLD,
     comm_rank: 0,
     pad: 0,
 };

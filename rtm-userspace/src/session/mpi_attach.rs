@@ -4,7 +4,7 @@ use std::ffi::OsString;
 
 use crate::{
     cli::Cli,
-    probes::{Probes, mpi},
+    probes::{Probes, mpi, placement::Placement},
 };
 
 use super::SessionError;
@@ -20,7 +20,7 @@ pub(super) fn attach(
     command: Option<&[OsString]>,
 ) -> Result<Vec<String>, SessionError> {
     let mut attached = Vec::new();
-    let mut report = |lib: &mpi::MpiLibrary, probed: Vec<&str>, whom: String| {
+    let mut report = |lib: &mpi::MpiLibrary, probed: Vec<(&str, Placement)>, whom: String| {
         if lib.layout.valid == 0 {
             eprintln!(
                 "rtm-trace: {} ({}): handle layout unknown to this build; recording MPI call \
@@ -36,6 +36,12 @@ pub(super) fn attach(
                 lib.path.display(),
                 lib.version
             );
+            for (function, place) in &probed {
+                eprintln!(
+                    "rtm-trace:   {function} +{}: {}",
+                    place.offset, place.reason
+                );
+            }
         }
         attached.push(lib.path.display().to_string());
     };

@@ -73,6 +73,12 @@ impl State {
         self.spawned.extend(a.spawned_process);
         self.gone.extend(a.process_exited);
         if let Some(pid) = a.exec {
+            // A rank's environment names its job and rank; read it while the process
+            // is young (a short rank may be gone by the time its MPI records are read).
+            let env = process::mpi_env(pid);
+            if env.rank.is_some() {
+                self.rank_env.insert(pid, env);
+            }
             self.stale_maps.insert(pid);
             self.comms.remove(&pid);
         } else if !self.stale_maps.is_empty()
@@ -243,6 +249,12 @@ pub(super) async fn trace(cli: Cli, mut child: Option<GatedChild>) -> Result<i32
         });
     }
 
+    // MPI probes go in before a launched command runs: a rank may call MPI_Init within
+    // milliseconds of its start.
+    if !cli.no_mpi {
+        let launched = child.as_ref().map(|_| cli.command.as_slice());
+        mpi_attach::attach(&mut probes, &cli, &pids, launched)?;
+    }
     let start_ns = monotonic_ns();
     let started_unix_ms = SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -283,10 +295,6 @@ pub(super) async fn trace(cli: Cli, mut child: Option<GatedChild>) -> Result<i32
     }
 
     let (exit_tx, mut exit_rx) = mpsc::unbounded_channel();
-    if !cli.no_mpi {
-        let launched = child.as_ref().map(|_| cli.command.as_slice());
-        mpi_attach::attach(&mut probes, &cli, &pids, launched)?;
-    }
     for &pid in &pids {
         exits::watch(pid, exit_tx.clone());
     }

@@ -232,13 +232,8 @@ pub fn mpi_env(pid: u32) -> crate::model::RankEnv {
         .collect();
     let first = |keys: &[&str]| keys.iter().find_map(|k| vars.get(k).copied());
     crate::model::RankEnv {
-        job: first(&[
-            "PMIX_NAMESPACE",
-            "OMPI_MCA_ess_base_jobid",
-            "PMI_KVSNAME",
-            "HYDI_CONTROL_FD",
-        ])
-        .map(str::to_owned),
+        job: first(&["PMIX_NAMESPACE", "OMPI_MCA_ess_base_jobid", "PMI_KVSNAME"])
+            .map(str::to_owned),
         rank: first(&["OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK"])
             .and_then(|v| v.parse().ok()),
         size: first(&["OMPI_COMM_WORLD_SIZE", "PMI_SIZE"]).and_then(|v| v.parse().ok()),

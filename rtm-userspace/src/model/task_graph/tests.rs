@@ -60,11 +60,19 @@ fn blocking_and_nonblocking_messages_count_on_both_sides() {
         (e.status_source, e.status_source_world, e.status_bytes) = (0, 0, 64);
     }));
 
-    let sent = g.sent().find(|(k, _)| **k == (100, 1)).unwrap().1;
+    let sent = g
+        .sent()
+        .find(|(k, _)| **k == (100, Peer::World(1)))
+        .unwrap()
+        .1;
     assert_eq!((sent.messages, sent.bytes, sent.unknown_size), (2, 128, 0));
     assert_eq!(sent.time_ns, 50 + 10 + 20);
     assert_eq!(sent.sizes[7], 2, "64 bytes fall in [64, 128)");
-    let recv = g.received().find(|(k, _)| **k == (101, 0)).unwrap().1;
+    let recv = g
+        .received()
+        .find(|(k, _)| **k == (101, Peer::World(0)))
+        .unwrap()
+        .1;
     assert_eq!((recv.messages, recv.bytes), (2, 128));
     assert_eq!(recv.time_ns, 60 + 5 + 40);
     assert_eq!(g.open_requests(), 0);
@@ -91,7 +99,7 @@ fn wildcards_without_status_proc_null_and_unmatched_requests_are_counted() {
         (c.unknown_source, c.proc_null, c.unmatched_completions),
         (1, 1, 1)
     );
-    let unknown = g.received().find(|(k, _)| k.1 == RANK_UNKNOWN).unwrap().1;
+    let unknown = g.received().find(|(k, _)| k.1 == Peer::Unknown).unwrap().1;
     assert_eq!((unknown.messages, unknown.bytes), (1, 16));
 }
 
@@ -110,4 +118,99 @@ fn collective_instances_line_up_across_ranks() {
     assert_eq!(inst[1].len(), 1);
     let c = g.collectives().find(|(k, _)| k.0 == 100).unwrap().1;
     assert_eq!((c.calls, c.bytes), (2, 80));
+}
+
+/// An MPICH record: integer handles, no kernel translation outside MPI_COMM_WORLD.
+fn mpich(pid: u32, start: u64, op: MpiOp, f: impl FnOnce(&mut MpiEvent)) -> MpiRecord {
+    rec(pid, start, start + 10, op, |e| {
+        e.implementation = MpiImpl::Mpich as u32;
+        e.self_world = RANK_UNKNOWN;
+        e.comm = MPICH_COMM_WORLD;
+        f(e)
+    })
+}
+
+#[test]
+fn mpich_split_communicators_translate_once_every_member_is_seen() {
+    use crate::model::{RankEnv, TaskView};
+    let mut g = TaskGraph::default();
+    let half = 0x8400_0000u64;
+    // 4 ranks learn their world rank from MPI_Comm_rank, then split with color
+    // rank / 2 and key -rank: {1, 0} and {3, 2}, the same handle in every process.
+    for r in 0..4u32 {
+        g.apply(&mpich(100 + r, 10, MpiOp::CommRank, |e| {
+            e.request = u64::from(r)
+        }));
+        g.apply(&mpich(100 + r, 20, MpiOp::CommSplit, |e| {
+            (e.count, e.tag, e.request) = (r as i32 / 2, -(r as i32), half)
+        }));
+    }
+    // Local rank 0 sends 5 ints to local rank 1 in each half: world 1 -> 0 and 3 -> 2.
+    for (sender, receiver) in [(101u32, 100u32), (103, 102)] {
+        g.apply(&mpich(sender, 30, MpiOp::Send, |e| {
+            (e.comm, e.peer, e.count, e.dtype_size) = (half, 1, 5, 4)
+        }));
+        g.apply(&mpich(receiver, 30, MpiOp::Recv, |e| {
+            (e.comm, e.peer, e.count, e.dtype_size) = (half, 0, 5, 4);
+            (e.status_source, e.status_bytes) = (0, 20);
+        }));
+        g.apply(&mpich(sender, 40, MpiOp::Barrier, |e| e.comm = half));
+    }
+    let env: std::collections::HashMap<u32, RankEnv> = (0..4)
+        .map(|r| {
+            (
+                100 + r,
+                RankEnv {
+                    job: None,
+                    rank: None,
+                    size: Some(4),
+                },
+            )
+        })
+        .collect();
+    let v = TaskView::build(&g, &env, "h");
+    let pairs: Vec<_> = v
+        .edges
+        .iter()
+        .map(|e| {
+            let s = e.sent.as_ref().map(|t| (t.messages, t.bytes));
+            let r = e.received.as_ref().map(|t| (t.messages, t.bytes));
+            (e.src, e.dst, s, r)
+        })
+        .collect();
+    assert!(
+        pairs.contains(&(Some(1), Some(0), Some((1, 20)), Some((1, 20)))),
+        "{pairs:?}"
+    );
+    assert!(
+        pairs.contains(&(Some(3), Some(2), Some((1, 20)), Some((1, 20)))),
+        "{pairs:?}"
+    );
+    assert_eq!(pairs.len(), 2, "{pairs:?}");
+    assert_eq!(v.counters.untranslated_peer, 0);
+    // The two halves' barriers are different communicators despite the same handle.
+    let barriers: Vec<_> = v
+        .collectives
+        .iter()
+        .filter(|c| c.function == MpiOp::Barrier)
+        .collect();
+    assert_eq!(barriers.len(), 2);
+    assert!(barriers.iter().all(|c| c.comm_id != 0 && c.ranks == 1));
+    // Without rank 3's split the order of {3, 2} cannot be known: counted, not guessed.
+    let mut g2 = TaskGraph::default();
+    for r in 0..3u32 {
+        g2.apply(&mpich(100 + r, 10, MpiOp::CommRank, |e| {
+            e.request = u64::from(r)
+        }));
+        g2.apply(&mpich(100 + r, 20, MpiOp::CommSplit, |e| {
+            (e.count, e.tag, e.request) = (r as i32 / 2, -(r as i32), half)
+        }));
+    }
+    g2.apply(&mpich(101, 30, MpiOp::Send, |e| {
+        (e.comm, e.peer, e.count, e.dtype_size) = (half, 1, 5, 4)
+    }));
+    let v2 = TaskView::build(&g2, &env, "h");
+    assert_eq!(v2.counters.untranslated_peer, 1);
+    assert_eq!(v2.edges.len(), 1);
+    assert_eq!((v2.edges[0].src, v2.edges[0].dst), (Some(1), None));
 }
