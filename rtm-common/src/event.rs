@@ -11,7 +11,7 @@ macro_rules! abi_enum {
         $(#[$m])*
         #[repr(u32)]
         #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-        #[cfg_attr(feature = "user", derive(serde::Serialize))]
+        #[cfg_attr(feature = "user", derive(serde::Serialize, serde::Deserialize))]
         #[cfg_attr(feature = "user", serde(rename_all = "snake_case"))]
         pub enum $name { $($(#[$vm])* $v = $n,)+ }
 

@@ -29,7 +29,8 @@ pub enum Mode {
     after_help = "EXAMPLES:\n  \
         sudo rtm-trace --pid 1234                 trace PID 1234 until Ctrl-C\n  \
         sudo rtm-trace -p 1234 -d 10 --json out.json   10 seconds, graph to out.json\n  \
-        sudo rtm-trace -i 1 -- ./app --threads 8    launch ./app, summary every second\n\n\
+        sudo rtm-trace -i 1 -- ./app --threads 8    launch ./app, summary every second\n  \
+        rtm-trace merge a.json b.json             join MPI parts written on several nodes\n\n\
         Needs root (or CAP_BPF and CAP_PERFMON) and a kernel with BPF and uprobes.\n\
         The report goes to stdout (or --output); messages go to stderr."
 )]
@@ -37,6 +38,11 @@ pub struct Cli {
     /// Process to trace (all its threads, including ones created later). Repeatable.
     #[arg(short, long = "pid", value_name = "PID")]
     pub pids: Vec<u32>,
+
+    /// Trace every process whose command name (as ps shows it) or program file name is
+    /// NAME, e.g. all ranks of an MPI job on this node. Repeatable; combines with --pid.
+    #[arg(long = "comm", value_name = "NAME")]
+    pub comms: Vec<String>,
 
     /// Stop after this many seconds (default: until Ctrl-C or the targets exit).
     #[arg(short, long, value_name = "SECS", value_parser = parse_secs)]
@@ -105,6 +111,36 @@ pub struct Cli {
     pub command: Vec<OsString>,
 }
 
+/// `rtm-trace merge`: join the parts several nodes wrote (--json) for one MPI job.
+#[derive(Debug, Parser)]
+#[command(
+    name = "rtm-trace merge",
+    version,
+    about = "Join the task graphs several nodes wrote (rtm-trace --json) for one MPI job \
+             into one cluster-wide task graph and report",
+    after_help = "EXAMPLE:\n  \
+        rtm-trace merge node1.json node2.json --json job.json\n\n\
+        Parts of different jobs or format versions, or that trace one rank twice, are \
+        refused."
+)]
+pub struct MergeCli {
+    /// The parts: JSON files written by `rtm-trace --json` on each node.
+    #[arg(required = true, value_name = "PART.json")]
+    pub parts: Vec<PathBuf>,
+
+    /// Write the merged task graph as JSON (format: docs/json-format.md).
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
+
+    /// Write the report to FILE instead of stdout.
+    #[arg(short, long, value_name = "FILE")]
+    pub output: Option<PathBuf>,
+
+    /// Rows per table in the report.
+    #[arg(long, value_name = "N", default_value_t = 10)]
+    pub top: usize,
+}
+
 fn parse_secs(s: &str) -> Result<Duration, String> {
     let v: f64 = s
         .parse()
@@ -129,11 +165,14 @@ fn parse_ring_size(s: &str) -> Result<u32, String> {
 #[derive(Debug, thiserror::Error)]
 pub enum UsageError {
     /// Neither a PID nor a command.
-    #[error("nothing to trace: give --pid PID, or a command after `--` (see --help)")]
+    #[error("nothing to trace: give --pid PID, --comm NAME, or a command after `--` (see --help)")]
     NoTarget,
     /// Both a PID and a command.
-    #[error("give either --pid or a command after `--`, not both")]
+    #[error("give either --pid/--comm or a command after `--`, not both")]
     BothTargets,
+    /// --comm matched nothing.
+    #[error("--comm {0}: no running process has that name (check with `pgrep -l {0}`)")]
+    NoSuchComm(String),
     /// PID 0 or a repeated PID.
     #[error("invalid --pid {0}")]
     BadPid(u32),
@@ -142,7 +181,10 @@ pub enum UsageError {
 impl Cli {
     /// Checks combinations clap cannot express.
     pub fn validate(&self) -> Result<(), UsageError> {
-        match (self.pids.is_empty(), self.command.is_empty()) {
+        match (
+            self.pids.is_empty() && self.comms.is_empty(),
+            self.command.is_empty(),
+        ) {
             (true, true) => return Err(UsageError::NoTarget),
             (false, false) => return Err(UsageError::BothTargets),
             _ => {}

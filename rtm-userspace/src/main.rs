@@ -3,13 +3,25 @@
 use std::process::ExitCode;
 
 use clap::Parser;
-use rtm::{cli::Cli, session};
+use rtm::{
+    cli::{Cli, MergeCli},
+    session,
+};
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
-    let level = if cli.verbose { "debug" } else { "warn" };
-    init_logging(level);
-    match session::run(cli) {
+    // `rtm-trace merge ...` joins parts; anything else traces (a command named merge
+    // is launched with `rtm-trace -- merge`).
+    let mut args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    let result = if args.get(1).is_some_and(|a| a == "merge") {
+        args.remove(1);
+        init_logging("warn");
+        session::merge(MergeCli::parse_from(args))
+    } else {
+        let cli = Cli::parse_from(args);
+        init_logging(if cli.verbose { "debug" } else { "warn" });
+        session::run(cli)
+    };
+    match result {
         Ok(code) => ExitCode::from(code.clamp(0, 255) as u8),
         Err(e) => {
             let mut msg = format!("rtm-trace: error: {e}");

@@ -16,6 +16,8 @@ use std::{
 
 pub use serde_json::Value;
 
+pub mod mpi;
+
 /// The rtm-trace binary: $RTM_TRACE_BIN (set by `cargo xtask test`), else target/debug.
 pub fn rtm_bin() -> PathBuf {
     if let Some(p) = std::env::var_os("RTM_TRACE_BIN") {

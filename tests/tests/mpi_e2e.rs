@@ -4,12 +4,15 @@
 //! communicator, a derived datatype, a wildcard receive resolved from its status,
 //! collective counts, unchanged output.
 
-use std::{collections::BTreeMap, process::Command, time::Duration};
+use std::{process::Command, time::Duration};
 
-use rtm_tests::{TempDir, Value, can_trace, read_json, rtm_bin, run, workload};
+use rtm_tests::{
+    TempDir, can_trace,
+    mpi::{STEPS, edges, expected, sorted_lines},
+    read_json, rtm_bin, run, workload,
+};
 
 const T: Duration = Duration::from_secs(180);
-const STEPS: u64 = 10;
 
 /// One implementation's launch of the ring.
 struct Launch {
@@ -67,54 +70,6 @@ fn launch(
         argv,
         derived_sizes,
     }
-}
-
-fn sorted_lines(b: &[u8]) -> Vec<String> {
-    let mut l: Vec<String> = String::from_utf8_lossy(b)
-        .lines()
-        .map(str::to_owned)
-        .collect();
-    l.sort();
-    l
-}
-
-/// The traffic mpi_ring.c documents with `ranks` ranks: (src, dst) -> (messages, bytes,
-/// messages of unknown size).
-fn expected(ranks: i64, derived_sizes: bool) -> BTreeMap<(i64, i64), (u64, u64, u64)> {
-    let mut e: BTreeMap<(i64, i64), (u64, u64, u64)> = BTreeMap::new();
-    let mut add = |s: i64, d: i64, m: u64, b: u64| {
-        let v = e.entry((s, d)).or_default();
-        v.0 += m;
-        v.1 += b;
-        v.2 += u64::from(b == 0);
-    };
-    for r in 0..ranks {
-        let next = (r + 1) % ranks;
-        add(r, next, STEPS, STEPS * 100 * 8); // blocking ring, doubles
-        add(r, next, STEPS, STEPS * 10 * 4); // Isend/Irecv, ints
-        add(r, next, 1, 7); // Sendrecv, chars
-        if r != 0 {
-            add(r, 0, 1, 12); // to rank 0's MPI_ANY_SOURCE receives
-        }
-    }
-    // Split communicators {2g+1, 2g} (key -rank): their rank 0 -> 1 is world 2g+1 -> 2g,
-    // 5 ints there and 2 ints in its duplicate.
-    for g in 0..ranks / 2 {
-        add(2 * g + 1, 2 * g, 2, 28);
-    }
-    // 2 elements of a 4-double contiguous type (64 bytes), when its size can be read.
-    add(0, 1, 1, if derived_sizes { 64 } else { 0 });
-    e
-}
-
-fn side(e: &Value, which: &str) -> (u64, u64, u64) {
-    let s = &e[which];
-    assert!(!s.is_null(), "{which} missing on {e}");
-    (
-        s["messages"].as_u64().unwrap(),
-        s["bytes"].as_u64().unwrap(),
-        s["unknown_size"].as_u64().unwrap(),
-    )
 }
 
 #[test]
@@ -183,21 +138,7 @@ fn ring_is_exact(l: &Launch) {
         .collect();
     assert_eq!(jobs.len(), 1, "one job: {jobs:?}");
 
-    let mut seen = BTreeMap::new();
-    for e in t["edges"].as_array().unwrap() {
-        let key = (
-            e["src"].as_i64().expect("known source"),
-            e["dst"].as_i64().expect("known destination"),
-        );
-        let sent = side(e, "sent");
-        assert_eq!(
-            sent,
-            side(e, "received"),
-            "sender and receiver disagree on {key:?}"
-        );
-        seen.insert(key, sent);
-    }
-    assert_eq!(seen, expected(ranks, l.derived_sizes));
+    assert_eq!(edges(t), expected(ranks, l.derived_sizes));
 
     let calls = |f: &str| -> (u64, Option<i64>) {
         let c = t["collectives"]

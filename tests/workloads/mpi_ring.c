@@ -1,6 +1,7 @@
 /* MPI workload with known traffic, for rtm-trace's MPI tests.
  *
- * mpi_ring STEPS: with N ranks, r = this rank, next = (r+1)%N, prev = (r+N-1)%N:
+ * mpi_ring STEPS [DELAY_MS]: after MPI_Init, every rank sleeps DELAY_MS (default 0; time
+ * for a tracer to attach to the running ranks), then, with N ranks, r = this rank, next = (r+1)%N, prev = (r+N-1)%N:
  *  1. STEPS blocking ring steps: MPI_Send 100 doubles to next, MPI_Recv from prev
  *     (even ranks send first).
  *  2. STEPS non-blocking steps: MPI_Irecv 10 ints from prev + MPI_Isend 10 ints to next,
@@ -21,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 int main(int argc, char **argv) {
     int steps = argc > 1 ? atoi(argv[1]) : 10;
@@ -28,6 +30,7 @@ int main(int argc, char **argv) {
     int r, n;
     MPI_Comm_rank(MPI_COMM_WORLD, &r);
     MPI_Comm_size(MPI_COMM_WORLD, &n);
+    if (argc > 2) usleep(atoi(argv[2]) * 1000);
     int next = (r + 1) % n, prev = (r + n - 1) % n;
     double d[100];
     for (int i = 0; i < 100; i++) d[i] = r + i;

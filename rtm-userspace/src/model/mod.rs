@@ -9,6 +9,7 @@ pub mod snapshot;
 pub mod sync_graph;
 pub mod sync_types;
 pub mod task_graph;
+pub mod task_merge;
 pub mod task_view;
 
 pub use dist::{Dist, DistSummary, HistogramBudget};

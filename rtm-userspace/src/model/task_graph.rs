@@ -130,7 +130,7 @@ pub struct Arrival {
 }
 
 /// Things that could not be attributed, counted.
-#[derive(Debug, Clone, Copy, Default, serde::Serialize)]
+#[derive(Debug, Clone, Copy, Default, serde::Serialize, serde::Deserialize)]
 pub struct TaskCounters {
     /// Receives whose source is unknown (a wildcard with MPI_STATUS_IGNORE).
     pub unknown_source: u64,

@@ -5,12 +5,12 @@
 use std::collections::{BTreeMap, HashMap};
 
 use rtm_common::{MpiOp, RANK_UNKNOWN};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::task_graph::{Arrival, Peer, SIZE_BUCKETS, TaskCounters, TaskGraph, Traffic};
 
 /// What the launcher's environment says about a rank.
-#[derive(Debug, Clone, Default, Serialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct RankEnv {
     /// Job id (Open MPI's PMIx namespace, MPICH's PMI kvs name or the launcher pid).
     pub job: Option<String>,
@@ -21,7 +21,7 @@ pub struct RankEnv {
 }
 
 /// One function's totals in one rank.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct FunctionView {
     /// MPI function.
     pub function: MpiOp,
@@ -34,7 +34,7 @@ pub struct FunctionView {
 }
 
 /// A rank.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct RankView {
     /// World rank (null when neither the library nor the environment told).
     pub rank: Option<i32>,
@@ -63,7 +63,7 @@ pub struct RankView {
 }
 
 /// One side's view of the traffic on an edge.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct TrafficView {
     /// Messages.
     pub messages: u64,
@@ -97,7 +97,7 @@ impl From<&Traffic> for TrafficView {
 }
 
 /// Traffic from one rank to another.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct TrafficEdge {
     /// Sending world rank (null: unknown).
     pub src: Option<i32>,
@@ -110,7 +110,7 @@ pub struct TrafficEdge {
 }
 
 /// A collective on a communicator.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct CollectiveView {
     /// Communicator context id (0: MPI_COMM_WORLD in Open MPI).
     pub comm_id: u32,
@@ -137,7 +137,7 @@ pub struct CollectiveView {
 }
 
 /// The task graph view.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct TaskView {
     /// Ranks by world rank.
     pub ranks: Vec<RankView>,
@@ -221,21 +221,13 @@ impl TaskView {
         let mut edges = EdgeMap::new();
         for (&(pid, dst), t) in g.sent() {
             let dst = resolve(dst, t);
-            merge(&mut edge(&mut edges, rank_of(pid), dst).sent, t);
+            add_side(&mut edge(&mut edges, rank_of(pid), dst).sent, t.into());
         }
         for (&(pid, src), t) in g.received() {
             let src = resolve(src, t);
-            merge(&mut edge(&mut edges, src, rank_of(pid)).received, t);
+            add_side(&mut edge(&mut edges, src, rank_of(pid)).received, t.into());
         }
-        let mut edges: Vec<TrafficEdge> = edges.into_values().collect();
-        let bytes = |e: &TrafficEdge| {
-            e.sent
-                .as_ref()
-                .or(e.received.as_ref())
-                .map(|t| t.bytes)
-                .unwrap_or(0)
-        };
-        edges.sort_by_key(|e| std::cmp::Reverse(bytes(e)));
+        let edges = sorted_edges(edges);
 
         let mut colls: BTreeMap<(u32, MpiOp), CollectiveView> = BTreeMap::new();
         for (&(_, cid, op), c) in g.collectives() {
@@ -275,11 +267,11 @@ impl TaskView {
     }
 }
 
-type EdgeMap = BTreeMap<(Option<i32>, Option<i32>), TrafficEdge>;
+pub(super) type EdgeMap = BTreeMap<(Option<i32>, Option<i32>), TrafficEdge>;
 
-/// Adds `t` to one side of an edge (several keys can resolve to the same pair).
-fn merge(side: &mut Option<TrafficView>, t: &Traffic) {
-    let v = TrafficView::from(t);
+/// Adds `v` to one side of an edge (several keys, or several parts of a merged job, can
+/// land on the same pair).
+pub fn add_side(side: &mut Option<TrafficView>, v: TrafficView) {
     let Some(old) = side.as_mut() else {
         *side = Some(v);
         return;
@@ -298,7 +290,21 @@ fn merge(side: &mut Option<TrafficView>, t: &Traffic) {
     old.sizes.sort_unstable();
 }
 
-fn edge(edges: &mut EdgeMap, src: Option<i32>, dst: Option<i32>) -> &mut TrafficEdge {
+/// The edges, most bytes first.
+pub(super) fn sorted_edges(edges: EdgeMap) -> Vec<TrafficEdge> {
+    let mut edges: Vec<TrafficEdge> = edges.into_values().collect();
+    let bytes = |e: &TrafficEdge| {
+        e.sent
+            .as_ref()
+            .or(e.received.as_ref())
+            .map(|t| t.bytes)
+            .unwrap_or(0)
+    };
+    edges.sort_by_key(|e| std::cmp::Reverse(bytes(e)));
+    edges
+}
+
+pub(super) fn edge(edges: &mut EdgeMap, src: Option<i32>, dst: Option<i32>) -> &mut TrafficEdge {
     edges.entry((src, dst)).or_insert_with(|| TrafficEdge {
         src,
         dst,

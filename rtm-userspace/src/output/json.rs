@@ -54,13 +54,43 @@ pub fn to_string(run: &RunInfo, snapshot: &Snapshot) -> String {
 
 /// Writes the document to `path` (atomically: a temporary file renamed into place).
 pub fn write(path: &Path, run: &RunInfo, snapshot: &Snapshot) -> Result<(), JsonError> {
+    write_text(path, &to_string(run, snapshot))
+}
+
+#[derive(Serialize)]
+struct MergedDocument<'a> {
+    format: &'static str,
+    version: u32,
+    tool_version: &'static str,
+    merged_from: &'a [super::merged::PartInfo],
+    task_graph: &'a crate::model::TaskView,
+}
+
+/// Writes a merged job's document: its parts and the joined task graph.
+pub fn write_merged(
+    path: &Path,
+    parts: &[super::merged::PartInfo],
+    view: &crate::model::TaskView,
+) -> Result<(), JsonError> {
+    let doc = MergedDocument {
+        format: FORMAT,
+        version: VERSION,
+        tool_version: env!("CARGO_PKG_VERSION"),
+        merged_from: parts,
+        task_graph: view,
+    };
+    let text = serde_json::to_string_pretty(&doc).expect("the document serializes");
+    write_text(path, &text)
+}
+
+fn write_text(path: &Path, text: &str) -> Result<(), JsonError> {
     let err = |source| JsonError::Write {
         path: path.display().to_string(),
         source,
     };
     let tmp = path.with_extension("json.tmp");
     let mut f = std::fs::File::create(&tmp).map_err(err)?;
-    f.write_all(to_string(run, snapshot).as_bytes())
+    f.write_all(text.as_bytes())
         .and_then(|_| f.write_all(b"\n"))
         .and_then(|_| f.sync_all())
         .map_err(err)?;

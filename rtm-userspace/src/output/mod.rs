@@ -2,6 +2,7 @@
 
 pub mod format;
 pub mod json;
+pub mod merged;
 mod mpi_report;
 pub mod report;
 mod sections;

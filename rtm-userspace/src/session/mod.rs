@@ -1,6 +1,7 @@
 //! A tracing session: checks, launch, attach, the event loop, and the final outputs.
 
 mod exits;
+mod merge;
 mod mpi_attach;
 mod preflight;
 mod trace;
@@ -36,6 +37,17 @@ pub enum SessionError {
     /// JSON output failed.
     #[error(transparent)]
     Json(#[from] JsonError),
+    /// A part given to `merge` cannot be read as one.
+    #[error("{path}: {problem}")]
+    Part {
+        /// The file.
+        path: String,
+        /// What is wrong with it.
+        problem: String,
+    },
+    /// The parts given to `merge` do not belong together.
+    #[error(transparent)]
+    Merge(#[from] crate::model::task_merge::MergeError),
     /// Other I/O (runtime, signals, report file).
     #[error("{what}: {source}")]
     Io {
@@ -65,9 +77,22 @@ impl SessionError {
     }
 }
 
+pub use merge::merge;
+
 /// Runs a session; returns the exit code (the launched command's, or 0).
-pub fn run(cli: Cli) -> Result<i32, SessionError> {
+pub fn run(mut cli: Cli) -> Result<i32, SessionError> {
     cli.validate()?;
+    for name in &cli.comms {
+        let found = process::named(name);
+        if found.is_empty() {
+            return Err(UsageError::NoSuchComm(name.clone()).into());
+        }
+        for pid in found {
+            if !cli.pids.contains(&pid) {
+                cli.pids.push(pid);
+            }
+        }
+    }
     preflight::check()?;
     for &pid in &cli.pids {
         process::check(pid)?;

@@ -13,6 +13,18 @@ use super::SessionError;
 /// `command`, the ones its ranks will load, for every process (the in-kernel filter keeps
 /// the launched tree, whose forks are traced from birth). Nothing found is not an error:
 /// the processes' threads are still traced.
+/// Whether two libraries are the same file (the same inode, whatever the path).
+fn same_file(a: &mpi::MpiLibrary, b: &mpi::MpiLibrary) -> bool {
+    use std::os::unix::fs::MetadataExt as _;
+    match (
+        std::fs::metadata(&a.host_path),
+        std::fs::metadata(&b.host_path),
+    ) {
+        (Ok(x), Ok(y)) => (x.dev(), x.ino()) == (y.dev(), y.ino()),
+        _ => a.host_path == b.host_path,
+    }
+}
+
 pub(super) fn attach(
     probes: &mut Probes,
     cli: &Cli,
@@ -52,12 +64,16 @@ pub(super) fn attach(
         }
         return Ok(attached);
     }
+    // Ranks of one job map the same library: one set of probes for all of them, left
+    // to the in-kernel filter, instead of one per rank (each probe costs about 0.1 s to
+    // remove at the end; a set per rank would multiply that).
+    let mut found: Vec<(mpi::MpiLibrary, Vec<u32>)> = Vec::new();
     for &pid in pids {
         match mpi::find(pid) {
-            Ok(Some(lib)) => {
-                let probed = probes.attach_mpi(Some(pid), &lib)?;
-                report(&lib, probed, format!("PID {pid}"));
-            }
+            Ok(Some(lib)) => match found.iter_mut().find(|(l, _)| same_file(l, &lib)) {
+                Some((_, users)) => users.push(pid),
+                None => found.push((lib, vec![pid])),
+            },
             Ok(None) => {
                 if cli.verbose {
                     eprintln!("rtm-trace: PID {pid} maps no MPI library; tracing its threads only");
@@ -65,6 +81,12 @@ pub(super) fn attach(
             }
             Err(e) => eprintln!("rtm-trace: PID {pid}: cannot read its MPI library: {e}"),
         }
+    }
+    for (lib, users) in found {
+        let scope = (users.len() == 1).then_some(users[0]);
+        let probed = probes.attach_mpi(scope, &lib)?;
+        let whom: Vec<String> = users.iter().map(u32::to_string).collect();
+        report(&lib, probed, format!("PID {}", whom.join(", ")));
     }
     Ok(attached)
 }

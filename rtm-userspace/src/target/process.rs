@@ -86,6 +86,27 @@ pub fn comm(pid: u32) -> Option<String> {
         .map(|s| s.trim_end().to_owned())
 }
 
+/// Processes (other than this one) whose command name is `name` (the kernel keeps 15
+/// bytes of it) or whose program file is named `name`, in pid order.
+pub fn named(name: &str) -> Vec<u32> {
+    let me = std::process::id();
+    let short: String = name.chars().take(15).collect();
+    let mut out: Vec<u32> = fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|&pid| pid != me)
+        .filter(|&pid| {
+            comm(pid).is_some_and(|c| c == short && name.starts_with(&c))
+                || fs::read_link(format!("/proc/{pid}/exe"))
+                    .is_ok_and(|p| p.file_name().is_some_and(|f| f == name))
+        })
+        .collect();
+    out.sort_unstable();
+    out
+}
+
 /// A thread's name.
 pub fn thread_name(pid: u32, tid: u32) -> Option<String> {
     fs::read_to_string(format!("/proc/{pid}/task/{tid}/comm"))
