@@ -54,5 +54,29 @@ fn main() {
             );
         }
     }
+    // Layout probes: compiled against each implementation's installed headers (Open
+    // MPI's internal ones are in libopenmpi-dev).
+    let inc = "/usr/lib/x86_64-linux-gnu/openmpi/include";
+    for (wrapper, name, extra) in [
+        (
+            "mpicc.openmpi",
+            "ompi_layout",
+            vec![format!("-I{inc}/openmpi"), format!("-I{inc}")],
+        ),
+        ("mpicc.mpich", "mpich_layout", vec![]),
+    ] {
+        let c = src.join(format!("{name}.c"));
+        println!("cargo:rerun-if-changed={}", c.display());
+        let built = Command::new(wrapper)
+            .args(&extra)
+            .arg("-o")
+            .arg(out.join(name))
+            .arg(&c)
+            .status()
+            .is_ok_and(|s| s.success());
+        if !built {
+            println!("cargo:warning={wrapper} could not build {name}: MPI layout tests will fail");
+        }
+    }
     println!("cargo:rustc-env=RTM_WORKLOADS={}", out.display());
 }

@@ -2,6 +2,7 @@
 //! runs the whole test suite (root, real eBPF).
 
 mod bench;
+mod bench_mpi;
 mod setup;
 mod tasks;
 
@@ -40,6 +41,9 @@ enum BenchCmd {
     /// What tracing costs a lock/unlock loop: no tracing, contention mode, full mode and
     /// bpftrace, side by side.
     Probes,
+    /// What tracing costs an MPI program: a small-message ring under Open MPI and MPICH,
+    /// untraced and traced.
+    Mpi,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -54,5 +58,8 @@ fn main() -> anyhow::Result<()> {
         Cmd::Bench {
             which: BenchCmd::Probes,
         } => bench::probes(&setup::run()?, &tasks::root()),
+        Cmd::Bench {
+            which: BenchCmd::Mpi,
+        } => bench_mpi::mpi(&setup::run()?, &tasks::root()),
     }
 }

@@ -35,8 +35,10 @@ pub(super) fn attach(
     let mut report = |lib: &mpi::MpiLibrary, probed: Vec<(&str, Placement)>, whom: String| {
         if lib.layout.valid == 0 {
             eprintln!(
-                "rtm-trace: {} ({}): handle layout unknown to this build; recording MPI call \
-                 counts and times only (peers, bytes, requests and communicators unavailable)",
+                "rtm-trace: {} ({}): this build's handle layout is unknown to rtm-trace: \
+                 peers as world ranks, message bytes, statuses (wildcard sources) and \
+                 communicator ids are unavailable; recording MPI call counts, times and \
+                 request matching only",
                 lib.version,
                 lib.path.display()
             );
