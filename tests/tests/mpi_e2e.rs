@@ -158,6 +158,17 @@ fn ring_is_exact(l: &Launch) {
     assert_eq!(calls("gather"), (n, Some(0)));
     assert_eq!(calls("allgather").0, n);
     assert_eq!(calls("alltoall").0, n);
+    assert_eq!(calls("scatter"), (n, Some(0)));
+    assert_eq!(calls("gatherv"), (n, Some(0)));
+    assert_eq!(calls("scatterv"), (n, Some(0)));
+    for f in [
+        "allgatherv",
+        "alltoallv",
+        "reduce_scatter",
+        "reduce_scatter_block",
+    ] {
+        assert_eq!(calls(f).0, n, "{f}");
+    }
     let c = &t["counters"];
     assert_eq!(c["unknown_source"], 0);
     assert_eq!(c["unmatched_completions"], 0);

@@ -15,7 +15,9 @@
  *  6. A derived datatype (MPI_Type_contiguous of 4 doubles): one send of 2 elements
  *     (64 bytes) from rank 0 to rank 1.
  *  7. Collectives on MPI_COMM_WORLD: 3 Barriers, 2 Bcasts of 16 ints from root 0,
- *     4 Allreduces of 1 double, 1 Reduce to root 1, 1 Gather, 1 Allgather, 1 Alltoall.
+ *     4 Allreduces of 1 double, 1 Reduce to root 1, 1 Gather, 1 Allgather, 1 Alltoall,
+ *     then one each of Scatter, Gatherv and Scatterv (root 0), Allgatherv, Alltoallv,
+ *     Reduce_scatter and Reduce_scatter_block, one int per rank.
  * Prints "rank R of N done sum=S" per rank; exit code 0.
  */
 #include <mpi.h>
@@ -106,6 +108,17 @@ int main(int argc, char **argv) {
     MPI_Allgather(&r, 1, MPI_INT, all, 1, MPI_INT, MPI_COMM_WORLD);
     int *a2 = calloc(n, sizeof(int));
     MPI_Alltoall(all, 1, MPI_INT, a2, 1, MPI_INT, MPI_COMM_WORLD);
+    int *ones = calloc(n, sizeof(int)), *displs = calloc(n, sizeof(int)), one = 0;
+    for (int i = 0; i < n; i++) ones[i] = 1, displs[i] = i;
+    MPI_Scatter(all, 1, MPI_INT, &one, 1, MPI_INT, 0, MPI_COMM_WORLD);
+    MPI_Gatherv(&r, 1, MPI_INT, all, ones, displs, MPI_INT, 0, MPI_COMM_WORLD);
+    MPI_Scatterv(all, ones, displs, MPI_INT, &one, 1, MPI_INT, 0, MPI_COMM_WORLD);
+    MPI_Allgatherv(&r, 1, MPI_INT, all, ones, displs, MPI_INT, MPI_COMM_WORLD);
+    MPI_Alltoallv(all, ones, displs, MPI_INT, a2, ones, displs, MPI_INT, MPI_COMM_WORLD);
+    MPI_Reduce_scatter(all, &one, ones, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+    MPI_Reduce_scatter_block(all, &one, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+    free(ones);
+    free(displs);
     printf("rank %d of %d done sum=%.0f\n", r, n, sum + y);
     free(all);
     free(a2);

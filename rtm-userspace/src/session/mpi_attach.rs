@@ -77,9 +77,7 @@ pub(super) fn attach(
                 None => found.push((lib, vec![pid])),
             },
             Ok(None) => {
-                if cli.verbose {
-                    eprintln!("rtm-trace: PID {pid} maps no MPI library; tracing its threads only");
-                }
+                eprintln!("rtm-trace: PID {pid} maps no MPI library; tracing its threads only")
             }
             Err(e) => eprintln!("rtm-trace: PID {pid}: cannot read its MPI library: {e}"),
         }
