@@ -127,9 +127,9 @@ fn median(v: &mut [f64]) -> f64 {
     v[v.len() / 2]
 }
 
-/// Runs the probe-cost benchmark and prints the table.
-pub fn probes(env: &Env, root: &Path) -> Result<()> {
-    ensure_packages(&["bpftrace"])?;
+/// Builds the release binary (target/release/rtm-trace); returns the directory the
+/// benchmarks build their workloads in.
+pub fn build_release(env: &Env, root: &Path) -> Result<PathBuf> {
     let mut build = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
     build.current_dir(root).env("PATH", &env.path).args([
         "build",
@@ -140,6 +140,13 @@ pub fn probes(env: &Env, root: &Path) -> Result<()> {
     status(&mut build)?;
     let out = root.join("target/bench");
     std::fs::create_dir_all(&out)?;
+    Ok(out)
+}
+
+/// Runs the probe-cost benchmark and prints the table.
+pub fn probes(env: &Env, root: &Path) -> Result<()> {
+    ensure_packages(&["bpftrace"])?;
+    let out = build_release(env, root)?;
     let bench = out.join("bench_lock");
     status(
         Command::new("cc")

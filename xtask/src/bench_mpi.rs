@@ -81,16 +81,7 @@ fn median(v: &mut [f64]) -> (f64, f64, f64) {
 
 /// Runs the MPI overhead benchmark and prints the table.
 pub fn mpi(env: &Env, root: &Path) -> Result<()> {
-    let mut build = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
-    build.current_dir(root).env("PATH", &env.path).args([
-        "build",
-        "--release",
-        "-p",
-        "rtm-userspace",
-    ]);
-    status(&mut build)?;
-    let out = root.join("target/bench");
-    std::fs::create_dir_all(&out)?;
+    let out = super::bench::build_release(env, root)?;
     let rtm = root.join("target/release/rtm-trace");
     println!(
         "\nMPI call cost on {} (2 ranks, 8-byte messages, {ITERATIONS} ring steps, {ROUNDS} \
