@@ -53,13 +53,19 @@ pub fn sync(event: SyncEvent) {
     }
 }
 
-/// Sends a task record.
+/// Sends a task record. `urgent` wakes the reader at once: a new process or program
+/// must have its maps read while it is alive, and a short one may be gone by the time
+/// the reader's timer comes by.
 #[inline(always)]
-pub fn task(event: TaskEvent) {
+pub fn task(event: TaskEvent, urgent: bool) {
     match EVENTS.reserve::<TaskEvent>(0) {
         Some(mut entry) => {
             entry.write(event);
-            entry.submit(wakeup_flags());
+            entry.submit(if urgent {
+                BPF_RB_FORCE_WAKEUP
+            } else {
+                wakeup_flags()
+            });
         }
         None => count_loss(LossCounter::RingFull),
     }

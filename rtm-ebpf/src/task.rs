@@ -20,13 +20,18 @@ const EXIT_COMM: usize = 8;
 const EXIT_GROUP_DEAD: usize = 32;
 
 fn send(pid_tgid: u64, op: TaskOp, child: u32, clone_flags: u64, comm: [u8; 16]) {
-    emit::task(TaskEvent {
-        header: header(EventKind::Task, pid_tgid, now()),
-        op: op as u32,
-        child,
-        clone_flags,
-        comm,
-    });
+    let urgent =
+        matches!(op, TaskOp::Exec) || (op == TaskOp::Spawn && clone_flags & CLONE_THREAD == 0);
+    emit::task(
+        TaskEvent {
+            header: header(EventKind::Task, pid_tgid, now()),
+            op: op as u32,
+            child,
+            clone_flags,
+            comm,
+        },
+        urgent,
+    );
 }
 
 /// task_newtask: runs in the parent, before the child is scheduled.

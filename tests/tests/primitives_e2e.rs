@@ -66,7 +66,7 @@ fn named<'a>(doc: &'a Value, kind: &str, name: &str) -> &'a Value {
     objects(doc, kind)
         .into_iter()
         .find(|o| o["name"] == name)
-        .unwrap_or_else(|| panic!("no {kind} named {name}"))
+        .unwrap_or_else(|| panic!("no {kind} named {name} in {}", doc["sync_graph"]["objects"]))
 }
 
 fn edges<'a>(doc: &'a Value, tid: u64, object: &Value) -> Vec<&'a Value> {

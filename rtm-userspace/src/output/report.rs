@@ -275,6 +275,13 @@ fn losses(out: &mut String, run: &RunInfo) {
 fn notes(out: &mut String, run: &RunInfo, s: &Snapshot) {
     let m = &s.model;
     let mut notes = Vec::new();
+    if run.losses.mapping_records > 0 {
+        notes.push(format!(
+            "{} mapping records were dropped: objects and code in processes that exited \
+             may be shown by address instead of by name",
+            count(run.losses.mapping_records)
+        ));
+    }
     if run.mode == Mode::Contention {
         notes.push(
             "contention mode sees only waits that slept in the kernel: uncontended \

@@ -235,6 +235,14 @@ impl Probes {
         .map_err(map_err(names::MAP_TRACED_TGIDS))
     }
 
+    /// Whether the in-kernel filter traces `pid` (it adds followed children itself).
+    pub fn is_traced(&self, pid: u32) -> bool {
+        self.ebpf
+            .map(names::MAP_TRACED_TGIDS)
+            .and_then(|m| BpfHashMap::<_, u32, u32>::try_from(m).ok())
+            .is_some_and(|m| m.get(&pid, 0).is_ok())
+    }
+
     /// Attaches the full-mode probes for `pid` to the pthread library `probe_pid` maps.
     /// The two differ in launch mode, where the child has not exec'd yet and the tracer's
     /// own libc stands in for the one the program will load. Only functions in `used`

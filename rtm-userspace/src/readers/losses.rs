@@ -12,6 +12,9 @@ pub struct Losses {
     pub pending_full: u64,
     /// Returns seen without their entry (calls already in flight when probes attached).
     pub missed_entry: u64,
+    /// Mapping records the kernel or the tracer dropped: some object and code names
+    /// may be missing (no events are lost).
+    pub mapping_records: u64,
 }
 
 impl Losses {
@@ -21,6 +24,7 @@ impl Losses {
             ring_full: c[LossCounter::RingFull as usize],
             pending_full: c[LossCounter::PendingFull as usize],
             missed_entry: c[LossCounter::MissedEntry as usize],
+            mapping_records: 0,
         }
     }
 

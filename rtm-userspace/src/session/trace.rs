@@ -20,7 +20,7 @@ use crate::{
         loader::AttachReport,
         pthread::{self, ProbeKind},
     },
-    readers::{EventReader, Losses},
+    readers::{EventReader, Losses, MappingReader, MappingRecord},
     symbolize::{CodeNamer, ObjectNamer},
     target::{
         elf::ElfSymbols,
@@ -79,6 +79,10 @@ impl State {
             if env.rank.is_some() {
                 self.rank_env.insert(pid, env);
             }
+            // The new program and the dynamic loader are mapped already: read them now
+            // (the reader is woken at once for an exec), then again at the process's
+            // first sync event, when its libraries are in.
+            self.namer.remember(pid);
             self.stale_maps.insert(pid);
             self.comms.remove(&pid);
         } else if !self.stale_maps.is_empty()
@@ -194,6 +198,17 @@ pub(super) async fn trace(cli: Cli, mut child: Option<GatedChild>) -> Result<i32
         }
     };
     let mut reader = EventReader::new(probes.take_ring()?).map_err(io_err("ring buffer"))?;
+    // Before anything runs: the records of a launched program's exec must be caught.
+    let mut mappings = match MappingReader::open() {
+        Ok(m) => Some(m),
+        Err(e) => {
+            eprintln!(
+                "rtm-trace: warning: cannot follow address spaces through perf events ({e}); \
+                 objects of processes that exit quickly may be shown by address"
+            );
+            None
+        }
+    };
 
     let mut targets: Vec<TargetInfo> = Vec::new();
     let pids: Vec<u32> = cli
@@ -335,12 +350,14 @@ pub(super) async fn trace(cli: Cli, mut child: Option<GatedChild>) -> Result<i32
         };
         match wake {
             Wake::Events => {
+                follow_mappings(&mut mappings, &probes, &mut state.namer);
                 reader.drain(BATCH, &mut |ev| state.apply(ev));
                 follow(&mut probes, &cli, &mut state, &mut followed);
             }
             Wake::Tick => {
+                follow_mappings(&mut mappings, &probes, &mut state.namer);
                 reader.drain_now(&mut |ev| state.apply(ev));
-                let run = run_info(
+                let mut run = run_info(
                     &cli,
                     &targets,
                     started_unix_ms,
@@ -348,6 +365,7 @@ pub(super) async fn trace(cli: Cli, mut child: Option<GatedChild>) -> Result<i32
                     probes.losses()?,
                     &reader,
                 );
+                run.losses.mapping_records = mapping_losses(&mappings, &state.namer);
                 let snap = snapshot(&mut state, start_ns, monotonic_ns());
                 let secs = (monotonic_ns() - start_ns) as f64 / 1e9;
                 emit_report(
@@ -363,6 +381,7 @@ pub(super) async fn trace(cli: Cli, mut child: Option<GatedChild>) -> Result<i32
             Wake::Stop(r) => break r,
             Wake::Exited(pid) => {
                 // Its last events are already in the ring buffer.
+                follow_mappings(&mut mappings, &probes, &mut state.namer);
                 reader.drain_now(&mut |ev| state.apply(ev));
                 let ended = if child.as_ref().is_some_and(|c| c.pid == pid) {
                     let e = wait_child(pid)?;
@@ -392,6 +411,7 @@ pub(super) async fn trace(cli: Cli, mut child: Option<GatedChild>) -> Result<i32
     probes.stop(&pids);
     probes.stop(&followed);
     let end_ns = monotonic_ns();
+    follow_mappings(&mut mappings, &probes, &mut state.namer);
     reader.drain_now(&mut |ev| state.apply(ev));
     let losses = probes.losses()?;
 
@@ -400,7 +420,7 @@ pub(super) async fn trace(cli: Cli, mut child: Option<GatedChild>) -> Result<i32
             t.comm = state.comms.get(&t.pid).cloned().or(command_name.clone());
         }
     }
-    let run = run_info(
+    let mut run = run_info(
         &cli,
         &targets,
         started_unix_ms,
@@ -408,6 +428,7 @@ pub(super) async fn trace(cli: Cli, mut child: Option<GatedChild>) -> Result<i32
         losses,
         &reader,
     );
+    run.losses.mapping_records = mapping_losses(&mappings, &state.namer);
     state.model.settle_pending();
     let snap = snapshot(&mut state, start_ns, end_ns);
     emit_report(&cli, &report::render("final report", &run, &snap, cli.top))?;
@@ -455,6 +476,21 @@ fn follow(probes: &mut Probes, cli: &Cli, state: &mut State, followed: &mut Vec<
             probes.stop(&[pid]);
         }
     }
+}
+
+/// Brings in the address-space records, before the events that may refer to them.
+fn follow_mappings(m: &mut Option<MappingReader>, probes: &Probes, namer: &mut ObjectNamer) {
+    let Some(m) = m else { return };
+    m.drain(&mut |pid| probes.is_traced(pid), &mut |r| match r {
+        MappingRecord::Map { pid, mapping } => namer.mapped(pid, mapping),
+        MappingRecord::Exec { pid } => namer.exec(pid),
+        MappingRecord::Fork { parent, child } => namer.forked(parent, child),
+    });
+}
+
+/// Mapping records lost by the kernel or not kept by the tracer.
+fn mapping_losses(m: &Option<MappingReader>, namer: &ObjectNamer) -> u64 {
+    m.as_ref().map_or(0, MappingReader::lost) + namer.dropped_mappings()
 }
 
 fn run_info(

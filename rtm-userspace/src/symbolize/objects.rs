@@ -1,31 +1,64 @@
 //! Names for synchronization objects that are global or static variables, from the
 //! symbol tables of the files mapped where they live.
 
-use std::{collections::HashMap, path::PathBuf, rc::Rc};
+use std::{
+    collections::{HashMap, HashSet},
+    path::PathBuf,
+    rc::Rc,
+};
 
 use crate::target::{
     Module,
     elf::ElfSymbols,
+    maps::{AddressSpace, Mapping},
     process::{self},
 };
 
-/// Names addresses by data symbol. Remembers each process's maps (taken while it was
-/// alive) and each file's symbols, so names still resolve after a process exits.
+/// Names addresses by data symbol. Keeps each process's address space (from /proc while
+/// it is alive, and from the kernel's mapping records, which outlive it) and each file's
+/// symbols, so names still resolve after a process exits.
 #[derive(Default)]
 pub struct ObjectNamer {
-    maps: HashMap<u32, Vec<Module>>,
+    spaces: HashMap<u32, AddressSpace>,
     files: HashMap<(String, u64), Option<Rc<ElfSymbols>>>,
+    /// Processes whose maps were re-read because an address was outside them (once
+    /// each: a library loaded after the last snapshot).
+    refreshed: HashSet<u32>,
 }
 
 impl ObjectNamer {
-    /// Takes (or refreshes) a snapshot of `pid`'s mappings.
+    /// Takes (or refreshes) a snapshot of `pid`'s mappings; keeps what is known when
+    /// the process is gone.
     pub fn remember(&mut self, pid: u32) {
-        match process::modules(pid) {
-            Ok(m) => {
-                self.maps.insert(pid, m);
-            }
+        match process::mappings(pid) {
+            // An exiting process (a zombie) reads as empty: keep what the records say.
+            Ok(m) if m.is_empty() => log::debug!("maps of {pid}: empty, the process is exiting"),
+            Ok(m) => self.spaces.entry(pid).or_default().replace(m),
             Err(e) => log::debug!("maps of {pid}: {e}"),
         }
+    }
+
+    /// The kernel reported a new mapping in `pid`.
+    pub fn mapped(&mut self, pid: u32, m: Mapping) {
+        self.spaces.entry(pid).or_default().map(m);
+    }
+
+    /// `pid` runs a new program: its old mappings are gone.
+    pub fn exec(&mut self, pid: u32) {
+        self.spaces.entry(pid).or_default().clear();
+        self.refreshed.remove(&pid);
+    }
+
+    /// `child` was forked from `parent` and starts with a copy of its mappings.
+    pub fn forked(&mut self, parent: u32, child: u32) {
+        let copy = self.spaces.get(&parent).cloned().unwrap_or_default();
+        self.spaces.insert(child, copy);
+        self.refreshed.remove(&child);
+    }
+
+    /// Mapping records not kept because a process's table was full.
+    pub fn dropped_mappings(&self) -> u64 {
+        self.spaces.values().map(|s| s.dropped).sum()
     }
 
     /// The symbol naming `addr` in `pid`, if it is inside a global or static variable.
@@ -40,15 +73,25 @@ impl ObjectNamer {
     /// The module covering `addr` in `pid`, its symbols, and the address's virtual
     /// address inside the file.
     fn resolve(&mut self, pid: u32, addr: u64) -> Option<(Module, Rc<ElfSymbols>, u64)> {
-        if !self.maps.contains_key(&pid) {
+        if self.spaces.get(&pid).is_none_or(AddressSpace::is_empty) {
             self.remember(pid);
         }
-        let module = self
-            .maps
-            .get(&pid)?
-            .iter()
-            .find(|m| addr >= m.start && addr < m.end)?
-            .clone();
+        let covering = |spaces: &mut HashMap<u32, AddressSpace>| {
+            spaces
+                .get_mut(&pid)?
+                .modules()
+                .iter()
+                .find(|m| addr >= m.start && addr < m.end)
+                .cloned()
+        };
+        let module = match covering(&mut self.spaces) {
+            Some(m) => m,
+            None if self.refreshed.insert(pid) => {
+                self.remember(pid);
+                covering(&mut self.spaces)?
+            }
+            None => return None,
+        };
         let base = module.base?;
         let elf = self.symbols(pid, &module)?;
         let vaddr = elf.vaddr_of(addr, base);

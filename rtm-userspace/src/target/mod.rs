@@ -3,6 +3,7 @@
 
 pub mod elf;
 pub mod launch;
+pub mod maps;
 pub mod process;
 
 pub use process::{Module, ProcessError};

@@ -25,25 +25,7 @@ pub enum ProcessError {
     },
 }
 
-/// A file mapped into a process (all mappings of one (device, inode) merged).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Module {
-    /// The path as /proc/PID/maps shows it (inside the process's mount namespace).
-    pub path: PathBuf,
-    /// Device number as in maps ("fd:01").
-    pub dev: String,
-    /// Inode.
-    pub inode: u64,
-    /// Lowest mapped address.
-    pub start: u64,
-    /// Highest mapped address (exclusive), including an anonymous mapping that directly
-    /// follows the file's last mapping (its .bss).
-    pub end: u64,
-    /// Address where file offset 0 is mapped, when such a mapping exists.
-    pub base: Option<u64>,
-    /// Whether any mapping is executable.
-    pub executable: bool,
-}
+pub use super::maps::{Module, parse_maps};
 
 /// Checks that `pid` is a live user-space process.
 pub fn check(pid: u32) -> Result<(), ProcessError> {
@@ -158,6 +140,11 @@ pub fn monotonic_ns() -> u64 {
 
 /// The files mapped into `pid`, in address order.
 pub fn modules(pid: u32) -> Result<Vec<Module>, ProcessError> {
+    Ok(super::maps::modules_of(&mappings(pid)?))
+}
+
+/// The mappings of `pid`, in address order.
+pub fn mappings(pid: u32) -> Result<Vec<super::maps::Mapping>, ProcessError> {
     let path = format!("/proc/{pid}/maps");
     let text = fs::read_to_string(&path).map_err(|source| {
         if source.kind() == std::io::ErrorKind::NotFound {
@@ -166,72 +153,7 @@ pub fn modules(pid: u32) -> Result<Vec<Module>, ProcessError> {
             ProcessError::Proc { path, source }
         }
     })?;
-    Ok(parse_maps(&text))
-}
-
-/// Parses /proc/PID/maps text into modules.
-pub fn parse_maps(text: &str) -> Vec<Module> {
-    let mut out: Vec<Module> = Vec::new();
-    let mut last_file: Option<usize> = None;
-    let mut prev_end = 0u64;
-    for line in text.lines() {
-        let mut f = line.split_whitespace();
-        let (Some(range), Some(perms), Some(offset), Some(dev), Some(inode)) =
-            (f.next(), f.next(), f.next(), f.next(), f.next())
-        else {
-            continue;
-        };
-        let path: String = f.collect::<Vec<_>>().join(" ");
-        let Some((s, e)) = range.split_once('-') else {
-            continue;
-        };
-        let (Ok(start), Ok(end), Ok(offset), Ok(inode)) = (
-            u64::from_str_radix(s, 16),
-            u64::from_str_radix(e, 16),
-            u64::from_str_radix(offset, 16),
-            inode.parse::<u64>(),
-        ) else {
-            continue;
-        };
-        if inode == 0 || !path.starts_with('/') {
-            // An anonymous mapping right after a file's mapping is that file's .bss.
-            if path.is_empty()
-                && start == prev_end
-                && let Some(i) = last_file
-            {
-                out[i].end = out[i].end.max(end);
-            }
-            last_file = None;
-            prev_end = end;
-            continue;
-        }
-        let path = path.trim_end_matches(" (deleted)").to_owned();
-        let idx = match out.iter().position(|m| m.inode == inode && m.dev == dev) {
-            Some(i) => i,
-            None => {
-                out.push(Module {
-                    path: PathBuf::from(&path),
-                    dev: dev.to_owned(),
-                    inode,
-                    start,
-                    end,
-                    base: None,
-                    executable: false,
-                });
-                out.len() - 1
-            }
-        };
-        let m = &mut out[idx];
-        m.start = m.start.min(start);
-        m.end = m.end.max(end);
-        if offset == 0 && m.base.is_none() {
-            m.base = Some(start);
-        }
-        m.executable |= perms.contains('x');
-        last_file = Some(idx);
-        prev_end = end;
-    }
-    out
+    Ok(super::maps::parse_mappings(&text))
 }
 
 /// The path under which the tracer can open a file of `pid`'s mount namespace.
@@ -271,29 +193,6 @@ pub fn host_name() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    const MAPS: &str = "\
-55d0c0000000-55d0c0001000 r--p 00000000 fd:01 1234 /usr/bin/app
-55d0c0001000-55d0c0002000 r-xp 00001000 fd:01 1234 /usr/bin/app
-55d0c0003000-55d0c0004000 rw-p 00002000 fd:01 1234 /usr/bin/app
-55d0c0004000-55d0c0010000 rw-p 00000000 00:00 0 
-55d0c1000000-55d0c1021000 rw-p 00000000 00:00 0 [heap]
-7f0000000000-7f0000028000 r--p 00000000 fd:01 99 /usr/lib/x86_64-linux-gnu/libc.so.6
-7f0000028000-7f000019d000 r-xp 00028000 fd:01 99 /usr/lib/x86_64-linux-gnu/libc.so.6
-7ffd00000000-7ffd00021000 rw-p 00000000 00:00 0 [stack]
-";
-
-    #[test]
-    fn maps_merge_per_file_and_absorb_bss() {
-        let m = parse_maps(MAPS);
-        assert_eq!(m.len(), 2);
-        assert_eq!(m[0].path, PathBuf::from("/usr/bin/app"));
-        assert_eq!((m[0].start, m[0].end), (0x55d0c0000000, 0x55d0c0010000));
-        assert_eq!(m[0].base, Some(0x55d0c0000000));
-        assert!(m[0].executable);
-        assert_eq!(m[1].inode, 99);
-        assert_eq!(m[1].end, 0x7f000019d000);
-    }
 
     #[test]
     fn stat_state_parses_names_with_parens() {

@@ -1,0 +1,329 @@
+//! Address spaces: the mappings of a process, from /proc/PID/maps or from the kernel's
+//! mapping records, and the files (modules) they add up to.
+
+use std::{collections::BTreeMap, path::PathBuf};
+
+/// One mapping, as a line of /proc/PID/maps or a perf MMAP2 record describes it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Mapping {
+    /// First address.
+    pub start: u64,
+    /// End address (exclusive).
+    pub end: u64,
+    /// File offset mapped at `start`.
+    pub offset: u64,
+    /// Device number as in maps ("fd:01").
+    pub dev: String,
+    /// Inode; 0 for anonymous memory.
+    pub inode: u64,
+    /// The path inside the process's mount namespace; empty for anonymous memory,
+    /// `[heap]`-style names for the kernel's special mappings.
+    pub path: String,
+    /// Whether the mapping is executable.
+    pub executable: bool,
+}
+
+impl Mapping {
+    fn is_file(&self) -> bool {
+        self.inode != 0 && self.path.starts_with('/')
+    }
+}
+
+/// A file mapped into a process (all mappings of one (device, inode) merged).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Module {
+    /// The path as /proc/PID/maps shows it (inside the process's mount namespace).
+    pub path: PathBuf,
+    /// Device number as in maps ("fd:01").
+    pub dev: String,
+    /// Inode.
+    pub inode: u64,
+    /// Lowest mapped address.
+    pub start: u64,
+    /// Highest mapped address (exclusive), including an anonymous mapping that directly
+    /// follows the file's last mapping (its .bss).
+    pub end: u64,
+    /// Address where file offset 0 is mapped, when such a mapping exists.
+    pub base: Option<u64>,
+    /// Whether any mapping is executable.
+    pub executable: bool,
+}
+
+/// Parses /proc/PID/maps text into mappings (lines that do not parse are skipped).
+pub fn parse_mappings(text: &str) -> Vec<Mapping> {
+    text.lines().filter_map(parse_line).collect()
+}
+
+fn parse_line(line: &str) -> Option<Mapping> {
+    let mut f = line.split_whitespace();
+    let (range, perms, offset, dev, inode) =
+        (f.next()?, f.next()?, f.next()?, f.next()?, f.next()?);
+    let path: String = f.collect::<Vec<_>>().join(" ");
+    let (s, e) = range.split_once('-')?;
+    Some(Mapping {
+        start: u64::from_str_radix(s, 16).ok()?,
+        end: u64::from_str_radix(e, 16).ok()?,
+        offset: u64::from_str_radix(offset, 16).ok()?,
+        dev: dev.to_owned(),
+        inode: inode.parse().ok()?,
+        path: path.trim_end_matches(" (deleted)").to_owned(),
+        executable: perms.contains('x'),
+    })
+}
+
+/// Parses /proc/PID/maps text into modules.
+pub fn parse_maps(text: &str) -> Vec<Module> {
+    modules_of(&parse_mappings(text))
+}
+
+/// The files that `mappings` (in address order) map, each with its .bss.
+pub fn modules_of<'a>(mappings: impl IntoIterator<Item = &'a Mapping>) -> Vec<Module> {
+    let mut out: Vec<Module> = Vec::new();
+    let mut last_file: Option<usize> = None;
+    let mut prev_end = 0u64;
+    for m in mappings {
+        if !m.is_file() {
+            // An anonymous mapping right after a file's mapping is that file's .bss.
+            if m.path.is_empty()
+                && m.start == prev_end
+                && let Some(i) = last_file
+            {
+                out[i].end = out[i].end.max(m.end);
+            }
+            last_file = None;
+            prev_end = m.end;
+            continue;
+        }
+        let idx = match out
+            .iter()
+            .position(|o| o.inode == m.inode && o.dev == m.dev)
+        {
+            Some(i) => i,
+            None => {
+                out.push(Module {
+                    path: PathBuf::from(&m.path),
+                    dev: m.dev.clone(),
+                    inode: m.inode,
+                    start: m.start,
+                    end: m.end,
+                    base: None,
+                    executable: false,
+                });
+                out.len() - 1
+            }
+        };
+        let o = &mut out[idx];
+        o.start = o.start.min(m.start);
+        o.end = o.end.max(m.end);
+        if m.offset == 0 && o.base.is_none() {
+            o.base = Some(m.start);
+        }
+        o.executable |= m.executable;
+        last_file = Some(idx);
+        prev_end = m.end;
+    }
+    out
+}
+
+/// Most mappings one address space keeps; beyond it new ones are counted, not kept.
+pub const MAX_MAPPINGS: usize = 16_384;
+
+/// A process's mappings as they change: a snapshot of /proc replaces them, a mapping
+/// record overlays them (what it covers is unmapped first, as the kernel does), an exec
+/// empties them. Anonymous memory is kept only where it can be a file's .bss, so a
+/// program that maps and unmaps heap memory all day does not grow the table.
+#[derive(Debug, Clone, Default)]
+pub struct AddressSpace {
+    mappings: BTreeMap<u64, Mapping>,
+    modules: Option<Vec<Module>>,
+    /// Mappings not kept because the table was full.
+    pub dropped: u64,
+}
+
+impl AddressSpace {
+    /// Replaces everything with a full snapshot.
+    pub fn replace(&mut self, all: Vec<Mapping>) {
+        self.mappings = all
+            .into_iter()
+            .take(MAX_MAPPINGS)
+            .map(|m| (m.start, m))
+            .collect();
+        self.modules = None;
+    }
+
+    /// The program was replaced (exec).
+    pub fn clear(&mut self) {
+        self.mappings.clear();
+        self.modules = None;
+    }
+
+    /// Applies one new mapping.
+    pub fn map(&mut self, m: Mapping) {
+        if m.end <= m.start {
+            return;
+        }
+        self.unmap(m.start, m.end);
+        let keep = m.is_file()
+            || (m.path.is_empty()
+                && self
+                    .mappings
+                    .range(..m.start)
+                    .next_back()
+                    .is_some_and(|(_, p)| p.end == m.start && p.is_file()));
+        if !keep {
+            return;
+        }
+        if self.mappings.len() >= MAX_MAPPINGS {
+            self.dropped += 1;
+            return;
+        }
+        self.mappings.insert(m.start, m);
+    }
+
+    /// Removes `[start, end)`, trimming mappings that straddle its edges.
+    fn unmap(&mut self, start: u64, end: u64) {
+        self.modules = None;
+        let hit: Vec<u64> = self
+            .mappings
+            .range(..end)
+            .rev()
+            .take_while(|(_, m)| m.end > start || m.start >= start)
+            .filter(|(_, m)| m.end > start)
+            .map(|(&s, _)| s)
+            .collect();
+        for s in hit {
+            let old = self.mappings.remove(&s).expect("present");
+            if old.start < start {
+                let mut left = old.clone();
+                left.end = start;
+                self.mappings.insert(left.start, left);
+            }
+            if old.end > end {
+                let mut right = old;
+                right.offset += if right.is_file() {
+                    end - right.start
+                } else {
+                    0
+                };
+                right.start = end;
+                self.mappings.insert(right.start, right);
+            }
+        }
+    }
+
+    /// The files mapped, each with its .bss.
+    pub fn modules(&mut self) -> &[Module] {
+        self.modules
+            .get_or_insert_with(|| modules_of(self.mappings.values()))
+    }
+
+    /// Whether nothing is known.
+    pub fn is_empty(&self) -> bool {
+        self.mappings.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MAPS: &str = "\
+55d0c0000000-55d0c0001000 r--p 00000000 fd:01 1234 /usr/bin/app
+55d0c0001000-55d0c0002000 r-xp 00001000 fd:01 1234 /usr/bin/app
+55d0c0003000-55d0c0004000 rw-p 00002000 fd:01 1234 /usr/bin/app
+55d0c0004000-55d0c0010000 rw-p 00000000 00:00 0 
+55d0c1000000-55d0c1021000 rw-p 00000000 00:00 0 [heap]
+7f0000000000-7f0000028000 r--p 00000000 fd:01 99 /usr/lib/x86_64-linux-gnu/libc.so.6
+7f0000028000-7f000019d000 r-xp 00028000 fd:01 99 /usr/lib/x86_64-linux-gnu/libc.so.6
+7ffd00000000-7ffd00021000 rw-p 00000000 00:00 0 [stack]
+";
+
+    #[test]
+    fn maps_merge_per_file_and_absorb_bss() {
+        let m = parse_maps(MAPS);
+        assert_eq!(m.len(), 2);
+        assert_eq!(m[0].path, PathBuf::from("/usr/bin/app"));
+        assert_eq!((m[0].start, m[0].end), (0x55d0c0000000, 0x55d0c0010000));
+        assert_eq!(m[0].base, Some(0x55d0c0000000));
+        assert!(m[0].executable);
+        assert_eq!(m[1].inode, 99);
+        assert_eq!(m[1].end, 0x7f000019d000);
+    }
+
+    fn file(start: u64, end: u64, offset: u64, inode: u64) -> Mapping {
+        Mapping {
+            start,
+            end,
+            offset,
+            dev: "fd:01".into(),
+            inode,
+            path: format!("/lib/{inode}.so"),
+            executable: false,
+        }
+    }
+
+    fn anon(start: u64, end: u64) -> Mapping {
+        Mapping {
+            inode: 0,
+            path: String::new(),
+            dev: "00:00".into(),
+            ..file(start, end, 0, 0)
+        }
+    }
+
+    #[test]
+    fn records_build_the_same_modules_as_the_snapshot() {
+        let mut a = AddressSpace::default();
+        for m in parse_mappings(MAPS) {
+            a.map(m);
+        }
+        assert_eq!(a.modules(), parse_maps(MAPS).as_slice());
+    }
+
+    #[test]
+    fn a_new_mapping_trims_what_it_covers() {
+        let mut a = AddressSpace::default();
+        // The loader reserves the whole library, then maps segments over it.
+        a.map(file(0x1000, 0x9000, 0, 7));
+        a.map(file(0x3000, 0x5000, 0x8000, 7));
+        let parts: Vec<_> = a
+            .mappings
+            .values()
+            .map(|m| (m.start, m.end, m.offset))
+            .collect();
+        assert_eq!(
+            parts,
+            [
+                (0x1000, 0x3000, 0),
+                (0x3000, 0x5000, 0x8000),
+                (0x5000, 0x9000, 0x4000)
+            ]
+        );
+        // Another library at the same place replaces it entirely.
+        a.map(file(0x0, 0xa000, 0, 8));
+        assert_eq!(a.modules().len(), 1);
+        assert_eq!(a.modules()[0].inode, 8);
+        a.clear();
+        assert!(a.is_empty());
+    }
+
+    #[test]
+    fn anonymous_memory_is_kept_only_as_a_files_bss() {
+        let mut a = AddressSpace::default();
+        a.map(file(0x1000, 0x2000, 0, 7));
+        a.map(anon(0x2000, 0x4000));
+        a.map(anon(0x10000, 0x20000));
+        assert_eq!(a.mappings.len(), 2);
+        assert_eq!(a.modules()[0].end, 0x4000);
+    }
+
+    #[test]
+    fn the_table_is_bounded() {
+        let mut a = AddressSpace::default();
+        for i in 0..(MAX_MAPPINGS as u64 + 10) {
+            a.map(file(i * 0x1000, i * 0x1000 + 0x1000, 0, i + 1));
+        }
+        assert_eq!(a.mappings.len(), MAX_MAPPINGS);
+        assert_eq!(a.dropped, 10);
+    }
+}
