@@ -6,7 +6,8 @@ fn main() {
     let out = PathBuf::from(env::var_os("OUT_DIR").expect("OUT_DIR"));
     let src =
         PathBuf::from(env::var_os("CARGO_MANIFEST_DIR").expect("manifest dir")).join("workloads");
-    let builds: [(&str, &[&str]); 5] = [
+    let builds: [(&str, &[&str]); 6] = [
+        ("load_workload", &["-O2", "-g", "-pthread"]),
         ("mutex_workload", &["-O2", "-g", "-pthread"]),
         ("sync_workload", &["-O2", "-g", "-pthread"]),
         (

@@ -48,9 +48,21 @@ pub struct Cli {
     #[arg(short, long, value_name = "SECS", value_parser = parse_secs)]
     pub duration: Option<Duration>,
 
-    /// Print a summary every SECS seconds while tracing.
+    /// Print a summary every SECS seconds while tracing. System statistics and counters
+    /// are sampled at this interval too (every second when it is not given).
     #[arg(short, long, value_name = "SECS", value_parser = parse_secs)]
     pub interval: Option<Duration>,
+
+    /// Performance counters to read, by `perf list` name, comma-separated ("default"
+    /// for all known, "none" for none). Ones this machine cannot count are reported.
+    #[arg(long, value_name = "LIST", default_value = "default",
+          value_parser = parse_counters)]
+    pub counters: CounterList,
+
+    /// A TOML file overriding the thresholds that flag trouble in the system
+    /// (docs/config.md).
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
 
     /// Write the whole sync graph as JSON (format: docs/json-format.md).
     #[arg(long, value_name = "FILE")]
@@ -178,7 +190,22 @@ pub enum UsageError {
     BadPid(u32),
 }
 
+/// The counters `--counters` named.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CounterList(pub Vec<&'static str>);
+
+fn parse_counters(s: &str) -> Result<CounterList, String> {
+    crate::readers::counters::parse_list(s)
+        .map(CounterList)
+        .map_err(|e| e.to_string())
+}
+
 impl Cli {
+    /// How often system statistics and counters are sampled.
+    pub fn sample_every(&self) -> Duration {
+        self.interval.unwrap_or(Duration::from_secs(1))
+    }
+
     /// Checks combinations clap cannot express.
     pub fn validate(&self) -> Result<(), UsageError> {
         match (

@@ -23,6 +23,8 @@ const APT_PACKAGES: &[&str] = &[
     "libopenmpi-dev",
     "mpich",
     "libmpich-dev",
+    "sysstat",
+    "procps",
 ];
 
 /// What later steps need: a PATH with bpf-linker on it.

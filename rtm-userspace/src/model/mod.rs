@@ -2,7 +2,9 @@
 //! everything here is driven by the events and arguments it is given, so it is tested
 //! without root.
 
+pub mod ambient;
 pub mod barrier;
+pub mod counters;
 pub mod dist;
 pub mod holds;
 pub mod snapshot;
@@ -11,6 +13,7 @@ pub mod sync_types;
 pub mod task_graph;
 pub mod task_merge;
 pub mod task_view;
+pub mod thresholds;
 
 pub use dist::{Dist, DistSummary, HistogramBudget};
 pub use snapshot::{BarrierView, EdgeView, ObjectView, Snapshot, ThreadView, WaitsForView, Window};

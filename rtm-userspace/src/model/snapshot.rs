@@ -212,6 +212,12 @@ pub struct Snapshot {
     /// The MPI task graph, when MPI calls were traced (written beside the sync graph).
     #[serde(skip)]
     pub tasks: Option<super::TaskView>,
+    /// The system and the traced processes over time (written beside the sync graph).
+    #[serde(skip)]
+    pub ambient: Option<super::ambient::AmbientView>,
+    /// Performance counters (written beside the sync graph).
+    #[serde(skip)]
+    pub counters: Option<super::counters::CountersView>,
 }
 
 #[derive(Default)]
@@ -406,6 +412,8 @@ impl Snapshot {
                 ..graph.counters()
             },
             tasks: None,
+            ambient: None,
+            counters: None,
         }
     }
 }

@@ -23,6 +23,10 @@ struct Document<'a> {
     sync_graph: &'a Snapshot,
     #[serde(skip_serializing_if = "Option::is_none")]
     task_graph: Option<&'a crate::model::TaskView>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    ambient: Option<&'a crate::model::ambient::AmbientView>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    counters: Option<&'a crate::model::counters::CountersView>,
 }
 
 /// Errors writing JSON.
@@ -48,6 +52,8 @@ pub fn to_string(run: &RunInfo, snapshot: &Snapshot) -> String {
         run,
         sync_graph: snapshot,
         task_graph: snapshot.tasks.as_ref(),
+        ambient: snapshot.ambient.as_ref(),
+        counters: snapshot.counters.as_ref(),
     };
     serde_json::to_string_pretty(&doc).expect("the document serializes")
 }

@@ -6,6 +6,7 @@ pub mod merged;
 mod mpi_report;
 pub mod report;
 mod sections;
+mod system_report;
 
 use serde::Serialize;
 

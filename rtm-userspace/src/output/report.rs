@@ -7,7 +7,7 @@ use std::fmt::Write as _;
 use super::{
     EndReason, RunInfo,
     format::{count, mean_ns, ns, opt_ns, pct},
-    mpi_report, sections,
+    mpi_report, sections, system_report,
 };
 use crate::{cli::Mode, model::Snapshot};
 
@@ -249,6 +249,12 @@ pub fn render(title: &str, run: &RunInfo, s: &Snapshot, top: usize) -> String {
     sections::thread_tree(&mut out, s, top);
     if let Some(t) = &s.tasks {
         mpi_report::render(&mut out, t, top);
+    }
+    if let Some(a) = &s.ambient {
+        system_report::system(&mut out, a);
+    }
+    if let Some(c) = &s.counters {
+        system_report::counters(&mut out, c);
     }
     notes(&mut out, run, s);
     out

@@ -232,7 +232,7 @@ fn page_size() -> usize {
 }
 
 /// CPUs listed in /sys/devices/system/cpu/online ("0-3,6").
-fn online_cpus() -> io::Result<Vec<i32>> {
+pub fn online_cpus() -> io::Result<Vec<i32>> {
     let text = std::fs::read_to_string("/sys/devices/system/cpu/online")?;
     Ok(parse_cpu_list(&text))
 }

@@ -2,6 +2,8 @@
 //! reader hides aya's ring buffer and counts what could not be decoded; the loss counters
 //! report what the eBPF side could not send; the mapping reader follows address spaces.
 
+pub mod ambient;
+pub mod counters;
 pub mod losses;
 pub mod mappings;
 pub mod ring;

@@ -4,6 +4,7 @@ mod exits;
 mod merge;
 mod mpi_attach;
 mod preflight;
+mod sampler;
 mod trace;
 
 use crate::{
@@ -44,6 +45,16 @@ pub enum SessionError {
         path: String,
         /// What is wrong with it.
         problem: String,
+    },
+    /// The config file is not valid.
+    #[error(
+        "config file {path}: {message}\n(the thresholds it may set are listed in docs/config.md)"
+    )]
+    Config {
+        /// The file.
+        path: String,
+        /// What is wrong.
+        message: String,
     },
     /// The parts given to `merge` do not belong together.
     #[error(transparent)]

@@ -9,7 +9,10 @@ use tokio::{
     time::{Instant, MissedTickBehavior},
 };
 
-use super::{SessionError, exits, mpi_attach};
+use super::{
+    SessionError, exits, mpi_attach,
+    sampler::{self, Sampler},
+};
 use crate::{
     EBPF_OBJECT,
     cli::{Cli, Mode},
@@ -38,6 +41,7 @@ const BATCH: usize = 16_384;
 enum Wake {
     Events,
     Tick,
+    Sample,
     Stop(EndReason),
     Exited(u32),
 }
@@ -58,6 +62,8 @@ struct State {
     /// Processes that exec'd: their maps are read again at their next sync event (after
     /// the loader has mapped the libraries).
     stale_maps: std::collections::HashSet<u32>,
+    /// System statistics and performance counters.
+    sampler: Sampler,
 }
 
 impl State {
@@ -103,6 +109,7 @@ impl State {
             }
         }
         if let Some(t) = a.new_thread {
+            self.sampler.add_thread(t.pid, t.tid);
             self.model.set_thread_info(
                 t,
                 process::thread_name(t.pid, t.tid),
@@ -185,6 +192,14 @@ pub(super) async fn trace(cli: Cli, mut child: Option<GatedChild>) -> Result<i32
     // Handlers first: a Ctrl-C at any moment after this still detaches and writes results.
     let mut sigint = signal(SignalKind::interrupt()).map_err(io_err("SIGINT handler"))?;
     let mut sigterm = signal(SignalKind::terminate()).map_err(io_err("SIGTERM handler"))?;
+    // A bad config file is refused before anything is loaded or run.
+    let thresholds = match sampler::thresholds(cli.config.as_deref()) {
+        Ok(t) => t,
+        Err(e) => {
+            drop(child);
+            return Err(e);
+        }
+    };
     let mut probes = match Probes::load(
         EBPF_OBJECT,
         cli.ring_size,
@@ -271,6 +286,11 @@ pub(super) async fn trace(cli: Cli, mut child: Option<GatedChild>) -> Result<i32
         mpi_attach::attach(&mut probes, &cli, &pids, launched)?;
     }
     let start_ns = monotonic_ns();
+    let mut sampler = Sampler::new(&cli, thresholds, start_ns);
+    for &pid in &pids {
+        sampler.add_process(pid);
+    }
+    sampler.sample(start_ns, &pids);
     let started_unix_ms = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_millis() as u64)
@@ -324,6 +344,9 @@ pub(super) async fn trace(cli: Cli, mut child: Option<GatedChild>) -> Result<i32
         t
     });
 
+    let mut sampling =
+        tokio::time::interval_at(Instant::now() + cli.sample_every(), cli.sample_every());
+    sampling.set_missed_tick_behavior(MissedTickBehavior::Delay);
     let mut state = State {
         model: SyncGraph::new(cli.limits(), cli.mode == Mode::Contention),
         tasks: TaskGraph::default(),
@@ -334,6 +357,7 @@ pub(super) async fn trace(cli: Cli, mut child: Option<GatedChild>) -> Result<i32
         spawned: Vec::new(),
         gone: Vec::new(),
         stale_maps: Default::default(),
+        sampler,
     };
     let mut followed: Vec<u32> = Vec::new();
     let mut child_exit: Option<ChildExit> = None;
@@ -342,6 +366,7 @@ pub(super) async fn trace(cli: Cli, mut child: Option<GatedChild>) -> Result<i32
         let wake = tokio::select! {
             r = reader.ready() => { r.map_err(io_err("reading the ring buffer"))?; Wake::Events }
             _ = drain.tick() => Wake::Events,
+            _ = sampling.tick() => Wake::Sample,
             _ = async { ticker.as_mut().expect("guarded").tick().await }, if ticker.is_some() => Wake::Tick,
             _ = async { tokio::time::sleep_until(deadline.expect("guarded")).await }, if deadline.is_some() => Wake::Stop(EndReason::Duration),
             _ = sigint.recv() => Wake::Stop(EndReason::Signal),
@@ -378,9 +403,16 @@ pub(super) async fn trace(cli: Cli, mut child: Option<GatedChild>) -> Result<i32
                     ),
                 )?;
             }
+            Wake::Sample => {
+                let alive: Vec<u32> = pids.iter().chain(&followed).copied().collect();
+                state.sampler.sample(monotonic_ns(), &alive);
+            }
             Wake::Stop(r) => break r,
             Wake::Exited(pid) => {
-                // Its last events are already in the ring buffer.
+                // Its last events are already in the ring buffer; its usage is still
+                // readable until it is reaped.
+                let alive: Vec<u32> = pids.iter().chain(&followed).copied().collect();
+                state.sampler.sample(monotonic_ns(), &alive);
                 follow_mappings(&mut mappings, &probes, &mut state.namer);
                 reader.drain_now(&mut |ev| state.apply(ev));
                 let ended = if child.as_ref().is_some_and(|c| c.pid == pid) {
@@ -411,6 +443,8 @@ pub(super) async fn trace(cli: Cli, mut child: Option<GatedChild>) -> Result<i32
     probes.stop(&pids);
     probes.stop(&followed);
     let end_ns = monotonic_ns();
+    let alive: Vec<u32> = pids.iter().chain(&followed).copied().collect();
+    state.sampler.sample(end_ns, &alive);
     follow_mappings(&mut mappings, &probes, &mut state.namer);
     reader.drain_now(&mut |ev| state.apply(ev));
     let losses = probes.losses()?;
@@ -536,6 +570,7 @@ fn snapshot(state: &mut State, start_ns: u64, end_ns: u64) -> Snapshot {
             state.model.mark_thread_exited(k, last);
         }
     }
+    let (ambient, counters) = state.sampler.views();
     let State {
         model,
         namer,
@@ -554,6 +589,8 @@ fn snapshot(state: &mut State, start_ns: u64, end_ns: u64) -> Snapshot {
     if !tasks.is_empty() {
         snap.tasks = Some(TaskView::build(tasks, rank_env, &process::host_name()));
     }
+    snap.ambient = Some(ambient);
+    snap.counters = Some(counters);
     snap
 }
 

@@ -156,6 +156,16 @@ pub fn mappings(pid: u32) -> Result<Vec<super::maps::Mapping>, ProcessError> {
     Ok(super::maps::parse_mappings(&text))
 }
 
+/// The threads of `pid` now (empty when it is gone).
+pub fn thread_ids(pid: u32) -> Vec<u32> {
+    fs::read_dir(format!("/proc/{pid}/task"))
+        .map(|d| {
+            d.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
 /// The path under which the tracer can open a file of `pid`'s mount namespace.
 pub fn host_path(pid: u32, path: &Path) -> PathBuf {
     let rel = path.strip_prefix("/").unwrap_or(path);

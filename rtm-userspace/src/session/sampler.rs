@@ -1,0 +1,121 @@
+//! The sampling side of a trace: system statistics and performance counters, read on
+//! their own timer beside the event stream, and their thresholds from the config file.
+
+use std::path::Path;
+
+use super::SessionError;
+use crate::{
+    cli::Cli,
+    model::{
+        ambient::{Ambient, AmbientView},
+        counters::CountersView,
+        thresholds::Thresholds,
+    },
+    readers::{
+        ambient::{AmbientReader, ticks_per_second},
+        counters::{Counters, Reading, Scope},
+    },
+};
+
+/// Thresholds from `path` (a TOML file with a `[thresholds]` table), or the defaults.
+pub fn thresholds(path: Option<&Path>) -> Result<Thresholds, SessionError> {
+    #[derive(serde::Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct ConfigFile {
+        #[serde(default)]
+        thresholds: Thresholds,
+    }
+    let Some(path) = path else {
+        return Ok(Thresholds::default());
+    };
+    let text = std::fs::read_to_string(path).map_err(|source| SessionError::Io {
+        what: format!("reading the config file {}", path.display()),
+        source,
+    })?;
+    toml::from_str::<ConfigFile>(&text)
+        .map(|c| c.thresholds)
+        .map_err(|e| SessionError::Config {
+            path: path.display().to_string(),
+            message: e.to_string(),
+        })
+}
+
+/// Reads the system and the counters; keeps the model of them.
+pub struct Sampler {
+    reader: AmbientReader,
+    model: Ambient,
+    counters: Counters,
+    last: Vec<(Scope, &'static str, Reading)>,
+    told_unavailable: bool,
+}
+
+impl Sampler {
+    /// Opens per-CPU counters and takes the first sample.
+    pub fn new(cli: &Cli, thresholds: Thresholds, start_ns: u64) -> Self {
+        let cpus: Vec<u32> = crate::readers::mappings::online_cpus()
+            .unwrap_or_default()
+            .into_iter()
+            .map(|c| c as u32)
+            .collect();
+        let counters = Counters::new(cli.counters.0.clone(), &cpus);
+        Self {
+            reader: AmbientReader::default(),
+            model: Ambient::new(
+                start_ns,
+                cli.sample_every().as_nanos() as u64,
+                ticks_per_second(),
+                thresholds,
+            ),
+            counters,
+            last: Vec::new(),
+            told_unavailable: false,
+        }
+    }
+
+    /// Counts a traced process. A launched one has a single thread yet, and the
+    /// counters it inherits cover every thread it will create.
+    pub fn add_process(&mut self, pid: u32) {
+        let tids = crate::target::process::thread_ids(pid);
+        self.counters.add_process(pid, &tids);
+    }
+
+    /// Gives a new thread counters of its own.
+    pub fn add_thread(&mut self, pid: u32, tid: u32) {
+        self.counters.add_thread(pid, tid);
+    }
+
+    /// Samples everything now (`pids`: the traced processes).
+    pub fn sample(&mut self, now_ns: u64, pids: &[u32]) {
+        let s = self.reader.sample(now_ns, pids);
+        for p in self.reader.new_problems.drain(..) {
+            eprintln!("rtm-trace: {p}");
+        }
+        self.model.push(s);
+        self.last = self.counters.read();
+        if !self.told_unavailable {
+            self.told_unavailable = true;
+            let u = self.counters.unavailable();
+            if !u.is_empty() {
+                let names: Vec<&str> = u.iter().map(|u| u.event.as_str()).collect();
+                eprintln!(
+                    "rtm-trace: counters not available here: {} ({}); carrying on with the rest",
+                    names.join(", "),
+                    u[0].reason
+                );
+            }
+        }
+    }
+
+    /// What the outputs show.
+    pub fn views(&self) -> (AmbientView, CountersView) {
+        (
+            self.model.view(),
+            CountersView::build(
+                self.counters.events(),
+                self.counters.unavailable(),
+                &self.last,
+                self.counters.threads_not_counted,
+            ),
+        )
+    }
+}
