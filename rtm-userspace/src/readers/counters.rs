@@ -335,12 +335,26 @@ mod tests {
         for _ in 0..20 {
             std::thread::sleep(std::time::Duration::from_millis(1));
         }
+        // Fresh anonymous memory (not the heap, which may be touched already), one
+        // fault per page written.
         let pages = 256;
-        let mut v = vec![0u8; pages * 4096];
-        for p in 0..pages {
-            v[p * 4096] = 1;
+        // SAFETY: a private anonymous mapping, written within bounds, unmapped below.
+        unsafe {
+            let p = libc::mmap(
+                std::ptr::null_mut(),
+                pages * 4096,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            );
+            assert_ne!(p, libc::MAP_FAILED);
+            libc::madvise(p, pages * 4096, libc::MADV_NOHUGEPAGE);
+            for i in 0..pages {
+                p.cast::<u8>().add(i * 4096).write_volatile(1);
+            }
+            libc::munmap(p, pages * 4096);
         }
-        std::hint::black_box(&v);
         let r = c.read();
         let get = |n: &str| r.iter().find(|(_, name, _)| *name == n).map(|x| x.2.value);
         let switches = get("context-switches").expect("opened");
