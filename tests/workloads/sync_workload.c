@@ -48,6 +48,9 @@ static void name(const char *fmt, long i) {
 static pthread_barrier_t round_barrier;
 static int b_rounds;
 static long b_unit_us;
+/* Arrival times measured by the threads themselves: the ground truth for the spread. */
+#define MAX_ROUNDS 256
+static long long b_arrive[MAX_ROUNDS][64];
 
 static void *barrier_thread(void *arg) {
     long i = (long)arg;
@@ -55,6 +58,7 @@ static void *barrier_thread(void *arg) {
     printf("truth barrier index=%ld tid=%ld\n", i, tid());
     for (int r = 0; r < b_rounds; r++) {
         sleep_us((i + 1) * b_unit_us);
+        if (r < MAX_ROUNDS) b_arrive[r][i] = now_ns();
         pthread_barrier_wait(&round_barrier);
     }
     return NULL;
@@ -184,6 +188,14 @@ int main(int argc, char **argv) {
             pthread_create(&th[i], NULL, barrier_thread, (void *)i);
         for (long i = 0; i < a; i++)
             pthread_join(th[i], NULL);
+        for (int r = 0; r < b && r < MAX_ROUNDS; r++) {
+            long long lo = b_arrive[r][0], hi = lo;
+            for (long i = 1; i < a; i++) {
+                if (b_arrive[r][i] < lo) lo = b_arrive[r][i];
+                if (b_arrive[r][i] > hi) hi = b_arrive[r][i];
+            }
+            printf("truth barrier round=%d spread_ns=%lld\n", r, hi - lo);
+        }
     } else if (!strcmp(mode, "cond") && argc == 5) {
         c_waits = a;
         c_wait_ms = b;

@@ -45,8 +45,10 @@ pub(super) fn system(out: &mut String, a: &AmbientView) {
     let cpus = last.per_cpu_busy.len();
     let _ = writeln!(
         out,
-        "\nSystem ({} intervals of {:.1} s; {cpus} CPUs)",
-        s.intervals, a.period_s
+        "\nSystem ({} interval{} of {:.1} s; {cpus} CPUs)",
+        s.intervals,
+        if s.intervals == 1 { "" } else { "s" },
+        a.period_s
     );
     let _ = writeln!(
         out,

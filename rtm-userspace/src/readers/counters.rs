@@ -158,7 +158,7 @@ fn explain(name: &str, e: &io::Error) -> String {
     let hw = is_hardware(name);
     match e.raw_os_error() {
         Some(libc::ENOENT) | Some(libc::EOPNOTSUPP) | Some(libc::ENODEV) if hw => {
-            format!("this machine's PMU does not count it (no hardware PMU in this VM?): {e}")
+            format!("no PMU here counts it (a VM without a virtual PMU?): {e}")
         }
         Some(libc::EMFILE) => format!("too many open files (raise `ulimit -n`): {e}"),
         Some(libc::EACCES) | Some(libc::EPERM) => {

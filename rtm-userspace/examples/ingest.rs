@@ -1,0 +1,67 @@
+//! Ingest throughput on one core: records as the ring buffer delivers them (bytes),
+//! decoded and aggregated into the sync graph, with nothing else running. Used by
+//! `cargo xtask bench ingest`; prints `events=N secs=S rate=R`.
+//!
+//! `ingest [EVENTS] [THREADS] [MUTEXES]`
+
+use std::time::Instant;
+
+use rtm::model::{Limits, SyncGraph};
+use rtm_common::{
+    EventHeader, EventKind, Primitive, SyncEvent, SyncOp,
+    decode::{decode, encode},
+};
+
+fn record(tid: u32, ts: u64, op: SyncOp, object: u64) -> Vec<u8> {
+    encode(&SyncEvent {
+        header: EventHeader {
+            kind: EventKind::Sync as u32,
+            cpu: tid % 2,
+            ts_ns: ts,
+            pid: 1000,
+            tid,
+        },
+        object,
+        aux: 0,
+        caller: 0x401000 + (object & 0xff0),
+        wait_ns: if op == SyncOp::Lock { 40 } else { 0 },
+        primitive: Primitive::Mutex as u32,
+        op: op as u32,
+        ret: 0,
+        flags: 0,
+        extra: 0,
+        pad: 0,
+    })
+    .to_vec()
+}
+
+fn main() {
+    let args: Vec<u64> = std::env::args()
+        .skip(1)
+        .map(|a| a.parse().expect("a number"))
+        .collect();
+    let events = args.first().copied().unwrap_or(4_000_000);
+    let threads = args.get(1).copied().unwrap_or(64);
+    let mutexes = args.get(2).copied().unwrap_or(1_000);
+    // Lock/unlock pairs, threads taking turns over the mutexes, as the ring would hold
+    // them: one contiguous byte stream of fixed-size records.
+    let one = record(1, 0, SyncOp::Lock, 0).len();
+    let mut stream = Vec::with_capacity(events as usize * one);
+    for i in 0..events / 2 {
+        let tid = 2000 + (i % threads) as u32;
+        let obj = 0x10_0000 + ((i * 7919) % mutexes) * 64;
+        stream.extend(record(tid, i * 100, SyncOp::Lock, obj));
+        stream.extend(record(tid, i * 100 + 50, SyncOp::Unlock, obj));
+    }
+    let mut graph = SyncGraph::new(Limits::default(), false);
+    let start = Instant::now();
+    let mut n = 0u64;
+    for rec in stream.chunks_exact(one) {
+        let ev = decode(rec).expect("valid record");
+        graph.apply(&ev);
+        n += 1;
+    }
+    let secs = start.elapsed().as_secs_f64();
+    assert_eq!(graph.counters().events, n);
+    println!("events={n} secs={secs:.3} rate={:.0}", n as f64 / secs);
+}

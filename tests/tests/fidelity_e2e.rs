@@ -1,0 +1,145 @@
+//! Fidelity: rtm-trace's numbers against what the workloads measured themselves
+//! (clock_gettime around their own critical sections, lock calls and barrier arrivals).
+//! Each comparison prints expected vs measured. MPI call counts and bytes are compared
+//! exactly in mpi_e2e.rs, a spinning thread's CPU share in ambient_e2e.rs.
+
+use std::{process::Command, time::Duration};
+
+use rtm_tests::{
+    TempDir, Value, can_trace, edge, object, read_json, rtm_bin, run, truths, workload,
+};
+
+const T: Duration = Duration::from_secs(120);
+
+fn traced(bin: &str, args: &[&str]) -> (String, Value) {
+    let dir = TempDir::new("fidelity");
+    let json = dir.join("out.json");
+    let out = run(
+        Command::new(rtm_bin())
+            .args(["--mode", "full", "--json"])
+            .arg(&json)
+            .arg("--")
+            .arg(workload(bin))
+            .args(args),
+        T,
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "rtm-trace failed: {}\n{stdout}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let doc = read_json(&json);
+    assert_eq!(doc["run"]["losses"]["ring_full"], 0);
+    (stdout, doc)
+}
+
+fn close(measured: f64, truth: f64, tol: f64, what: &str) {
+    let err = (measured - truth).abs() / truth;
+    println!(
+        "{what}: expected {truth:.0}, measured {measured:.0} ({:.3}% off)",
+        err * 100.0
+    );
+    assert!(
+        err <= tol,
+        "{what}: measured {measured} vs expected {truth}"
+    );
+}
+
+fn f(v: &Value) -> f64 {
+    v.as_f64().unwrap_or_else(|| panic!("not a number: {v}"))
+}
+
+/// Two threads take `shared_lock` `iters` times each, holding it `hold_us`.
+fn holds_and_waits(iters: u64, hold_us: u64) {
+    let (stdout, doc) = traced(
+        "mutex_workload",
+        &[
+            "--threads",
+            "2",
+            "--iters",
+            &iters.to_string(),
+            "--hold-us",
+            &hold_us.to_string(),
+            "--private",
+            "0",
+        ],
+    );
+    let shared = object(&doc, "shared_lock").expect("shared_lock named");
+    let addr = shared["addr"].as_str().unwrap();
+    for t in truths(&stdout) {
+        let e = edge(&doc, t.tid, addr).expect("edge for the thread");
+        println!("thread {}:", t.tid);
+        // Counts are exact.
+        assert_eq!(e["acquisitions"].as_u64(), Some(t.get("shared")));
+        close(
+            f(&e["hold"]["mean_ns"]),
+            t.get("hold_ns") as f64 / t.get("shared") as f64,
+            0.02,
+            "  hold mean ns",
+        );
+        close(
+            f(&e["hold"]["total_ns"]),
+            t.get("hold_ns") as f64,
+            0.02,
+            "  hold total ns",
+        );
+        // Waiting is measured around pthread_mutex_lock by the thread itself; with two
+        // threads alternating on long sections most acquisitions wait a whole section.
+        close(
+            f(&e["wait"]["total_ns"]),
+            t.get("wait_ns") as f64,
+            0.02,
+            "  wait total ns",
+        );
+    }
+}
+
+#[test]
+fn one_millisecond_holds_and_waits_within_two_percent() {
+    if !can_trace("one_millisecond_holds_and_waits_within_two_percent") {
+        return;
+    }
+    holds_and_waits(60, 1_000);
+}
+
+#[test]
+fn ten_millisecond_holds_and_waits_within_two_percent() {
+    if !can_trace("ten_millisecond_holds_and_waits_within_two_percent") {
+        return;
+    }
+    holds_and_waits(10, 10_000);
+}
+
+#[test]
+fn barrier_imbalance_within_two_percent() {
+    if !can_trace("barrier_imbalance_within_two_percent") {
+        return;
+    }
+    let (stdout, doc) = traced("sync_workload", &["barrier", "3", "10", "4000"]);
+    let truth: Vec<(u64, f64)> = stdout
+        .lines()
+        .filter_map(|l| l.strip_prefix("truth barrier round="))
+        .map(|r| {
+            let (round, spread) = r.split_once(" spread_ns=").expect("round line");
+            (round.parse().unwrap(), spread.parse().unwrap())
+        })
+        .collect();
+    assert_eq!(truth.len(), 10, "{stdout}");
+    let b = doc["sync_graph"]["objects"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|o| o["name"] == "round_barrier")
+        .expect("round_barrier");
+    let rounds = b["barrier"]["round_list"].as_array().unwrap();
+    assert_eq!(rounds.len(), 10);
+    for (r, spread) in truth {
+        close(
+            f(&rounds[r as usize]["spread_ns"]),
+            spread,
+            0.02,
+            &format!("round {r} spread ns"),
+        );
+    }
+}
