@@ -64,4 +64,36 @@ fn main() {
     let secs = start.elapsed().as_secs_f64();
     assert_eq!(graph.counters().events, n);
     println!("events={n} secs={secs:.3} rate={:.0}", n as f64 / secs);
+    if std::env::var_os("INGEST_MEMORY").is_some() {
+        drop(stream);
+        let model = rss_kib();
+        let snap = rtm::model::Snapshot::build(
+            &graph,
+            rtm::model::Window {
+                start_ns: 0,
+                end_ns: events * 100,
+            },
+            &mut |_| None,
+            &mut |_, _| None,
+        );
+        let view = rss_kib();
+        let text = serde_json::to_string_pretty(&snap).expect("serializes");
+        println!(
+            "model_kib={model} snapshot_kib={view} json_kib={} json_bytes={}",
+            rss_kib(),
+            text.len()
+        );
+    }
+}
+
+/// Resident memory of this process, KiB.
+pub fn rss_kib() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("VmRSS:"))
+                .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        })
+        .unwrap_or(0)
 }

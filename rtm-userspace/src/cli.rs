@@ -113,6 +113,11 @@ pub struct Cli {
     #[arg(long)]
     pub no_mpi: bool,
 
+    /// Measure the eBPF side: each program's runs and time per run (the kernel's BPF
+    /// statistics, on for this run only) and each map's memory, in the report and JSON.
+    #[arg(long)]
+    pub bpf_stats: bool,
+
     /// Say where each probe went and what the tracer is doing.
     #[arg(short, long)]
     pub verbose: bool,

@@ -16,7 +16,7 @@ fn traced(bin: &str, args: &[&str]) -> (String, Value) {
     let json = dir.join("out.json");
     let out = run(
         Command::new(rtm_bin())
-            .args(["--mode", "full", "--json"])
+            .args(["--mode", "full", "--bpf-stats", "--json"])
             .arg(&json)
             .arg("--")
             .arg(workload(bin))
@@ -65,6 +65,16 @@ fn holds_and_waits(iters: u64, hold_us: u64) {
             "0",
         ],
     );
+    // The kernel's statistics count every run of the lock/unlock probe.
+    let mark = doc["run"]["bpf"]["programs"]
+        .as_array()
+        .expect("--bpf-stats")
+        .iter()
+        .find(|p| p["name"] == "call_mark")
+        .expect("call_mark ran");
+    let runs = mark["runs"].as_u64().unwrap();
+    println!("call_mark: {runs} runs, {} ns per run", mark["ns_per_run"]);
+    assert!(runs >= 4 * iters, "{mark}");
     let shared = object(&doc, "shared_lock").expect("shared_lock named");
     let addr = shared["addr"].as_str().unwrap();
     for t in truths(&stdout) {

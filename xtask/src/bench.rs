@@ -11,9 +11,11 @@ use std::{
 
 use anyhow::{Context, Result, bail};
 
-use crate::setup::{Env, ensure_packages, status};
+use crate::{
+    measure::{Plan, Spread},
+    setup::{Env, ensure_packages, status},
+};
 
-const ROUNDS: usize = 5;
 /// How many times more pairs the untraced and contention-mode runs make.
 const SCALE: u64 = 20;
 
@@ -122,11 +124,6 @@ fn run_one(cfg: Config, rtm: &Path, bench: &Path, args: &[&str], libc: &Path) ->
     ns_per_pair(&out)
 }
 
-fn median(v: &mut [f64]) -> f64 {
-    v.sort_by(|a, b| a.total_cmp(b));
-    v[v.len() / 2]
-}
-
 /// Builds the release binary (target/release/rtm-trace); returns the directory the
 /// benchmarks build their workloads in.
 pub fn build_release(env: &Env, root: &Path) -> Result<PathBuf> {
@@ -144,9 +141,12 @@ pub fn build_release(env: &Env, root: &Path) -> Result<PathBuf> {
 }
 
 /// Runs the probe-cost benchmark and prints the table.
-pub fn probes(env: &Env, root: &Path) -> Result<()> {
-    ensure_packages(&["bpftrace"])?;
-    let out = build_release(env, root)?;
+pub fn probes(out: &Path, root: &Path, plan: Plan) -> Result<()> {
+    // A smoke run leaves bpftrace out (installing it and its start-up take longer than
+    // the rest).
+    if !plan.smoke {
+        ensure_packages(&["bpftrace"])?;
+    }
     let bench = out.join("bench_lock");
     status(
         Command::new("cc")
@@ -156,60 +156,67 @@ pub fn probes(env: &Env, root: &Path) -> Result<()> {
     )?;
     let rtm = root.join("target/release/rtm-trace");
     let libc = libc_path()?;
-    let configs = [
-        Config::Baseline,
-        Config::Contention,
-        Config::Full,
-        Config::Bpftrace,
-    ];
+    let mut configs = vec![Config::Baseline, Config::Contention, Config::Full];
+    if !plan.smoke {
+        configs.push(Config::Bpftrace);
+    }
     println!(
-        "\nProbe cost on {} ({} rounds each, interleaved; median ns per lock+unlock pair)\n",
-        std::fs::read_to_string("/proc/sys/kernel/hostname")
-            .unwrap_or_default()
-            .trim(),
-        ROUNDS
+        "\n### Probe cost on {} ({} rounds each, interleaved; median [min-max] ns per \
+         lock+unlock pair)\n",
+        crate::measure::host(),
+        plan.rounds
     );
     for w in &WORKLOADS {
         let mut samples: Vec<Vec<f64>> = vec![Vec::new(); configs.len()];
         // The cheap configurations get SCALE times more pairs so that they run long
         // enough (hundreds of ms) to measure; figures are per pair either way.
-        let scaled = (w.args[1].parse::<u64>()? * SCALE).to_string();
+        let pairs = w.args[1].parse::<u64>()? / plan.pick(1, 20);
+        let scaled = (pairs * SCALE).to_string();
+        let short_pairs = pairs.to_string();
         let long = [w.args[0], scaled.as_str(), w.args[2]];
-        for _ in 0..ROUNDS {
+        let short = [w.args[0], short_pairs.as_str(), w.args[2]];
+        for _ in 0..plan.rounds {
             for (i, cfg) in configs.iter().enumerate() {
                 let args: &[&str] = match cfg {
                     Config::Baseline | Config::Contention => &long,
-                    _ => &w.args,
+                    _ => &short,
                 };
                 samples[i].push(run_one(*cfg, &rtm, &bench, args, &libc)?);
             }
         }
-        let medians: Vec<f64> = samples.iter_mut().map(|s| median(s)).collect();
-        let base = medians[0];
+        let spreads: Vec<Spread> = samples.iter().map(|s| Spread::of(s)).collect();
+        let base = spreads[0].median;
         println!(
-            "### {} (`bench_lock {}`; x{SCALE} pairs without tracing and in contention mode)\n",
+            "#### {} (`bench_lock {}`; x{SCALE} pairs without tracing and in contention mode)\n",
             w.name,
-            w.args.join(" ")
+            short.join(" ")
         );
-        println!("| configuration | ns per pair (median) | vs. no tracing | added ns per pair |");
+        println!(
+            "| configuration | ns per pair: median [min-max] | vs. no tracing | added ns per pair |"
+        );
         println!("|---|---|---|---|");
-        for (cfg, m) in configs.iter().zip(&medians) {
+        for (cfg, s) in configs.iter().zip(&spreads) {
             println!(
-                "| {} | {:.1} | {:.2}x | {:.1} |",
+                "| {} | {} | {:.2}x | {:.1} |",
                 cfg.label(),
-                m,
-                m / base,
-                m - base
+                s.show(1),
+                s.median / base,
+                s.median - base
             );
         }
-        let full = medians[2] - base;
-        let bpft = medians[3] - base;
-        println!(
-            "\nfull mode adds {:.2} us per pair; bpftrace adds {:.2} us: rtm-trace is {:.1}x cheaper\n",
-            full / 1000.0,
-            bpft / 1000.0,
-            bpft / full.max(1.0)
-        );
+        let full = spreads[2].median - base;
+        match spreads.get(3) {
+            Some(b) => {
+                let bpft = b.median - base;
+                println!(
+                    "\nfull mode adds {:.2} us per pair; bpftrace adds {:.2} us: rtm-trace is {:.1}x cheaper\n",
+                    full / 1000.0,
+                    bpft / 1000.0,
+                    bpft / full.max(1.0)
+                );
+            }
+            None => println!("\nfull mode adds {:.2} us per pair\n", full / 1000.0),
+        }
     }
     Ok(())
 }

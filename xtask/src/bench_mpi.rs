@@ -8,10 +8,10 @@ use std::{path::Path, process::Command};
 
 use anyhow::{Context, Result, bail};
 
-use crate::setup::{Env, status};
-
-const ROUNDS: usize = 5;
-const ITERATIONS: &str = "20000";
+use crate::{
+    measure::{Plan, Spread},
+    setup::status,
+};
 
 struct Implementation {
     name: &'static str,
@@ -74,21 +74,15 @@ fn run_one(traced: Option<&Path>, argv: &[String]) -> Result<f64> {
     ns_per_call(&out)
 }
 
-fn median(v: &mut [f64]) -> (f64, f64, f64) {
-    v.sort_by(|a, b| a.total_cmp(b));
-    (v[v.len() / 2], v[0], v[v.len() - 1])
-}
-
 /// Runs the MPI overhead benchmark and prints the table.
-pub fn mpi(env: &Env, root: &Path) -> Result<()> {
-    let out = super::bench::build_release(env, root)?;
+pub fn mpi(out: &Path, root: &Path, plan: Plan) -> Result<()> {
+    let iterations = plan.pick("20000", "1000");
     let rtm = root.join("target/release/rtm-trace");
     println!(
-        "\nMPI call cost on {} (2 ranks, 8-byte messages, {ITERATIONS} ring steps, {ROUNDS} \
+        "\n### MPI call cost on {} (2 ranks, 8-byte messages, {iterations} ring steps, {} \
          rounds each, interleaved; median [min-max] ns per MPI_Send/MPI_Recv call)\n",
-        std::fs::read_to_string("/proc/sys/kernel/hostname")
-            .unwrap_or_default()
-            .trim(),
+        crate::measure::host(),
+        plan.rounds
     );
     println!("| implementation | no tracing | rtm-trace | vs. no tracing | added us per call |");
     println!("|---|---|---|---|---|");
@@ -105,19 +99,20 @@ pub fn mpi(env: &Env, root: &Path) -> Result<()> {
         )?;
         let mut argv: Vec<String> = imp.launcher.iter().map(|s| s.to_string()).collect();
         argv.push(bin.display().to_string());
-        argv.push(ITERATIONS.into());
+        argv.push(iterations.into());
         let (mut plain, mut traced) = (Vec::new(), Vec::new());
-        for _ in 0..ROUNDS {
+        for _ in 0..plan.rounds {
             plain.push(run_one(None, &argv)?);
             traced.push(run_one(Some(&rtm), &argv)?);
         }
-        let (p, pl, ph) = median(&mut plain);
-        let (t, tl, th) = median(&mut traced);
+        let (p, t) = (Spread::of(&plain), Spread::of(&traced));
         println!(
-            "| {} | {p:.0} [{pl:.0}-{ph:.0}] | {t:.0} [{tl:.0}-{th:.0}] | {:.1}x | {:.2} |",
+            "| {} | {} | {} | {:.1}x | {:.2} |",
             imp.name,
-            t / p,
-            (t - p) / 1000.0
+            p.show(0),
+            t.show(0),
+            t.median / p.median,
+            (t.median - p.median) / 1000.0
         );
     }
     println!(

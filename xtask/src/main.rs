@@ -2,7 +2,10 @@
 //! runs the whole test suite (root, real eBPF).
 
 mod bench;
+mod bench_app;
 mod bench_mpi;
+mod bench_scale;
+mod measure;
 mod setup;
 mod tasks;
 
@@ -29,14 +32,21 @@ enum Cmd {
     Demo,
     /// Set up, then run the whole suite: fmt, clippy, unit tests, eBPF tests (needs root).
     Test,
-    /// Benchmarks (needs root); prints Markdown for BENCHMARKS.md.
+    /// Benchmarks (needs root): all of them side by side, or one; prints Markdown for
+    /// BENCHMARKS.md.
     Bench {
         #[command(subcommand)]
-        which: BenchCmd,
+        which: Option<BenchCmd>,
+        /// A short run proving the benchmarks work (CI), not figures to quote.
+        #[arg(long, global = true)]
+        smoke: bool,
+        /// Rounds per configuration (default 5; 1 with --smoke).
+        #[arg(long, global = true)]
+        rounds: Option<usize>,
     },
 }
 
-#[derive(Subcommand)]
+#[derive(Subcommand, Clone, Copy, PartialEq, Eq)]
 enum BenchCmd {
     /// What tracing costs a lock/unlock loop: no tracing, contention mode, full mode and
     /// bpftrace, side by side.
@@ -44,6 +54,58 @@ enum BenchCmd {
     /// What tracing costs an MPI program: a small-message ring under Open MPI and MPICH,
     /// untraced and traced.
     Mpi,
+    /// What tracing costs a realistic multi-threaded program.
+    App,
+    /// Events per second the tracer ingests, and loss accounting at 1, 2 and 5 M/s.
+    Ingest,
+    /// Attach and detach latency for 1, 10 and 100 processes.
+    Attach,
+    /// rtm-trace's peak memory with 10 to 100,000 mutexes over 64 threads.
+    Memory,
+    /// eBPF program run time and map memory.
+    Ebpf,
+}
+
+/// Runs the benchmarks `which` selects (all when None).
+fn bench(which: Option<BenchCmd>, smoke: bool, rounds: Option<usize>) -> anyhow::Result<()> {
+    let env = setup::run()?;
+    let root = tasks::root();
+    let dir = bench::build_release(&env, &root)?;
+    let plan = measure::Plan {
+        rounds: rounds.unwrap_or(if smoke { 1 } else { 5 }),
+        smoke,
+    };
+    let all = [
+        BenchCmd::Probes,
+        BenchCmd::App,
+        BenchCmd::Mpi,
+        BenchCmd::Ingest,
+        BenchCmd::Attach,
+        BenchCmd::Memory,
+        BenchCmd::Ebpf,
+    ];
+    let started = std::time::Instant::now();
+    for b in all.into_iter().filter(|b| which.is_none_or(|w| w == *b)) {
+        match b {
+            BenchCmd::Probes => bench::probes(&dir, &root, plan)?,
+            BenchCmd::Mpi => bench_mpi::mpi(&dir, &root, plan)?,
+            BenchCmd::App => bench_app::app(&root, &dir, plan)?,
+            BenchCmd::Ingest => bench_scale::ingest(&root, &dir, plan)?,
+            BenchCmd::Attach => bench_scale::attach(&root, &dir, plan)?,
+            BenchCmd::Memory => bench_scale::memory(&root, &dir, plan)?,
+            BenchCmd::Ebpf => bench_scale::ebpf(&root, &dir, plan)?,
+        }
+    }
+    eprintln!(
+        "benchmarks done in {:.0} s{}",
+        started.elapsed().as_secs_f64(),
+        if smoke {
+            " (smoke run: not figures to quote)"
+        } else {
+            ""
+        }
+    );
+    Ok(())
 }
 
 fn main() -> anyhow::Result<()> {
@@ -56,10 +118,9 @@ fn main() -> anyhow::Result<()> {
         Cmd::Demo => tasks::demo(&setup::run()?),
         Cmd::Test => tasks::test(&setup::run()?),
         Cmd::Bench {
-            which: BenchCmd::Probes,
-        } => bench::probes(&setup::run()?, &tasks::root()),
-        Cmd::Bench {
-            which: BenchCmd::Mpi,
-        } => bench_mpi::mpi(&setup::run()?, &tasks::root()),
+            which,
+            smoke,
+            rounds,
+        } => bench(which, smoke, rounds),
     }
 }

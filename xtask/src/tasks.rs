@@ -120,5 +120,9 @@ pub fn test(env: &Env) -> Result<()> {
         "--no-fail-fast",
         "--",
         "--test-threads=1",
-    ]))
+    ]))?;
+    // Proves every benchmark still runs end to end; its figures are not the ones to
+    // quote (BENCHMARKS.md comes from the full `cargo xtask bench`).
+    eprintln!("xtask: benchmark smoke run (cargo xtask bench --smoke)");
+    crate::bench(None, true, None)
 }

@@ -43,9 +43,8 @@ pub enum JsonError {
     },
 }
 
-/// Renders the document.
-pub fn to_string(run: &RunInfo, snapshot: &Snapshot) -> String {
-    let doc = Document {
+fn document<'a>(run: &'a RunInfo, snapshot: &'a Snapshot) -> Document<'a> {
+    Document {
         format: FORMAT,
         version: VERSION,
         tool_version: env!("CARGO_PKG_VERSION"),
@@ -54,13 +53,31 @@ pub fn to_string(run: &RunInfo, snapshot: &Snapshot) -> String {
         task_graph: snapshot.tasks.as_ref(),
         ambient: snapshot.ambient.as_ref(),
         counters: snapshot.counters.as_ref(),
-    };
-    serde_json::to_string_pretty(&doc).expect("the document serializes")
+    }
 }
 
-/// Writes the document to `path` (atomically: a temporary file renamed into place).
+/// Renders the document.
+pub fn to_string(run: &RunInfo, snapshot: &Snapshot) -> String {
+    serde_json::to_string_pretty(&document(run, snapshot)).expect("the document serializes")
+}
+
+/// Writes the document to `path` (atomically: a temporary file renamed into place),
+/// streamed: a graph of 100,000 objects is hundreds of megabytes of text, never held
+/// in memory whole.
 pub fn write(path: &Path, run: &RunInfo, snapshot: &Snapshot) -> Result<(), JsonError> {
-    write_text(path, &to_string(run, snapshot))
+    let err = |source| JsonError::Write {
+        path: path.display().to_string(),
+        source,
+    };
+    let tmp = path.with_extension("json.tmp");
+    let f = std::fs::File::create(&tmp).map_err(err)?;
+    let mut w = std::io::BufWriter::with_capacity(1 << 16, f);
+    serde_json::to_writer_pretty(&mut w, &document(run, snapshot))
+        .map_err(|e| err(std::io::Error::other(e)))?;
+    w.write_all(b"\n").map_err(err)?;
+    let f = w.into_inner().map_err(|e| err(e.into_error()))?;
+    f.sync_all().map_err(err)?;
+    std::fs::rename(&tmp, path).map_err(err)
 }
 
 #[derive(Serialize)]

@@ -56,4 +56,7 @@ pub struct RunInfo {
     pub losses: Losses,
     /// Reader statistics.
     pub reader: ReaderStats,
+    /// The eBPF programs' run counts and times and the maps' memory (`--bpf-stats`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub bpf: Option<crate::probes::stats::BpfStats>,
 }

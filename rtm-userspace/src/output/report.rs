@@ -256,8 +256,38 @@ pub fn render(title: &str, run: &RunInfo, s: &Snapshot, top: usize) -> String {
     if let Some(c) = &s.counters {
         system_report::counters(&mut out, c);
     }
+    if let Some(b) = &run.bpf {
+        bpf_stats(&mut out, b);
+    }
     notes(&mut out, run, s);
     out
+}
+
+fn bpf_stats(out: &mut String, b: &crate::probes::stats::BpfStats) {
+    let _ = writeln!(
+        out,
+        "\neBPF programs (kernel run-time statistics; maps: {} KiB locked)",
+        b.map_bytes / 1024
+    );
+    let rows: Vec<Vec<String>> = b
+        .programs
+        .iter()
+        .filter(|p| p.runs > 0)
+        .map(|p| {
+            vec![
+                p.name.clone(),
+                count(p.runs),
+                format!("{:.0} ns", p.ns_per_run),
+                ns(p.run_ns),
+                format!("{} B", p.jited_bytes),
+            ]
+        })
+        .collect();
+    if rows.is_empty() {
+        let _ = writeln!(out, "  (no program ran)");
+    } else {
+        table(out, &["program", "runs", "per run", "total", "code"], &rows);
+    }
 }
 
 fn losses(out: &mut String, run: &RunInfo) {

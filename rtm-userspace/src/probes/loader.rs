@@ -145,6 +145,8 @@ pub struct AttachReport {
 pub struct Probes {
     ebpf: Ebpf,
     links: HashMap<u32, Vec<(&'static str, UProbeLinkId)>>,
+    /// Uprobe programs loaded so far.
+    loaded: std::collections::HashSet<&'static str>,
 }
 
 fn map_err(name: &'static str) -> impl FnOnce(MapError) -> ProbeError {
@@ -184,11 +186,9 @@ impl Probes {
             .override_global(names::GLOBAL_COUNT_WAKES, &wakes, true)
             .load(object)
             .map_err(|source| ProbeError::Load { source })?;
-        for name in UPROBES {
-            let prog: &mut UProbe = program(&mut ebpf, name)?;
-            prog.load()
-                .map_err(|source| ProbeError::Program { name, source })?;
-        }
+        // Uprobe programs are verified when first attached (`uprobe`): a run that probes
+        // no MPI library, or no pthread function, does not wait for their verification
+        // (the MPI return program alone takes the verifier about 0.4 s).
         for (name, category, event) in TRACEPOINTS {
             let prog: &mut TracePoint = program(&mut ebpf, name)?;
             prog.load()
@@ -204,7 +204,20 @@ impl Probes {
         Ok(Self {
             ebpf,
             links: HashMap::new(),
+            loaded: Default::default(),
         })
+    }
+
+    /// The uprobe program `name`, loaded into the kernel on first use.
+    fn uprobe(&mut self, name: &'static str) -> Result<&mut UProbe, ProbeError> {
+        debug_assert!(UPROBES.contains(&name));
+        let first = self.loaded.insert(name);
+        let prog: &mut UProbe = program(&mut self.ebpf, name)?;
+        if first {
+            prog.load()
+                .map_err(|source| ProbeError::Program { name, source })?;
+        }
+        Ok(prog)
     }
 
     /// Takes the event ring buffer (once).
@@ -233,6 +246,11 @@ impl Probes {
             }
         }
         .map_err(map_err(names::MAP_TRACED_TGIDS))
+    }
+
+    /// The loaded object.
+    pub(super) fn ebpf(&self) -> &Ebpf {
+        &self.ebpf
     }
 
     /// Whether the in-kernel filter traces `pid` (it adds followed children itself).
@@ -323,7 +341,7 @@ impl Probes {
                 ProbeKind::Mark | ProbeKind::Begin => &[names::PROG_CALL_MARK],
             };
             for &name in programs {
-                let prog: &mut UProbe = program(&mut self.ebpf, name)?;
+                let prog = self.uprobe(name)?;
                 let point = UProbeAttachPoint {
                     location: UProbeAttachLocation::AbsoluteOffset(offset + place.offset),
                     cookie: Some(cookie),
@@ -394,7 +412,7 @@ impl Probes {
                 .unwrap_or(&[]);
             let place = placement::place(code, offset, &keep, false);
             for name in [names::PROG_MPI_ENTER, names::PROG_MPI_RETURN] {
-                let prog: &mut UProbe = program(&mut self.ebpf, name)?;
+                let prog = self.uprobe(name)?;
                 let point = UProbeAttachPoint {
                     location: UProbeAttachLocation::AbsoluteOffset(offset + place.offset),
                     cookie: Some(mpi_cookie(op, lib.implementation)),

@@ -4,5 +4,6 @@ pub mod loader;
 pub mod mpi;
 pub mod placement;
 pub mod pthread;
+pub mod stats;
 
 pub use loader::{ProbeError, Probes};

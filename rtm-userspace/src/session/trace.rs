@@ -213,6 +213,13 @@ pub(super) async fn trace(cli: Cli, mut child: Option<GatedChild>) -> Result<i32
         }
     };
     let mut reader = EventReader::new(probes.take_ring()?).map_err(io_err("ring buffer"))?;
+    // The kernel's per-program run-time statistics cost every probe a little: on only
+    // when asked for, and only until the tracer exits.
+    let _bpf_stats = cli.bpf_stats.then(|| {
+        crate::probes::stats::enable()
+            .map_err(|e| eprintln!("rtm-trace: warning: --bpf-stats: {e}"))
+            .ok()
+    });
     // Before anything runs: the records of a launched program's exec must be caught.
     let mut mappings = match MappingReader::open() {
         Ok(m) => Some(m),
@@ -463,6 +470,9 @@ pub(super) async fn trace(cli: Cli, mut child: Option<GatedChild>) -> Result<i32
         &reader,
     );
     run.losses.mapping_records = mapping_losses(&mappings, &state.namer);
+    if cli.bpf_stats {
+        run.bpf = Some(probes.bpf_stats());
+    }
     state.model.settle_pending();
     let snap = snapshot(&mut state, start_ns, end_ns);
     emit_report(&cli, &report::render("final report", &run, &snap, cli.top))?;
@@ -551,6 +561,7 @@ fn run_info(
         end_reason,
         losses: Losses::from_counters(losses),
         reader: reader.stats(),
+        bpf: None,
     }
 }
 

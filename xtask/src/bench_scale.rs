@@ -1,0 +1,323 @@
+//! `cargo xtask bench ingest|attach|memory`: the tracer's own speed and size.
+//! - ingest: events per second the reader + decoder + aggregator sustain on one core
+//!   (records from memory), then real events from the kernel at offered rates of 1, 2
+//!   and 5 million per second: what arrived, what was lost, and that the two add up.
+//! - attach: from start to probes live, and from Ctrl-C to exit, for 1, 10 and 100
+//!   processes.
+//! - memory: rtm-trace's peak RSS with 10, 1,000 and 100,000 mutexes over 64 threads.
+
+use std::{
+    io::{BufRead, BufReader},
+    path::{Path, PathBuf},
+    process::{Child, Command, Stdio},
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context, Result, bail};
+
+use crate::measure::{Plan, Spread, figure, host, run_ok};
+
+fn cc(root: &Path, dir: &Path, name: &str) -> Result<PathBuf> {
+    let bin = dir.join(name);
+    crate::setup::status(
+        Command::new("cc")
+            .args(["-O2", "-pthread", "-Wall", "-o"])
+            .arg(&bin)
+            .arg(root.join(format!("tests/workloads/{name}.c"))),
+    )?;
+    Ok(bin)
+}
+
+fn json(path: &Path) -> Result<serde_json::Value> {
+    let text = std::fs::read_to_string(path).with_context(|| format!("{}", path.display()))?;
+    Ok(serde_json::from_str(&text)?)
+}
+
+/// Ingest speed: in memory on one core, and from the kernel at offered rates.
+pub fn ingest(root: &Path, dir: &Path, plan: Plan) -> Result<()> {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    crate::setup::status(Command::new(&cargo).current_dir(root).args([
+        "build",
+        "--release",
+        "-p",
+        "rtm-userspace",
+        "--example",
+        "ingest",
+    ]))?;
+    let ex = root.join("target/release/examples/ingest");
+    let n = plan.pick("4000000", "200000");
+    let rates: Vec<f64> = (0..plan.rounds)
+        .map(|_| {
+            let r = run_ok(Command::new(&ex).args([n, "64", "1000"]), "ingest")?;
+            figure(&String::from_utf8_lossy(&r.out.stdout), "rate")
+        })
+        .collect::<Result<_>>()?;
+    let s = Spread::of(&rates);
+    println!(
+        "\n### Ingest on {} ({} rounds)\n\nDecode + aggregate, one core, records from memory \
+         ({n} mutex events, 64 threads, 1,000 mutexes): **{:.2} M events/s** [{:.2}-{:.2}]\n",
+        host(),
+        plan.rounds,
+        s.median / 1e6,
+        s.min / 1e6,
+        s.max / 1e6
+    );
+    let rate_bin = cc(root, dir, "bench_rate")?;
+    let rtm = root.join("target/release/rtm-trace");
+    let out = dir.join("ingest.json");
+    println!(
+        "From the kernel (`rtm-trace --mode full -- bench_rate 2 PAIRS/S SECS`: two threads \
+         lock and unlock their own mutex at a paced rate, two events a pair):\n"
+    );
+    println!(
+        "| offered events/s | seconds | events made | achieved events/s | read | lost (ring full) | read + lost - made |"
+    );
+    println!("|---|---|---|---|---|---|---|");
+    let runs: [(f64, &str); 3] = [
+        (1e6, plan.pick("60", "2")),
+        (2e6, plan.pick("10", "1")),
+        (5e6, plan.pick("10", "1")),
+    ];
+    for (rate, secs) in runs {
+        let pairs = format!("{}", rate / 2.0);
+        let r = run_ok(
+            Command::new(&rtm)
+                .args(["--mode", "full", "-o", "/dev/null", "--json"])
+                .arg(&out)
+                .arg("--")
+                .arg(&rate_bin)
+                .args(["2", &pairs, secs]),
+            "bench_rate under rtm-trace",
+        )?;
+        let text = String::from_utf8_lossy(&r.out.stdout);
+        let made = 2.0 * figure(&text, "pairs")?;
+        let took = figure(&text, "secs")?;
+        let doc = json(&out)?;
+        let read = doc["run"]["reader"]["records"].as_f64().unwrap_or(0.0);
+        let lost = doc["run"]["losses"]["ring_full"].as_f64().unwrap_or(0.0)
+            + doc["run"]["losses"]["pending_full"].as_f64().unwrap_or(0.0);
+        println!(
+            "| {:.0}M | {took:.1} | {made:.0} | {:.2}M | {read:.0} | {lost:.0} | {:+.0} |",
+            rate / 1e6,
+            made / took / 1e6,
+            read + lost - made
+        );
+    }
+    println!(
+        "\n`read + lost - made` is what the tracer saw beyond the workload's own lock and \
+         unlock events (thread creation and exit, the exec, the loader's locks): a few, \
+         the same at every rate. Every event made is either read or counted as lost. The \
+         offered rate is an upper bound: each probe costs the workload ~1 us, so two \
+         threads on this 2-vCPU VM cannot make 5 M events/s.\n"
+    );
+    Ok(())
+}
+
+/// Waits for `needle` on the child's stderr; returns when it appeared.
+fn wait_line(child: &mut Child, needle: &str, limit: Duration) -> Result<Instant> {
+    let err = child.stderr.take().context("stderr")?;
+    let (tx, rx) = std::sync::mpsc::channel();
+    let wanted = needle.to_owned();
+    std::thread::spawn(move || {
+        for line in BufReader::new(err).lines().map_while(Result::ok) {
+            if line.contains(&wanted) {
+                let _ = tx.send(Instant::now());
+            }
+        }
+    });
+    rx.recv_timeout(limit)
+        .with_context(|| format!("no '{needle}' within {limit:?}"))
+}
+
+/// Attach and detach latency for 1, 10 and 100 processes.
+pub fn attach(root: &Path, dir: &Path, plan: Plan) -> Result<()> {
+    let rate_bin = cc(root, dir, "bench_rate")?;
+    let rtm = root.join("target/release/rtm-trace");
+    println!(
+        "\n### Attach and detach on {} ({} rounds; median [min-max] ms)\n\nTargets: `bench_rate 1 \
+         100 600` processes (pthread programs, idle). Attach: from starting rtm-trace to \
+         its \"attached\" line (probes live). Detach: from SIGINT to rtm-trace's exit, \
+         results written.\n",
+        host(),
+        plan.rounds
+    );
+    println!("| processes | mode | attach ms | detach ms |");
+    println!("|---|---|---|---|");
+    let counts: &[(usize, &str)] = if plan.smoke {
+        &[(1, "contention"), (1, "full"), (10, "contention")]
+    } else {
+        &[
+            (1, "contention"),
+            (10, "contention"),
+            (100, "contention"),
+            (1, "full"),
+            (10, "full"),
+            (100, "full"),
+        ]
+    };
+    for &(n, mode) in counts {
+        let mut targets: Vec<Child> = (0..n)
+            .map(|_| {
+                Command::new(&rate_bin)
+                    .args(["1", "100", "600"])
+                    .stdout(Stdio::null())
+                    .spawn()
+                    .context("starting a target")
+            })
+            .collect::<Result<_>>()?;
+        std::thread::sleep(Duration::from_millis(300));
+        let (mut att, mut det) = (Vec::new(), Vec::new());
+        for _ in 0..plan.rounds {
+            let mut cmd = Command::new(&rtm);
+            cmd.args(["--mode", mode, "--no-mpi", "-o", "/dev/null"]);
+            for t in &targets {
+                cmd.arg("--pid").arg(t.id().to_string());
+            }
+            let start = Instant::now();
+            let mut tracer = cmd
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped())
+                .spawn()
+                .context("starting rtm-trace")?;
+            let live = wait_line(&mut tracer, "attached to PID", Duration::from_secs(600))?;
+            att.push((live - start).as_secs_f64() * 1e3);
+            std::thread::sleep(Duration::from_millis(500));
+            let stop = Instant::now();
+            // SAFETY: signalling our own child.
+            unsafe { libc::kill(tracer.id() as i32, libc::SIGINT) };
+            let st = tracer.wait()?;
+            if !st.success() {
+                bail!("rtm-trace exited with {st}");
+            }
+            det.push(stop.elapsed().as_secs_f64() * 1e3);
+        }
+        for t in &mut targets {
+            let _ = t.kill();
+            let _ = t.wait();
+        }
+        println!(
+            "| {n} | {mode} | {} | {} |",
+            Spread::of(&att).show(0),
+            Spread::of(&det).show(0)
+        );
+    }
+    println!(
+        "\nFull mode places uprobes in each process's libc; removing each one costs the \
+         kernel about 0.1 s (see Known limits in the README).\n"
+    );
+    Ok(())
+}
+
+/// Peak memory of rtm-trace against the number of distinct mutexes.
+pub fn memory(root: &Path, dir: &Path, plan: Plan) -> Result<()> {
+    let bin = cc(root, dir, "bench_mutexes")?;
+    let rtm = root.join("target/release/rtm-trace");
+    let out = dir.join("memory.json");
+    println!(
+        "\n### Memory on {} (`rtm-trace --mode full -- bench_mutexes N 64 2`: 64 threads, \
+         every mutex used by two of them, twice; {} rounds)\n",
+        host(),
+        plan.rounds
+    );
+    println!(
+        "| distinct mutexes | rtm-trace peak RSS MiB: median [min-max] | objects tracked | edges | events not recorded (over caps) |"
+    );
+    println!("|---|---|---|---|---|");
+    let sizes: &[&str] = if plan.smoke {
+        &["10", "1000"]
+    } else {
+        &["10", "1000", "100000"]
+    };
+    for n in sizes {
+        let mut rss = Vec::new();
+        let mut doc = serde_json::Value::Null;
+        for _ in 0..plan.rounds {
+            let r = run_ok(
+                Command::new(&rtm)
+                    .args(["--mode", "full", "-o", "/dev/null", "--json"])
+                    .arg(&out)
+                    .arg("--")
+                    .arg(&bin)
+                    .args([n, "64", "2"]),
+                "bench_mutexes under rtm-trace",
+            )?;
+            rss.push(r.max_rss_kib as f64 / 1024.0);
+            doc = json(&out)?;
+        }
+        let objects = doc["sync_graph"]["objects"]
+            .as_array()
+            .map_or(0, |o| o.iter().filter(|o| o["kind"] == "mutex").count());
+        println!(
+            "| {n} | {} | {objects} | {} | {} |",
+            Spread::of(&rss).show(1),
+            doc["sync_graph"]["edges"].as_array().map_or(0, Vec::len),
+            doc["sync_graph"]["model"]["dropped_over_limits"]
+        );
+    }
+    println!(
+        "\nThe caps (`--max-objects`, default 200,000 objects and 400,000 edges; \
+         `--max-histograms`, 4,096 distributions with percentiles) bound memory whatever \
+         the target does; what is over them is counted in `dropped_over_limits`.\n"
+    );
+    Ok(())
+}
+
+/// The eBPF side: time per program run and map memory, from one full-mode run of the
+/// lock loop with the kernel's statistics on.
+pub fn ebpf(root: &Path, dir: &Path, plan: Plan) -> Result<()> {
+    let bin = dir.join("bench_lock");
+    crate::setup::status(
+        Command::new("cc")
+            .args(["-O2", "-pthread", "-Wall", "-o"])
+            .arg(&bin)
+            .arg(root.join("tests/workloads/bench_lock.c")),
+    )?;
+    let rtm = root.join("target/release/rtm-trace");
+    let out = dir.join("ebpf.json");
+    run_ok(
+        Command::new(&rtm)
+            .args(["--mode", "full", "--bpf-stats", "-o", "/dev/null", "--json"])
+            .arg(&out)
+            .arg("--")
+            .arg(&bin)
+            .args(["2", plan.pick("100000", "5000"), "200"]),
+        "bench_lock under rtm-trace --bpf-stats",
+    )?;
+    let doc = json(&out)?;
+    let bpf = &doc["run"]["bpf"];
+    println!(
+        "\n### eBPF run time on {} (`rtm-trace --mode full --bpf-stats -- bench_lock 2 {} 200`; \
+         the kernel's BPF statistics, on only for this run)\n",
+        host(),
+        plan.pick("100000", "5000")
+    );
+    println!("| program | runs | ns per run | JITed bytes |");
+    println!("|---|---|---|---|");
+    for p in bpf["programs"].as_array().context("no bpf stats")? {
+        if p["runs"].as_u64().unwrap_or(0) > 0 {
+            println!(
+                "| {} | {} | {:.0} | {} |",
+                p["name"].as_str().unwrap_or("?"),
+                p["runs"],
+                p["ns_per_run"].as_f64().unwrap_or(0.0),
+                p["jited_bytes"]
+            );
+        }
+    }
+    println!("\n| map | max entries | locked KiB |");
+    println!("|---|---|---|");
+    for m in bpf["maps"].as_array().context("no map stats")? {
+        println!(
+            "| {} | {} | {} |",
+            m["name"].as_str().unwrap_or("?"),
+            m["max_entries"],
+            m["memlock_bytes"].as_u64().unwrap_or(0) / 1024
+        );
+    }
+    println!(
+        "\nMaps in all: {} KiB (the event ring is `--ring-size`, 16 MiB by default). The \
+         statistics themselves add a little to each run (two clock reads).\n",
+        bpf["map_bytes"].as_u64().unwrap_or(0) / 1024
+    );
+    Ok(())
+}
