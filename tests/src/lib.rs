@@ -222,6 +222,19 @@ pub fn truths(stdout: &str) -> Vec<Truth> {
         .collect()
 }
 
+/// Asserts `measured` is within `tol` (a fraction) of `truth`, printing both.
+pub fn within(measured: f64, truth: f64, tol: f64, what: &str) {
+    let err = (measured - truth).abs() / truth;
+    println!(
+        "{what}: expected {truth:.1}, measured {measured:.1} ({:.3}% off)",
+        err * 100.0
+    );
+    assert!(
+        err <= tol,
+        "{what}: measured {measured} vs expected {truth}"
+    );
+}
+
 /// Reads a JSON output file.
 pub fn read_json(path: &Path) -> Value {
     let text =

@@ -4,7 +4,7 @@
 use std::{process::Command, time::Duration};
 
 use rtm_tests::{
-    LineWatch, TempDir, Value, can_trace, read_json, rtm_bin, run, spawn, truths, workload,
+    LineWatch, TempDir, Value, can_trace, read_json, rtm_bin, run, spawn, truths, within, workload,
 };
 
 const T: Duration = Duration::from_secs(120);
@@ -35,15 +35,6 @@ fn trace(args: &[&str], extra: &[&str]) -> (String, Value) {
 
 fn f(v: &Value) -> f64 {
     v.as_f64().unwrap_or_else(|| panic!("not a number: {v}"))
-}
-
-fn within(measured: f64, truth: f64, tol: f64, what: &str) {
-    let err = (measured - truth).abs() / truth;
-    println!(
-        "{what}: expected {truth:.1}, measured {measured:.1} ({:.2}% off)",
-        err * 100.0
-    );
-    assert!(err <= tol, "{what}: {measured} vs {truth}");
 }
 
 /// The traced process's counter `event`.

@@ -6,7 +6,7 @@
 use std::{process::Command, time::Duration};
 
 use rtm_tests::{
-    TempDir, Value, can_trace, edge, object, read_json, rtm_bin, run, truths, workload,
+    TempDir, Value, can_trace, edge, object, read_json, rtm_bin, run, truths, within, workload,
 };
 
 const T: Duration = Duration::from_secs(120);
@@ -32,18 +32,6 @@ fn traced(bin: &str, args: &[&str]) -> (String, Value) {
     let doc = read_json(&json);
     assert_eq!(doc["run"]["losses"]["ring_full"], 0);
     (stdout, doc)
-}
-
-fn close(measured: f64, truth: f64, tol: f64, what: &str) {
-    let err = (measured - truth).abs() / truth;
-    println!(
-        "{what}: expected {truth:.0}, measured {measured:.0} ({:.3}% off)",
-        err * 100.0
-    );
-    assert!(
-        err <= tol,
-        "{what}: measured {measured} vs expected {truth}"
-    );
 }
 
 fn f(v: &Value) -> f64 {
@@ -82,13 +70,13 @@ fn holds_and_waits(iters: u64, hold_us: u64) {
         println!("thread {}:", t.tid);
         // Counts are exact.
         assert_eq!(e["acquisitions"].as_u64(), Some(t.get("shared")));
-        close(
+        within(
             f(&e["hold"]["mean_ns"]),
             t.get("hold_ns") as f64 / t.get("shared") as f64,
             0.02,
             "  hold mean ns",
         );
-        close(
+        within(
             f(&e["hold"]["total_ns"]),
             t.get("hold_ns") as f64,
             0.02,
@@ -96,7 +84,7 @@ fn holds_and_waits(iters: u64, hold_us: u64) {
         );
         // Waiting is measured around pthread_mutex_lock by the thread itself; with two
         // threads alternating on long sections most acquisitions wait a whole section.
-        close(
+        within(
             f(&e["wait"]["total_ns"]),
             t.get("wait_ns") as f64,
             0.02,
@@ -145,7 +133,7 @@ fn barrier_imbalance_within_two_percent() {
     let rounds = b["barrier"]["round_list"].as_array().unwrap();
     assert_eq!(rounds.len(), 10);
     for (r, spread) in truth {
-        close(
+        within(
             f(&rounds[r as usize]["spread_ns"]),
             spread,
             0.02,

@@ -2,7 +2,7 @@
 
 use std::{collections::HashMap, path::PathBuf, process::Command, time::Duration};
 
-use rtm_tests::{TempDir, Value, can_trace, read_json, rtm_bin, run, workload};
+use rtm_tests::{TempDir, Value, can_trace, read_json, rtm_bin, run, within, workload};
 
 const T: Duration = Duration::from_secs(120);
 
@@ -84,15 +84,6 @@ fn u(v: &Value) -> u64 {
 
 fn tid(s: &str) -> u64 {
     s.parse().expect("tid")
-}
-
-fn within(measured: f64, truth: f64, tol: f64, what: &str) {
-    let err = (measured - truth).abs() / truth;
-    println!(
-        "{what}: expected {truth:.0}, measured {measured:.0} ({:.2}% off)",
-        err * 100.0
-    );
-    assert!(err < tol, "{what}: {measured} vs {truth}");
 }
 
 #[test]

@@ -29,8 +29,13 @@ static void *run(void *arg) {
         /* Catch up with the schedule in small bursts, then look at the clock again. */
         long due = (long)((t - start) * rate_per_thread);
         if (n >= due) {
-            /* Ahead of the schedule: idle a little instead of spinning on the clock. */
-            struct timespec nap = {0, 50000};
+            /* Ahead of the schedule: sleep until the next pair is due (at least 50 us,
+             * at most 10 ms), so a slow-paced process is idle, not spinning. */
+            double wait = (n + 1) / rate_per_thread - (t - start);
+            long ns = (long)(wait * 1e9);
+            if (ns < 50000) ns = 50000;
+            if (ns > 10000000) ns = 10000000;
+            struct timespec nap = {0, ns};
             nanosleep(&nap, NULL);
         }
         for (int k = 0; k < 64 && n < due; k++, n++) {

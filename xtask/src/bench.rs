@@ -147,13 +147,7 @@ pub fn probes(out: &Path, root: &Path, plan: Plan) -> Result<()> {
     if !plan.smoke {
         ensure_packages(&["bpftrace"])?;
     }
-    let bench = out.join("bench_lock");
-    status(
-        Command::new("cc")
-            .args(["-O2", "-pthread", "-Wall", "-o"])
-            .arg(&bench)
-            .arg(root.join("tests/workloads/bench_lock.c")),
-    )?;
+    let bench = crate::measure::workload(root, out, "bench_lock")?;
     let rtm = root.join("target/release/rtm-trace");
     let libc = libc_path()?;
     let mut configs = vec![Config::Baseline, Config::Contention, Config::Full];

@@ -11,13 +11,7 @@ use crate::measure::{Plan, Spread, figure, host, run_ok};
 
 /// Runs the benchmark and prints its table.
 pub fn app(root: &Path, bench_dir: &Path, plan: Plan) -> Result<()> {
-    let bin = bench_dir.join("bench_app");
-    crate::setup::status(
-        Command::new("cc")
-            .args(["-O2", "-pthread", "-Wall", "-o"])
-            .arg(&bin)
-            .arg(root.join("tests/workloads/bench_app.c")),
-    )?;
+    let bin = crate::measure::workload(root, bench_dir, "bench_app")?;
     let rtm = root.join("target/release/rtm-trace");
     let jobs = plan.pick("40000", "2000");
     let args = ["4", jobs];

@@ -8,25 +8,14 @@
 
 use std::{
     io::{BufRead, BufReader},
-    path::{Path, PathBuf},
+    path::Path,
     process::{Child, Command, Stdio},
     time::{Duration, Instant},
 };
 
 use anyhow::{Context, Result, bail};
 
-use crate::measure::{Plan, Spread, figure, host, run_ok};
-
-fn cc(root: &Path, dir: &Path, name: &str) -> Result<PathBuf> {
-    let bin = dir.join(name);
-    crate::setup::status(
-        Command::new("cc")
-            .args(["-O2", "-pthread", "-Wall", "-o"])
-            .arg(&bin)
-            .arg(root.join(format!("tests/workloads/{name}.c"))),
-    )?;
-    Ok(bin)
-}
+use crate::measure::{Plan, Spread, figure, host, run_ok, workload};
 
 fn json(path: &Path) -> Result<serde_json::Value> {
     let text = std::fs::read_to_string(path).with_context(|| format!("{}", path.display()))?;
@@ -62,7 +51,7 @@ pub fn ingest(root: &Path, dir: &Path, plan: Plan) -> Result<()> {
         s.min / 1e6,
         s.max / 1e6
     );
-    let rate_bin = cc(root, dir, "bench_rate")?;
+    let rate_bin = workload(root, dir, "bench_rate")?;
     let rtm = root.join("target/release/rtm-trace");
     let out = dir.join("ingest.json");
     println!(
@@ -70,19 +59,30 @@ pub fn ingest(root: &Path, dir: &Path, plan: Plan) -> Result<()> {
          lock and unlock their own mutex at a paced rate, two events a pair):\n"
     );
     println!(
-        "| offered events/s | seconds | events made | achieved events/s | read | lost (ring full) | read + lost - made |"
+        "| offered events/s | ring | seconds | events made | achieved events/s | read | lost (ring full) | read + lost - made |"
     );
-    println!("|---|---|---|---|---|---|---|");
-    let runs: [(f64, &str); 3] = [
-        (1e6, plan.pick("60", "2")),
-        (2e6, plan.pick("10", "1")),
-        (5e6, plan.pick("10", "1")),
+    println!("|---|---|---|---|---|---|---|---|");
+    // The last run gives the tracer a 64 KiB ring, which cannot hold a 20 ms drain
+    // interval at 1 M/s: losses happen, and must be counted to the event.
+    let runs: [(f64, &str, &str); 4] = [
+        (1e6, plan.pick("60", "2"), "16777216"),
+        (2e6, plan.pick("10", "1"), "16777216"),
+        (5e6, plan.pick("10", "1"), "16777216"),
+        (1e6, plan.pick("10", "1"), "65536"),
     ];
-    for (rate, secs) in runs {
+    for (rate, secs, ring) in runs {
         let pairs = format!("{}", rate / 2.0);
         let r = run_ok(
             Command::new(&rtm)
-                .args(["--mode", "full", "-o", "/dev/null", "--json"])
+                .args([
+                    "--mode",
+                    "full",
+                    "-o",
+                    "/dev/null",
+                    "--ring-size",
+                    ring,
+                    "--json",
+                ])
                 .arg(&out)
                 .arg("--")
                 .arg(&rate_bin)
@@ -97,8 +97,9 @@ pub fn ingest(root: &Path, dir: &Path, plan: Plan) -> Result<()> {
         let lost = doc["run"]["losses"]["ring_full"].as_f64().unwrap_or(0.0)
             + doc["run"]["losses"]["pending_full"].as_f64().unwrap_or(0.0);
         println!(
-            "| {:.0}M | {took:.1} | {made:.0} | {:.2}M | {read:.0} | {lost:.0} | {:+.0} |",
+            "| {:.0}M | {} KiB | {took:.1} | {made:.0} | {:.2}M | {read:.0} | {lost:.0} | {:+.0} |",
             rate / 1e6,
+            ring.parse::<u64>().unwrap_or(0) / 1024,
             made / took / 1e6,
             read + lost - made
         );
@@ -131,7 +132,7 @@ fn wait_line(child: &mut Child, needle: &str, limit: Duration) -> Result<Instant
 
 /// Attach and detach latency for 1, 10 and 100 processes.
 pub fn attach(root: &Path, dir: &Path, plan: Plan) -> Result<()> {
-    let rate_bin = cc(root, dir, "bench_rate")?;
+    let rate_bin = workload(root, dir, "bench_rate")?;
     let rtm = root.join("target/release/rtm-trace");
     println!(
         "\n### Attach and detach on {} ({} rounds; median [min-max] ms)\n\nTargets: `bench_rate 1 \
@@ -217,7 +218,7 @@ pub fn attach(root: &Path, dir: &Path, plan: Plan) -> Result<()> {
 
 /// Peak memory of rtm-trace against the number of distinct mutexes.
 pub fn memory(root: &Path, dir: &Path, plan: Plan) -> Result<()> {
-    let bin = cc(root, dir, "bench_mutexes")?;
+    let bin = workload(root, dir, "bench_mutexes")?;
     let rtm = root.join("target/release/rtm-trace");
     let out = dir.join("memory.json");
     println!(
@@ -227,9 +228,9 @@ pub fn memory(root: &Path, dir: &Path, plan: Plan) -> Result<()> {
         plan.rounds
     );
     println!(
-        "| distinct mutexes | rtm-trace peak RSS MiB: median [min-max] | objects tracked | edges | events not recorded (over caps) |"
+        "| distinct mutexes | rtm-trace peak RSS MiB: median [min-max] | objects tracked | edges | events lost (ring full) | not recorded (over caps) |"
     );
-    println!("|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|");
     let sizes: &[&str] = if plan.smoke {
         &["10", "1000"]
     } else {
@@ -248,16 +249,20 @@ pub fn memory(root: &Path, dir: &Path, plan: Plan) -> Result<()> {
                     .args([n, "64", "2"]),
                 "bench_mutexes under rtm-trace",
             )?;
-            rss.push(r.max_rss_kib as f64 / 1024.0);
             doc = json(&out)?;
+            // The tracer's own high-water mark (wait4's figure also counts the
+            // launched program, which starts as a copy of the tracer).
+            let hwm = doc["run"]["tracer_max_rss_kib"].as_f64();
+            rss.push(hwm.unwrap_or(r.max_rss_kib as f64) / 1024.0);
         }
         let objects = doc["sync_graph"]["objects"]
             .as_array()
             .map_or(0, |o| o.iter().filter(|o| o["kind"] == "mutex").count());
         println!(
-            "| {n} | {} | {objects} | {} | {} |",
+            "| {n} | {} | {objects} | {} | {} | {} |",
             Spread::of(&rss).show(1),
             doc["sync_graph"]["edges"].as_array().map_or(0, Vec::len),
+            doc["run"]["losses"]["ring_full"],
             doc["sync_graph"]["model"]["dropped_over_limits"]
         );
     }
@@ -272,13 +277,7 @@ pub fn memory(root: &Path, dir: &Path, plan: Plan) -> Result<()> {
 /// The eBPF side: time per program run and map memory, from one full-mode run of the
 /// lock loop with the kernel's statistics on.
 pub fn ebpf(root: &Path, dir: &Path, plan: Plan) -> Result<()> {
-    let bin = dir.join("bench_lock");
-    crate::setup::status(
-        Command::new("cc")
-            .args(["-O2", "-pthread", "-Wall", "-o"])
-            .arg(&bin)
-            .arg(root.join("tests/workloads/bench_lock.c")),
-    )?;
+    let bin = workload(root, dir, "bench_lock")?;
     let rtm = root.join("target/release/rtm-trace");
     let out = dir.join("ebpf.json");
     run_ok(

@@ -128,6 +128,22 @@ pub fn figure(text: &str, key: &str) -> Result<f64> {
         .with_context(|| format!("no {key}= in:\n{text}"))
 }
 
+/// Compiles tests/workloads/NAME.c into `dir`; returns the program.
+pub fn workload(
+    root: &std::path::Path,
+    dir: &std::path::Path,
+    name: &str,
+) -> Result<std::path::PathBuf> {
+    let bin = dir.join(name);
+    crate::setup::status(
+        Command::new("cc")
+            .args(["-O2", "-g", "-pthread", "-Wall", "-o"])
+            .arg(&bin)
+            .arg(root.join(format!("tests/workloads/{name}.c"))),
+    )?;
+    Ok(bin)
+}
+
 /// This machine's name, for table headings.
 pub fn host() -> String {
     std::fs::read_to_string("/proc/sys/kernel/hostname")

@@ -45,13 +45,7 @@ pub fn demo(env: &Env) -> Result<()> {
     build(env, true)?;
     let out = root().join("target/workloads");
     std::fs::create_dir_all(&out)?;
-    let demo = out.join("demo");
-    status(
-        Command::new("cc")
-            .args(["-O2", "-g", "-pthread", "-Wall", "-o"])
-            .arg(&demo)
-            .arg(root().join("tests/workloads/demo.c")),
-    )?;
+    let demo = crate::measure::workload(&root(), &out, "demo")?;
     let bin = root().join("target/release/rtm-trace");
     // The default mode first (what `rtm-trace --pid` gives), then every call traced.
     for mode in ["contention", "full"] {

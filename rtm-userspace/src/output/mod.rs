@@ -56,6 +56,9 @@ pub struct RunInfo {
     pub losses: Losses,
     /// Reader statistics.
     pub reader: ReaderStats,
+    /// The tracer's own peak resident memory (VmHWM) when the results were written, KiB.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tracer_max_rss_kib: Option<u64>,
     /// The eBPF programs' run counts and times and the maps' memory (`--bpf-stats`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub bpf: Option<crate::probes::stats::BpfStats>,

@@ -85,8 +85,9 @@ impl Sampler {
     }
 
     /// Samples everything now (`pids`: the traced processes).
-    pub fn sample(&mut self, now_ns: u64, pids: &[u32]) {
-        let s = self.reader.sample(now_ns, pids);
+    pub fn sample(&mut self, now_ns: u64, pids: impl Iterator<Item = u32>) {
+        let pids: Vec<u32> = pids.collect();
+        let s = self.reader.sample(now_ns, &pids);
         for p in self.reader.new_problems.drain(..) {
             eprintln!("rtm-trace: {p}");
         }

@@ -297,7 +297,7 @@ pub(super) async fn trace(cli: Cli, mut child: Option<GatedChild>) -> Result<i32
     for &pid in &pids {
         sampler.add_process(pid);
     }
-    sampler.sample(start_ns, &pids);
+    sampler.sample(start_ns, pids.iter().copied());
     let started_unix_ms = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_millis() as u64)
@@ -411,15 +411,15 @@ pub(super) async fn trace(cli: Cli, mut child: Option<GatedChild>) -> Result<i32
                 )?;
             }
             Wake::Sample => {
-                let alive: Vec<u32> = pids.iter().chain(&followed).copied().collect();
-                state.sampler.sample(monotonic_ns(), &alive);
+                let alive = pids.iter().chain(&followed).copied();
+                state.sampler.sample(monotonic_ns(), alive);
             }
             Wake::Stop(r) => break r,
             Wake::Exited(pid) => {
                 // Its last events are already in the ring buffer; its usage is still
                 // readable until it is reaped.
-                let alive: Vec<u32> = pids.iter().chain(&followed).copied().collect();
-                state.sampler.sample(monotonic_ns(), &alive);
+                let alive = pids.iter().chain(&followed).copied();
+                state.sampler.sample(monotonic_ns(), alive);
                 follow_mappings(&mut mappings, &probes, &mut state.namer);
                 reader.drain_now(&mut |ev| state.apply(ev));
                 let ended = if child.as_ref().is_some_and(|c| c.pid == pid) {
@@ -450,8 +450,9 @@ pub(super) async fn trace(cli: Cli, mut child: Option<GatedChild>) -> Result<i32
     probes.stop(&pids);
     probes.stop(&followed);
     let end_ns = monotonic_ns();
-    let alive: Vec<u32> = pids.iter().chain(&followed).copied().collect();
-    state.sampler.sample(end_ns, &alive);
+    state
+        .sampler
+        .sample(end_ns, pids.iter().chain(&followed).copied());
     follow_mappings(&mut mappings, &probes, &mut state.namer);
     reader.drain_now(&mut |ev| state.apply(ev));
     let losses = probes.losses()?;
@@ -477,6 +478,7 @@ pub(super) async fn trace(cli: Cli, mut child: Option<GatedChild>) -> Result<i32
     let snap = snapshot(&mut state, start_ns, end_ns);
     emit_report(&cli, &report::render("final report", &run, &snap, cli.top))?;
     if let Some(path) = &cli.json {
+        run.tracer_max_rss_kib = process::peak_rss_kib();
         json::write(path, &run, &snap)?;
         eprintln!("rtm-trace: wrote {}", path.display());
     }
@@ -561,6 +563,7 @@ fn run_info(
         end_reason,
         losses: Losses::from_counters(losses),
         reader: reader.stats(),
+        tracer_max_rss_kib: None,
         bpf: None,
     }
 }

@@ -156,6 +156,18 @@ pub fn mappings(pid: u32) -> Result<Vec<super::maps::Mapping>, ProcessError> {
     Ok(super::maps::parse_mappings(&text))
 }
 
+/// This process's peak resident memory so far (VmHWM), KiB.
+pub fn peak_rss_kib() -> Option<u64> {
+    fs::read_to_string("/proc/self/status")
+        .ok()?
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
+}
+
 /// The threads of `pid` now (empty when it is gone).
 pub fn thread_ids(pid: u32) -> Vec<u32> {
     fs::read_dir(format!("/proc/{pid}/task"))
