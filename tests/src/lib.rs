@@ -222,6 +222,30 @@ pub fn truths(stdout: &str) -> Vec<Truth> {
         .collect()
 }
 
+/// Runs `rtm-trace OPTIONS --json FILE -- PROGRAM ARGS` to the end (two minutes at
+/// most), asserts it succeeded, and returns its stdout and the JSON document.
+pub fn trace_json(options: &[&str], program: &Path, args: &[&str]) -> (String, Value) {
+    let dir = TempDir::new("trace");
+    let json = dir.join("out.json");
+    let out = run(
+        Command::new(rtm_bin())
+            .args(options)
+            .arg("--json")
+            .arg(&json)
+            .arg("--")
+            .arg(program)
+            .args(args),
+        Duration::from_secs(120),
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "rtm-trace failed: {}\n{stdout}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (stdout, read_json(&json))
+}
+
 /// Asserts `measured` is within `tol` (a fraction) of `truth`, printing both.
 pub fn within(measured: f64, truth: f64, tol: f64, what: &str) {
     let err = (measured - truth).abs() / truth;

@@ -4,33 +4,17 @@
 use std::{process::Command, time::Duration};
 
 use rtm_tests::{
-    LineWatch, TempDir, Value, can_trace, read_json, rtm_bin, run, spawn, truths, within, workload,
+    LineWatch, TempDir, Value, can_trace, read_json, rtm_bin, run, spawn, trace_json, truths,
+    within, workload,
 };
 
 const T: Duration = Duration::from_secs(120);
 
 /// Traces `load_workload ARGS` with `extra` options; returns stdout and the document.
 fn trace(args: &[&str], extra: &[&str]) -> (String, Value) {
-    let dir = TempDir::new("ambient");
-    let json = dir.join("out.json");
-    let out = run(
-        Command::new(rtm_bin())
-            .args(extra)
-            .arg("--json")
-            .arg(&json)
-            .arg("--")
-            .arg(workload("load_workload"))
-            .args(args),
-        T,
-    );
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(
-        out.status.success(),
-        "rtm-trace failed: {}\n{stdout}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let (stdout, doc) = trace_json(extra, &workload("load_workload"), args);
     assert!(stdout.contains(&format!("done {}", args[0])), "{stdout}");
-    (stdout, read_json(&json))
+    (stdout, doc)
 }
 
 fn f(v: &Value) -> f64 {

@@ -3,33 +3,10 @@
 //! Each comparison prints expected vs measured. MPI call counts and bytes are compared
 //! exactly in mpi_e2e.rs, a spinning thread's CPU share in ambient_e2e.rs.
 
-use std::{process::Command, time::Duration};
-
-use rtm_tests::{
-    TempDir, Value, can_trace, edge, object, read_json, rtm_bin, run, truths, within, workload,
-};
-
-const T: Duration = Duration::from_secs(120);
+use rtm_tests::{Value, can_trace, edge, object, trace_json, truths, within, workload};
 
 fn traced(bin: &str, args: &[&str]) -> (String, Value) {
-    let dir = TempDir::new("fidelity");
-    let json = dir.join("out.json");
-    let out = run(
-        Command::new(rtm_bin())
-            .args(["--mode", "full", "--bpf-stats", "--json"])
-            .arg(&json)
-            .arg("--")
-            .arg(workload(bin))
-            .args(args),
-        T,
-    );
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(
-        out.status.success(),
-        "rtm-trace failed: {}\n{stdout}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let doc = read_json(&json);
+    let (stdout, doc) = trace_json(&["--mode", "full", "--bpf-stats"], &workload(bin), args);
     assert_eq!(doc["run"]["losses"]["ring_full"], 0);
     (stdout, doc)
 }

@@ -1,10 +1,8 @@
 //! Every pthread primitive in full mode, against workloads that know what they did.
 
-use std::{collections::HashMap, path::PathBuf, process::Command, time::Duration};
+use std::{collections::HashMap, path::PathBuf};
 
-use rtm_tests::{TempDir, Value, can_trace, read_json, rtm_bin, run, within, workload};
-
-const T: Duration = Duration::from_secs(120);
+use rtm_tests::{Value, can_trace, trace_json, within, workload};
 
 /// `truth k=v ...` lines as string maps.
 fn truth_lines(stdout: &str) -> Vec<HashMap<String, String>> {
@@ -30,25 +28,8 @@ fn truth(t: &[HashMap<String, String>], key: &str) -> String {
 /// Traces `sync_workload ARGS` (or another binary) in full mode; returns its truths, the
 /// JSON document and the report.
 fn trace(bin: PathBuf, args: &[&str]) -> (Vec<HashMap<String, String>>, Value, String) {
-    let dir = TempDir::new("prim");
-    let json = dir.join("out.json");
-    let out = run(
-        Command::new(rtm_bin())
-            .args(["--mode", "full", "--json"])
-            .arg(&json)
-            .arg("--")
-            .arg(bin)
-            .args(args),
-        T,
-    );
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(
-        out.status.success(),
-        "rtm-trace failed: {}\n{stdout}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let (stdout, doc) = trace_json(&["--mode", "full"], &bin, args);
     assert!(stdout.contains(&format!("done {}", args[0])), "{stdout}");
-    let doc = read_json(&json);
     assert_eq!(doc["run"]["losses"]["ring_full"], 0);
     (truth_lines(&stdout), doc, stdout)
 }

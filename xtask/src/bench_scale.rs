@@ -23,16 +23,22 @@ fn json(path: &Path) -> Result<serde_json::Value> {
 }
 
 /// Ingest speed: in memory on one core, and from the kernel at offered rates.
-pub fn ingest(root: &Path, dir: &Path, plan: Plan) -> Result<()> {
+pub fn ingest(env: &crate::setup::Env, root: &Path, dir: &Path, plan: Plan) -> Result<()> {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    crate::setup::status(Command::new(&cargo).current_dir(root).args([
-        "build",
-        "--release",
-        "-p",
-        "rtm-userspace",
-        "--example",
-        "ingest",
-    ]))?;
+    // The build script builds the eBPF object: bpf-linker must be on PATH.
+    crate::setup::status(
+        Command::new(&cargo)
+            .current_dir(root)
+            .env("PATH", &env.path)
+            .args([
+                "build",
+                "--release",
+                "-p",
+                "rtm-userspace",
+                "--example",
+                "ingest",
+            ]),
+    )?;
     let ex = root.join("target/release/examples/ingest");
     let n = plan.pick("4000000", "200000");
     let rates: Vec<f64> = (0..plan.rounds)

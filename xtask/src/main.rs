@@ -90,7 +90,7 @@ fn bench(which: Option<BenchCmd>, smoke: bool, rounds: Option<usize>) -> anyhow:
             BenchCmd::Probes => bench::probes(&dir, &root, plan)?,
             BenchCmd::Mpi => bench_mpi::mpi(&dir, &root, plan)?,
             BenchCmd::App => bench_app::app(&root, &dir, plan)?,
-            BenchCmd::Ingest => bench_scale::ingest(&root, &dir, plan)?,
+            BenchCmd::Ingest => bench_scale::ingest(&env, &root, &dir, plan)?,
             BenchCmd::Attach => bench_scale::attach(&root, &dir, plan)?,
             BenchCmd::Memory => bench_scale::memory(&root, &dir, plan)?,
             BenchCmd::Ebpf => bench_scale::ebpf(&root, &dir, plan)?,
