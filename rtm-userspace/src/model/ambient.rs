@@ -129,6 +129,31 @@ pub struct Interval {
     pub procs: Vec<ProcRate>,
 }
 
+/// A process's usage between its samples `a` and `b`, `secs` apart.
+fn usage(a: &ProcRaw, b: &ProcRaw, secs: f64, hz: u64) -> ProcRate {
+    let pct = |x: u64, y: u64| {
+        if secs > 0.0 {
+            y.saturating_sub(x) as f64 / hz.max(1) as f64 / secs * 100.0
+        } else {
+            0.0
+        }
+    };
+    let d = |x: u64, y: u64| y.saturating_sub(x);
+    ProcRate {
+        pid: b.pid,
+        user_pct: pct(a.user_ticks, b.user_ticks),
+        system_pct: pct(a.system_ticks, b.system_ticks),
+        rss_bytes: b.rss_bytes,
+        minor_faults: d(a.minor_faults, b.minor_faults),
+        major_faults: d(a.major_faults, b.major_faults),
+        voluntary_switches: d(a.voluntary_switches, b.voluntary_switches),
+        involuntary_switches: d(a.involuntary_switches, b.involuntary_switches),
+        read_bytes: d(a.read_bytes, b.read_bytes),
+        write_bytes: d(a.write_bytes, b.write_bytes),
+        threads: b.threads,
+    }
+}
+
 /// The interval from `a` to `b`; `t0_ns` is the trace's start, `hz` clock ticks per
 /// second, `cpus` the CPU count (for the run-queue threshold).
 pub fn interval(a: &RawSample, b: &RawSample, t0_ns: u64, hz: u64) -> Interval {
@@ -194,26 +219,12 @@ pub fn interval(a: &RawSample, b: &RawSample, t0_ns: u64, hz: u64) -> Interval {
         }),
         _ => None,
     };
-    let tick_pct = |x: u64, y: u64| rate(x, y) / hz.max(1) as f64 * 100.0;
     let procs = b
         .procs
         .iter()
         .filter_map(|q| {
             let p = a.procs.iter().find(|p| p.pid == q.pid)?;
-            let d = |x: u64, y: u64| y.saturating_sub(x);
-            Some(ProcRate {
-                pid: q.pid,
-                user_pct: tick_pct(p.user_ticks, q.user_ticks),
-                system_pct: tick_pct(p.system_ticks, q.system_ticks),
-                rss_bytes: q.rss_bytes,
-                minor_faults: d(p.minor_faults, q.minor_faults),
-                major_faults: d(p.major_faults, q.major_faults),
-                voluntary_switches: d(p.voluntary_switches, q.voluntary_switches),
-                involuntary_switches: d(p.involuntary_switches, q.involuntary_switches),
-                read_bytes: d(p.read_bytes, q.read_bytes),
-                write_bytes: d(p.write_bytes, q.write_bytes),
-                threads: q.threads,
-            })
+            Some(usage(p, q, dur_s, hz))
         })
         .collect();
     Interval {
@@ -300,23 +311,14 @@ struct ProcRun {
 }
 
 /// A traced process's resource usage over the run (getrusage, from the first sample
-/// to the last one that saw it).
+/// to the last one that saw it; `rss_bytes` and `threads` as last seen).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ProcSummary {
-    pub pid: u32,
+    #[serde(flatten)]
+    pub usage: ProcRate,
     /// Seconds between the first and the last sample of it.
     pub seconds: f64,
-    /// CPU time as a percentage of one CPU over those seconds.
-    pub user_pct: f64,
-    pub system_pct: f64,
     pub max_rss_bytes: u64,
-    pub last_rss_bytes: u64,
-    pub minor_faults: u64,
-    pub major_faults: u64,
-    pub voluntary_switches: u64,
-    pub involuntary_switches: u64,
-    pub read_bytes: u64,
-    pub write_bytes: u64,
     pub max_threads: u64,
 }
 
@@ -448,31 +450,13 @@ impl Ambient {
 
     fn proc_summaries(&self) -> Vec<ProcSummary> {
         self.procs
-            .iter()
-            .map(|(&pid, r)| {
+            .values()
+            .map(|r| {
                 let seconds = r.last_ns.saturating_sub(r.first_ns) as f64 / 1e9;
-                let pct = |a: u64, b: u64| {
-                    if seconds > 0.0 {
-                        b.saturating_sub(a) as f64 / self.hz.max(1) as f64 / seconds * 100.0
-                    } else {
-                        0.0
-                    }
-                };
-                let d = |a: u64, b: u64| b.saturating_sub(a);
-                let (a, b) = (&r.first, &r.last);
                 ProcSummary {
-                    pid,
+                    usage: usage(&r.first, &r.last, seconds, self.hz),
                     seconds,
-                    user_pct: pct(a.user_ticks, b.user_ticks),
-                    system_pct: pct(a.system_ticks, b.system_ticks),
                     max_rss_bytes: r.max_rss,
-                    last_rss_bytes: b.rss_bytes,
-                    minor_faults: d(a.minor_faults, b.minor_faults),
-                    major_faults: d(a.major_faults, b.major_faults),
-                    voluntary_switches: d(a.voluntary_switches, b.voluntary_switches),
-                    involuntary_switches: d(a.involuntary_switches, b.involuntary_switches),
-                    read_bytes: d(a.read_bytes, b.read_bytes),
-                    write_bytes: d(a.write_bytes, b.write_bytes),
                     max_threads: r.max_threads,
                 }
             })
@@ -593,7 +577,7 @@ mod tests {
         m.push(sample(12, 3));
         let s = &m.view().processes[0];
         assert_eq!(
-            (s.seconds, s.user_pct, s.voluntary_switches),
+            (s.seconds, s.usage.user_pct, s.usage.voluntary_switches),
             (2.0, 100.0, 6)
         );
         assert_eq!(s.max_rss_bytes, 1 << 20);

@@ -175,17 +175,18 @@ pub(super) fn system(out: &mut String, a: &AmbientView) {
             .processes
             .iter()
             .map(|p| {
+                let u = &p.usage;
                 vec![
-                    p.pid.to_string(),
-                    format!("{:.1}%", p.user_pct),
-                    format!("{:.1}%", p.system_pct),
+                    u.pid.to_string(),
+                    format!("{:.1}%", u.user_pct),
+                    format!("{:.1}%", u.system_pct),
                     bytes(p.max_rss_bytes as f64),
-                    count(p.minor_faults),
-                    count(p.major_faults),
-                    count(p.voluntary_switches),
-                    count(p.involuntary_switches),
-                    bytes(p.read_bytes as f64),
-                    bytes(p.write_bytes as f64),
+                    count(u.minor_faults),
+                    count(u.major_faults),
+                    count(u.voluntary_switches),
+                    count(u.involuntary_switches),
+                    bytes(u.read_bytes as f64),
+                    bytes(u.write_bytes as f64),
                     p.max_threads.to_string(),
                 ]
             })
