@@ -4,7 +4,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use procfs::{Current, CurrentSI};
+use procfs::{Current, FromBufReadSI};
 use serde::{Deserialize, Serialize};
 
 /// CPU time in clock ticks, per state.
@@ -141,7 +141,10 @@ impl AmbientReader {
             t_ns,
             ..Default::default()
         };
-        match procfs::KernelStats::current() {
+        // /proc/stat once: procfs parses the CPU times and counts, the interrupt total
+        // (which it skips) is taken from the same text.
+        let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+        match procfs::KernelStats::from_buf_read(stat.as_bytes(), procfs::current_system_info()) {
             Ok(k) => {
                 s.total = ticks(&k.total);
                 s.cpus = k.cpu_time.iter().map(ticks).collect();
@@ -151,13 +154,10 @@ impl AmbientReader {
             }
             Err(e) => self.problem("/proc/stat", e),
         }
-        s.interrupts = std::fs::read_to_string("/proc/stat")
-            .ok()
-            .and_then(|t| {
-                t.lines()
-                    .find_map(|l| l.strip_prefix("intr "))
-                    .and_then(|r| r.split_whitespace().next()?.parse().ok())
-            })
+        s.interrupts = stat
+            .lines()
+            .find_map(|l| l.strip_prefix("intr "))
+            .and_then(|r| r.split_whitespace().next()?.parse().ok())
             .unwrap_or(0);
         match procfs::LoadAverage::current() {
             Ok(l) => s.load = [l.one as f64, l.five as f64, l.fifteen as f64],
