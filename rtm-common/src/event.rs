@@ -277,7 +277,7 @@ pub struct ThreadCalls {
 }
 const _: () = assert!(size_of::<ThreadCalls>() == 8 + 64 * MAX_CALL_DEPTH);
 
-/// A futex wait in flight, between sys_enter_futex and sys_exit_futex.
+/// A futex wait in flight, between the entry and the return of a futex call.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]
 pub struct PendingFutex {

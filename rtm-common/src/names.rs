@@ -9,7 +9,7 @@ pub const MAP_PENDING: &str = "PENDING";
 /// Per-CPU loss counters, indexed by [`crate::LossCounter`].
 pub const MAP_LOSSES: &str = "LOSSES";
 
-/// Per-thread futex wait between sys_enter_futex and sys_exit_futex.
+/// Per-thread futex wait between the entry and the return of a futex call.
 pub const MAP_PENDING_FUTEX: &str = "PENDING_FUTEX";
 /// (tgid, futex word) -> the thread that last woke it.
 pub const MAP_WAKERS: &str = "WAKERS";
@@ -29,9 +29,9 @@ pub const PROG_CALL_ENTER: &str = "call_enter";
 pub const PROG_CALL_RETURN: &str = "call_return";
 /// Entry uprobe of calls recorded at once, with no return probe (unlock, post).
 pub const PROG_CALL_MARK: &str = "call_mark";
-/// syscalls/sys_enter_futex.
+/// raw_syscalls/sys_enter (futex calls).
 pub const PROG_FUTEX_ENTER: &str = "futex_enter";
-/// syscalls/sys_exit_futex.
+/// raw_syscalls/sys_exit (futex calls).
 pub const PROG_FUTEX_EXIT: &str = "futex_exit";
 /// task/task_newtask.
 pub const PROG_TASK_NEW: &str = "task_new";

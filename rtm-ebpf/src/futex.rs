@@ -1,4 +1,5 @@
-//! The futex syscall tracepoints: contended waits and the wakes that end them.
+//! The futex system calls, from the raw syscall tracepoints: contended waits and the
+//! wakes that end them.
 //!
 //! The uncontended paths of glibc's primitives never enter the kernel, so these
 //! programs cost nothing there. A wait is reported at its exit with the thread whose
@@ -7,7 +8,11 @@
 //! is marked as having blocked, and a wake inside pthread_cond_signal/broadcast adds the
 //! threads it woke to that call.
 
-use aya_ebpf::{EbpfContext, macros::tracepoint, programs::TracePointContext};
+use aya_ebpf::{
+    helpers::{bpf_get_current_pid_tgid, bpf_probe_read_kernel},
+    macros::raw_tracepoint,
+    programs::RawTracePointContext,
+};
 use rtm_common::{
     EventKind, FUTEX_CMD_MASK, FutexKey, FutexWaker, LossCounter, PendingFutex, Primitive,
     SYNC_FLAG_BLOCKED, SyncEvent, SyncOp, futex_cmd_waits, futex_cmd_wakes,
@@ -19,29 +24,60 @@ use crate::{
     maps::{COUNT_WAKES, PENDING_FUTEX, WAKERS, count_loss, innermost},
 };
 
-/// Offsets in syscalls/sys_enter_futex and sys_exit_futex (stable syscall ABI layout).
-const ENTER_UADDR: usize = 16;
-const ENTER_OP: usize = 24;
-const ENTER_VAL: usize = 32;
-const EXIT_RET: usize = 16;
+/// x86-64 system call number of futex.
+const SYS_FUTEX: u64 = 202;
 
-/// Reads an 8-byte field of the tracepoint record straight from the context (the verifier
-/// allows aligned loads there; a bpf_probe_read_kernel call costs more on this hot path).
-#[inline(always)]
-fn field(ctx: &TracePointContext, offset: usize) -> u64 {
-    // SAFETY: `offset` is an aligned offset of a fixed 8-byte field of the syscall
-    // tracepoints' records, which the context points to.
-    unsafe { core::ptr::read_volatile(ctx.as_ptr().cast::<u8>().add(offset).cast::<u64>()) }
+/// The argument registers of a syscall, as saved in `struct pt_regs` at offset 96
+/// (x86-64: dx, si, di).
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct EnterRegs {
+    dx: u64,
+    si: u64,
+    di: u64,
 }
 
-/// sys_enter_futex.
-#[tracepoint]
-pub fn futex_enter(ctx: TracePointContext) -> u32 {
+/// `struct pt_regs` from offset 104 (x86-64: si, di, orig_ax), read at syscall exit.
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct ExitRegs {
+    si: u64,
+    _di: u64,
+    orig_ax: u64,
+}
+
+const ENTER_REGS: usize = 96;
+const EXIT_REGS: usize = 104;
+
+/// Reads part of the task's saved registers in one helper call.
+#[inline(always)]
+fn regs<T>(ctx: &RawTracePointContext, offset: usize) -> Option<T> {
+    let regs: *const u8 = ctx.arg(0);
+    // SAFETY: the task's saved registers (the tracepoint's first argument), read through
+    // the kernel helper, which fails cleanly on a bad address.
+    unsafe { bpf_probe_read_kernel(regs.add(offset).cast::<T>()) }.ok()
+}
+
+/// raw_syscalls sys_enter (regs, id): every system call of every process passes here,
+/// so the syscall number is tested first. A raw tracepoint costs far less than the
+/// syscalls/sys_enter_futex tracepoint, which copies a perf record for each call.
+#[raw_tracepoint(tracepoint = "sys_enter")]
+pub fn futex_enter(ctx: RawTracePointContext) -> u32 {
+    let id: u64 = ctx.arg(1);
+    if id != SYS_FUTEX {
+        return 0;
+    }
     let Some(pid_tgid) = traced_pid_tgid() else {
         return 0;
     };
-    let uaddr = field(&ctx, ENTER_UADDR);
-    let op = field(&ctx, ENTER_OP) as u32;
+    let Some(r) = regs::<EnterRegs>(&ctx, ENTER_REGS) else {
+        return 0;
+    };
+    enter(pid_tgid, r.di, r.si as u32, r.dx as u32)
+}
+
+#[inline(always)]
+fn enter(pid_tgid: u64, uaddr: u64, op: u32, val: u32) -> u32 {
     let cmd = op & FUTEX_CMD_MASK;
     let ts = now();
     // Full mode (uprobes on the pthread functions) is when wakes are counted.
@@ -82,7 +118,7 @@ pub fn futex_enter(ctx: TracePointContext) -> u32 {
         uaddr,
         start_ns: ts,
         op,
-        val: field(&ctx, ENTER_VAL) as u32,
+        val,
     };
     // The thread's entry is reused from call to call (start_ns 0: none in flight) and
     // removed when the thread exits.
@@ -98,12 +134,26 @@ pub fn futex_enter(ctx: TracePointContext) -> u32 {
     0
 }
 
-/// sys_exit_futex.
-#[tracepoint]
-pub fn futex_exit(ctx: TracePointContext) -> u32 {
-    let Some(pid_tgid) = traced_pid_tgid() else {
+/// raw_syscalls sys_exit (regs, ret). The op is read back from the saved registers so
+/// that a wake's return costs no map lookup in contention mode; the process filter is
+/// the thread's pending entry, which only a traced thread's futex_enter writes.
+#[raw_tracepoint(tracepoint = "sys_exit")]
+pub fn futex_exit(ctx: RawTracePointContext) -> u32 {
+    let Some(r) = regs::<ExitRegs>(&ctx, EXIT_REGS) else {
         return 0;
     };
+    if r.orig_ax != SYS_FUTEX {
+        return 0;
+    }
+    if !futex_cmd_waits(r.si as u32 & FUTEX_CMD_MASK) && COUNT_WAKES.load() == 0 {
+        return 0;
+    }
+    let ret: u64 = ctx.arg(1);
+    exit(bpf_get_current_pid_tgid(), ret as i64)
+}
+
+#[inline(always)]
+fn exit(pid_tgid: u64, ret: i64) -> u32 {
     let Some(p) = PENDING_FUTEX.get_ptr_mut(pid_tgid) else {
         return 0;
     };
@@ -114,7 +164,6 @@ pub fn futex_exit(ctx: TracePointContext) -> u32 {
     }
     // SAFETY: as above.
     unsafe { (*p).start_ns = 0 };
-    let ret = field(&ctx, EXIT_RET) as i64;
     let ts = now();
     let cmd = f.op & FUTEX_CMD_MASK;
     if !futex_cmd_waits(cmd) {

@@ -10,7 +10,7 @@ use crate::model::Limits;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Mode {
-    /// Only contended waits, from the futex syscall tracepoints: nothing on the fast path,
+    /// Only contended waits, from the futex system calls: nothing on the fast path,
     /// cheap enough for production. Waits are keyed by the futex word (for a mutex, its
     /// address) and name the thread whose wake ended them. Uncontended acquisitions,
     /// hold times and which pthread call waited are not seen.

@@ -83,10 +83,15 @@ fn barrier_rounds_show_the_spread_and_the_last_arriver() {
     let bv = &b["barrier"];
     assert_eq!(u(&bv["rounds"]), 6, "{bv}");
     assert_eq!(bv["last_arrivals"][0], serde_json::json!([slowest, 6]));
-    // Thread i sleeps (i+1)*3 ms per round: the last arrives 6 ms after the first.
+    // Thread i sleeps (i+1)*3 ms per round: the last arrives ~6 ms after the first. The
+    // workload measures each round's spread itself (a loaded machine stretches sleeps).
     let rounds = bv["round_list"].as_array().unwrap();
-    for r in &rounds[1..] {
-        within(u(&r["spread_ns"]) as f64, 6e6, 0.05, "round spread");
+    let truths: Vec<_> = t.iter().filter(|m| m.contains_key("spread_ns")).collect();
+    assert_eq!(truths.len(), 6, "{t:?}");
+    for m in truths {
+        let r = &rounds[m["round"].parse::<usize>().unwrap()];
+        let spread: f64 = m["spread_ns"].parse().unwrap();
+        within(u(&r["spread_ns"]) as f64, spread, 0.05, "round spread");
         assert_eq!(u(&r["last_tid"]), slowest);
     }
     assert_eq!(u(&bv["serial_returns"]), 6);

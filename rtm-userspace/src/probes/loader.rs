@@ -10,7 +10,7 @@ use aya::{
     Ebpf, EbpfLoader,
     maps::{Array, HashMap as BpfHashMap, MapData, MapError, PerCpuArray, RingBuf},
     programs::{
-        ProgramError, TracePoint, UProbe,
+        ProgramError, RawTracePoint, TracePoint, UProbe,
         uprobe::{UProbeAttachLocation, UProbeAttachPoint, UProbeLinkId, UProbeScope},
     },
 };
@@ -30,10 +30,16 @@ const UPROBES: [&str; 5] = [
     names::PROG_MPI_RETURN,
 ];
 
+/// Raw tracepoints attached for every mode: (program, event). The futex system calls
+/// come from raw_syscalls: the syscalls/sys_*_futex tracepoints copy a perf record per
+/// call, which on contended locks cost the traced program more than the programs do.
+const RAW_TRACEPOINTS: [(&str, &str); 2] = [
+    (names::PROG_FUTEX_ENTER, "sys_enter"),
+    (names::PROG_FUTEX_EXIT, "sys_exit"),
+];
+
 /// Tracepoints attached for every mode: (program, category, event).
-const TRACEPOINTS: [(&str, &str, &str); 5] = [
-    (names::PROG_FUTEX_ENTER, "syscalls", "sys_enter_futex"),
-    (names::PROG_FUTEX_EXIT, "syscalls", "sys_exit_futex"),
+const TRACEPOINTS: [(&str, &str, &str); 3] = [
     (names::PROG_TASK_NEW, "task", "task_newtask"),
     (names::PROG_TASK_EXIT, "sched", "sched_process_exit"),
     (names::PROG_TASK_EXEC, "sched", "sched_process_exec"),
@@ -197,6 +203,17 @@ impl Probes {
             prog.attach(category, event)
                 .map_err(|source| ProbeError::Tracepoint {
                     category,
+                    event,
+                    source,
+                })?;
+        }
+        for (name, event) in RAW_TRACEPOINTS {
+            let prog: &mut RawTracePoint = program(&mut ebpf, name)?;
+            prog.load()
+                .map_err(|source| ProbeError::Program { name, source })?;
+            prog.attach(event)
+                .map_err(|source| ProbeError::Tracepoint {
+                    category: "raw_syscalls",
                     event,
                     source,
                 })?;
