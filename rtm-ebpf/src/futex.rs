@@ -1,5 +1,4 @@
-//! The futex system calls, from the raw syscall tracepoints: contended waits and the
-//! wakes that end them.
+//! The futex system calls: contended waits and the wakes that end them.
 //!
 //! The uncontended paths of glibc's primitives never enter the kernel, so these
 //! programs cost nothing there. A wait is reported at its exit with the thread whose
@@ -9,9 +8,10 @@
 //! threads it woke to that call.
 
 use aya_ebpf::{
+    EbpfContext,
     helpers::{bpf_get_current_pid_tgid, bpf_probe_read_kernel},
-    macros::raw_tracepoint,
-    programs::RawTracePointContext,
+    macros::{raw_tracepoint, tracepoint},
+    programs::{RawTracePointContext, TracePointContext},
 };
 use rtm_common::{
     EventKind, FUTEX_CMD_MASK, FutexKey, FutexWaker, LossCounter, PendingFutex, Primitive,
@@ -37,17 +37,7 @@ struct EnterRegs {
     di: u64,
 }
 
-/// `struct pt_regs` from offset 104 (x86-64: si, di, orig_ax), read at syscall exit.
-#[repr(C)]
-#[derive(Clone, Copy)]
-struct ExitRegs {
-    si: u64,
-    _di: u64,
-    orig_ax: u64,
-}
-
 const ENTER_REGS: usize = 96;
-const EXIT_REGS: usize = 104;
 
 /// Reads part of the task's saved registers in one helper call.
 #[inline(always)]
@@ -59,8 +49,9 @@ fn regs<T>(ctx: &RawTracePointContext, offset: usize) -> Option<T> {
 }
 
 /// raw_syscalls sys_enter (regs, id): every system call of every process passes here,
-/// so the syscall number is tested first. A raw tracepoint costs far less than the
-/// syscalls/sys_enter_futex tracepoint, which copies a perf record for each call.
+/// so the syscall number is tested first. On contended locks a raw tracepoint costs the
+/// traced program far less than syscalls/sys_enter_futex, which copies a perf record for
+/// each call before the program runs (BENCHMARKS.md has both sides of the trade).
 #[raw_tracepoint(tracepoint = "sys_enter")]
 pub fn futex_enter(ctx: RawTracePointContext) -> u32 {
     let id: u64 = ctx.arg(1);
@@ -134,22 +125,21 @@ fn enter(pid_tgid: u64, uaddr: u64, op: u32, val: u32) -> u32 {
     0
 }
 
-/// raw_syscalls sys_exit (regs, ret). The op is read back from the saved registers so
-/// that a wake's return costs no map lookup in contention mode; the process filter is
-/// the thread's pending entry, which only a traced thread's futex_enter writes.
-#[raw_tracepoint(tracepoint = "sys_exit")]
-pub fn futex_exit(ctx: RawTracePointContext) -> u32 {
-    let Some(r) = regs::<ExitRegs>(&ctx, EXIT_REGS) else {
-        return 0;
-    };
-    if r.orig_ax != SYS_FUTEX {
-        return 0;
-    }
-    if !futex_cmd_waits(r.si as u32 & FUTEX_CMD_MASK) && COUNT_WAKES.load() == 0 {
-        return 0;
-    }
-    let ret: u64 = ctx.arg(1);
-    exit(bpf_get_current_pid_tgid(), ret as i64)
+/// Offset of `ret` in the syscalls/sys_exit_futex record.
+const EXIT_RET: usize = 16;
+
+/// syscalls/sys_exit_futex. Unlike the entry, the return is taken from the per-syscall
+/// tracepoint: a raw sys_exit program would run (and read the syscall number) at the
+/// end of every system call of every process, which costs other processes more than
+/// the perf record costs here. The process filter is the thread's pending entry, which
+/// only a traced thread's futex_enter writes.
+#[tracepoint]
+pub fn futex_exit(ctx: TracePointContext) -> u32 {
+    // SAFETY: an aligned 8-byte field of the record the context points to (the verifier
+    // allows loads there; a helper call costs more on this hot path).
+    let ret =
+        unsafe { core::ptr::read_volatile(ctx.as_ptr().cast::<u8>().add(EXIT_RET).cast::<i64>()) };
+    exit(bpf_get_current_pid_tgid(), ret)
 }
 
 #[inline(always)]

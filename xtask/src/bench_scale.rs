@@ -121,7 +121,7 @@ pub fn ingest(env: &crate::setup::Env, root: &Path, dir: &Path, plan: Plan) -> R
 }
 
 /// Waits for `needle` on the child's stderr; returns when it appeared.
-fn wait_line(child: &mut Child, needle: &str, limit: Duration) -> Result<Instant> {
+pub fn wait_line(child: &mut Child, needle: &str, limit: Duration) -> Result<Instant> {
     let err = child.stderr.take().context("stderr")?;
     let (tx, rx) = std::sync::mpsc::channel();
     let wanted = needle.to_owned();

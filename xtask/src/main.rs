@@ -4,6 +4,7 @@
 mod bench;
 mod bench_app;
 mod bench_mpi;
+mod bench_others;
 mod bench_scale;
 mod measure;
 mod setup;
@@ -64,6 +65,8 @@ enum BenchCmd {
     Memory,
     /// eBPF program run time and map memory.
     Ebpf,
+    /// What tracing one process costs the system calls of the others.
+    Others,
 }
 
 /// Runs the benchmarks `which` selects (all when None).
@@ -83,6 +86,7 @@ fn bench(which: Option<BenchCmd>, smoke: bool, rounds: Option<usize>) -> anyhow:
         BenchCmd::Attach,
         BenchCmd::Memory,
         BenchCmd::Ebpf,
+        BenchCmd::Others,
     ];
     let started = std::time::Instant::now();
     for b in all.into_iter().filter(|b| which.is_none_or(|w| w == *b)) {
@@ -94,6 +98,7 @@ fn bench(which: Option<BenchCmd>, smoke: bool, rounds: Option<usize>) -> anyhow:
             BenchCmd::Attach => bench_scale::attach(&root, &dir, plan)?,
             BenchCmd::Memory => bench_scale::memory(&root, &dir, plan)?,
             BenchCmd::Ebpf => bench_scale::ebpf(&root, &dir, plan)?,
+            BenchCmd::Others => bench_others::others(&root, &dir, plan)?,
         }
     }
     eprintln!(

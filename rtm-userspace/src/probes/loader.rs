@@ -30,16 +30,14 @@ const UPROBES: [&str; 5] = [
     names::PROG_MPI_RETURN,
 ];
 
-/// Raw tracepoints attached for every mode: (program, event). The futex system calls
-/// come from raw_syscalls: the syscalls/sys_*_futex tracepoints copy a perf record per
-/// call, which on contended locks cost the traced program more than the programs do.
-const RAW_TRACEPOINTS: [(&str, &str); 2] = [
-    (names::PROG_FUTEX_ENTER, "sys_enter"),
-    (names::PROG_FUTEX_EXIT, "sys_exit"),
-];
+/// Raw tracepoints attached for every mode: (program, event). Futex calls are seen
+/// entering through raw_syscalls: syscalls/sys_enter_futex copies a perf record per call,
+/// which on contended locks costs the traced program more than the program does.
+const RAW_TRACEPOINTS: [(&str, &str); 1] = [(names::PROG_FUTEX_ENTER, "sys_enter")];
 
 /// Tracepoints attached for every mode: (program, category, event).
-const TRACEPOINTS: [(&str, &str, &str); 3] = [
+const TRACEPOINTS: [(&str, &str, &str); 4] = [
+    (names::PROG_FUTEX_EXIT, "syscalls", "sys_exit_futex"),
     (names::PROG_TASK_NEW, "task", "task_newtask"),
     (names::PROG_TASK_EXIT, "sched", "sched_process_exit"),
     (names::PROG_TASK_EXEC, "sched", "sched_process_exec"),
