@@ -20,7 +20,7 @@ struct Document<'a> {
     version: u32,
     tool_version: &'static str,
     run: &'a RunInfo,
-    sync_graph: &'a Snapshot,
+    sync_graph: &'a Snapshot<'a>,
     #[serde(skip_serializing_if = "Option::is_none")]
     task_graph: Option<&'a crate::model::TaskView>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -43,7 +43,7 @@ pub enum JsonError {
     },
 }
 
-fn document<'a>(run: &'a RunInfo, snapshot: &'a Snapshot) -> Document<'a> {
+fn document<'a>(run: &'a RunInfo, snapshot: &'a Snapshot<'a>) -> Document<'a> {
     Document {
         format: FORMAT,
         version: VERSION,

@@ -122,8 +122,9 @@ pub fn render(title: &str, run: &RunInfo, s: &Snapshot, top: usize) -> String {
     }
     losses(&mut out, run);
 
-    let locks: Vec<_> = s.objects.iter().filter(|o| sections::is_lock(o)).collect();
-    let objects: Vec<_> = locks.iter().take(top).collect();
+    let locks = s.objects.rows().iter().filter(|o| sections::is_lock(o));
+    let total = locks.clone().count();
+    let objects: Vec<_> = locks.take(top).map(|o| s.objects.view(o)).collect();
     let what = match run.mode {
         Mode::Contention => "lock words (futex) by time threads slept on them",
         Mode::Full => "locks by time waiting in contended acquisitions",
@@ -132,7 +133,7 @@ pub fn render(title: &str, run: &RunInfo, s: &Snapshot, top: usize) -> String {
         out,
         "\nMost contended {what} (top {} of {})",
         objects.len(),
-        locks.len()
+        total
     );
     if objects.is_empty() {
         let _ = writeln!(out, "  (no contended waits seen)");

@@ -10,18 +10,16 @@ use super::{
     format::{count, mean_ns, ns, opt_ns, pct},
     report::table,
 };
-use crate::model::{ObjectView, Snapshot, sync_graph::Role};
+use crate::model::{EdgeRow, ObjectRow, ObjectView, Snapshot, sync_graph::Role};
 
-/// Objects shown in the main lock table: locks and futex words with contention or fails.
-pub(super) fn is_lock(o: &ObjectView) -> bool {
-    let c = &o.counts;
-    match o.kind {
-        Primitive::Mutex | Primitive::Spin | Primitive::RwLock => {
-            c.acquisitions + c.failed_trylocks + c.timeouts > 0
-        }
-        Primitive::Futex => c.waits > 0,
-        _ => false,
-    }
+/// Objects shown in the main lock table: locks and futex words that were acquired,
+/// waited on, or failed a trylock or a timed call.
+pub(super) fn is_lock(o: &ObjectRow) -> bool {
+    o.active
+        && matches!(
+            o.key.primitive,
+            Primitive::Mutex | Primitive::Spin | Primitive::RwLock | Primitive::Futex
+        )
 }
 
 fn thread_label(s: &Snapshot, pid: u32, tid: u32) -> String {
@@ -90,12 +88,11 @@ pub(super) fn call_sites(out: &mut String, s: &Snapshot, top: usize) {
         .map(|c| {
             let object = s
                 .objects
-                .iter()
-                .find(|o| o.pid == c.pid && o.addr == c.object && o.kind == c.kind)
-                .map(|o| match o.kind {
+                .find(c.pid, c.object, c.kind)
+                .map(|o| match c.kind {
                     // Already "thread TID".
                     Primitive::Thread => o.label(),
-                    _ => format!("{} {}", o.kind, o.label()),
+                    _ => format!("{} {}", c.kind, o.label()),
                 })
                 .unwrap_or_else(|| format!("{} {:#x}", c.kind, c.object));
             vec![
@@ -118,12 +115,7 @@ pub(super) fn call_sites(out: &mut String, s: &Snapshot, top: usize) {
 
 /// Readers and writers of each rwlock, side by side.
 pub(super) fn rwlocks(out: &mut String, s: &Snapshot, top: usize) {
-    let locks: Vec<&ObjectView> = s
-        .objects
-        .iter()
-        .filter(|o| o.kind == Primitive::RwLock)
-        .take(top)
-        .collect();
+    let locks: Vec<ObjectView> = s.objects.of_kind(Primitive::RwLock).take(top).collect();
     if locks.is_empty() {
         return;
     }
@@ -133,8 +125,16 @@ pub(super) fn rwlocks(out: &mut String, s: &Snapshot, top: usize) {
         for role in [Role::Read, Role::Write] {
             let edges: Vec<_> = s
                 .edges
+                .rows()
                 .iter()
-                .filter(|e| e.pid == o.pid && e.object == o.addr && e.role == role)
+                .filter(|e| {
+                    let k = e.key;
+                    k.object.pid == o.pid
+                        && k.object.addr == o.addr
+                        && k.object.primitive == Primitive::RwLock
+                        && k.role == role
+                })
+                .map(EdgeRow::view)
                 .collect();
             if edges.is_empty() {
                 continue;
@@ -181,12 +181,7 @@ pub(super) fn rwlocks(out: &mut String, s: &Snapshot, top: usize) {
 
 /// Condition variables: waits, timeouts, signals and wakeups.
 pub(super) fn condvars(out: &mut String, s: &Snapshot, top: usize) {
-    let cvs: Vec<&ObjectView> = s
-        .objects
-        .iter()
-        .filter(|o| o.kind == Primitive::Cond)
-        .take(top)
-        .collect();
+    let cvs: Vec<ObjectView> = s.objects.of_kind(Primitive::Cond).take(top).collect();
     if cvs.is_empty() {
         return;
     }
@@ -199,9 +194,8 @@ pub(super) fn condvars(out: &mut String, s: &Snapshot, top: usize) {
                 .mutex
                 .map(|m| {
                     s.objects
-                        .iter()
-                        .find(|x| x.pid == o.pid && x.addr == m && x.kind == Primitive::Mutex)
-                        .map(|x| x.label())
+                        .find(o.pid, m, Primitive::Mutex)
+                        .map(ObjectRow::label)
                         .unwrap_or_else(|| format!("{m:#x}"))
                 })
                 .unwrap_or_else(|| "-".into());
@@ -239,12 +233,7 @@ pub(super) fn condvars(out: &mut String, s: &Snapshot, top: usize) {
 
 /// Barriers: rounds, imbalance and who arrived last.
 pub(super) fn barriers(out: &mut String, s: &Snapshot, top: usize) {
-    let bs: Vec<&ObjectView> = s
-        .objects
-        .iter()
-        .filter(|o| o.kind == Primitive::Barrier)
-        .take(top)
-        .collect();
+    let bs: Vec<ObjectView> = s.objects.of_kind(Primitive::Barrier).take(top).collect();
     if bs.is_empty() {
         return;
     }
@@ -298,12 +287,7 @@ pub(super) fn barriers(out: &mut String, s: &Snapshot, top: usize) {
 
 /// Semaphores: acquisitions, waits and posts.
 pub(super) fn semaphores(out: &mut String, s: &Snapshot, top: usize) {
-    let sems: Vec<&ObjectView> = s
-        .objects
-        .iter()
-        .filter(|o| o.kind == Primitive::Sem)
-        .take(top)
-        .collect();
+    let sems: Vec<ObjectView> = s.objects.of_kind(Primitive::Sem).take(top).collect();
     if sems.is_empty() {
         return;
     }
@@ -348,10 +332,10 @@ pub(super) fn semaphores(out: &mut String, s: &Snapshot, top: usize) {
 /// The thread tree (threads whose creation was seen) and joins.
 pub(super) fn thread_tree(out: &mut String, s: &Snapshot, top: usize) {
     let children: Vec<_> = s.threads.iter().filter(|t| t.parent.is_some()).collect();
-    let joins: Vec<&ObjectView> = s
+    let joins: Vec<ObjectView> = s
         .objects
-        .iter()
-        .filter(|o| o.kind == Primitive::Thread && o.counts.waits > 0)
+        .of_kind(Primitive::Thread)
+        .filter(|o| o.counts.waits > 0)
         .collect();
     if children.is_empty() && joins.is_empty() {
         return;

@@ -569,7 +569,7 @@ fn run_info(
 }
 
 /// Marks gone threads as exited, refreshes names of live ones, and builds the views.
-fn snapshot(state: &mut State, start_ns: u64, end_ns: u64) -> Snapshot {
+fn snapshot(state: &mut State, start_ns: u64, end_ns: u64) -> Snapshot<'_> {
     let threads: Vec<_> = state
         .model
         .threads()

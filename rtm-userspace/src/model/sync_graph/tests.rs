@@ -408,3 +408,57 @@ fn lock_seen_at_entry_is_settled_by_the_threads_next_event() {
         .collect();
     assert_eq!(w, vec![(2, 1, 2)]);
 }
+
+#[test]
+fn snapshot_rows_total_each_object_over_its_edges_and_serialize_in_order() {
+    let mut g = SyncGraph::new(Limits::default(), false);
+    // M1: thread 1 holds 100 ns twice, thread 2 waits 50 ns (contended) and holds 250.
+    // M2: thread 2 only, uncontended.
+    g.apply(&ev(1, 1_000, SyncOp::Lock, M1, 10, 0, false));
+    g.apply(&ev(1, 1_100, SyncOp::Unlock, M1, 0, 0, false));
+    g.apply(&ev(2, 1_150, SyncOp::Lock, M1, 50, 0, true));
+    g.apply(&ev(2, 1_400, SyncOp::Unlock, M1, 0, 0, false));
+    g.apply(&ev(1, 2_000, SyncOp::Lock, M1, 10, 0, false));
+    g.apply(&ev(1, 2_100, SyncOp::Unlock, M1, 0, 0, false));
+    g.apply(&ev(2, 3_000, SyncOp::Lock, M2, 5, 0, false));
+    g.apply(&ev(2, 3_020, SyncOp::Unlock, M2, 0, 0, false));
+    let window = crate::model::Window {
+        start_ns: 0,
+        end_ns: 10_000,
+    };
+    let snap = crate::model::Snapshot::build(
+        &g,
+        window,
+        &mut |k| (k.addr == M1).then(|| "big_lock".to_owned()),
+        &mut |_, _| None,
+    );
+    // Most contended first, totals over both threads' edges.
+    let objects: Vec<_> = snap.objects.iter().collect();
+    assert_eq!(objects.len(), 2);
+    let m1 = &objects[0];
+    assert_eq!((m1.addr, m1.name.as_deref()), (M1, Some("big_lock")));
+    assert_eq!(m1.threads, 2);
+    assert_eq!(m1.counts.acquisitions, 3);
+    assert_eq!(m1.counts.contended, 1);
+    assert_eq!(m1.wait.total_ns, 70);
+    assert_eq!(m1.hold.total_ns, 450);
+    assert_eq!((m1.hold.min_ns, m1.hold.max_ns), (Some(100), Some(250)));
+    assert_eq!(objects[1].addr, M2);
+    assert!(snap.objects.rows().iter().all(|r| r.active));
+    let row = snap.objects.find(100, M1, Primitive::Mutex).unwrap();
+    assert_eq!(snap.objects.edges_of(row).len(), 2);
+    // Edges: most wait first; threads: most wait first, with their totals.
+    let edges: Vec<_> = snap.edges.iter().collect();
+    assert_eq!(edges.len(), 3);
+    assert_eq!((edges[0].tid, edges[0].wait.total_ns), (2, 50));
+    assert_eq!(snap.threads[0].tid, 2);
+    assert_eq!(snap.threads[0].wait.total_ns, 55);
+    assert_eq!(snap.threads[0].hold.total_ns, 270);
+    // The lazy lists serialize as the arrays of views they stand for.
+    let json = serde_json::to_value(&snap).unwrap();
+    assert_eq!(json["objects"][0]["name"], "big_lock");
+    assert_eq!(json["objects"][0]["acquisitions"], 3);
+    assert_eq!(json["objects"].as_array().unwrap().len(), 2);
+    assert_eq!(json["edges"][0]["wait"]["total_ns"], 50);
+    assert_eq!(json["edges"].as_array().unwrap().len(), 3);
+}

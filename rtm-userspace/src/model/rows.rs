@@ -1,0 +1,324 @@
+//! The long lists of a snapshot (objects, edges, waiter -> waker edges) as sorted rows
+//! that refer to the model, turned into views one at a time when an output reads them.
+//! A graph of 100,000 objects would otherwise be copied whole into views (a few hundred
+//! bytes each, plus merged histograms) just to be written out once.
+
+use std::borrow::Cow;
+
+use rtm_common::Primitive;
+use serde::{Serialize, Serializer};
+
+use super::{
+    dist::Dist,
+    snapshot::barrier_view,
+    sync_graph::{Counts, EdgeKey, EdgeStats, ObjectKey, ObjectMeta},
+    views::{EdgeView, ObjectView, WaitsForView},
+};
+
+/// One thread -> object edge of the model.
+#[derive(Clone, Copy, Debug)]
+pub struct EdgeRow<'g> {
+    /// Which thread, object and role.
+    pub key: &'g EdgeKey,
+    /// Its statistics.
+    pub stats: &'g EdgeStats,
+}
+
+impl EdgeRow<'_> {
+    /// The view of this edge.
+    pub fn view(&self) -> EdgeView {
+        let (k, e) = (self.key, self.stats);
+        EdgeView {
+            pid: k.thread.pid,
+            tid: k.thread.tid,
+            kind: k.object.primitive,
+            object: k.object.addr,
+            role: k.role,
+            counts: e.counts,
+            wait: e.wait.summary(),
+            hold: e.hold.summary(),
+        }
+    }
+}
+
+/// The edges, most wait first.
+#[derive(Debug, Default)]
+pub struct Edges<'g> {
+    rows: Vec<EdgeRow<'g>>,
+}
+
+impl<'g> Edges<'g> {
+    /// Sorts the rows: most wait first, then by key.
+    pub(super) fn new(mut rows: Vec<EdgeRow<'g>>) -> Self {
+        rows.sort_by(|a, b| {
+            let key = |r: &EdgeRow| {
+                let k = r.key;
+                (k.thread.pid, k.thread.tid, k.object.addr, k.role)
+            };
+            b.stats
+                .wait
+                .total()
+                .cmp(&a.stats.wait.total())
+                .then(key(a).cmp(&key(b)))
+        });
+        Self { rows }
+    }
+
+    /// Number of edges.
+    pub fn len(&self) -> usize {
+        self.rows.len()
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.rows.is_empty()
+    }
+
+    /// The rows, in order.
+    pub fn rows(&self) -> &[EdgeRow<'g>] {
+        &self.rows
+    }
+
+    /// The views, in order, made as they are read.
+    pub fn iter(&self) -> impl Iterator<Item = EdgeView> + '_ {
+        self.rows.iter().map(EdgeRow::view)
+    }
+}
+
+impl Serialize for Edges<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_seq(self.iter())
+    }
+}
+
+/// One object: its key, what the model knows of it, its name and where its edges are.
+#[derive(Debug)]
+pub struct ObjectRow<'g> {
+    /// Which object.
+    pub key: &'g ObjectKey,
+    meta: &'g ObjectMeta,
+    /// Its name, when it has one.
+    pub name: Option<String>,
+    /// Its edges: `Objects::grouped[first..first + len]`.
+    first: u32,
+    len: u32,
+    /// Totals over its edges, for sorting and filtering without a view.
+    pub contended_wait_ns: u64,
+    /// Time in blocking calls, all edges.
+    pub wait_ns: u64,
+    /// Acquisitions, all edges.
+    pub acquisitions: u64,
+    /// Whether it was acquired, waited on, or failed a trylock or a timed call.
+    pub active: bool,
+}
+
+impl ObjectRow<'_> {
+    /// The name if known, else the address.
+    pub fn label(&self) -> String {
+        self.name
+            .clone()
+            .unwrap_or_else(|| format!("{:#x}", self.key.addr))
+    }
+}
+
+/// The objects, most contended wait first.
+#[derive(Debug, Default)]
+pub struct Objects<'g> {
+    rows: Vec<ObjectRow<'g>>,
+    /// Every edge, grouped by object.
+    grouped: Vec<EdgeRow<'g>>,
+}
+
+impl<'g> Objects<'g> {
+    /// Groups `edges` by object and sorts the objects. `name_of` names an object.
+    pub(super) fn new(
+        objects: impl Iterator<Item = (&'g ObjectKey, &'g ObjectMeta)>,
+        mut grouped: Vec<EdgeRow<'g>>,
+        name_of: &mut dyn FnMut(&ObjectKey, &ObjectMeta) -> Option<String>,
+    ) -> Self {
+        grouped.sort_unstable_by_key(|e| e.key.object);
+        let mut rows: Vec<ObjectRow> = objects
+            .map(|(key, meta)| {
+                let first = grouped.partition_point(|e| e.key.object < *key);
+                let len = grouped[first..].partition_point(|e| e.key.object == *key);
+                let mut counts = Counts::default();
+                let mut wait_ns = 0u64;
+                for e in &grouped[first..first + len] {
+                    counts.add(&e.stats.counts);
+                    wait_ns = wait_ns.saturating_add(e.stats.wait.total());
+                }
+                ObjectRow {
+                    key,
+                    meta,
+                    name: name_of(key, meta),
+                    first: first as u32,
+                    len: len as u32,
+                    contended_wait_ns: counts.contended_wait_ns,
+                    wait_ns,
+                    acquisitions: counts.acquisitions,
+                    active: counts.acquisitions
+                        + counts.waits
+                        + counts.failed_trylocks
+                        + counts.timeouts
+                        > 0,
+                }
+            })
+            .collect();
+        rows.sort_by(|a, b| {
+            (b.contended_wait_ns, b.wait_ns, b.acquisitions)
+                .cmp(&(a.contended_wait_ns, a.wait_ns, a.acquisitions))
+                .then((a.key.pid, a.key.addr).cmp(&(b.key.pid, b.key.addr)))
+        });
+        Self { rows, grouped }
+    }
+
+    /// Number of objects.
+    pub fn len(&self) -> usize {
+        self.rows.len()
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.rows.is_empty()
+    }
+
+    /// The rows, in order.
+    pub fn rows(&self) -> &[ObjectRow<'g>] {
+        &self.rows
+    }
+
+    /// The views, in order, made as they are read.
+    pub fn iter(&self) -> impl Iterator<Item = ObjectView> + '_ {
+        self.rows.iter().map(|r| self.view(r))
+    }
+
+    /// The views of objects of one kind, in order.
+    pub fn of_kind(&self, kind: Primitive) -> impl Iterator<Item = ObjectView> + '_ {
+        self.rows
+            .iter()
+            .filter(move |r| r.key.primitive == kind)
+            .map(|r| self.view(r))
+    }
+
+    /// The row of an object.
+    pub fn find(&self, pid: u32, addr: u64, kind: Primitive) -> Option<&ObjectRow<'g>> {
+        self.rows
+            .iter()
+            .find(|r| r.key.pid == pid && r.key.addr == addr && r.key.primitive == kind)
+    }
+
+    /// The edges of an object's row.
+    pub fn edges_of(&self, row: &ObjectRow<'g>) -> &[EdgeRow<'g>] {
+        &self.grouped[row.first as usize..(row.first + row.len) as usize]
+    }
+
+    /// The view of a row: totals over its edges (distributions merged for this view
+    /// only).
+    pub fn view(&self, row: &ObjectRow) -> ObjectView {
+        let edges = &self.grouped[row.first as usize..(row.first + row.len) as usize];
+        let mut counts = Counts::default();
+        let (mut wait, mut hold) = (Dist::default(), Dist::default());
+        for e in edges {
+            counts.add(&e.stats.counts);
+            wait.merge(&e.stats.wait);
+            hold.merge(&e.stats.hold);
+        }
+        let (key, meta) = (row.key, row.meta);
+        ObjectView {
+            pid: key.pid,
+            kind: key.primitive,
+            addr: key.addr,
+            name: row.name.clone(),
+            threads: edges.len(),
+            counts,
+            wait: wait.summary(),
+            hold: hold.summary(),
+            mutex: meta.mutex,
+            thread_tid: meta.tid,
+            barrier: (key.primitive == Primitive::Barrier)
+                .then(|| barrier_view(&meta.barrier_calls, meta.serial)),
+        }
+    }
+}
+
+impl Serialize for Objects<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_seq(self.iter())
+    }
+}
+
+/// One waiter -> waker edge.
+#[derive(Debug)]
+pub struct WaitsForRow<'g> {
+    /// Process id.
+    pub pid: u32,
+    /// The waiting thread.
+    pub waiter: u32,
+    /// The thread whose wake ended the waits.
+    pub waker: u32,
+    /// The futex word.
+    pub object: u64,
+    /// Its name, when it has one.
+    pub object_name: Option<String>,
+    /// The waits' lengths (from the model, or matched with thread exits).
+    pub wait: Cow<'g, Dist>,
+    /// Waits ended by this waker.
+    pub count: u64,
+    /// Ended by the waker's exit.
+    pub at_exit: bool,
+}
+
+impl WaitsForRow<'_> {
+    /// The view of this edge.
+    pub fn view(&self) -> WaitsForView {
+        WaitsForView {
+            pid: self.pid,
+            waiter: self.waiter,
+            waker: self.waker,
+            object: self.object,
+            object_name: self.object_name.clone(),
+            count: self.count,
+            wait: self.wait.summary(),
+            at_exit: self.at_exit,
+        }
+    }
+}
+
+/// The waiter -> waker edges, most wait first.
+#[derive(Debug, Default)]
+pub struct WaitsFors<'g> {
+    rows: Vec<WaitsForRow<'g>>,
+}
+
+impl<'g> WaitsFors<'g> {
+    /// Sorts the rows: most wait first, then by key.
+    pub(super) fn new(mut rows: Vec<WaitsForRow<'g>>) -> Self {
+        rows.sort_by(|a, b| {
+            b.wait.total().cmp(&a.wait.total()).then(
+                (a.pid, a.waiter, a.waker, a.object).cmp(&(b.pid, b.waiter, b.waker, b.object)),
+            )
+        });
+        Self { rows }
+    }
+
+    /// Number of edges.
+    pub fn len(&self) -> usize {
+        self.rows.len()
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.rows.is_empty()
+    }
+
+    /// The views, in order, made as they are read.
+    pub fn iter(&self) -> impl Iterator<Item = WaitsForView> + '_ {
+        self.rows.iter().map(WaitsForRow::view)
+    }
+}
+
+impl Serialize for WaitsFors<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_seq(self.iter())
+    }
+}

@@ -1,0 +1,176 @@
+//! The views every output reads: one thread, object, edge, waiter -> waker edge or call
+//! site, named and summarized, ready to print or serialize.
+
+use rtm_common::Primitive;
+use serde::Serialize;
+
+use super::{
+    barrier::Round,
+    dist::DistSummary,
+    sync_graph::{Counts, Role, ThreadKey},
+};
+
+/// Serializes an address as a hex string, the way people read them.
+fn hex<S: serde::Serializer>(v: &u64, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(&format!("{v:#x}"))
+}
+
+fn hex_opt<S: serde::Serializer>(v: &Option<u64>, s: S) -> Result<S::Ok, S::Error> {
+    match v {
+        Some(v) => s.serialize_str(&format!("{v:#x}")),
+        None => s.serialize_none(),
+    }
+}
+
+/// A thread and what it spent waiting.
+#[derive(Debug, Clone, Serialize)]
+pub struct ThreadView {
+    /// Process id.
+    pub pid: u32,
+    /// Thread id.
+    pub tid: u32,
+    /// Thread name, when known.
+    pub name: Option<String>,
+    /// The thread that created it, when that was seen (`pid`/`tid`).
+    pub parent: Option<ThreadKey>,
+    /// Whether it exited during the trace.
+    pub exited: bool,
+    /// Acquisitions across all objects.
+    pub acquisitions: u64,
+    /// Acquisitions that found the object held.
+    pub contended: u64,
+    /// Time inside blocking acquisitions, all objects.
+    pub wait: DistSummary,
+    /// Time holding objects, all objects.
+    pub hold: DistSummary,
+    /// How long the thread was observed: its life within the trace window, ns.
+    pub observed_ns: u64,
+    /// wait.total_ns / observed_ns.
+    pub wait_share: f64,
+}
+
+/// A synchronization object and its totals over every thread that used it.
+#[derive(Debug, Clone, Serialize)]
+pub struct ObjectView {
+    /// Process id.
+    pub pid: u32,
+    /// Kind of object.
+    pub kind: Primitive,
+    /// Address in the process.
+    #[serde(serialize_with = "hex")]
+    pub addr: u64,
+    /// Symbol name (`name` or `name+0x10`) when the object is a global or static variable.
+    pub name: Option<String>,
+    /// Threads that used it.
+    pub threads: usize,
+    /// Operation counts over every thread that used it.
+    #[serde(flatten)]
+    pub counts: Counts,
+    /// Time inside blocking calls.
+    pub wait: DistSummary,
+    /// Time held.
+    pub hold: DistSummary,
+    /// Condition variable: the mutex its waits released.
+    #[serde(serialize_with = "hex_opt", skip_serializing_if = "Option::is_none")]
+    pub mutex: Option<u64>,
+    /// Thread handle: the thread's id.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub thread_tid: Option<u32>,
+    /// Barrier: its rounds.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub barrier: Option<BarrierView>,
+}
+
+/// A barrier's rounds.
+#[derive(Debug, Clone, Serialize)]
+pub struct BarrierView {
+    /// Rounds seen.
+    pub rounds: u64,
+    /// Spread between first and last arrival per round: the load imbalance.
+    pub spread: DistSummary,
+    /// How often each thread arrived last: (tid, rounds), most first.
+    pub last_arrivals: Vec<(u32, u64)>,
+    /// Calls that returned PTHREAD_BARRIER_SERIAL_THREAD.
+    pub serial_returns: u64,
+    /// The rounds, oldest first (at most 1000, the latest).
+    pub round_list: Vec<Round>,
+}
+
+/// Where in the program an object was waited on.
+#[derive(Debug, Clone, Serialize)]
+pub struct CallSiteView {
+    /// Process id.
+    pub pid: u32,
+    /// Kind of object.
+    pub kind: Primitive,
+    /// Object address.
+    #[serde(serialize_with = "hex")]
+    pub object: u64,
+    /// The call's return address.
+    #[serde(serialize_with = "hex")]
+    pub site: u64,
+    /// `function+0xOFF (file:line)` when the file has symbols (and debug info), else
+    /// `file+0xOFF`.
+    pub location: Option<String>,
+    /// Blocking calls made from there.
+    pub calls: u64,
+    /// Those that found the object busy or slept.
+    pub contended: u64,
+    /// Time inside them, ns.
+    pub wait_ns: u64,
+}
+
+/// A waiter -> waker edge: `waiter` slept on a futex word until `waker` woke it.
+#[derive(Debug, Clone, Serialize)]
+pub struct WaitsForView {
+    /// Process id.
+    pub pid: u32,
+    /// The waiting thread.
+    pub waiter: u32,
+    /// The thread whose wake ended the waits.
+    pub waker: u32,
+    /// The futex word (for a glibc mutex, the mutex).
+    #[serde(serialize_with = "hex")]
+    pub object: u64,
+    /// Its symbol name, when it is a global or static variable.
+    pub object_name: Option<String>,
+    /// Waits ended by this waker.
+    pub count: u64,
+    /// Their lengths.
+    pub wait: DistSummary,
+    /// The waits ended when the waker exited (the kernel's wake for pthread_join), not
+    /// by a FUTEX_WAKE it made.
+    pub at_exit: bool,
+}
+
+impl ObjectView {
+    /// The name if known, else the address.
+    pub fn label(&self) -> String {
+        self.name
+            .clone()
+            .unwrap_or_else(|| format!("{:#x}", self.addr))
+    }
+}
+
+/// One thread -> object edge.
+#[derive(Debug, Clone, Serialize)]
+pub struct EdgeView {
+    /// Process id.
+    pub pid: u32,
+    /// Thread id.
+    pub tid: u32,
+    /// Kind of object.
+    pub kind: Primitive,
+    /// Object address.
+    #[serde(serialize_with = "hex")]
+    pub object: u64,
+    /// How the thread used it: `read` or `write` for rwlocks, `use` otherwise.
+    pub role: Role,
+    /// Operation counts of this thread on this object.
+    #[serde(flatten)]
+    pub counts: Counts,
+    /// Time inside blocking acquisitions.
+    pub wait: DistSummary,
+    /// Time held.
+    pub hold: DistSummary,
+}
