@@ -9,12 +9,20 @@ const BPF_RB_NO_WAKEUP: u64 = 1;
 const BPF_RB_FORCE_WAKEUP: u64 = 2;
 const BPF_RB_AVAIL_DATA: u64 = 0;
 
-/// Submit flags: wake the reader only once WAKEUP_BYTES are waiting. Waking it for every
-/// record costs an interrupt and a context switch per record (several microseconds per
-/// lock/unlock pair on a small VM); the reader also drains on a short timer.
+/// Submit flags: wake the reader when this record takes the backlog across a multiple of
+/// WAKEUP_BYTES, and never otherwise. Waking it for every record costs an interrupt and a
+/// context switch per record; waking it for every record while the backlog is above the
+/// mark (a reader falling behind in a burst) costs an inter-processor interrupt per record,
+/// a VM exit on a virtual machine, which slowed producers and reader alike. A reader that
+/// is awake drains until the ring is empty, and it also drains on a short timer, so a
+/// wakeup lost to racing producers costs at most that timer's delay.
 #[inline(always)]
-fn wakeup_flags() -> u64 {
-    if EVENTS.query(BPF_RB_AVAIL_DATA) >= WAKEUP_BYTES.load() {
+fn wakeup_flags(record: u64) -> u64 {
+    let mark = WAKEUP_BYTES.load().max(1);
+    let avail = EVENTS.query(BPF_RB_AVAIL_DATA);
+    // The ring buffer's 8-byte header is part of each record's footprint.
+    let before = avail.saturating_sub(record + 8);
+    if avail / mark != before / mark {
         BPF_RB_FORCE_WAKEUP
     } else {
         BPF_RB_NO_WAKEUP
@@ -47,7 +55,7 @@ pub fn sync(event: SyncEvent) {
     match EVENTS.reserve::<SyncEvent>(0) {
         Some(mut entry) => {
             entry.write(event);
-            entry.submit(wakeup_flags());
+            entry.submit(wakeup_flags(size_of::<SyncEvent>() as u64));
         }
         None => count_loss(LossCounter::RingFull),
     }
@@ -64,7 +72,7 @@ pub fn task(event: TaskEvent, urgent: bool) {
             entry.submit(if urgent {
                 BPF_RB_FORCE_WAKEUP
             } else {
-                wakeup_flags()
+                wakeup_flags(size_of::<TaskEvent>() as u64)
             });
         }
         None => count_loss(LossCounter::RingFull),
@@ -77,7 +85,7 @@ pub fn mpi(event: &MpiEvent) {
     match EVENTS.reserve::<MpiEvent>(0) {
         Some(mut entry) => {
             entry.write(*event);
-            entry.submit(wakeup_flags());
+            entry.submit(wakeup_flags(size_of::<MpiEvent>() as u64));
         }
         None => count_loss(LossCounter::RingFull),
     }

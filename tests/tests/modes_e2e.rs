@@ -218,3 +218,45 @@ fn joins_name_the_exiting_thread_in_contention_mode() {
         assert_eq!(e["count"], 1);
     }
 }
+
+#[test]
+fn full_mode_follows_a_program_started_through_a_wrapper() {
+    if !can_trace("full_mode_follows_a_program_started_through_a_wrapper") {
+        return;
+    }
+    // `env` and `sh` use no pthread function themselves: the probes must still be in
+    // place for the program they exec (env) or fork and exec (sh -c).
+    let bin = workload("mutex_workload");
+    let script = format!("{} {} --quiet; true", bin.display(), ARGS.join(" "));
+    let via_env: Vec<String> = std::iter::once(bin.display().to_string())
+        .chain(ARGS.iter().map(|a| a.to_string()))
+        .collect();
+    for (name, command) in [
+        ("env", [vec!["env".to_owned()], via_env].concat()),
+        ("sh", vec!["sh".into(), "-c".into(), script]),
+    ] {
+        let dir = TempDir::new(name);
+        let json = dir.join("o.json");
+        let out = run(
+            Command::new(rtm_bin())
+                .args(["--mode", "full", "-o", "/dev/null", "--json"])
+                .arg(&json)
+                .arg("--")
+                .args(&command),
+            T,
+        );
+        assert!(out.status.success(), "{out:?}");
+        let doc = read_json(&json);
+        // Two threads, 60 iterations each, on the shared lock. A program exec'd in place
+        // keeps the probes placed before it ran: every call is counted. A forked child
+        // gets its own probes once the tracer has seen the fork, a few milliseconds in.
+        let lock = object(&doc, "mutex", "shared_lock");
+        let n = lock["acquisitions"].as_u64().unwrap();
+        println!("via {name}: shared_lock acquisitions {n} of 120");
+        if name == "env" {
+            assert_eq!(n, 120);
+        } else {
+            assert!(n > 0 && n <= 120, "via {name}: {n}");
+        }
+    }
+}

@@ -153,6 +153,7 @@ fn attach_full(
     probe_pid: u32,
     static_exe: Option<&std::path::Path>,
     launched: Option<&std::path::Path>,
+    forked: bool,
 ) -> Result<AttachReport, SessionError> {
     let r = match static_exe {
         Some(exe) => probes.attach_static(pid, exe)?,
@@ -166,6 +167,16 @@ fn attach_full(
                 let lib = pthread::find(pid).map_err(ProbeError::from)?;
                 Some(pthread::used_in_process(pid, &lib))
             };
+            // A launched or forked program that uses no pthread function at all is most
+            // likely a wrapper (env, nice, sh -c, a job launcher) about to exec the real
+            // program, which keeps these probes: probe everything rather than nothing.
+            let used = used.filter(|u| !(u.is_empty() && (launched.is_some() || forked)));
+            if used.is_none() && !cli.probe_all && cli.verbose {
+                eprintln!(
+                    "rtm-trace: PID {pid} uses no pthread function (a wrapper that will exec \
+                     the real program?): probing them all"
+                );
+            }
             probes.attach_pthread(pid, probe_pid, used.as_ref())?
         }
     };
@@ -270,6 +281,7 @@ pub(super) async fn trace(cli: Cli, mut child: Option<GatedChild>) -> Result<i32
                         .as_ref()
                         .filter(|_| launched)
                         .map(|c| c.program.as_path()),
+                    false,
                 )?
                 .library
                 .display()
@@ -511,7 +523,7 @@ fn follow(probes: &mut Probes, cli: &Cli, state: &mut State, followed: &mut Vec<
             eprintln!("rtm-trace: following forked process {pid}");
         }
         if cli.mode == Mode::Full
-            && let Err(e) = attach_full(probes, cli, pid, pid, None, None)
+            && let Err(e) = attach_full(probes, cli, pid, pid, None, None, true)
         {
             eprintln!("rtm-trace: warning: cannot probe forked process {pid}: {e}");
         }
