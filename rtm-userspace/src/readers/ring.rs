@@ -73,6 +73,11 @@ impl EventReader {
         Ok(())
     }
 
+    /// Whether the last drain stopped at its limit with records left in the ring.
+    pub fn behind(&self) -> bool {
+        self.more
+    }
+
     /// Decodes up to `max` records into `sink`; returns how many were read.
     pub fn drain(&mut self, max: usize, sink: &mut dyn FnMut(&Event)) -> usize {
         let (n, empty) = drain(self.fd.get_mut(), max, &mut self.stats, sink);

@@ -1,5 +1,6 @@
 //! A tracing session: checks, launch, attach, the event loop, and the final outputs.
 
+mod catch_up;
 mod exits;
 mod merge;
 mod mpi_attach;

@@ -21,7 +21,7 @@ use crate::{
     probes::{
         ProbeError, Probes,
         loader::AttachReport,
-        pthread::{self, ProbeKind},
+        pthread::{self, LibraryError, ProbeKind},
     },
     readers::{EventReader, Losses, MappingReader, MappingRecord},
     symbolize::{CodeNamer, ObjectNamer},
@@ -38,8 +38,16 @@ const DRAIN_EVERY: std::time::Duration = std::time::Duration::from_millis(20);
 /// Records decoded per wake-up before the loop looks at its other sources again.
 const BATCH: usize = 16_384;
 
+/// How long full mode keeps trying to probe a forked process whose pthread library is
+/// not mapped yet.
+const UNPROBED_RETRY_NS: u64 = 2_000_000_000;
+
 enum Wake {
-    Events,
+    /// The ring has records: `backlog` when the kernel said a mark was crossed (or the
+    /// last drain left records), not the drain timer.
+    Events {
+        backlog: bool,
+    },
     Tick,
     Sample,
     Stop(EndReason),
@@ -62,6 +70,9 @@ struct State {
     /// Processes that exec'd: their maps are read again at their next sync event (after
     /// the loader has mapped the libraries).
     stale_maps: std::collections::HashSet<u32>,
+    /// Forked processes full mode could not probe yet (caught between exec and the
+    /// loader mapping libc), with when they were first tried.
+    unprobed: Vec<(u32, u64)>,
     /// System statistics and performance counters.
     sampler: Sampler,
 }
@@ -376,15 +387,17 @@ pub(super) async fn trace(cli: Cli, mut child: Option<GatedChild>) -> Result<i32
         spawned: Vec::new(),
         gone: Vec::new(),
         stale_maps: Default::default(),
+        unprobed: Vec::new(),
         sampler,
     };
     let mut followed: Vec<u32> = Vec::new();
+    let mut catch_up = super::catch_up::CatchUp::new();
     let mut child_exit: Option<ChildExit> = None;
     let mut live = pids.len();
     let reason = loop {
         let wake = tokio::select! {
-            r = reader.ready() => { r.map_err(io_err("reading the ring buffer"))?; Wake::Events }
-            _ = drain.tick() => Wake::Events,
+            r = reader.ready() => { r.map_err(io_err("reading the ring buffer"))?; Wake::Events { backlog: true } }
+            _ = drain.tick() => Wake::Events { backlog: false },
             _ = sampling.tick() => Wake::Sample,
             _ = async { ticker.as_mut().expect("guarded").tick().await }, if ticker.is_some() => Wake::Tick,
             _ = async { tokio::time::sleep_until(deadline.expect("guarded")).await }, if deadline.is_some() => Wake::Stop(EndReason::Duration),
@@ -393,9 +406,15 @@ pub(super) async fn trace(cli: Cli, mut child: Option<GatedChild>) -> Result<i32
             Some(pid) = exit_rx.recv() => Wake::Exited(pid),
         };
         match wake {
-            Wake::Events => {
+            Wake::Events { backlog } => {
+                // Raised before draining: a reader starved by the target's threads would
+                // otherwise take its time over the very drain that must catch up.
+                if backlog {
+                    catch_up.update(true);
+                }
                 follow_mappings(&mut mappings, &probes, &mut state.namer);
                 reader.drain(BATCH, &mut |ev| state.apply(ev));
+                catch_up.update(reader.behind());
                 follow(&mut probes, &cli, &mut state, &mut followed);
             }
             Wake::Tick => {
@@ -514,6 +533,8 @@ pub(super) async fn trace(cli: Cli, mut child: Option<GatedChild>) -> Result<i32
 /// the fork tracepoint): full mode gives them their own uprobes. Followed processes that
 /// exited leave the filter.
 fn follow(probes: &mut Probes, cli: &Cli, state: &mut State, followed: &mut Vec<u32>) {
+    let now = monotonic_ns();
+    let mut unprobed = std::mem::take(&mut state.unprobed);
     for pid in std::mem::take(&mut state.spawned) {
         if !cli.follow_forks() || followed.contains(&pid) {
             continue;
@@ -522,10 +543,8 @@ fn follow(probes: &mut Probes, cli: &Cli, state: &mut State, followed: &mut Vec<
         if cli.verbose {
             eprintln!("rtm-trace: following forked process {pid}");
         }
-        if cli.mode == Mode::Full
-            && let Err(e) = attach_full(probes, cli, pid, pid, None, None, true)
-        {
-            eprintln!("rtm-trace: warning: cannot probe forked process {pid}: {e}");
+        if cli.mode == Mode::Full {
+            unprobed.push((pid, now));
         }
     }
     for pid in std::mem::take(&mut state.gone) {
@@ -534,6 +553,27 @@ fn follow(probes: &mut Probes, cli: &Cli, state: &mut State, followed: &mut Vec<
             probes.stop(&[pid]);
         }
     }
+    // A child that has just exec'd may not have its libc mapped yet: it is tried again
+    // at each wake-up for a while (its exec and its first mappings wake the reader).
+    unprobed.retain(|&(pid, since)| {
+        if !followed.contains(&pid) {
+            return false;
+        }
+        match attach_full(probes, cli, pid, pid, None, None, true) {
+            Ok(_) => false,
+            Err(SessionError::Probe(e))
+                if matches!(*e, ProbeError::Library(LibraryError::NotFound { .. }))
+                    && now.saturating_sub(since) < UNPROBED_RETRY_NS =>
+            {
+                true
+            }
+            Err(e) => {
+                eprintln!("rtm-trace: warning: cannot probe forked process {pid}: {e}");
+                false
+            }
+        }
+    });
+    state.unprobed = unprobed;
 }
 
 /// Brings in the address-space records, before the events that may refer to them.
