@@ -2,6 +2,7 @@
 
 mod catch_up;
 mod exits;
+mod full_probes;
 mod merge;
 mod mpi_attach;
 mod preflight;

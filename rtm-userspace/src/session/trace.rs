@@ -10,7 +10,9 @@ use tokio::{
 };
 
 use super::{
-    SessionError, exits, mpi_attach,
+    SessionError, exits,
+    full_probes::{self, attach_full},
+    mpi_attach,
     sampler::{self, Sampler},
 };
 use crate::{
@@ -18,11 +20,7 @@ use crate::{
     cli::{Cli, Mode},
     model::{RankEnv, Snapshot, SyncGraph, TaskGraph, TaskView, Window},
     output::{EndReason, RunInfo, TargetInfo, json, report},
-    probes::{
-        ProbeError, Probes,
-        loader::AttachReport,
-        pthread::{self, LibraryError, ProbeKind},
-    },
+    probes::Probes,
     readers::{EventReader, Losses, MappingReader, MappingRecord},
     symbolize::{CodeNamer, ObjectNamer},
     target::{
@@ -37,10 +35,6 @@ const DRAIN_EVERY: std::time::Duration = std::time::Duration::from_millis(20);
 
 /// Records decoded per wake-up before the loop looks at its other sources again.
 const BATCH: usize = 16_384;
-
-/// How long full mode keeps trying to probe a forked process whose pthread library is
-/// not mapped yet.
-const UNPROBED_RETRY_NS: u64 = 2_000_000_000;
 
 enum Wake {
     /// The ring has records: `backlog` when the kernel said a mark was crossed (or the
@@ -135,79 +129,6 @@ fn io_err(what: &str) -> impl FnOnce(std::io::Error) -> SessionError + '_ {
         what: what.to_owned(),
         source,
     }
-}
-
-fn verbose_placements(pid: u32, r: &AttachReport) {
-    for p in &r.placed {
-        eprintln!(
-            "rtm-trace: PID {pid}: {} ({}) at {}+{:#x}: {}",
-            p.function,
-            match p.kind {
-                ProbeKind::Call => "entry+return",
-                ProbeKind::Mark => "entry",
-                ProbeKind::Begin => "entry (ends at the thread's next event)",
-            },
-            r.library.display(),
-            p.function_offset + p.placement.offset,
-            p.placement.reason
-        );
-    }
-}
-
-/// Attaches the full-mode uprobes to `pid` and says what happened. `static_exe` is the
-/// launched program when it is statically linked (the pthread code is inside it);
-/// otherwise the probes go to the pthread library `probe_pid` maps.
-fn attach_full(
-    probes: &mut Probes,
-    cli: &Cli,
-    pid: u32,
-    probe_pid: u32,
-    static_exe: Option<&std::path::Path>,
-    launched: Option<&std::path::Path>,
-    forked: bool,
-) -> Result<AttachReport, SessionError> {
-    let r = match static_exe {
-        Some(exe) => probes.attach_static(pid, exe)?,
-        None => {
-            let used = if cli.probe_all {
-                None
-            } else if let Some(program) = launched {
-                // Launch mode: what the program and the libraries it needs import.
-                Some(pthread::used_by_program(program))
-            } else {
-                let lib = pthread::find(pid).map_err(ProbeError::from)?;
-                Some(pthread::used_in_process(pid, &lib))
-            };
-            // A launched or forked program that uses no pthread function at all is most
-            // likely a wrapper (env, nice, sh -c, a job launcher) about to exec the real
-            // program, which keeps these probes: probe everything rather than nothing.
-            let used = used.filter(|u| !(u.is_empty() && (launched.is_some() || forked)));
-            if used.is_none() && !cli.probe_all && cli.verbose {
-                eprintln!(
-                    "rtm-trace: PID {pid} uses no pthread function (a wrapper that will exec \
-                     the real program?): probing them all"
-                );
-            }
-            probes.attach_pthread(pid, probe_pid, used.as_ref())?
-        }
-    };
-    if cli.verbose {
-        verbose_placements(pid, &r);
-        if !r.unused.is_empty() {
-            eprintln!(
-                "rtm-trace: PID {pid}: not probed, as nothing imports them (--probe-all to \
-                 probe anyway): {}",
-                r.unused.join(", ")
-            );
-        }
-        for f in &r.missing {
-            eprintln!(
-                "rtm-trace: note: {} does not define {f}; not traced",
-                r.library.display()
-            );
-        }
-    }
-    Ok(r)
 }
 
 pub(super) async fn trace(cli: Cli, mut child: Option<GatedChild>) -> Result<i32, SessionError> {
@@ -533,47 +454,14 @@ pub(super) async fn trace(cli: Cli, mut child: Option<GatedChild>) -> Result<i32
 /// the fork tracepoint): full mode gives them their own uprobes. Followed processes that
 /// exited leave the filter.
 fn follow(probes: &mut Probes, cli: &Cli, state: &mut State, followed: &mut Vec<u32>) {
-    let now = monotonic_ns();
-    let mut unprobed = std::mem::take(&mut state.unprobed);
-    for pid in std::mem::take(&mut state.spawned) {
-        if !cli.follow_forks() || followed.contains(&pid) {
-            continue;
-        }
-        followed.push(pid);
-        if cli.verbose {
-            eprintln!("rtm-trace: following forked process {pid}");
-        }
-        if cli.mode == Mode::Full {
-            unprobed.push((pid, now));
-        }
-    }
-    for pid in std::mem::take(&mut state.gone) {
-        if let Some(i) = followed.iter().position(|p| *p == pid) {
-            followed.swap_remove(i);
-            probes.stop(&[pid]);
-        }
-    }
-    // A child that has just exec'd may not have its libc mapped yet: it is tried again
-    // at each wake-up for a while (its exec and its first mappings wake the reader).
-    unprobed.retain(|&(pid, since)| {
-        if !followed.contains(&pid) {
-            return false;
-        }
-        match attach_full(probes, cli, pid, pid, None, None, true) {
-            Ok(_) => false,
-            Err(SessionError::Probe(e))
-                if matches!(*e, ProbeError::Library(LibraryError::NotFound { .. }))
-                    && now.saturating_sub(since) < UNPROBED_RETRY_NS =>
-            {
-                true
-            }
-            Err(e) => {
-                eprintln!("rtm-trace: warning: cannot probe forked process {pid}: {e}");
-                false
-            }
-        }
-    });
-    state.unprobed = unprobed;
+    full_probes::follow(
+        probes,
+        cli,
+        std::mem::take(&mut state.spawned),
+        std::mem::take(&mut state.gone),
+        &mut state.unprobed,
+        followed,
+    );
 }
 
 /// Brings in the address-space records, before the events that may refer to them.
