@@ -30,6 +30,12 @@ const MAX_UNWOKEN: usize = 4096;
 /// PTHREAD_BARRIER_SERIAL_THREAD.
 const BARRIER_SERIAL: i32 = -1;
 
+/// The graph's large tables: entries in one vector (whose unused capacity is never
+/// touched, so never resident), found through a small index of positions. A hash map of
+/// the entries themselves keeps a quarter to a half of its slots empty but resident, and
+/// holds the old and the new table at once while it grows.
+type Arena<K, V> = indexmap::IndexMap<K, V, foldhash::fast::RandomState>;
+
 pub use super::sync_types::*;
 
 /// The sync graph.
@@ -41,10 +47,10 @@ pub struct SyncGraph {
     budget: HistogramBudget,
     threads: HashMap<ThreadKey, ThreadNode>,
     pids: HashSet<u32>,
-    objects: HashMap<ObjectKey, ObjectMeta>,
-    edges: HashMap<EdgeKey, EdgeStats>,
-    waits_for: HashMap<WaitsForKey, WaitsFor>,
-    call_sites: HashMap<(ObjectKey, u64), CallSite>,
+    objects: Arena<ObjectKey, ObjectMeta>,
+    edges: Arena<EdgeKey, EdgeStats>,
+    waits_for: Arena<WaitsForKey, WaitsFor>,
+    call_sites: Arena<(ObjectKey, u64), CallSite>,
     unwoken: Vec<UnwokenWait>,
     holds: Holds,
     /// pthread_mutex_lock calls seen at entry only, per thread: the record, with its
@@ -80,10 +86,10 @@ impl SyncGraph {
             budget: HistogramBudget::new(limits.max_histograms),
             threads: HashMap::default(),
             pids: HashSet::default(),
-            objects: HashMap::default(),
-            edges: HashMap::default(),
-            waits_for: HashMap::default(),
-            call_sites: HashMap::default(),
+            objects: Arena::default(),
+            edges: Arena::default(),
+            waits_for: Arena::default(),
+            call_sites: Arena::default(),
             unwoken: Vec::new(),
             holds: Holds::default(),
             pending_locks: HashMap::default(),
