@@ -17,7 +17,8 @@ const BPF_RB_AVAIL_DATA: u64 = 0;
 /// is awake drains until the ring is empty, and it also drains on a short timer, so a
 /// wakeup lost to racing producers costs at most that timer's delay.
 #[inline(always)]
-fn wakeup_flags(record: u64) -> u64 {
+fn wakeup_flags<T>() -> u64 {
+    let record = size_of::<T>() as u64;
     let mark = WAKEUP_BYTES.load().max(1);
     let avail = EVENTS.query(BPF_RB_AVAIL_DATA);
     // The ring buffer's 8-byte header is part of each record's footprint.
@@ -55,7 +56,7 @@ pub fn sync(event: SyncEvent) {
     match EVENTS.reserve::<SyncEvent>(0) {
         Some(mut entry) => {
             entry.write(event);
-            entry.submit(wakeup_flags(size_of::<SyncEvent>() as u64));
+            entry.submit(wakeup_flags::<SyncEvent>());
         }
         None => count_loss(LossCounter::RingFull),
     }
@@ -72,7 +73,7 @@ pub fn task(event: TaskEvent, urgent: bool) {
             entry.submit(if urgent {
                 BPF_RB_FORCE_WAKEUP
             } else {
-                wakeup_flags(size_of::<TaskEvent>() as u64)
+                wakeup_flags::<TaskEvent>()
             });
         }
         None => count_loss(LossCounter::RingFull),
@@ -85,7 +86,7 @@ pub fn mpi(event: &MpiEvent) {
     match EVENTS.reserve::<MpiEvent>(0) {
         Some(mut entry) => {
             entry.write(*event);
-            entry.submit(wakeup_flags(size_of::<MpiEvent>() as u64));
+            entry.submit(wakeup_flags::<MpiEvent>());
         }
         None => count_loss(LossCounter::RingFull),
     }

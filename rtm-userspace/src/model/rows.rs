@@ -24,6 +24,19 @@ pub struct EdgeRow<'g> {
     pub stats: &'g EdgeStats,
 }
 
+/// Counts and distributions summed over `edges` (the distributions merged for the
+/// caller's view only).
+pub(super) fn totals(edges: &[EdgeRow]) -> (Counts, Dist, Dist) {
+    let mut counts = Counts::default();
+    let (mut wait, mut hold) = (Dist::default(), Dist::default());
+    for e in edges {
+        counts.add(&e.stats.counts);
+        wait.merge(&e.stats.wait);
+        hold.merge(&e.stats.hold);
+    }
+    (counts, wait, hold)
+}
+
 impl EdgeRow<'_> {
     /// The view of this edge.
     pub fn view(&self) -> EdgeView {
@@ -215,14 +228,8 @@ impl<'g> Objects<'g> {
     /// The view of a row: totals over its edges (distributions merged for this view
     /// only).
     pub fn view(&self, row: &ObjectRow) -> ObjectView {
-        let edges = &self.grouped[row.first as usize..(row.first + row.len) as usize];
-        let mut counts = Counts::default();
-        let (mut wait, mut hold) = (Dist::default(), Dist::default());
-        for e in edges {
-            counts.add(&e.stats.counts);
-            wait.merge(&e.stats.wait);
-            hold.merge(&e.stats.hold);
-        }
+        let edges = self.edges_of(row);
+        let (counts, wait, hold) = totals(edges);
         let (key, meta) = (row.key, row.meta);
         ObjectView {
             pid: key.pid,

@@ -12,8 +12,8 @@ use serde::Serialize;
 use super::{
     barrier,
     dist::Dist,
-    rows::{EdgeRow, Edges, Objects, WaitsForRow, WaitsFors},
-    sync_graph::{Counts, ModelCounters, ObjectKey, SyncGraph, ThreadKey},
+    rows::{EdgeRow, Edges, Objects, WaitsForRow, WaitsFors, totals},
+    sync_graph::{ModelCounters, ObjectKey, SyncGraph, ThreadKey},
     views::{BarrierView, CallSiteView, ThreadView},
 };
 
@@ -160,13 +160,7 @@ fn thread_views(graph: &SyncGraph, window: Window, rows: &mut [EdgeRow]) -> Vec<
         .map(|(key, node)| {
             let first = rows.partition_point(|r| r.key.thread < *key);
             let len = rows[first..].partition_point(|r| r.key.thread == *key);
-            let mut counts = Counts::default();
-            let (mut wait, mut hold) = (Dist::default(), Dist::default());
-            for r in &rows[first..first + len] {
-                counts.add(&r.stats.counts);
-                wait.merge(&r.stats.wait);
-                hold.merge(&r.stats.hold);
-            }
+            let (counts, wait, hold) = totals(&rows[first..first + len]);
             let start = node
                 .start_ns
                 .unwrap_or(node.first_event_ns)
