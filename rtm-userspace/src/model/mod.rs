@@ -18,7 +18,7 @@ pub mod thresholds;
 pub mod views;
 
 pub use dist::{Dist, DistSummary, HistogramBudget};
-pub use rows::{EdgeRow, ObjectRow};
+pub use rows::{EdgeRow, ObjectRow, Row};
 pub use snapshot::{Snapshot, Window};
 pub use sync_graph::{Counts, Limits, SyncGraph};
 pub use task_graph::TaskGraph;

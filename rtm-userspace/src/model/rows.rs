@@ -15,6 +15,54 @@ use super::{
     views::{EdgeView, ObjectView, WaitsForView},
 };
 
+/// A row of a list that becomes a view when read.
+pub trait Row {
+    /// What the outputs read.
+    type View: Serialize;
+    /// The view of this row.
+    fn view(&self) -> Self::View;
+}
+
+/// A sorted list of rows, read as views made one at a time.
+#[derive(Debug)]
+pub struct Rows<R> {
+    rows: Vec<R>,
+}
+
+impl<R> Default for Rows<R> {
+    fn default() -> Self {
+        Self { rows: Vec::new() }
+    }
+}
+
+impl<R: Row> Rows<R> {
+    /// Number of rows.
+    pub fn len(&self) -> usize {
+        self.rows.len()
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.rows.is_empty()
+    }
+
+    /// The rows, in order.
+    pub fn rows(&self) -> &[R] {
+        &self.rows
+    }
+
+    /// The views, in order, made as they are read.
+    pub fn iter(&self) -> impl Iterator<Item = R::View> + '_ {
+        self.rows.iter().map(R::view)
+    }
+}
+
+impl<R: Row> Serialize for Rows<R> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_seq(self.iter())
+    }
+}
+
 /// One thread -> object edge of the model.
 #[derive(Clone, Copy, Debug)]
 pub struct EdgeRow<'g> {
@@ -37,9 +85,10 @@ pub(super) fn totals(edges: &[EdgeRow]) -> (Counts, Dist, Dist) {
     (counts, wait, hold)
 }
 
-impl EdgeRow<'_> {
-    /// The view of this edge.
-    pub fn view(&self) -> EdgeView {
+impl Row for EdgeRow<'_> {
+    type View = EdgeView;
+
+    fn view(&self) -> EdgeView {
         let (k, e) = (self.key, self.stats);
         EdgeView {
             pid: k.thread.pid,
@@ -55,10 +104,7 @@ impl EdgeRow<'_> {
 }
 
 /// The edges, most wait first.
-#[derive(Debug, Default)]
-pub struct Edges<'g> {
-    rows: Vec<EdgeRow<'g>>,
-}
+pub type Edges<'g> = Rows<EdgeRow<'g>>;
 
 impl<'g> Edges<'g> {
     /// Sorts the rows: most wait first, then by key.
@@ -75,32 +121,6 @@ impl<'g> Edges<'g> {
                 .then(key(a).cmp(&key(b)))
         });
         Self { rows }
-    }
-
-    /// Number of edges.
-    pub fn len(&self) -> usize {
-        self.rows.len()
-    }
-
-    /// Whether there are none.
-    pub fn is_empty(&self) -> bool {
-        self.rows.is_empty()
-    }
-
-    /// The rows, in order.
-    pub fn rows(&self) -> &[EdgeRow<'g>] {
-        &self.rows
-    }
-
-    /// The views, in order, made as they are read.
-    pub fn iter(&self) -> impl Iterator<Item = EdgeView> + '_ {
-        self.rows.iter().map(EdgeRow::view)
-    }
-}
-
-impl Serialize for Edges<'_> {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.collect_seq(self.iter())
     }
 }
 
@@ -275,9 +295,10 @@ pub struct WaitsForRow<'g> {
     pub at_exit: bool,
 }
 
-impl WaitsForRow<'_> {
-    /// The view of this edge.
-    pub fn view(&self) -> WaitsForView {
+impl Row for WaitsForRow<'_> {
+    type View = WaitsForView;
+
+    fn view(&self) -> WaitsForView {
         WaitsForView {
             pid: self.pid,
             waiter: self.waiter,
@@ -292,10 +313,7 @@ impl WaitsForRow<'_> {
 }
 
 /// The waiter -> waker edges, most wait first.
-#[derive(Debug, Default)]
-pub struct WaitsFors<'g> {
-    rows: Vec<WaitsForRow<'g>>,
-}
+pub type WaitsFors<'g> = Rows<WaitsForRow<'g>>;
 
 impl<'g> WaitsFors<'g> {
     /// Sorts the rows: most wait first, then by key.
@@ -306,26 +324,5 @@ impl<'g> WaitsFors<'g> {
             )
         });
         Self { rows }
-    }
-
-    /// Number of edges.
-    pub fn len(&self) -> usize {
-        self.rows.len()
-    }
-
-    /// Whether there are none.
-    pub fn is_empty(&self) -> bool {
-        self.rows.is_empty()
-    }
-
-    /// The views, in order, made as they are read.
-    pub fn iter(&self) -> impl Iterator<Item = WaitsForView> + '_ {
-        self.rows.iter().map(WaitsForRow::view)
-    }
-}
-
-impl Serialize for WaitsFors<'_> {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.collect_seq(self.iter())
     }
 }

@@ -10,7 +10,7 @@ use super::{
     format::{count, mean_ns, ns, opt_ns, pct},
     report::table,
 };
-use crate::model::{EdgeRow, ObjectRow, ObjectView, Snapshot, sync_graph::Role};
+use crate::model::{EdgeRow, ObjectRow, ObjectView, Row, Snapshot, sync_graph::Role};
 
 /// Objects shown in the main lock table: locks and futex words that were acquired,
 /// waited on, or failed a trylock or a timed call.

@@ -58,16 +58,21 @@ fn edge_as(g: &SyncGraph, tid: u32, obj: u64, role: Role) -> &EdgeStats {
         .expect("edge exists")
 }
 
-#[test]
-fn lock_unlock_pairs_give_counts_waits_and_holds() {
-    let mut g = SyncGraph::new(Limits::default(), false);
-    // Thread 1 holds M1 for 100 ns twice; thread 2 waits 50 ns once, contended.
+/// Thread 1 holds M1 for 100 ns twice; thread 2 waits 50 ns once, contended, and holds
+/// it 250 ns.
+fn three_holds_of_m1(g: &mut SyncGraph) {
     g.apply(&ev(1, 1_000, SyncOp::Lock, M1, 10, 0, false));
     g.apply(&ev(1, 1_100, SyncOp::Unlock, M1, 0, 0, false));
     g.apply(&ev(2, 1_150, SyncOp::Lock, M1, 50, 0, true));
     g.apply(&ev(2, 1_400, SyncOp::Unlock, M1, 0, 0, false));
     g.apply(&ev(1, 2_000, SyncOp::Lock, M1, 10, 0, false));
     g.apply(&ev(1, 2_100, SyncOp::Unlock, M1, 0, 0, false));
+}
+
+#[test]
+fn lock_unlock_pairs_give_counts_waits_and_holds() {
+    let mut g = SyncGraph::new(Limits::default(), false);
+    three_holds_of_m1(&mut g);
 
     let e1 = edge(&g, 1, M1);
     assert_eq!((e1.counts.acquisitions, e1.counts.contended), (2, 0));
@@ -414,12 +419,7 @@ fn snapshot_rows_total_each_object_over_its_edges_and_serialize_in_order() {
     let mut g = SyncGraph::new(Limits::default(), false);
     // M1: thread 1 holds 100 ns twice, thread 2 waits 50 ns (contended) and holds 250.
     // M2: thread 2 only, uncontended.
-    g.apply(&ev(1, 1_000, SyncOp::Lock, M1, 10, 0, false));
-    g.apply(&ev(1, 1_100, SyncOp::Unlock, M1, 0, 0, false));
-    g.apply(&ev(2, 1_150, SyncOp::Lock, M1, 50, 0, true));
-    g.apply(&ev(2, 1_400, SyncOp::Unlock, M1, 0, 0, false));
-    g.apply(&ev(1, 2_000, SyncOp::Lock, M1, 10, 0, false));
-    g.apply(&ev(1, 2_100, SyncOp::Unlock, M1, 0, 0, false));
+    three_holds_of_m1(&mut g);
     g.apply(&ev(2, 3_000, SyncOp::Lock, M2, 5, 0, false));
     g.apply(&ev(2, 3_020, SyncOp::Unlock, M2, 0, 0, false));
     let window = crate::model::Window {
