@@ -8,7 +8,7 @@ use std::{
 
 use aya::{
     Ebpf, EbpfLoader,
-    maps::{Array, HashMap as BpfHashMap, MapData, MapError, PerCpuArray, RingBuf},
+    maps::{Array, HashMap as BpfHashMap, MapData, MapError, PerCpuArray},
     programs::{
         ProgramError, RawTracePoint, TracePoint, UProbe,
         uprobe::{UProbeAttachLocation, UProbeAttachPoint, UProbeLinkId, UProbeScope},
@@ -236,12 +236,11 @@ impl Probes {
     }
 
     /// Takes the event ring buffer (once).
-    pub fn take_ring(&mut self) -> Result<RingBuf<MapData>, ProbeError> {
-        let map = self
-            .ebpf
-            .take_map(names::MAP_EVENTS)
-            .ok_or(ProbeError::Missing(names::MAP_EVENTS))?;
-        RingBuf::try_from(map).map_err(map_err(names::MAP_EVENTS))
+    pub fn take_ring(&mut self) -> Result<MapData, ProbeError> {
+        match self.ebpf.take_map(names::MAP_EVENTS) {
+            Some(aya::maps::Map::RingBuf(data)) => Ok(data),
+            _ => Err(ProbeError::Missing(names::MAP_EVENTS)),
+        }
     }
 
     /// Adds or removes a process from the in-kernel filter.

@@ -7,6 +7,7 @@ pub mod counters;
 pub mod losses;
 pub mod mappings;
 pub mod ring;
+pub mod ring_map;
 
 pub use losses::Losses;
 pub use mappings::{MappingReader, MappingRecord};

@@ -2,10 +2,11 @@
 
 use std::io;
 
-use aya::maps::{MapData, RingBuf};
 use rtm_common::decode::{DecodeError, Event, decode};
 use serde::Serialize;
 use tokio::io::{Interest, unix::AsyncFd};
+
+use super::ring_map::MappedRing;
 
 /// What the reader saw.
 #[derive(Debug, Clone, Copy, Default, Serialize, PartialEq, Eq)]
@@ -40,15 +41,15 @@ impl ReaderStats {
 
 /// Reads and decodes records from the ring buffer.
 pub struct EventReader {
-    fd: AsyncFd<RingBuf<MapData>>,
+    fd: AsyncFd<MappedRing>,
     stats: ReaderStats,
     more: bool,
 }
 
 impl EventReader {
     /// Wraps the ring buffer for async reading.
-    pub fn new(ring: RingBuf<MapData>) -> io::Result<Self> {
-        // SAFETY: the RingBuf owns its map descriptor for as long as the AsyncFd owns it.
+    pub fn new(ring: MappedRing) -> io::Result<Self> {
+        // SAFETY: the MappedRing owns its map descriptor for as long as the AsyncFd owns it.
         let fd = unsafe { AsyncFd::register_with_interest(ring, Interest::READABLE) }
             .map_err(|e| e.into_parts().1)?;
         Ok(Self {
@@ -97,23 +98,25 @@ impl EventReader {
 }
 
 fn drain(
-    ring: &mut RingBuf<MapData>,
+    ring: &mut MappedRing,
     max: usize,
     stats: &mut ReaderStats,
     sink: &mut dyn FnMut(&Event),
 ) -> (usize, bool) {
     let mut n = 0;
-    while n < max {
-        let Some(item) = ring.next() else {
-            return (n, true);
-        };
-        n += 1;
+    let mut one = |item: &[u8]| {
         stats.records += 1;
         stats.bytes += item.len() as u64;
-        match decode(&item) {
+        match decode(item) {
             Ok(ev) => sink(&ev),
             Err(e) => stats.count(e),
         }
+    };
+    while n < max {
+        if !ring.read(&mut one) {
+            return (n, true);
+        }
+        n += 1;
     }
     (n, false)
 }

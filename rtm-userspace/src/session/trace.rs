@@ -21,7 +21,7 @@ use crate::{
     model::{RankEnv, Snapshot, SyncGraph, TaskGraph, TaskView, Window},
     output::{EndReason, RunInfo, TargetInfo, json, report},
     probes::Probes,
-    readers::{EventReader, Losses, MappingReader, MappingRecord},
+    readers::{EventReader, Losses, MappingReader, MappingRecord, ring_map::MappedRing},
     symbolize::{CodeNamer, ObjectNamer},
     target::{
         elf::ElfSymbols,
@@ -155,7 +155,8 @@ pub(super) async fn trace(cli: Cli, mut child: Option<GatedChild>) -> Result<i32
             return Err(e.into());
         }
     };
-    let mut reader = EventReader::new(probes.take_ring()?).map_err(io_err("ring buffer"))?;
+    let ring = MappedRing::new(probes.take_ring()?).map_err(io_err("ring buffer"))?;
+    let mut reader = EventReader::new(ring).map_err(io_err("ring buffer"))?;
     // The kernel's per-program run-time statistics cost every probe a little: on only
     // when asked for, and only until the tracer exits.
     let _bpf_stats = cli.bpf_stats.then(|| {
