@@ -78,7 +78,7 @@ pub(super) fn totals(edges: &[EdgeRow]) -> (Counts, Dist, Dist) {
     let mut counts = Counts::default();
     let (mut wait, mut hold) = (Dist::default(), Dist::default());
     for e in edges {
-        counts.add(&e.stats.counts);
+        counts.add(&e.stats.counts.get());
         wait.merge(&e.stats.wait);
         hold.merge(&e.stats.hold);
     }
@@ -91,12 +91,12 @@ impl Row for EdgeRow<'_> {
     fn view(&self) -> EdgeView {
         let (k, e) = (self.key, self.stats);
         EdgeView {
-            pid: k.thread.pid,
-            tid: k.thread.tid,
-            kind: k.object.primitive,
-            object: k.object.addr,
-            role: k.role,
-            counts: e.counts,
+            pid: k.thread().pid,
+            tid: k.thread().tid,
+            kind: k.object().primitive,
+            object: k.object().addr,
+            role: k.role(),
+            counts: e.counts.get(),
             wait: e.wait.summary(),
             hold: e.hold.summary(),
         }
@@ -112,7 +112,7 @@ impl<'g> Edges<'g> {
         rows.sort_by(|a, b| {
             let key = |r: &EdgeRow| {
                 let k = r.key;
-                (k.thread.pid, k.thread.tid, k.object.addr, k.role)
+                (k.thread().pid, k.thread().tid, k.object().addr, k.role())
             };
             b.stats
                 .wait
@@ -169,15 +169,15 @@ impl<'g> Objects<'g> {
         mut grouped: Vec<EdgeRow<'g>>,
         name_of: &mut dyn FnMut(&ObjectKey, &ObjectMeta) -> Option<String>,
     ) -> Self {
-        grouped.sort_unstable_by_key(|e| e.key.object);
+        grouped.sort_unstable_by_key(|e| e.key.object());
         let mut rows: Vec<ObjectRow> = objects
             .map(|(key, meta)| {
-                let first = grouped.partition_point(|e| e.key.object < *key);
-                let len = grouped[first..].partition_point(|e| e.key.object == *key);
+                let first = grouped.partition_point(|e| e.key.object() < *key);
+                let len = grouped[first..].partition_point(|e| e.key.object() == *key);
                 let mut counts = Counts::default();
                 let mut wait_ns = 0u64;
                 for e in &grouped[first..first + len] {
-                    counts.add(&e.stats.counts);
+                    counts.add(&e.stats.counts.get());
                     wait_ns = wait_ns.saturating_add(e.stats.wait.total());
                 }
                 ObjectRow {
@@ -263,7 +263,10 @@ impl<'g> Objects<'g> {
             mutex: meta.mutex,
             thread_tid: meta.tid,
             barrier: (key.primitive == Primitive::Barrier)
-                .then(|| barrier_view(&meta.barrier_calls, meta.serial)),
+                .then(|| match meta.barrier.as_deref() {
+                    Some(b) => barrier_view(&b.calls, b.serial),
+                    None => barrier_view(&[], 0),
+                }),
         }
     }
 }

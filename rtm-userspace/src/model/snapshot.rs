@@ -154,12 +154,12 @@ impl<'g> Snapshot<'g> {
 /// Each thread's totals over its edges, most time waiting first. Sorts `rows` by thread
 /// so that only one thread's merged distributions exist at a time.
 fn thread_views(graph: &SyncGraph, window: Window, rows: &mut [EdgeRow]) -> Vec<ThreadView> {
-    rows.sort_unstable_by_key(|r| r.key.thread);
+    rows.sort_unstable_by_key(|r| r.key.thread());
     let mut threads: Vec<ThreadView> = graph
         .threads()
         .map(|(key, node)| {
-            let first = rows.partition_point(|r| r.key.thread < *key);
-            let len = rows[first..].partition_point(|r| r.key.thread == *key);
+            let first = rows.partition_point(|r| r.key.thread() < *key);
+            let len = rows[first..].partition_point(|r| r.key.thread() == *key);
             let (counts, wait, hold) = totals(&rows[first..first + len]);
             let start = node
                 .start_ns

@@ -298,11 +298,12 @@ impl SyncGraph {
             (Primitive::Cond, SyncOp::Wait | SyncOp::TimedWait) => meta.mutex = Some(raw.aux),
             (Primitive::Thread, SyncOp::Create) if raw.extra != 0 => meta.tid = Some(raw.extra),
             (Primitive::Barrier, SyncOp::Wait) => {
+                let barrier = meta.barrier.get_or_insert_default();
                 if raw.ret == BARRIER_SERIAL {
-                    meta.serial += 1;
+                    barrier.serial += 1;
                 }
                 if room {
-                    meta.barrier_calls.push(Arrival {
+                    barrier.calls.push(Arrival {
                         tid: thread.tid,
                         arrive_ns: ts.saturating_sub(raw.wait_ns),
                         depart_ns: ts,
@@ -332,11 +333,7 @@ impl SyncGraph {
             }
         }
         let role = role_of(s.op);
-        let key = EdgeKey {
-            thread,
-            object,
-            role,
-        };
+        let key = EdgeKey::new(thread, object, role);
         if !self.edges.contains_key(&key) {
             if self.edges.len() >= self.limits.max_edges {
                 self.counters.dropped_over_limits += 1;
@@ -352,16 +349,16 @@ impl SyncGraph {
         }
         match s.op {
             SyncOp::Post => {
-                c.posts += 1;
+                c.rare().posts += 1;
                 return;
             }
             SyncOp::Signal | SyncOp::Broadcast => {
                 if s.op == SyncOp::Signal {
-                    c.signals += 1;
+                    c.rare().signals += 1;
                 } else {
-                    c.broadcasts += 1;
+                    c.rare().broadcasts += 1;
                 }
-                c.woken += raw.extra as u64;
+                c.rare().woken += raw.extra as u64;
                 return;
             }
             SyncOp::Create => return,
@@ -376,25 +373,25 @@ impl SyncGraph {
             BARRIER_SERIAL if s.primitive == Primitive::Barrier => true,
             // sem_* return -1 and set errno: a failed trywait is "would block".
             -1 if s.op == SyncOp::TryWait => {
-                c.failed_trylocks += 1;
+                c.rare().failed_trylocks += 1;
                 false
             }
             -1 if s.op == SyncOp::TimedWait && s.primitive == Primitive::Sem => {
-                c.timeouts += 1;
+                c.rare().timeouts += 1;
                 edge.wait.record(raw.wait_ns, budget);
                 false
             }
             EBUSY | EAGAIN if is_try => {
-                c.failed_trylocks += 1;
+                c.rare().failed_trylocks += 1;
                 false
             }
             ETIMEDOUT => {
-                c.timeouts += 1;
+                c.rare().timeouts += 1;
                 edge.wait.record(raw.wait_ns, budget);
                 false
             }
             _ => {
-                c.errors += 1;
+                c.rare().errors += 1;
                 false
             }
         };
@@ -446,11 +443,7 @@ impl SyncGraph {
             .holds
             .release(m, thread.tid, ts.saturating_sub(wait_ns));
         if let Some(r) = released
-            && let Some(e) = self.edges.get_mut(&EdgeKey {
-                thread,
-                object: m,
-                role: r.role,
-            })
+            && let Some(e) = self.edges.get_mut(&EdgeKey::new(thread, m, r.role))
         {
             e.hold.record(r.held_ns, &mut self.budget);
         }
@@ -465,11 +458,7 @@ impl SyncGraph {
             self.counters.unmatched_releases += 1;
         }
         if let Some(r) = released
-            && let Some(e) = self.edges.get_mut(&EdgeKey {
-                thread,
-                object,
-                role: r.role,
-            })
+            && let Some(e) = self.edges.get_mut(&EdgeKey::new(thread, object, r.role))
         {
             e.hold.record(r.held_ns, &mut self.budget);
         }
@@ -518,11 +507,7 @@ impl SyncGraph {
             return;
         }
         if self
-            .edge(EdgeKey {
-                thread,
-                object,
-                role: Role::Use,
-            })
+            .edge(EdgeKey::new(thread, object, Role::Use))
             .is_none()
         {
             return;
@@ -530,11 +515,7 @@ impl SyncGraph {
         let budget = &mut self.budget;
         let edge = self
             .edges
-            .get_mut(&EdgeKey {
-                thread,
-                object,
-                role: Role::Use,
-            })
+            .get_mut(&EdgeKey::new(thread, object, Role::Use))
             .expect("present");
         let c = &mut edge.counts;
         match s.op {
@@ -544,11 +525,11 @@ impl SyncGraph {
                 c.contended_wait_ns += raw.wait_ns;
                 c.blocked += 1;
                 if raw.ret == -ETIMEDOUT {
-                    c.timeouts += 1;
+                    c.rare().timeouts += 1;
                 }
                 edge.wait.record(raw.wait_ns, budget);
             }
-            SyncOp::Wake => c.woken += raw.ret.max(0) as u64,
+            SyncOp::Wake => c.rare().woken += raw.ret.max(0) as u64,
             _ => {}
         }
     }

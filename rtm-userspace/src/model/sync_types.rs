@@ -38,15 +38,50 @@ pub enum Role {
     Write,
 }
 
-/// A thread -> object edge.
+/// A thread -> object edge: 24 bytes (the thread's pid is the object's).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct EdgeKey {
+    addr: u64,
+    pid: u32,
+    tid: u32,
+    primitive: Primitive,
+    role: Role,
+}
+
+impl EdgeKey {
+    /// The edge from `thread` to `object` (of the same process) in `role`.
+    pub fn new(thread: ThreadKey, object: ObjectKey, role: Role) -> Self {
+        debug_assert_eq!(thread.pid, object.pid);
+        Self {
+            addr: object.addr,
+            pid: object.pid,
+            tid: thread.tid,
+            primitive: object.primitive,
+            role,
+        }
+    }
+
     /// The thread.
-    pub thread: ThreadKey,
+    pub fn thread(&self) -> ThreadKey {
+        ThreadKey {
+            pid: self.pid,
+            tid: self.tid,
+        }
+    }
+
     /// The object it used.
-    pub object: ObjectKey,
+    pub fn object(&self) -> ObjectKey {
+        ObjectKey {
+            pid: self.pid,
+            primitive: self.primitive,
+            addr: self.addr,
+        }
+    }
+
     /// How.
-    pub role: Role,
+    pub fn role(&self) -> Role {
+        self.role
+    }
 }
 
 /// A waiter -> waker edge: `waiter` slept on `object` (a futex word) until `waker` woke it.
@@ -153,18 +188,81 @@ impl Counts {
     }
 }
 
+/// An edge's counts as the model keeps them: what every edge of a lock or a wait counts
+/// inline, the rest (failures, posts, signals, wakes) in a box made on first use. An edge
+/// is kept per (thread, object, role), so at 100,000 objects every byte here counts.
+#[derive(Clone, Debug, Default)]
+pub struct EdgeCounts {
+    /// See [`Counts::acquisitions`].
+    pub acquisitions: u64,
+    /// See [`Counts::contended`].
+    pub contended: u64,
+    /// See [`Counts::contended_wait_ns`].
+    pub contended_wait_ns: u64,
+    /// See [`Counts::waits`].
+    pub waits: u64,
+    /// See [`Counts::blocked`].
+    pub blocked: u64,
+    rare: Option<Box<RareCounts>>,
+}
+
+/// The counts few edges need.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct RareCounts {
+    /// See [`Counts::failed_trylocks`].
+    pub failed_trylocks: u64,
+    /// See [`Counts::timeouts`].
+    pub timeouts: u64,
+    /// See [`Counts::errors`].
+    pub errors: u64,
+    /// See [`Counts::posts`].
+    pub posts: u64,
+    /// See [`Counts::signals`].
+    pub signals: u64,
+    /// See [`Counts::broadcasts`].
+    pub broadcasts: u64,
+    /// See [`Counts::woken`].
+    pub woken: u64,
+}
+
+impl EdgeCounts {
+    /// The rarely used counts, made on first use.
+    pub fn rare(&mut self) -> &mut RareCounts {
+        self.rare.get_or_insert_default()
+    }
+
+    /// All counts.
+    pub fn get(&self) -> Counts {
+        let r = self.rare.as_deref().copied().unwrap_or_default();
+        Counts {
+            acquisitions: self.acquisitions,
+            contended: self.contended,
+            contended_wait_ns: self.contended_wait_ns,
+            waits: self.waits,
+            blocked: self.blocked,
+            failed_trylocks: r.failed_trylocks,
+            timeouts: r.timeouts,
+            errors: r.errors,
+            posts: r.posts,
+            signals: r.signals,
+            broadcasts: r.broadcasts,
+            woken: r.woken,
+        }
+    }
+}
+
 /// Per-edge statistics.
 #[derive(Clone, Debug, Default)]
 pub struct EdgeStats {
     /// What the thread did with the object.
-    pub counts: Counts,
+    pub counts: EdgeCounts,
     /// Time spent inside blocking calls (acquisitions and waits), timeouts included.
     pub wait: Dist,
     /// Time between acquisition and release.
     pub hold: Dist,
 }
 
-/// What is known of an object beyond its edges.
+/// What is known of an object beyond its edges (40 bytes: one per object).
 #[derive(Clone, Debug, Default)]
 pub struct ObjectMeta {
     /// Timestamp of its first event.
@@ -173,9 +271,16 @@ pub struct ObjectMeta {
     pub mutex: Option<u64>,
     /// For a thread handle: the thread's id, when its creation was seen.
     pub tid: Option<u32>,
-    /// For a barrier: its calls, for rounds.
-    pub barrier_calls: Vec<Arrival>,
-    /// For a barrier: calls that returned PTHREAD_BARRIER_SERIAL_THREAD.
+    /// For a barrier: its calls.
+    pub barrier: Option<Box<BarrierCalls>>,
+}
+
+/// A barrier's calls, for rounds.
+#[derive(Clone, Debug, Default)]
+pub struct BarrierCalls {
+    /// Each call (while the barrier-call cap lasts).
+    pub calls: Vec<Arrival>,
+    /// Calls that returned PTHREAD_BARRIER_SERIAL_THREAD.
     pub serial: u64,
 }
 

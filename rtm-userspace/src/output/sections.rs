@@ -129,10 +129,10 @@ pub(super) fn rwlocks(out: &mut String, s: &Snapshot, top: usize) {
                 .iter()
                 .filter(|e| {
                     let k = e.key;
-                    k.object.pid == o.pid
-                        && k.object.addr == o.addr
-                        && k.object.primitive == Primitive::RwLock
-                        && k.role == role
+                    k.object().pid == o.pid
+                        && k.object().addr == o.addr
+                        && k.object().primitive == Primitive::RwLock
+                        && k.role() == role
                 })
                 .map(EdgeRow::view)
                 .collect();

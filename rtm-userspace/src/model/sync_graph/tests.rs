@@ -53,7 +53,7 @@ fn edge(g: &SyncGraph, tid: u32, obj: u64) -> &EdgeStats {
 
 fn edge_as(g: &SyncGraph, tid: u32, obj: u64, role: Role) -> &EdgeStats {
     g.edges()
-        .find(|(k, _)| k.thread.tid == tid && k.object.addr == obj && k.role == role)
+        .find(|(k, _)| k.thread().tid == tid && k.object().addr == obj && k.role() == role)
         .map(|(_, e)| e)
         .expect("edge exists")
 }
@@ -75,15 +75,15 @@ fn lock_unlock_pairs_give_counts_waits_and_holds() {
     three_holds_of_m1(&mut g);
 
     let e1 = edge(&g, 1, M1);
-    assert_eq!((e1.counts.acquisitions, e1.counts.contended), (2, 0));
+    assert_eq!((e1.counts.get().acquisitions, e1.counts.get().contended), (2, 0));
     assert_eq!((e1.hold.count(), e1.hold.total()), (2, 200));
     assert_eq!(e1.wait.total(), 20);
     let e2 = edge(&g, 2, M1);
     assert_eq!(
         (
-            e2.counts.acquisitions,
-            e2.counts.contended,
-            e2.counts.contended_wait_ns
+            e2.counts.get().acquisitions,
+            e2.counts.get().contended,
+            e2.counts.get().contended_wait_ns
         ),
         (1, 1, 50)
     );
@@ -108,9 +108,9 @@ fn failed_trylocks_timeouts_and_errors_are_not_acquisitions() {
     ));
     g.apply(&ev(1, 40, SyncOp::TryLock, M1, 1, 0, false));
     let e = edge(&g, 1, M1);
-    assert_eq!(e.counts.acquisitions, 1);
+    assert_eq!(e.counts.get().acquisitions, 1);
     assert_eq!(
-        (e.counts.failed_trylocks, e.counts.timeouts, e.counts.errors),
+        (e.counts.get().failed_trylocks, e.counts.get().timeouts, e.counts.get().errors),
         (1, 1, 1)
     );
     // The timeout waited; the successful trylock did not block.
@@ -125,7 +125,7 @@ fn recursive_acquisitions_hold_until_the_last_release() {
     g.apply(&ev(1, 300, SyncOp::Unlock, M1, 0, 0, false));
     g.apply(&ev(1, 400, SyncOp::Unlock, M1, 0, 0, false));
     let e = edge(&g, 1, M1);
-    assert_eq!(e.counts.acquisitions, 2);
+    assert_eq!(e.counts.get().acquisitions, 2);
     assert_eq!((e.hold.count(), e.hold.total()), (1, 300));
 }
 
@@ -195,7 +195,7 @@ fn rwlock_readers_share_and_writers_are_separate_edges() {
     assert_eq!(edge_as(&g, 1, M1, Role::Read).hold.total(), 100);
     assert_eq!(edge_as(&g, 2, M1, Role::Read).hold.total(), 150);
     let w = edge_as(&g, 3, M1, Role::Write);
-    assert_eq!((w.counts.contended, w.counts.contended_wait_ns), (1, 150));
+    assert_eq!((w.counts.get().contended, w.counts.get().contended_wait_ns), (1, 150));
     assert_eq!(w.hold.total(), 100);
 }
 
@@ -233,9 +233,9 @@ fn cond_wait_ends_and_restarts_the_mutex_hold() {
     let m = edge(&g, 1, M1);
     assert_eq!((m.hold.count(), m.hold.total()), (2, 100 + 50));
     let c = edge(&g, 1, C);
-    assert_eq!((c.counts.waits, c.wait.total()), (1, 1_000));
+    assert_eq!((c.counts.get().waits, c.wait.total()), (1, 1_000));
     let s = edge(&g, 2, C);
-    assert_eq!((s.counts.signals, s.counts.woken), (1, 1));
+    assert_eq!((s.counts.get().signals, s.counts.get().woken), (1, 1));
     let meta = g.objects().find(|(k, _)| k.addr == C).unwrap().1;
     assert_eq!(meta.mutex, Some(M1));
     assert_eq!(g.counters().interrupted_holds, 0);
@@ -281,8 +281,8 @@ fn futex_waits_name_their_waker_and_are_objects_only_in_contention_mode() {
         assert_eq!(g.objects().count(), usize::from(futex_objects));
         if futex_objects {
             let e = edge(&g, 1, M1);
-            assert_eq!((e.counts.waits, e.counts.contended_wait_ns), (2, 800));
-            assert_eq!(edge(&g, 2, M1).counts.woken, 1);
+            assert_eq!((e.counts.get().waits, e.counts.get().contended_wait_ns), (2, 800));
+            assert_eq!(edge(&g, 2, M1).counts.get().woken, 1);
         }
     }
 }
@@ -347,14 +347,14 @@ fn semaphores_count_posts_and_failed_trywaits() {
     let e = edge(&g, 1, S);
     assert_eq!(
         (
-            e.counts.acquisitions,
-            e.counts.contended,
-            e.counts.blocked,
-            e.counts.failed_trylocks
+            e.counts.get().acquisitions,
+            e.counts.get().contended,
+            e.counts.get().blocked,
+            e.counts.get().failed_trylocks
         ),
         (1, 1, 1, 1)
     );
-    assert_eq!(edge(&g, 2, S).counts.posts, 2);
+    assert_eq!(edge(&g, 2, S).counts.get().posts, 2);
     assert_eq!(g.counters().unmatched_releases, 0);
 }
 
@@ -386,25 +386,25 @@ fn lock_seen_at_entry_is_settled_by_the_threads_next_event() {
     g.apply(&futex(2_100, 850));
     g.apply(&futex(2_500, 300));
     // Not settled yet: no acquisition without the thread's next event.
-    assert!(g.edges().all(|(k, _)| k.thread.tid != 2));
+    assert!(g.edges().all(|(k, _)| k.thread().tid != 2));
     g.apply(&ev(2, 2_800, SyncOp::Unlock, M1, 0, 0, false));
     // Thread 1 enters lock again and the trace ends.
     g.apply(&begin(1, 3_000, false));
     g.settle_pending();
 
     let e1 = edge(&g, 1, M1);
-    assert_eq!((e1.counts.acquisitions, e1.counts.contended), (2, 0));
+    assert_eq!((e1.counts.get().acquisitions, e1.counts.get().contended), (2, 0));
     assert_eq!((e1.hold.count(), e1.hold.total()), (1, 1_000));
     let e2 = edge(&g, 2, M1);
     assert_eq!(
         (
-            e2.counts.acquisitions,
-            e2.counts.contended,
-            e2.counts.blocked
+            e2.counts.get().acquisitions,
+            e2.counts.get().contended,
+            e2.counts.get().blocked
         ),
         (1, 1, 1)
     );
-    assert_eq!(e2.counts.contended_wait_ns, 1_300);
+    assert_eq!(e2.counts.get().contended_wait_ns, 1_300);
     assert_eq!((e2.hold.count(), e2.hold.total()), (1, 300));
     // The futex waits still name the waker (thread 1).
     let w: Vec<_> = g
