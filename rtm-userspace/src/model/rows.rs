@@ -11,7 +11,7 @@ use serde::{Serialize, Serializer};
 use super::{
     dist::Dist,
     snapshot::barrier_view,
-    sync_graph::{Counts, EdgeKey, EdgeStats, ObjectKey, ObjectMeta},
+    sync_graph::{Counts, EdgeKey, EdgeStats, ObjectKey, ObjectMeta, SyncGraph},
     views::{EdgeView, ObjectView, WaitsForView},
 };
 
@@ -74,7 +74,7 @@ pub struct EdgeRow<'g> {
 
 /// Counts and distributions summed over `edges` (the distributions merged for the
 /// caller's view only).
-pub(super) fn totals(edges: &[EdgeRow]) -> (Counts, Dist, Dist) {
+pub(super) fn totals<'g>(edges: impl IntoIterator<Item = EdgeRow<'g>>) -> (Counts, Dist, Dist) {
     let mut counts = Counts::default();
     let (mut wait, mut hold) = (Dist::default(), Dist::default());
     for e in edges {
@@ -131,7 +131,7 @@ pub struct ObjectRow<'g> {
     pub key: &'g ObjectKey,
     meta: &'g ObjectMeta,
     /// Its name, when it has one.
-    pub name: Option<String>,
+    pub name: Option<Box<str>>,
     /// Its edges: `Objects::grouped[first..first + len]`.
     first: u32,
     len: u32,
@@ -149,8 +149,8 @@ impl ObjectRow<'_> {
     /// The name if known, else the address.
     pub fn label(&self) -> String {
         self.name
-            .clone()
-            .unwrap_or_else(|| format!("{:#x}", self.key.addr))
+            .as_deref()
+            .map_or_else(|| format!("{:#x}", self.key.addr), str::to_owned)
     }
 }
 
@@ -158,32 +158,37 @@ impl ObjectRow<'_> {
 #[derive(Debug, Default)]
 pub struct Objects<'g> {
     rows: Vec<ObjectRow<'g>>,
-    /// Every edge, grouped by object.
-    grouped: Vec<EdgeRow<'g>>,
+    /// Every edge of the model (by its index there), grouped by object.
+    grouped: Vec<u32>,
+    graph: Option<&'g SyncGraph>,
 }
 
 impl<'g> Objects<'g> {
-    /// Groups `edges` by object and sorts the objects. `name_of` names an object.
+    /// Groups the graph's edges by object and sorts the objects. `name_of` names an
+    /// object.
     pub(super) fn new(
-        objects: impl Iterator<Item = (&'g ObjectKey, &'g ObjectMeta)>,
-        mut grouped: Vec<EdgeRow<'g>>,
+        graph: &'g SyncGraph,
         name_of: &mut dyn FnMut(&ObjectKey, &ObjectMeta) -> Option<String>,
     ) -> Self {
-        grouped.sort_unstable_by_key(|e| e.key.object());
-        let mut rows: Vec<ObjectRow> = objects
+        let object_of = |i: &u32| graph.edge_at(*i).0.object();
+        let mut grouped: Vec<u32> = (0..graph.edge_count() as u32).collect();
+        grouped.sort_unstable_by_key(object_of);
+        let mut rows: Vec<ObjectRow> = graph
+            .objects()
             .map(|(key, meta)| {
-                let first = grouped.partition_point(|e| e.key.object() < *key);
-                let len = grouped[first..].partition_point(|e| e.key.object() == *key);
+                let first = grouped.partition_point(|i| object_of(i) < *key);
+                let len = grouped[first..].partition_point(|i| object_of(i) == *key);
                 let mut counts = Counts::default();
                 let mut wait_ns = 0u64;
-                for e in &grouped[first..first + len] {
-                    counts.add(&e.stats.counts.get());
-                    wait_ns = wait_ns.saturating_add(e.stats.wait.total());
+                for i in &grouped[first..first + len] {
+                    let stats = graph.edge_at(*i).1;
+                    counts.add(&stats.counts.get());
+                    wait_ns = wait_ns.saturating_add(stats.wait.total());
                 }
                 ObjectRow {
                     key,
                     meta,
-                    name: name_of(key, meta),
+                    name: name_of(key, meta).map(String::into_boxed_str),
                     first: first as u32,
                     len: len as u32,
                     contended_wait_ns: counts.contended_wait_ns,
@@ -202,7 +207,11 @@ impl<'g> Objects<'g> {
                 .cmp(&(a.contended_wait_ns, a.wait_ns, a.acquisitions))
                 .then((a.key.pid, a.key.addr).cmp(&(b.key.pid, b.key.addr)))
         });
-        Self { rows, grouped }
+        Self {
+            rows,
+            grouped,
+            graph: Some(graph),
+        }
     }
 
     /// Number of objects.
@@ -241,32 +250,37 @@ impl<'g> Objects<'g> {
     }
 
     /// The edges of an object's row.
-    pub fn edges_of(&self, row: &ObjectRow<'g>) -> &[EdgeRow<'g>] {
-        &self.grouped[row.first as usize..(row.first + row.len) as usize]
+    pub fn edges_of(&self, row: &ObjectRow<'g>) -> impl ExactSizeIterator<Item = EdgeRow<'g>> {
+        let graph = self.graph;
+        self.grouped[row.first as usize..(row.first + row.len) as usize]
+            .iter()
+            .map(move |i| {
+                let (key, stats) = graph.expect("rows come from a graph").edge_at(*i);
+                EdgeRow { key, stats }
+            })
     }
 
     /// The view of a row: totals over its edges (distributions merged for this view
     /// only).
     pub fn view(&self, row: &ObjectRow) -> ObjectView {
-        let edges = self.edges_of(row);
-        let (counts, wait, hold) = totals(edges);
+        let threads = row.len as usize;
+        let (counts, wait, hold) = totals(self.edges_of(row));
         let (key, meta) = (row.key, row.meta);
         ObjectView {
             pid: key.pid,
             kind: key.primitive,
             addr: key.addr,
-            name: row.name.clone(),
-            threads: edges.len(),
+            name: row.name.as_deref().map(str::to_owned),
+            threads,
             counts,
             wait: wait.summary(),
             hold: hold.summary(),
             mutex: meta.mutex,
             thread_tid: meta.tid,
-            barrier: (key.primitive == Primitive::Barrier)
-                .then(|| match meta.barrier.as_deref() {
-                    Some(b) => barrier_view(&b.calls, b.serial),
-                    None => barrier_view(&[], 0),
-                }),
+            barrier: (key.primitive == Primitive::Barrier).then(|| match meta.barrier.as_deref() {
+                Some(b) => barrier_view(&b.calls, b.serial),
+                None => barrier_view(&[], 0),
+            }),
         }
     }
 }

@@ -84,11 +84,7 @@ impl<'g> Snapshot<'g> {
                 wait_ns: c.wait_ns,
             })
             .collect();
-        let mut rows: Vec<EdgeRow> = graph
-            .edges()
-            .map(|(key, stats)| EdgeRow { key, stats })
-            .collect();
-        let threads = thread_views(graph, window, &mut rows);
+        let threads = thread_views(graph, window);
 
         let exits = exit_waits(graph);
         let mut waits: Vec<WaitsForRow> = graph
@@ -122,9 +118,7 @@ impl<'g> Snapshot<'g> {
         }
         let exit_of: HashMap<(u32, u64), u32> = exits.keys().map(|k| ((k.0, k.3), k.2)).collect();
 
-        let objects = Objects::new(graph.objects(), rows.clone(), &mut |key, meta| match key
-            .primitive
-        {
+        let objects = Objects::new(graph, &mut |key, meta| match key.primitive {
             Primitive::Thread => meta.tid.map(|tid| format!("thread {tid}")),
             _ => name_of(key).or_else(|| {
                 exit_of
@@ -136,7 +130,12 @@ impl<'g> Snapshot<'g> {
             window,
             threads,
             objects,
-            edges: Edges::new(rows),
+            edges: Edges::new(
+                graph
+                    .edges()
+                    .map(|(key, stats)| EdgeRow { key, stats })
+                    .collect(),
+            ),
             waits_for: WaitsFors::new(waits),
             call_sites,
             model: ModelCounters {
@@ -151,16 +150,21 @@ impl<'g> Snapshot<'g> {
     }
 }
 
-/// Each thread's totals over its edges, most time waiting first. Sorts `rows` by thread
-/// so that only one thread's merged distributions exist at a time.
-fn thread_views(graph: &SyncGraph, window: Window, rows: &mut [EdgeRow]) -> Vec<ThreadView> {
-    rows.sort_unstable_by_key(|r| r.key.thread());
+/// Each thread's totals over its edges, most time waiting first. Groups the edges by
+/// thread so that only one thread's merged distributions exist at a time.
+fn thread_views(graph: &SyncGraph, window: Window) -> Vec<ThreadView> {
+    let thread_of = |i: &u32| graph.edge_at(*i).0.thread();
+    let mut by_thread: Vec<u32> = (0..graph.edge_count() as u32).collect();
+    by_thread.sort_unstable_by_key(thread_of);
     let mut threads: Vec<ThreadView> = graph
         .threads()
         .map(|(key, node)| {
-            let first = rows.partition_point(|r| r.key.thread() < *key);
-            let len = rows[first..].partition_point(|r| r.key.thread() == *key);
-            let (counts, wait, hold) = totals(&rows[first..first + len]);
+            let first = by_thread.partition_point(|i| thread_of(i) < *key);
+            let len = by_thread[first..].partition_point(|i| thread_of(i) == *key);
+            let (counts, wait, hold) = totals(by_thread[first..first + len].iter().map(|i| {
+                let (key, stats) = graph.edge_at(*i);
+                EdgeRow { key, stats }
+            }));
             let start = node
                 .start_ns
                 .unwrap_or(node.first_event_ns)

@@ -506,10 +506,7 @@ impl SyncGraph {
         if !self.futex_objects || self.object(object, ts).is_none() {
             return;
         }
-        if self
-            .edge(EdgeKey::new(thread, object, Role::Use))
-            .is_none()
-        {
+        if self.edge(EdgeKey::new(thread, object, Role::Use)).is_none() {
             return;
         }
         let budget = &mut self.budget;
@@ -566,6 +563,18 @@ impl SyncGraph {
     /// The thread -> object edges.
     pub fn edges(&self) -> impl Iterator<Item = (&EdgeKey, &EdgeStats)> {
         self.edges.iter()
+    }
+
+    /// Number of thread -> object edges.
+    pub fn edge_count(&self) -> usize {
+        self.edges.len()
+    }
+
+    /// The edge at `i` (0 <= i < [`edge_count`](Self::edge_count)), in insertion order.
+    pub fn edge_at(&self, i: u32) -> (&EdgeKey, &EdgeStats) {
+        self.edges
+            .get_index(i as usize)
+            .expect("edge index within edge_count")
     }
 
     /// The waiter -> waker edges.

@@ -75,7 +75,10 @@ fn lock_unlock_pairs_give_counts_waits_and_holds() {
     three_holds_of_m1(&mut g);
 
     let e1 = edge(&g, 1, M1);
-    assert_eq!((e1.counts.get().acquisitions, e1.counts.get().contended), (2, 0));
+    assert_eq!(
+        (e1.counts.get().acquisitions, e1.counts.get().contended),
+        (2, 0)
+    );
     assert_eq!((e1.hold.count(), e1.hold.total()), (2, 200));
     assert_eq!(e1.wait.total(), 20);
     let e2 = edge(&g, 2, M1);
@@ -110,7 +113,11 @@ fn failed_trylocks_timeouts_and_errors_are_not_acquisitions() {
     let e = edge(&g, 1, M1);
     assert_eq!(e.counts.get().acquisitions, 1);
     assert_eq!(
-        (e.counts.get().failed_trylocks, e.counts.get().timeouts, e.counts.get().errors),
+        (
+            e.counts.get().failed_trylocks,
+            e.counts.get().timeouts,
+            e.counts.get().errors
+        ),
         (1, 1, 1)
     );
     // The timeout waited; the successful trylock did not block.
@@ -195,7 +202,10 @@ fn rwlock_readers_share_and_writers_are_separate_edges() {
     assert_eq!(edge_as(&g, 1, M1, Role::Read).hold.total(), 100);
     assert_eq!(edge_as(&g, 2, M1, Role::Read).hold.total(), 150);
     let w = edge_as(&g, 3, M1, Role::Write);
-    assert_eq!((w.counts.get().contended, w.counts.get().contended_wait_ns), (1, 150));
+    assert_eq!(
+        (w.counts.get().contended, w.counts.get().contended_wait_ns),
+        (1, 150)
+    );
     assert_eq!(w.hold.total(), 100);
 }
 
@@ -281,7 +291,10 @@ fn futex_waits_name_their_waker_and_are_objects_only_in_contention_mode() {
         assert_eq!(g.objects().count(), usize::from(futex_objects));
         if futex_objects {
             let e = edge(&g, 1, M1);
-            assert_eq!((e.counts.get().waits, e.counts.get().contended_wait_ns), (2, 800));
+            assert_eq!(
+                (e.counts.get().waits, e.counts.get().contended_wait_ns),
+                (2, 800)
+            );
             assert_eq!(edge(&g, 2, M1).counts.get().woken, 1);
         }
     }
@@ -393,7 +406,10 @@ fn lock_seen_at_entry_is_settled_by_the_threads_next_event() {
     g.settle_pending();
 
     let e1 = edge(&g, 1, M1);
-    assert_eq!((e1.counts.get().acquisitions, e1.counts.get().contended), (2, 0));
+    assert_eq!(
+        (e1.counts.get().acquisitions, e1.counts.get().contended),
+        (2, 0)
+    );
     assert_eq!((e1.hold.count(), e1.hold.total()), (1, 1_000));
     let e2 = edge(&g, 2, M1);
     assert_eq!(
