@@ -234,7 +234,7 @@ pub fn memory(root: &Path, dir: &Path, plan: Plan) -> Result<()> {
         plan.rounds
     );
     println!(
-        "| distinct mutexes | rtm-trace peak RSS MiB: median [min-max] | objects tracked | edges | events lost (ring full) | not recorded (over caps) |"
+        "| distinct mutexes | rtm-trace peak RSS MiB: median [min-max] | mutexes seen | edges | events lost (ring full) | not recorded (over caps) |"
     );
     println!("|---|---|---|---|---|---|");
     let sizes: &[&str] = if plan.smoke {
@@ -244,7 +244,8 @@ pub fn memory(root: &Path, dir: &Path, plan: Plan) -> Result<()> {
     };
     for n in sizes {
         let mut rss = Vec::new();
-        let mut doc = serde_json::Value::Null;
+        // Per round: mutexes seen, edges, events lost, events over the caps.
+        let mut seen: [Vec<u64>; 4] = Default::default();
         for _ in 0..plan.rounds {
             let r = run_ok(
                 Command::new(&rtm)
@@ -255,25 +256,35 @@ pub fn memory(root: &Path, dir: &Path, plan: Plan) -> Result<()> {
                     .args([n, "64", "2"]),
                 "bench_mutexes under rtm-trace",
             )?;
-            doc = json(&out)?;
+            let doc = json(&out)?;
             // The tracer's own high-water mark (wait4's figure also counts the
             // launched program, which starts as a copy of the tracer).
             let hwm = doc["run"]["tracer_max_rss_kib"].as_f64();
             rss.push(hwm.unwrap_or(r.max_rss_kib as f64) / 1024.0);
+            let objects = doc["sync_graph"]["objects"]
+                .as_array()
+                .map_or(0, |o| o.iter().filter(|o| o["kind"] == "mutex").count());
+            let edges = doc["sync_graph"]["edges"].as_array().map_or(0, Vec::len);
+            for (list, v) in seen.iter_mut().zip([
+                objects as u64,
+                edges as u64,
+                doc["run"]["losses"]["ring_full"].as_u64().unwrap_or(0),
+                doc["sync_graph"]["model"]["dropped_over_limits"]
+                    .as_u64()
+                    .unwrap_or(0),
+            ]) {
+                list.push(v);
+            }
         }
-        let objects = doc["sync_graph"]["objects"]
-            .as_array()
-            .map_or(0, |o| o.iter().filter(|o| o["kind"] == "mutex").count());
+        let [objects, edges, lost, over] = seen.map(|v| every_round(&v));
         println!(
-            "| {n} | {} | {objects} | {} | {} | {} |",
+            "| {n} | {} | {objects} | {edges} | {lost} | {over} |",
             Spread::of(&rss).show(1),
-            doc["sync_graph"]["edges"].as_array().map_or(0, Vec::len),
-            doc["run"]["losses"]["ring_full"],
-            doc["sync_graph"]["model"]["dropped_over_limits"]
         );
     }
     println!(
-        "\nThe caps (`--max-objects`, default 200,000 objects and 400,000 edges; \
+        "\nThe last four columns give one figure when every round gave it, else each \
+         round's. The caps (`--max-objects`, default 200,000 objects and 400,000 edges; \
          `--max-histograms`, 4,096 distributions with percentiles) bound memory whatever \
          the target does; what is over them is counted in `dropped_over_limits`.\n"
     );
@@ -332,4 +343,13 @@ pub fn ebpf(root: &Path, dir: &Path, plan: Plan) -> Result<()> {
         bpf["map_bytes"].as_u64().unwrap_or(0) / 1024
     );
     Ok(())
+}
+
+/// One figure when every round gave it, else each round's, in order.
+fn every_round(v: &[u64]) -> String {
+    if v.windows(2).all(|w| w[0] == w[1]) {
+        v.first().map_or_else(String::new, u64::to_string)
+    } else {
+        v.iter().map(u64::to_string).collect::<Vec<_>>().join(" / ")
+    }
 }
