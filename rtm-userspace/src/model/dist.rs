@@ -25,6 +25,16 @@ impl HistogramBudget {
         }
     }
 
+    /// Whether a histogram may still be created.
+    pub fn has_room(&self) -> bool {
+        self.left > 0
+    }
+
+    /// Counts a distribution that wanted a histogram and got none.
+    pub fn refuse(&mut self) {
+        self.refused += 1;
+    }
+
     fn take(&mut self) -> bool {
         if self.left > 0 {
             self.left -= 1;
@@ -51,6 +61,17 @@ pub struct Dist {
 }
 
 impl Dist {
+    /// A distribution of `count` durations summing to `total`, without percentiles.
+    pub fn from_parts(count: u64, total: u64, min: u64, max: u64) -> Self {
+        Self {
+            count,
+            total,
+            min,
+            max,
+            hist: None,
+        }
+    }
+
     /// Records one duration.
     pub fn record(&mut self, ns: u64, budget: &mut HistogramBudget) {
         if self.count == 0 {

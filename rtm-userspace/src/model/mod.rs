@@ -6,6 +6,7 @@ pub mod ambient;
 pub mod barrier;
 pub mod counters;
 pub mod dist;
+pub mod edge;
 pub mod holds;
 pub mod rows;
 pub mod snapshot;

@@ -78,9 +78,9 @@ pub(super) fn totals<'g>(edges: impl IntoIterator<Item = EdgeRow<'g>>) -> (Count
     let mut counts = Counts::default();
     let (mut wait, mut hold) = (Dist::default(), Dist::default());
     for e in edges {
-        counts.add(&e.stats.counts.get());
-        wait.merge(&e.stats.wait);
-        hold.merge(&e.stats.hold);
+        counts.add(&e.stats.counts());
+        wait.merge(&e.stats.wait());
+        hold.merge(&e.stats.hold());
     }
     (counts, wait, hold)
 }
@@ -96,9 +96,9 @@ impl Row for EdgeRow<'_> {
             kind: k.object().primitive,
             object: k.object().addr,
             role: k.role(),
-            counts: e.counts.get(),
-            wait: e.wait.summary(),
-            hold: e.hold.summary(),
+            counts: e.counts(),
+            wait: e.wait().summary(),
+            hold: e.hold().summary(),
         }
     }
 }
@@ -115,9 +115,8 @@ impl<'g> Edges<'g> {
                 (k.thread().pid, k.thread().tid, k.object().addr, k.role())
             };
             b.stats
-                .wait
-                .total()
-                .cmp(&a.stats.wait.total())
+                .wait_total()
+                .cmp(&a.stats.wait_total())
                 .then(key(a).cmp(&key(b)))
         });
         Self { rows }
@@ -182,8 +181,8 @@ impl<'g> Objects<'g> {
                 let mut wait_ns = 0u64;
                 for i in &grouped[first..first + len] {
                     let stats = graph.edge_at(*i).1;
-                    counts.add(&stats.counts.get());
-                    wait_ns = wait_ns.saturating_add(stats.wait.total());
+                    counts.add(&stats.counts());
+                    wait_ns = wait_ns.saturating_add(stats.wait_total());
                 }
                 ObjectRow {
                     key,

@@ -343,22 +343,21 @@ impl SyncGraph {
         }
         let budget = &mut self.budget;
         let edge = self.edges.get_mut(&key).expect("inserted above");
-        let c = &mut edge.counts;
         if raw.flags & SYNC_FLAG_BLOCKED != 0 {
-            c.blocked += 1;
+            edge.add(Count::Blocked, 1);
         }
         match s.op {
             SyncOp::Post => {
-                c.rare().posts += 1;
+                edge.add(Count::Posts, 1);
                 return;
             }
             SyncOp::Signal | SyncOp::Broadcast => {
                 if s.op == SyncOp::Signal {
-                    c.rare().signals += 1;
+                    edge.add(Count::Signals, 1);
                 } else {
-                    c.rare().broadcasts += 1;
+                    edge.add(Count::Broadcasts, 1);
                 }
-                c.rare().woken += raw.extra as u64;
+                edge.add(Count::Woken, raw.extra as u64);
                 return;
             }
             SyncOp::Create => return,
@@ -373,25 +372,25 @@ impl SyncGraph {
             BARRIER_SERIAL if s.primitive == Primitive::Barrier => true,
             // sem_* return -1 and set errno: a failed trywait is "would block".
             -1 if s.op == SyncOp::TryWait => {
-                c.rare().failed_trylocks += 1;
+                edge.add(Count::FailedTrylocks, 1);
                 false
             }
             -1 if s.op == SyncOp::TimedWait && s.primitive == Primitive::Sem => {
-                c.rare().timeouts += 1;
-                edge.wait.record(raw.wait_ns, budget);
+                edge.add(Count::Timeouts, 1);
+                edge.record(Span::Wait, raw.wait_ns, budget);
                 false
             }
             EBUSY | EAGAIN if is_try => {
-                c.rare().failed_trylocks += 1;
+                edge.add(Count::FailedTrylocks, 1);
                 false
             }
             ETIMEDOUT => {
-                c.rare().timeouts += 1;
-                edge.wait.record(raw.wait_ns, budget);
+                edge.add(Count::Timeouts, 1);
+                edge.record(Span::Wait, raw.wait_ns, budget);
                 false
             }
             _ => {
-                c.rare().errors += 1;
+                edge.add(Count::Errors, 1);
                 false
             }
         };
@@ -401,9 +400,9 @@ impl SyncGraph {
         );
         if !acquires {
             // Condition variables, barriers, joins: waits (timeouts were recorded above).
-            c.waits += 1;
+            edge.add(Count::Waits, 1);
             if ok {
-                edge.wait.record(raw.wait_ns, budget);
+                edge.record(Span::Wait, raw.wait_ns, budget);
             }
             if s.primitive == Primitive::Cond {
                 self.cond_wait_moved_mutex(thread, raw.aux, ts, raw.wait_ns);
@@ -413,13 +412,13 @@ impl SyncGraph {
         if !ok {
             return;
         }
-        c.acquisitions += 1;
+        edge.add(Count::Acquisitions, 1);
         if raw.flags & (SYNC_FLAG_CONTENDED | SYNC_FLAG_BLOCKED) != 0 {
-            c.contended += 1;
-            c.contended_wait_ns += raw.wait_ns;
+            edge.add(Count::Contended, 1);
+            edge.add(Count::ContendedWaitNs, raw.wait_ns);
         }
         if !is_try {
-            edge.wait.record(raw.wait_ns, budget);
+            edge.record(Span::Wait, raw.wait_ns, budget);
         }
         if s.primitive != Primitive::Sem {
             let exclusive = role != Role::Read;
@@ -445,7 +444,7 @@ impl SyncGraph {
         if let Some(r) = released
             && let Some(e) = self.edges.get_mut(&EdgeKey::new(thread, m, r.role))
         {
-            e.hold.record(r.held_ns, &mut self.budget);
+            e.record(Span::Hold, r.held_ns, &mut self.budget);
         }
         if self.holds.acquire(m, thread.tid, ts, Role::Use, true) == Acquired::Interrupted {
             self.counters.interrupted_holds += 1;
@@ -460,7 +459,7 @@ impl SyncGraph {
         if let Some(r) = released
             && let Some(e) = self.edges.get_mut(&EdgeKey::new(thread, object, r.role))
         {
-            e.hold.record(r.held_ns, &mut self.budget);
+            e.record(Span::Hold, r.held_ns, &mut self.budget);
         }
     }
 
@@ -514,19 +513,18 @@ impl SyncGraph {
             .edges
             .get_mut(&EdgeKey::new(thread, object, Role::Use))
             .expect("present");
-        let c = &mut edge.counts;
         match s.op {
             SyncOp::Wait => {
-                c.waits += 1;
-                c.contended += 1;
-                c.contended_wait_ns += raw.wait_ns;
-                c.blocked += 1;
+                edge.add(Count::Waits, 1);
+                edge.add(Count::Contended, 1);
+                edge.add(Count::ContendedWaitNs, raw.wait_ns);
+                edge.add(Count::Blocked, 1);
                 if raw.ret == -ETIMEDOUT {
-                    c.rare().timeouts += 1;
+                    edge.add(Count::Timeouts, 1);
                 }
-                edge.wait.record(raw.wait_ns, budget);
+                edge.record(Span::Wait, raw.wait_ns, budget);
             }
-            SyncOp::Wake => c.rare().woken += raw.ret.max(0) as u64,
+            SyncOp::Wake => edge.add(Count::Woken, raw.ret.max(0) as u64),
             _ => {}
         }
     }

@@ -4,6 +4,7 @@ use serde::Serialize;
 
 use rtm_common::Primitive;
 
+pub use super::edge::{Count, EdgeStats, Span};
 use super::{barrier::Arrival, dist::Dist};
 
 /// A thread of a traced process.
@@ -186,80 +187,6 @@ impl Counts {
         self.broadcasts += o.broadcasts;
         self.woken += o.woken;
     }
-}
-
-/// An edge's counts as the model keeps them: what every edge of a lock or a wait counts
-/// inline, the rest (failures, posts, signals, wakes) in a box made on first use. An edge
-/// is kept per (thread, object, role), so at 100,000 objects every byte here counts.
-#[derive(Clone, Debug, Default)]
-pub struct EdgeCounts {
-    /// See [`Counts::acquisitions`].
-    pub acquisitions: u64,
-    /// See [`Counts::contended`].
-    pub contended: u64,
-    /// See [`Counts::contended_wait_ns`].
-    pub contended_wait_ns: u64,
-    /// See [`Counts::waits`].
-    pub waits: u64,
-    /// See [`Counts::blocked`].
-    pub blocked: u64,
-    rare: Option<Box<RareCounts>>,
-}
-
-/// The counts few edges need.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct RareCounts {
-    /// See [`Counts::failed_trylocks`].
-    pub failed_trylocks: u64,
-    /// See [`Counts::timeouts`].
-    pub timeouts: u64,
-    /// See [`Counts::errors`].
-    pub errors: u64,
-    /// See [`Counts::posts`].
-    pub posts: u64,
-    /// See [`Counts::signals`].
-    pub signals: u64,
-    /// See [`Counts::broadcasts`].
-    pub broadcasts: u64,
-    /// See [`Counts::woken`].
-    pub woken: u64,
-}
-
-impl EdgeCounts {
-    /// The rarely used counts, made on first use.
-    pub fn rare(&mut self) -> &mut RareCounts {
-        self.rare.get_or_insert_default()
-    }
-
-    /// All counts.
-    pub fn get(&self) -> Counts {
-        let r = self.rare.as_deref().copied().unwrap_or_default();
-        Counts {
-            acquisitions: self.acquisitions,
-            contended: self.contended,
-            contended_wait_ns: self.contended_wait_ns,
-            waits: self.waits,
-            blocked: self.blocked,
-            failed_trylocks: r.failed_trylocks,
-            timeouts: r.timeouts,
-            errors: r.errors,
-            posts: r.posts,
-            signals: r.signals,
-            broadcasts: r.broadcasts,
-            woken: r.woken,
-        }
-    }
-}
-
-/// Per-edge statistics.
-#[derive(Clone, Debug, Default)]
-pub struct EdgeStats {
-    /// What the thread did with the object.
-    pub counts: EdgeCounts,
-    /// Time spent inside blocking calls (acquisitions and waits), timeouts included.
-    pub wait: Dist,
-    /// Time between acquisition and release.
-    pub hold: Dist,
 }
 
 /// What is known of an object beyond its edges (40 bytes: one per object).

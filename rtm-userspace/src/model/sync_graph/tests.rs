@@ -76,21 +76,21 @@ fn lock_unlock_pairs_give_counts_waits_and_holds() {
 
     let e1 = edge(&g, 1, M1);
     assert_eq!(
-        (e1.counts.get().acquisitions, e1.counts.get().contended),
+        (e1.counts().acquisitions, e1.counts().contended),
         (2, 0)
     );
-    assert_eq!((e1.hold.count(), e1.hold.total()), (2, 200));
-    assert_eq!(e1.wait.total(), 20);
+    assert_eq!((e1.hold().count(), e1.hold().total()), (2, 200));
+    assert_eq!(e1.wait().total(), 20);
     let e2 = edge(&g, 2, M1);
     assert_eq!(
         (
-            e2.counts.get().acquisitions,
-            e2.counts.get().contended,
-            e2.counts.get().contended_wait_ns
+            e2.counts().acquisitions,
+            e2.counts().contended,
+            e2.counts().contended_wait_ns
         ),
         (1, 1, 50)
     );
-    assert_eq!(e2.hold.total(), 250);
+    assert_eq!(e2.hold().total(), 250);
     assert_eq!(g.counters().events, 6);
     assert_eq!(g.counters().unmatched_releases, 0);
 }
@@ -111,17 +111,17 @@ fn failed_trylocks_timeouts_and_errors_are_not_acquisitions() {
     ));
     g.apply(&ev(1, 40, SyncOp::TryLock, M1, 1, 0, false));
     let e = edge(&g, 1, M1);
-    assert_eq!(e.counts.get().acquisitions, 1);
+    assert_eq!(e.counts().acquisitions, 1);
     assert_eq!(
         (
-            e.counts.get().failed_trylocks,
-            e.counts.get().timeouts,
-            e.counts.get().errors
+            e.counts().failed_trylocks,
+            e.counts().timeouts,
+            e.counts().errors
         ),
         (1, 1, 1)
     );
     // The timeout waited; the successful trylock did not block.
-    assert_eq!((e.wait.count(), e.wait.total()), (1, 5_000));
+    assert_eq!((e.wait().count(), e.wait().total()), (1, 5_000));
 }
 
 #[test]
@@ -132,8 +132,8 @@ fn recursive_acquisitions_hold_until_the_last_release() {
     g.apply(&ev(1, 300, SyncOp::Unlock, M1, 0, 0, false));
     g.apply(&ev(1, 400, SyncOp::Unlock, M1, 0, 0, false));
     let e = edge(&g, 1, M1);
-    assert_eq!(e.counts.get().acquisitions, 2);
-    assert_eq!((e.hold.count(), e.hold.total()), (1, 300));
+    assert_eq!(e.counts().acquisitions, 2);
+    assert_eq!((e.hold().count(), e.hold().total()), (1, 300));
 }
 
 #[test]
@@ -145,8 +145,8 @@ fn release_without_acquire_and_missed_release_are_counted() {
     g.apply(&ev(2, 350, SyncOp::Unlock, M2, 0, 0, false));
     let c = g.counters();
     assert_eq!((c.unmatched_releases, c.interrupted_holds), (1, 1));
-    assert_eq!(edge(&g, 1, M2).hold.count(), 0);
-    assert_eq!(edge(&g, 2, M2).hold.total(), 50);
+    assert_eq!(edge(&g, 1, M2).hold().count(), 0);
+    assert_eq!(edge(&g, 2, M2).hold().total(), 50);
 }
 
 #[test]
@@ -199,14 +199,14 @@ fn rwlock_readers_share_and_writers_are_separate_edges() {
     g.apply(&rw(3, 300, SyncOp::WrLock, 150, true)); // waited for the readers
     g.apply(&rw(3, 400, SyncOp::Unlock, 0, false));
     assert_eq!(g.counters().interrupted_holds, 0);
-    assert_eq!(edge_as(&g, 1, M1, Role::Read).hold.total(), 100);
-    assert_eq!(edge_as(&g, 2, M1, Role::Read).hold.total(), 150);
+    assert_eq!(edge_as(&g, 1, M1, Role::Read).hold().total(), 100);
+    assert_eq!(edge_as(&g, 2, M1, Role::Read).hold().total(), 150);
     let w = edge_as(&g, 3, M1, Role::Write);
     assert_eq!(
-        (w.counts.get().contended, w.counts.get().contended_wait_ns),
+        (w.counts().contended, w.counts().contended_wait_ns),
         (1, 150)
     );
-    assert_eq!(w.hold.total(), 100);
+    assert_eq!(w.hold().total(), 100);
 }
 
 #[test]
@@ -241,11 +241,11 @@ fn cond_wait_ends_and_restarts_the_mutex_hold() {
         1,
     ));
     let m = edge(&g, 1, M1);
-    assert_eq!((m.hold.count(), m.hold.total()), (2, 100 + 50));
+    assert_eq!((m.hold().count(), m.hold().total()), (2, 100 + 50));
     let c = edge(&g, 1, C);
-    assert_eq!((c.counts.get().waits, c.wait.total()), (1, 1_000));
+    assert_eq!((c.counts().waits, c.wait().total()), (1, 1_000));
     let s = edge(&g, 2, C);
-    assert_eq!((s.counts.get().signals, s.counts.get().woken), (1, 1));
+    assert_eq!((s.counts().signals, s.counts().woken), (1, 1));
     let meta = g.objects().find(|(k, _)| k.addr == C).unwrap().1;
     assert_eq!(meta.mutex, Some(M1));
     assert_eq!(g.counters().interrupted_holds, 0);
@@ -292,10 +292,10 @@ fn futex_waits_name_their_waker_and_are_objects_only_in_contention_mode() {
         if futex_objects {
             let e = edge(&g, 1, M1);
             assert_eq!(
-                (e.counts.get().waits, e.counts.get().contended_wait_ns),
+                (e.counts().waits, e.counts().contended_wait_ns),
                 (2, 800)
             );
-            assert_eq!(edge(&g, 2, M1).counts.get().woken, 1);
+            assert_eq!(edge(&g, 2, M1).counts().woken, 1);
         }
     }
 }
@@ -360,14 +360,14 @@ fn semaphores_count_posts_and_failed_trywaits() {
     let e = edge(&g, 1, S);
     assert_eq!(
         (
-            e.counts.get().acquisitions,
-            e.counts.get().contended,
-            e.counts.get().blocked,
-            e.counts.get().failed_trylocks
+            e.counts().acquisitions,
+            e.counts().contended,
+            e.counts().blocked,
+            e.counts().failed_trylocks
         ),
         (1, 1, 1, 1)
     );
-    assert_eq!(edge(&g, 2, S).counts.get().posts, 2);
+    assert_eq!(edge(&g, 2, S).counts().posts, 2);
     assert_eq!(g.counters().unmatched_releases, 0);
 }
 
@@ -407,21 +407,21 @@ fn lock_seen_at_entry_is_settled_by_the_threads_next_event() {
 
     let e1 = edge(&g, 1, M1);
     assert_eq!(
-        (e1.counts.get().acquisitions, e1.counts.get().contended),
+        (e1.counts().acquisitions, e1.counts().contended),
         (2, 0)
     );
-    assert_eq!((e1.hold.count(), e1.hold.total()), (1, 1_000));
+    assert_eq!((e1.hold().count(), e1.hold().total()), (1, 1_000));
     let e2 = edge(&g, 2, M1);
     assert_eq!(
         (
-            e2.counts.get().acquisitions,
-            e2.counts.get().contended,
-            e2.counts.get().blocked
+            e2.counts().acquisitions,
+            e2.counts().contended,
+            e2.counts().blocked
         ),
         (1, 1, 1)
     );
-    assert_eq!(e2.counts.get().contended_wait_ns, 1_300);
-    assert_eq!((e2.hold.count(), e2.hold.total()), (1, 300));
+    assert_eq!(e2.counts().contended_wait_ns, 1_300);
+    assert_eq!((e2.hold().count(), e2.hold().total()), (1, 300));
     // The futex waits still name the waker (thread 1).
     let w: Vec<_> = g
         .waits_for()
