@@ -313,7 +313,10 @@ mod tests {
         e.add(Count::ContendedWaitNs, 60);
         assert!(!e.is_wide());
         let c = e.counts();
-        assert_eq!((c.acquisitions, c.contended, c.contended_wait_ns), (3, 1, 60));
+        assert_eq!(
+            (c.acquisitions, c.contended, c.contended_wait_ns),
+            (3, 1, 60)
+        );
         let w = e.wait().summary();
         assert_eq!(
             (w.count, w.total_ns, w.min_ns, w.max_ns, w.p50_ns),

@@ -134,12 +134,6 @@ pub struct ObjectRow<'g> {
     /// Its edges: `Objects::grouped[first..first + len]`.
     first: u32,
     len: u32,
-    /// Totals over its edges, for sorting and filtering without a view.
-    pub contended_wait_ns: u64,
-    /// Time in blocking calls, all edges.
-    pub wait_ns: u64,
-    /// Acquisitions, all edges.
-    pub acquisitions: u64,
     /// Whether it was acquired, waited on, or failed a trylock or a timed call.
     pub active: bool,
 }
@@ -172,27 +166,29 @@ impl<'g> Objects<'g> {
         let object_of = |i: &u32| graph.edge_at(*i).0.object();
         let mut grouped: Vec<u32> = (0..graph.edge_count() as u32).collect();
         grouped.sort_unstable_by_key(object_of);
+        // Totals over an object's edges: counts for `active`, and the sort key.
+        let sum = |first: usize, len: usize| {
+            let mut counts = Counts::default();
+            let mut wait_ns = 0u64;
+            for i in &grouped[first..first + len] {
+                let stats = graph.edge_at(*i).1;
+                counts.add(&stats.counts());
+                wait_ns = wait_ns.saturating_add(stats.wait_total());
+            }
+            (counts, wait_ns)
+        };
         let mut rows: Vec<ObjectRow> = graph
             .objects()
             .map(|(key, meta)| {
                 let first = grouped.partition_point(|i| object_of(i) < *key);
                 let len = grouped[first..].partition_point(|i| object_of(i) == *key);
-                let mut counts = Counts::default();
-                let mut wait_ns = 0u64;
-                for i in &grouped[first..first + len] {
-                    let stats = graph.edge_at(*i).1;
-                    counts.add(&stats.counts());
-                    wait_ns = wait_ns.saturating_add(stats.wait_total());
-                }
+                let (counts, _) = sum(first, len);
                 ObjectRow {
                     key,
                     meta,
                     name: name_of(key, meta).map(String::into_boxed_str),
                     first: first as u32,
                     len: len as u32,
-                    contended_wait_ns: counts.contended_wait_ns,
-                    wait_ns,
-                    acquisitions: counts.acquisitions,
                     active: counts.acquisitions
                         + counts.waits
                         + counts.failed_trylocks
@@ -201,9 +197,16 @@ impl<'g> Objects<'g> {
                 }
             })
             .collect();
+        // Most contended wait, then wait, then acquisitions first. The key is summed
+        // again at each comparison rather than kept in every row (objects have few
+        // edges; a large graph has many objects).
+        let sort_key = |r: &ObjectRow| {
+            let (c, wait_ns) = sum(r.first as usize, r.len as usize);
+            (c.contended_wait_ns, wait_ns, c.acquisitions)
+        };
         rows.sort_by(|a, b| {
-            (b.contended_wait_ns, b.wait_ns, b.acquisitions)
-                .cmp(&(a.contended_wait_ns, a.wait_ns, a.acquisitions))
+            sort_key(b)
+                .cmp(&sort_key(a))
                 .then((a.key.pid, a.key.addr).cmp(&(b.key.pid, b.key.addr)))
         });
         Self {
@@ -274,9 +277,9 @@ impl<'g> Objects<'g> {
             counts,
             wait: wait.summary(),
             hold: hold.summary(),
-            mutex: meta.mutex,
-            thread_tid: meta.tid,
-            barrier: (key.primitive == Primitive::Barrier).then(|| match meta.barrier.as_deref() {
+            mutex: meta.mutex(),
+            thread_tid: meta.tid(),
+            barrier: (key.primitive == Primitive::Barrier).then(|| match meta.barrier() {
                 Some(b) => barrier_view(&b.calls, b.serial),
                 None => barrier_view(&[], 0),
             }),

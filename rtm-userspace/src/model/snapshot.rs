@@ -119,7 +119,7 @@ impl<'g> Snapshot<'g> {
         let exit_of: HashMap<(u32, u64), u32> = exits.keys().map(|k| ((k.0, k.3), k.2)).collect();
 
         let objects = Objects::new(graph, &mut |key, meta| match key.primitive {
-            Primitive::Thread => meta.tid.map(|tid| format!("thread {tid}")),
+            Primitive::Thread => meta.tid().map(|tid| format!("thread {tid}")),
             _ => name_of(key).or_else(|| {
                 exit_of
                     .get(&(key.pid, key.addr))

@@ -227,19 +227,13 @@ impl SyncGraph {
         }
     }
 
-    fn object(&mut self, key: ObjectKey, ts_ns: u64) -> Option<&mut ObjectMeta> {
+    fn object(&mut self, key: ObjectKey) -> Option<&mut ObjectMeta> {
         if !self.objects.contains_key(&key) {
             if self.objects.len() >= self.limits.max_objects {
                 self.counters.dropped_over_limits += 1;
                 return None;
             }
-            self.objects.insert(
-                key,
-                ObjectMeta {
-                    first_ns: ts_ns,
-                    ..Default::default()
-                },
-            );
+            self.objects.insert(key, ObjectMeta::default());
         }
         self.objects.get_mut(&key)
     }
@@ -291,14 +285,18 @@ impl SyncGraph {
         }
         let room = self.barrier_calls < self.limits.max_barrier_calls;
         let mut barrier_call = None;
-        let Some(meta) = self.object(object, ts) else {
+        let Some(meta) = self.object(object) else {
             return;
         };
         match (s.primitive, s.op) {
-            (Primitive::Cond, SyncOp::Wait | SyncOp::TimedWait) => meta.mutex = Some(raw.aux),
-            (Primitive::Thread, SyncOp::Create) if raw.extra != 0 => meta.tid = Some(raw.extra),
+            (Primitive::Cond, SyncOp::Wait | SyncOp::TimedWait) => {
+                meta.facts().mutex = Some(raw.aux)
+            }
+            (Primitive::Thread, SyncOp::Create) if raw.extra != 0 => {
+                meta.facts().tid = Some(raw.extra)
+            }
             (Primitive::Barrier, SyncOp::Wait) => {
-                let barrier = meta.barrier.get_or_insert_default();
+                let barrier = &mut meta.facts().barrier;
                 if raw.ret == BARRIER_SERIAL {
                     barrier.serial += 1;
                 }
@@ -502,7 +500,7 @@ impl SyncGraph {
                 }
             }
         }
-        if !self.futex_objects || self.object(object, ts).is_none() {
+        if !self.futex_objects || self.object(object).is_none() {
             return;
         }
         if self.edge(EdgeKey::new(thread, object, Role::Use)).is_none() {

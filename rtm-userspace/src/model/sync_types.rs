@@ -189,17 +189,42 @@ impl Counts {
     }
 }
 
-/// What is known of an object beyond its edges (40 bytes: one per object).
+/// What is known of an object beyond its key and edges (8 bytes: most objects have
+/// nothing more).
 #[derive(Clone, Debug, Default)]
-pub struct ObjectMeta {
-    /// Timestamp of its first event.
-    pub first_ns: u64,
+pub struct ObjectMeta(Option<Box<ObjectFacts>>);
+
+/// The facts some objects have.
+#[derive(Clone, Debug, Default)]
+pub struct ObjectFacts {
     /// For a condition variable: the mutex its waits released (the last one seen).
     pub mutex: Option<u64>,
     /// For a thread handle: the thread's id, when its creation was seen.
     pub tid: Option<u32>,
     /// For a barrier: its calls.
-    pub barrier: Option<Box<BarrierCalls>>,
+    pub barrier: BarrierCalls,
+}
+
+impl ObjectMeta {
+    /// The facts, made on first use.
+    pub fn facts(&mut self) -> &mut ObjectFacts {
+        self.0.get_or_insert_default()
+    }
+
+    /// For a condition variable: the mutex its waits released (the last one seen).
+    pub fn mutex(&self) -> Option<u64> {
+        self.0.as_ref().and_then(|f| f.mutex)
+    }
+
+    /// For a thread handle: the thread's id, when its creation was seen.
+    pub fn tid(&self) -> Option<u32> {
+        self.0.as_ref().and_then(|f| f.tid)
+    }
+
+    /// For a barrier: its calls.
+    pub fn barrier(&self) -> Option<&BarrierCalls> {
+        self.0.as_ref().map(|f| &f.barrier)
+    }
 }
 
 /// A barrier's calls, for rounds.

@@ -75,10 +75,7 @@ fn lock_unlock_pairs_give_counts_waits_and_holds() {
     three_holds_of_m1(&mut g);
 
     let e1 = edge(&g, 1, M1);
-    assert_eq!(
-        (e1.counts().acquisitions, e1.counts().contended),
-        (2, 0)
-    );
+    assert_eq!((e1.counts().acquisitions, e1.counts().contended), (2, 0));
     assert_eq!((e1.hold().count(), e1.hold().total()), (2, 200));
     assert_eq!(e1.wait().total(), 20);
     let e2 = edge(&g, 2, M1);
@@ -247,7 +244,7 @@ fn cond_wait_ends_and_restarts_the_mutex_hold() {
     let s = edge(&g, 2, C);
     assert_eq!((s.counts().signals, s.counts().woken), (1, 1));
     let meta = g.objects().find(|(k, _)| k.addr == C).unwrap().1;
-    assert_eq!(meta.mutex, Some(M1));
+    assert_eq!(meta.mutex(), Some(M1));
     assert_eq!(g.counters().interrupted_holds, 0);
 }
 
@@ -291,10 +288,7 @@ fn futex_waits_name_their_waker_and_are_objects_only_in_contention_mode() {
         assert_eq!(g.objects().count(), usize::from(futex_objects));
         if futex_objects {
             let e = edge(&g, 1, M1);
-            assert_eq!(
-                (e.counts().waits, e.counts().contended_wait_ns),
-                (2, 800)
-            );
+            assert_eq!((e.counts().waits, e.counts().contended_wait_ns), (2, 800));
             assert_eq!(edge(&g, 2, M1).counts().woken, 1);
         }
     }
@@ -406,10 +400,7 @@ fn lock_seen_at_entry_is_settled_by_the_threads_next_event() {
     g.settle_pending();
 
     let e1 = edge(&g, 1, M1);
-    assert_eq!(
-        (e1.counts().acquisitions, e1.counts().contended),
-        (2, 0)
-    );
+    assert_eq!((e1.counts().acquisitions, e1.counts().contended), (2, 0));
     assert_eq!((e1.hold().count(), e1.hold().total()), (1, 1_000));
     let e2 = edge(&g, 2, M1);
     assert_eq!(
