@@ -56,4 +56,4 @@ pub const MAX_PENDING: u32 = 16384;
 /// Capacity of the last-waker map (LRU).
 pub const MAX_WAKERS: u32 = 16384;
 /// Default ring buffer size in bytes (a power of two, a multiple of the page size).
-pub const DEFAULT_RING_BYTES: u32 = 16 * 1024 * 1024;
+pub const DEFAULT_RING_BYTES: u32 = 8 * 1024 * 1024;

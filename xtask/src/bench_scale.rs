@@ -71,9 +71,9 @@ pub fn ingest(env: &crate::setup::Env, root: &Path, dir: &Path, plan: Plan) -> R
     // The last run gives the tracer a 64 KiB ring, which cannot hold a 20 ms drain
     // interval at 1 M/s: losses happen, and must be counted to the event.
     let runs: [(f64, &str, &str); 4] = [
-        (1e6, plan.pick("60", "2"), "16777216"),
-        (2e6, plan.pick("10", "1"), "16777216"),
-        (5e6, plan.pick("10", "1"), "16777216"),
+        (1e6, plan.pick("60", "2"), "8388608"),
+        (2e6, plan.pick("10", "1"), "8388608"),
+        (5e6, plan.pick("10", "1"), "8388608"),
         (1e6, plan.pick("10", "1"), "65536"),
     ];
     for (rate, secs, ring) in runs {
@@ -338,7 +338,7 @@ pub fn ebpf(root: &Path, dir: &Path, plan: Plan) -> Result<()> {
         );
     }
     println!(
-        "\nMaps in all: {} KiB (the event ring is `--ring-size`, 16 MiB by default). The \
+        "\nMaps in all: {} KiB (the event ring is `--ring-size`, 8 MiB by default). The \
          statistics themselves add a little to each run (two clock reads).\n",
         bpf["map_bytes"].as_u64().unwrap_or(0) / 1024
     );
