@@ -103,23 +103,63 @@ impl Row for EdgeRow<'_> {
     }
 }
 
-/// The edges, most wait first.
-pub type Edges<'g> = Rows<EdgeRow<'g>>;
+/// The edges, most wait first: 4-byte indices into the model, each made into a row
+/// and a view only when read.
+#[derive(Debug, Default)]
+pub struct Edges<'g> {
+    order: Vec<u32>,
+    graph: Option<&'g SyncGraph>,
+}
 
 impl<'g> Edges<'g> {
-    /// Sorts the rows: most wait first, then by key.
-    pub(super) fn new(mut rows: Vec<EdgeRow<'g>>) -> Self {
-        rows.sort_by(|a, b| {
-            let key = |r: &EdgeRow| {
-                let k = r.key;
-                (k.thread().pid, k.thread().tid, k.object().addr, k.role())
-            };
-            b.stats
-                .wait_total()
-                .cmp(&a.stats.wait_total())
-                .then(key(a).cmp(&key(b)))
-        });
-        Self { rows }
+    /// Every edge of `graph`, most wait first, then by key.
+    pub(super) fn new(graph: &'g SyncGraph) -> Self {
+        let mut order: Vec<u32> = (0..graph.edge_count() as u32).collect();
+        let row = |i: &u32| {
+            let (k, stats) = graph.edge_at(*i);
+            let t = k.thread();
+            (
+                std::cmp::Reverse(stats.wait_total()),
+                (t.pid, t.tid, k.object().addr, k.role()),
+            )
+        };
+        // Keys are unique, so the order is total; computed at each comparison rather than
+        // cached (a cache would take 40 bytes per edge at the peak).
+        order.sort_unstable_by_key(row);
+        Self {
+            order,
+            graph: Some(graph),
+        }
+    }
+
+    /// Number of edges.
+    pub fn len(&self) -> usize {
+        self.order.len()
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.order.is_empty()
+    }
+
+    /// The rows, in order.
+    pub fn rows(&self) -> impl Iterator<Item = EdgeRow<'g>> + '_ {
+        let graph = self.graph;
+        self.order.iter().map(move |i| {
+            let (key, stats) = graph.expect("rows come from a graph").edge_at(*i);
+            EdgeRow { key, stats }
+        })
+    }
+
+    /// The views, in order, made as they are read.
+    pub fn iter(&self) -> impl Iterator<Item = EdgeView> + '_ {
+        self.rows().map(|r| r.view())
+    }
+}
+
+impl Serialize for Edges<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_seq(self.iter())
     }
 }
 

@@ -130,12 +130,7 @@ impl<'g> Snapshot<'g> {
             window,
             threads,
             objects,
-            edges: Edges::new(
-                graph
-                    .edges()
-                    .map(|(key, stats)| EdgeRow { key, stats })
-                    .collect(),
-            ),
+            edges: Edges::new(graph),
             waits_for: WaitsFors::new(waits),
             call_sites,
             model: ModelCounters {

@@ -10,7 +10,7 @@ use super::{
     format::{count, mean_ns, ns, opt_ns, pct},
     report::table,
 };
-use crate::model::{EdgeRow, ObjectRow, ObjectView, Row, Snapshot, sync_graph::Role};
+use crate::model::{ObjectRow, ObjectView, Row, Snapshot, sync_graph::Role};
 
 /// Objects shown in the main lock table: locks and futex words that were acquired,
 /// waited on, or failed a trylock or a timed call.
@@ -126,7 +126,6 @@ pub(super) fn rwlocks(out: &mut String, s: &Snapshot, top: usize) {
             let edges: Vec<_> = s
                 .edges
                 .rows()
-                .iter()
                 .filter(|e| {
                     let k = e.key;
                     k.object().pid == o.pid
@@ -134,7 +133,7 @@ pub(super) fn rwlocks(out: &mut String, s: &Snapshot, top: usize) {
                         && k.object().primitive == Primitive::RwLock
                         && k.role() == role
                 })
-                .map(EdgeRow::view)
+                .map(|e| e.view())
                 .collect();
             if edges.is_empty() {
                 continue;
