@@ -169,22 +169,11 @@ pub struct ObjectRow<'g> {
     /// Which object.
     pub key: &'g ObjectKey,
     meta: &'g ObjectMeta,
-    /// Its name, when it has one.
-    pub name: Option<Box<str>>,
     /// Its edges: `Objects::grouped[first..first + len]`.
     first: u32,
     len: u32,
     /// Whether it was acquired, waited on, or failed a trylock or a timed call.
     pub active: bool,
-}
-
-impl ObjectRow<'_> {
-    /// The name if known, else the address.
-    pub fn label(&self) -> String {
-        self.name
-            .as_deref()
-            .map_or_else(|| format!("{:#x}", self.key.addr), str::to_owned)
-    }
 }
 
 /// The objects, most contended wait first.
@@ -193,6 +182,8 @@ pub struct Objects<'g> {
     rows: Vec<ObjectRow<'g>>,
     /// Every edge of the model (by its index there), grouped by object.
     grouped: Vec<u32>,
+    /// The names of the objects that have one (few do: globals and statics).
+    names: foldhash::HashMap<ObjectKey, Box<str>>,
     graph: Option<&'g SyncGraph>,
 }
 
@@ -217,16 +208,19 @@ impl<'g> Objects<'g> {
             }
             (counts, wait_ns)
         };
+        let mut names = foldhash::HashMap::default();
         let mut rows: Vec<ObjectRow> = graph
             .objects()
             .map(|(key, meta)| {
+                if let Some(name) = name_of(key, meta) {
+                    names.insert(*key, name.into_boxed_str());
+                }
                 let first = grouped.partition_point(|i| object_of(i) < *key);
                 let len = grouped[first..].partition_point(|i| object_of(i) == *key);
                 let (counts, _) = sum(first, len);
                 ObjectRow {
                     key,
                     meta,
-                    name: name_of(key, meta).map(String::into_boxed_str),
                     first: first as u32,
                     len: len as u32,
                     active: counts.acquisitions
@@ -252,6 +246,7 @@ impl<'g> Objects<'g> {
         Self {
             rows,
             grouped,
+            names,
             graph: Some(graph),
         }
     }
@@ -291,6 +286,13 @@ impl<'g> Objects<'g> {
             .find(|r| r.key.pid == pid && r.key.addr == addr && r.key.primitive == kind)
     }
 
+    /// An object's name if known, else its address.
+    pub fn label(&self, row: &ObjectRow) -> String {
+        self.names
+            .get(row.key)
+            .map_or_else(|| format!("{:#x}", row.key.addr), |n| n.to_string())
+    }
+
     /// The edges of an object's row.
     pub fn edges_of(&self, row: &ObjectRow<'g>) -> impl ExactSizeIterator<Item = EdgeRow<'g>> {
         let graph = self.graph;
@@ -312,7 +314,7 @@ impl<'g> Objects<'g> {
             pid: key.pid,
             kind: key.primitive,
             addr: key.addr,
-            name: row.name.as_deref().map(str::to_owned),
+            name: self.names.get(key).map(|n| n.to_string()),
             threads,
             counts,
             wait: wait.summary(),

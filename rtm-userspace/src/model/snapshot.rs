@@ -13,7 +13,7 @@ use super::{
     barrier,
     dist::Dist,
     rows::{EdgeRow, Edges, Objects, WaitsForRow, WaitsFors, totals},
-    sync_graph::{ModelCounters, ObjectKey, SyncGraph, ThreadKey},
+    sync_graph::{CallSite, ModelCounters, ObjectKey, SyncGraph, ThreadKey},
     views::{BarrierView, CallSiteView, ThreadView},
 };
 
@@ -68,11 +68,8 @@ impl<'g> Snapshot<'g> {
         name_of: &mut dyn FnMut(&ObjectKey) -> Option<String>,
         locate: &mut dyn FnMut(u32, u64) -> Option<String>,
     ) -> Snapshot<'g> {
-        let mut sites: Vec<_> = graph.call_sites().collect();
-        sites.sort_by(|a, b| b.1.wait_ns.cmp(&a.1.wait_ns).then(a.0.cmp(b.0)));
-        let call_sites = sites
+        let call_sites = top_call_sites(graph)
             .into_iter()
-            .take(MAX_CALL_SITES)
             .map(|((obj, site), c)| CallSiteView {
                 pid: obj.pid,
                 kind: obj.primitive,
@@ -143,6 +140,44 @@ impl<'g> Snapshot<'g> {
             counters: None,
         }
     }
+}
+
+type SiteRef<'g> = (&'g (ObjectKey, u64), &'g CallSite);
+
+/// The call sites with the most wait, most first (ties by key), without sorting them
+/// all: a graph of 100,000 objects has as many call sites.
+fn top_call_sites(graph: &SyncGraph) -> Vec<SiteRef<'_>> {
+    // Ordered so that the heap's greatest is the least wanted of those kept.
+    struct Kept<'g>(SiteRef<'g>);
+    impl Kept<'_> {
+        fn key(&self) -> (std::cmp::Reverse<u64>, &(ObjectKey, u64)) {
+            (std::cmp::Reverse(self.0.1.wait_ns), self.0.0)
+        }
+    }
+    impl PartialEq for Kept<'_> {
+        fn eq(&self, o: &Self) -> bool {
+            self.key() == o.key()
+        }
+    }
+    impl Eq for Kept<'_> {}
+    impl PartialOrd for Kept<'_> {
+        fn partial_cmp(&self, o: &Self) -> Option<std::cmp::Ordering> {
+            Some(self.cmp(o))
+        }
+    }
+    impl Ord for Kept<'_> {
+        fn cmp(&self, o: &Self) -> std::cmp::Ordering {
+            self.key().cmp(&o.key())
+        }
+    }
+    let mut heap = std::collections::BinaryHeap::with_capacity(MAX_CALL_SITES + 1);
+    for site in graph.call_sites() {
+        heap.push(Kept(site));
+        if heap.len() > MAX_CALL_SITES {
+            heap.pop();
+        }
+    }
+    heap.into_sorted_vec().into_iter().map(|k| k.0).collect()
 }
 
 /// Each thread's totals over its edges, most time waiting first. Groups the edges by

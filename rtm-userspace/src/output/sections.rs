@@ -91,8 +91,8 @@ pub(super) fn call_sites(out: &mut String, s: &Snapshot, top: usize) {
                 .find(c.pid, c.object, c.kind)
                 .map(|o| match c.kind {
                     // Already "thread TID".
-                    Primitive::Thread => o.label(),
-                    _ => format!("{} {}", c.kind, o.label()),
+                    Primitive::Thread => s.objects.label(o),
+                    _ => format!("{} {}", c.kind, s.objects.label(o)),
                 })
                 .unwrap_or_else(|| format!("{} {:#x}", c.kind, c.object));
             vec![
@@ -194,7 +194,7 @@ pub(super) fn condvars(out: &mut String, s: &Snapshot, top: usize) {
                 .map(|m| {
                     s.objects
                         .find(o.pid, m, Primitive::Mutex)
-                        .map(ObjectRow::label)
+                        .map(|r| s.objects.label(r))
                         .unwrap_or_else(|| format!("{m:#x}"))
                 })
                 .unwrap_or_else(|| "-".into());

@@ -469,3 +469,46 @@ fn snapshot_rows_total_each_object_over_its_edges_and_serialize_in_order() {
     assert_eq!(json["edges"][0]["wait"]["total_ns"], 50);
     assert_eq!(json["edges"].as_array().unwrap().len(), 3);
 }
+
+#[test]
+fn the_snapshot_lists_the_call_sites_with_most_wait_first() {
+    let mut g = SyncGraph::new(Limits::default(), false);
+    // 700 mutexes, one call site each, waits of 0..700 us in a scrambled order; two share
+    // the largest wait (ties go by object address).
+    for i in 0..700u64 {
+        let n = (i * 337) % 700;
+        let mut e = ev(
+            1,
+            i * 10,
+            SyncOp::Lock,
+            0x10_0000 + i * 64,
+            n * 1000,
+            0,
+            false,
+        );
+        if let Event::Sync(s) = &mut e {
+            s.raw.caller = 0x40_1000 + n;
+            if n == 0 {
+                s.raw.wait_ns = 699_000;
+            }
+        }
+        g.apply(&e);
+    }
+    let snap = crate::model::Snapshot::build(
+        &g,
+        crate::model::Window {
+            start_ns: 0,
+            end_ns: 10_000,
+        },
+        &mut |_| None,
+        &mut |_, _| None,
+    );
+    let sites = &snap.call_sites;
+    assert_eq!(sites.len(), 500);
+    let waits: Vec<u64> = sites.iter().map(|c| c.wait_ns).collect();
+    assert!(waits.windows(2).all(|w| w[0] >= w[1]), "{waits:?}");
+    assert_eq!((waits[0], waits[1], waits[2]), (699_000, 699_000, 698_000));
+    assert!(sites[0].object < sites[1].object);
+    // The 500 largest of 700 distinct waits (one moved up): the smallest kept is 201 us.
+    assert_eq!(waits[499], 201_000);
+}
