@@ -67,7 +67,7 @@ impl<R: Row> Serialize for Rows<R> {
 #[derive(Clone, Copy, Debug)]
 pub struct EdgeRow<'g> {
     /// Which thread, object and role.
-    pub key: &'g EdgeKey,
+    pub key: EdgeKey,
     /// Its statistics.
     pub stats: &'g EdgeStats,
 }

@@ -74,8 +74,8 @@ impl<'g> Snapshot<'g> {
                 pid: obj.pid,
                 kind: obj.primitive,
                 object: obj.addr,
-                site: *site,
-                location: locate(obj.pid, *site),
+                site,
+                location: locate(obj.pid, site),
                 calls: c.calls,
                 contended: c.contended,
                 wait_ns: c.wait_ns,
@@ -142,7 +142,7 @@ impl<'g> Snapshot<'g> {
     }
 }
 
-type SiteRef<'g> = (&'g (ObjectKey, u64), &'g CallSite);
+type SiteRef<'g> = ((ObjectKey, u64), &'g CallSite);
 
 /// The call sites with the most wait, most first (ties by key), without sorting them
 /// all: a graph of 100,000 objects has as many call sites.
@@ -151,7 +151,7 @@ fn top_call_sites(graph: &SyncGraph) -> Vec<SiteRef<'_>> {
     struct Kept<'g>(SiteRef<'g>);
     impl Kept<'_> {
         fn key(&self) -> (std::cmp::Reverse<u64>, &(ObjectKey, u64)) {
-            (std::cmp::Reverse(self.0.1.wait_ns), self.0.0)
+            (std::cmp::Reverse(self.0.1.wait_ns), &self.0.0)
         }
     }
     impl PartialEq for Kept<'_> {

@@ -48,9 +48,10 @@ pub struct SyncGraph {
     threads: HashMap<ThreadKey, ThreadNode>,
     pids: HashSet<u32>,
     objects: Arena<ObjectKey, ObjectMeta>,
-    edges: Arena<EdgeKey, EdgeStats>,
+    edges: Arena<EdgeId, EdgeStats>,
     waits_for: Arena<WaitsForKey, WaitsFor>,
-    call_sites: Arena<(ObjectKey, u64), CallSite>,
+    /// Keyed by the object's position in `objects` and the return address.
+    call_sites: Arena<(u32, u64), CallSite>,
     unwoken: Vec<UnwokenWait>,
     holds: Holds,
     /// pthread_mutex_lock calls seen at entry only, per thread: the record, with its
@@ -227,23 +228,48 @@ impl SyncGraph {
         }
     }
 
-    fn object(&mut self, key: ObjectKey) -> Option<&mut ObjectMeta> {
-        if !self.objects.contains_key(&key) {
-            if self.objects.len() >= self.limits.max_objects {
+    /// The object `key` (made if new and under the cap) and its position.
+    fn object(&mut self, key: ObjectKey) -> Option<(usize, &mut ObjectMeta)> {
+        let i = match self.objects.get_index_of(&key) {
+            Some(i) => i,
+            None if self.objects.len() >= self.limits.max_objects => {
                 self.counters.dropped_over_limits += 1;
                 return None;
             }
-            self.objects.insert(key, ObjectMeta::default());
-        }
-        self.objects.get_mut(&key)
+            None => self.objects.insert_full(key, ObjectMeta::default()).0,
+        };
+        Some((i, &mut self.objects[i]))
     }
 
-    fn edge(&mut self, key: EdgeKey) -> Option<&mut EdgeStats> {
-        if !self.edges.contains_key(&key) && self.edges.len() >= self.limits.max_edges {
-            self.counters.dropped_over_limits += 1;
-            return None;
+    /// The position of edge `id` (made if new and under the cap).
+    fn edge(&mut self, id: EdgeId) -> Option<usize> {
+        match self.edges.get_index_of(&id) {
+            Some(i) => Some(i),
+            None if self.edges.len() >= self.limits.max_edges => {
+                self.counters.dropped_over_limits += 1;
+                None
+            }
+            None => Some(self.edges.insert_full(id, EdgeStats::default()).0),
         }
-        Some(self.edges.entry(key).or_default())
+    }
+
+    /// The position of an existing edge of `thread` to `object`.
+    fn edge_of(&self, thread: ThreadKey, object: &ObjectKey, role: Role) -> Option<usize> {
+        let i = self.objects.get_index_of(object)?;
+        self.edges.get_index_of(&EdgeId::new(i, thread.tid, role))
+    }
+
+    /// The key an edge stands for.
+    fn key_of(&self, id: &EdgeId) -> EdgeKey {
+        let (object, _) = self
+            .objects
+            .get_index(id.object())
+            .expect("edges refer to objects, which are never removed");
+        let thread = ThreadKey {
+            pid: object.pid,
+            tid: id.tid(),
+        };
+        EdgeKey::new(thread, *object, id.role())
     }
 
     fn apply_sync(&mut self, thread: ThreadKey, s: &SyncRecord) {
@@ -285,7 +311,7 @@ impl SyncGraph {
         }
         let room = self.barrier_calls < self.limits.max_barrier_calls;
         let mut barrier_call = None;
-        let Some(meta) = self.object(object) else {
+        let Some((object_index, meta)) = self.object(object) else {
             return;
         };
         match (s.primitive, s.op) {
@@ -317,7 +343,7 @@ impl SyncGraph {
             None => {}
         }
         if raw.caller != 0 && !matches!(s.op, SyncOp::Post | SyncOp::Create) {
-            let site = (object, raw.caller);
+            let site = (object_index as u32, raw.caller);
             if self.call_sites.contains_key(&site) || self.call_sites.len() < self.limits.max_edges
             {
                 let c = self.call_sites.entry(site).or_default();
@@ -331,16 +357,10 @@ impl SyncGraph {
             }
         }
         let role = role_of(s.op);
-        let key = EdgeKey::new(thread, object, role);
-        if !self.edges.contains_key(&key) {
-            if self.edges.len() >= self.limits.max_edges {
-                self.counters.dropped_over_limits += 1;
-                return;
-            }
-            self.edges.insert(key, EdgeStats::default());
-        }
-        let budget = &mut self.budget;
-        let edge = self.edges.get_mut(&key).expect("inserted above");
+        let Some(i) = self.edge(EdgeId::new(object_index, thread.tid, role)) else {
+            return;
+        };
+        let (budget, edge) = (&mut self.budget, &mut self.edges[i]);
         if raw.flags & SYNC_FLAG_BLOCKED != 0 {
             edge.add(Count::Blocked, 1);
         }
@@ -440,9 +460,9 @@ impl SyncGraph {
             .holds
             .release(m, thread.tid, ts.saturating_sub(wait_ns));
         if let Some(r) = released
-            && let Some(e) = self.edges.get_mut(&EdgeKey::new(thread, m, r.role))
+            && let Some(i) = self.edge_of(thread, &m, r.role)
         {
-            e.record(Span::Hold, r.held_ns, &mut self.budget);
+            self.edges[i].record(Span::Hold, r.held_ns, &mut self.budget);
         }
         if self.holds.acquire(m, thread.tid, ts, Role::Use, true) == Acquired::Interrupted {
             self.counters.interrupted_holds += 1;
@@ -455,9 +475,9 @@ impl SyncGraph {
             self.counters.unmatched_releases += 1;
         }
         if let Some(r) = released
-            && let Some(e) = self.edges.get_mut(&EdgeKey::new(thread, object, r.role))
+            && let Some(i) = self.edge_of(thread, &object, r.role)
         {
-            e.record(Span::Hold, r.held_ns, &mut self.budget);
+            self.edges[i].record(Span::Hold, r.held_ns, &mut self.budget);
         }
     }
 
@@ -500,17 +520,16 @@ impl SyncGraph {
                 }
             }
         }
-        if !self.futex_objects || self.object(object).is_none() {
+        if !self.futex_objects {
             return;
         }
-        if self.edge(EdgeKey::new(thread, object, Role::Use)).is_none() {
+        let Some((object_index, _)) = self.object(object) else {
             return;
-        }
-        let budget = &mut self.budget;
-        let edge = self
-            .edges
-            .get_mut(&EdgeKey::new(thread, object, Role::Use))
-            .expect("present");
+        };
+        let Some(i) = self.edge(EdgeId::new(object_index, thread.tid, Role::Use)) else {
+            return;
+        };
+        let (budget, edge) = (&mut self.budget, &mut self.edges[i]);
         match s.op {
             SyncOp::Wait => {
                 edge.add(Count::Waits, 1);
@@ -557,8 +576,8 @@ impl SyncGraph {
     }
 
     /// The thread -> object edges.
-    pub fn edges(&self) -> impl Iterator<Item = (&EdgeKey, &EdgeStats)> {
-        self.edges.iter()
+    pub fn edges(&self) -> impl Iterator<Item = (EdgeKey, &EdgeStats)> {
+        self.edges.iter().map(|(id, e)| (self.key_of(id), e))
     }
 
     /// Number of thread -> object edges.
@@ -567,10 +586,12 @@ impl SyncGraph {
     }
 
     /// The edge at `i` (0 <= i < [`edge_count`](Self::edge_count)), in insertion order.
-    pub fn edge_at(&self, i: u32) -> (&EdgeKey, &EdgeStats) {
-        self.edges
+    pub fn edge_at(&self, i: u32) -> (EdgeKey, &EdgeStats) {
+        let (id, e) = self
+            .edges
             .get_index(i as usize)
-            .expect("edge index within edge_count")
+            .expect("edge index within edge_count");
+        (self.key_of(id), e)
     }
 
     /// The waiter -> waker edges.
@@ -584,8 +605,14 @@ impl SyncGraph {
     }
 
     /// Call sites per object: (object, return address) -> totals.
-    pub fn call_sites(&self) -> impl Iterator<Item = (&(ObjectKey, u64), &CallSite)> {
-        self.call_sites.iter()
+    pub fn call_sites(&self) -> impl Iterator<Item = ((ObjectKey, u64), &CallSite)> {
+        self.call_sites.iter().map(|((object, site), c)| {
+            let (key, _) = self
+                .objects
+                .get_index(*object as usize)
+                .expect("call sites refer to objects, which are never removed");
+            ((*key, *site), c)
+        })
     }
 
     /// Whether futex words are objects (contention mode).
