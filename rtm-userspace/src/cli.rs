@@ -85,8 +85,8 @@ pub struct Cli {
     #[arg(long, value_name = "N", default_value_t = Limits::default().max_objects)]
     pub max_objects: usize,
 
-    /// Most distributions that keep percentiles (about 10 KiB each); beyond, exact
-    /// counts, totals, min and max only.
+    /// Most distributions that keep percentiles (1-16 KiB each); beyond, exact counts,
+    /// totals, min and max only.
     #[arg(long, value_name = "N", default_value_t = Limits::default().max_histograms)]
     pub max_histograms: usize,
 

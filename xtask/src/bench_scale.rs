@@ -285,7 +285,7 @@ pub fn memory(root: &Path, dir: &Path, plan: Plan) -> Result<()> {
     println!(
         "\nThe last four columns give one figure when every round gave it, else each \
          round's. The caps (`--max-objects`, default 200,000 objects and 400,000 edges; \
-         `--max-histograms`, 4,096 distributions with percentiles) bound memory whatever \
+         `--max-histograms`, 2,048 distributions with percentiles) bound memory whatever \
          the target does; what is over them is counted in `dropped_over_limits`.\n"
     );
     Ok(())

@@ -145,7 +145,9 @@ pub struct Limits {
     pub max_objects: usize,
     /// Distinct thread -> object and waiter -> waker edges tracked.
     pub max_edges: usize,
-    /// Distributions that keep a percentile histogram (about 10 KiB each).
+    /// Distributions that keep a percentile histogram: 1-16 KiB each, growing with the
+    /// range of durations (2 KiB on average for lock calls and holds of a busy program),
+    /// so at most 32 MiB by default.
     pub max_histograms: usize,
     /// Barrier calls kept to compute rounds (24 bytes each).
     pub max_barrier_calls: usize,
@@ -157,7 +159,7 @@ impl Default for Limits {
             max_threads: 65_536,
             max_objects: 200_000,
             max_edges: 400_000,
-            max_histograms: 4_096,
+            max_histograms: 2_048,
             max_barrier_calls: 1 << 20,
         }
     }

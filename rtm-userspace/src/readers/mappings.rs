@@ -225,7 +225,8 @@ fn parse(rec: &[u8]) -> Option<Parsed> {
     }
 }
 
-fn page_size() -> usize {
+/// The page size.
+pub(crate) fn page_size() -> usize {
     // SAFETY: sysconf has no preconditions.
     let p = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
     if p > 0 { p as usize } else { 4096 }

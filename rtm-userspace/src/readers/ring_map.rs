@@ -16,6 +16,8 @@ use std::{
 
 use aya::maps::MapData;
 
+use super::mappings::page_size;
+
 /// Set in a record's length word while the producer still writes it.
 const BUSY_BIT: u32 = 1 << 31;
 /// Set in a record's length word when the producer discarded it.
@@ -207,10 +209,4 @@ impl AsRawFd for MappedRing {
     fn as_raw_fd(&self) -> std::os::fd::RawFd {
         self.as_fd().as_raw_fd()
     }
-}
-
-fn page_size() -> usize {
-    // SAFETY: sysconf has no preconditions.
-    let p = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
-    if p > 0 { p as usize } else { 4096 }
 }

@@ -281,6 +281,10 @@ pub(super) async fn trace(cli: Cli, mut child: Option<GatedChild>) -> Result<i32
         );
     }
 
+    // Loading the programs parsed the kernel's BTF and the target's libraries: several
+    // MiB freed but still resident in the heap. Hand them back before tracing.
+    // SAFETY: malloc_trim only releases free memory; it has no preconditions.
+    unsafe { libc::malloc_trim(0) };
     let (exit_tx, mut exit_rx) = mpsc::unbounded_channel();
     for &pid in &pids {
         exits::watch(pid, exit_tx.clone());
