@@ -340,6 +340,13 @@ mod tests {
             (2, 5_000_000_010, Some(10), Some(5_000_000_000))
         );
 
+        let mut many = EdgeStats::default();
+        many.add(Count::Acquisitions, u64::from(u32::MAX));
+        assert!(!many.is_wide());
+        many.add(Count::Acquisitions, 2);
+        assert!(many.is_wide());
+        assert_eq!(many.counts().acquisitions, u64::from(u32::MAX) + 2);
+
         let mut rare = EdgeStats::default();
         rare.add(Count::Waits, 2);
         rare.add(Count::Timeouts, 1);
