@@ -290,7 +290,8 @@ impl EdgeStats {
     }
 
     /// Whether this edge is in the wide form.
-    pub fn is_wide(&self) -> bool {
+    #[cfg(test)]
+    fn is_wide(&self) -> bool {
         matches!(self, Self::Wide(_))
     }
 }

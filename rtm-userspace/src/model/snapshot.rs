@@ -142,42 +142,22 @@ impl<'g> Snapshot<'g> {
     }
 }
 
-type SiteRef<'g> = ((ObjectKey, u64), &'g CallSite);
-
 /// The call sites with the most wait, most first (ties by key), without sorting them
 /// all: a graph of 100,000 objects has as many call sites.
-fn top_call_sites(graph: &SyncGraph) -> Vec<SiteRef<'_>> {
-    // Ordered so that the heap's greatest is the least wanted of those kept.
-    struct Kept<'g>(SiteRef<'g>);
-    impl Kept<'_> {
-        fn key(&self) -> (std::cmp::Reverse<u64>, &(ObjectKey, u64)) {
-            (std::cmp::Reverse(self.0.1.wait_ns), &self.0.0)
-        }
-    }
-    impl PartialEq for Kept<'_> {
-        fn eq(&self, o: &Self) -> bool {
-            self.key() == o.key()
-        }
-    }
-    impl Eq for Kept<'_> {}
-    impl PartialOrd for Kept<'_> {
-        fn partial_cmp(&self, o: &Self) -> Option<std::cmp::Ordering> {
-            Some(self.cmp(o))
-        }
-    }
-    impl Ord for Kept<'_> {
-        fn cmp(&self, o: &Self) -> std::cmp::Ordering {
-            self.key().cmp(&o.key())
-        }
-    }
+fn top_call_sites(graph: &SyncGraph) -> Vec<((ObjectKey, u64), &CallSite)> {
+    // Ordered so that the heap's greatest is the least wanted of those kept (keys are
+    // unique, so the call site itself never decides).
     let mut heap = std::collections::BinaryHeap::with_capacity(MAX_CALL_SITES + 1);
-    for site in graph.call_sites() {
-        heap.push(Kept(site));
+    for (key, c) in graph.call_sites() {
+        heap.push((std::cmp::Reverse(c.wait_ns), key, c));
         if heap.len() > MAX_CALL_SITES {
             heap.pop();
         }
     }
-    heap.into_sorted_vec().into_iter().map(|k| k.0).collect()
+    heap.into_sorted_vec()
+        .into_iter()
+        .map(|(_, key, c)| (key, c))
+        .collect()
 }
 
 /// Each thread's totals over its edges, most time waiting first. Groups the edges by

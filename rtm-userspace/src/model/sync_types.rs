@@ -286,7 +286,7 @@ pub struct WaitsFor {
 }
 
 /// Where in the program an object was waited on: one call site's totals.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord)]
 pub struct CallSite {
     /// Blocking calls made from here.
     pub calls: u64,
