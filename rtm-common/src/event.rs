@@ -289,34 +289,28 @@ pub struct PendingFutex {
     pub op: u32,
     /// The value the caller expected in the word (for pthread_join: the joined tid).
     pub val: u32,
+    /// Pads an entry to 32 bytes, so an array of them keeps each entry within one half
+    /// of a cache line.
+    pub pad: u64,
 }
-const _: () = assert!(size_of::<PendingFutex>() == 24);
+const _: () = assert!(size_of::<PendingFutex>() == 32);
 
-/// Key of the last-waker map: a futex word in one process.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-pub struct FutexKey {
-    /// Its process.
-    pub tgid: u32,
-    /// Zero.
-    pub pad: u32,
-    /// The futex word's user address.
-    pub uaddr: u64,
-}
-const _: () = assert!(size_of::<FutexKey>() == 16);
-
-/// Value of the last-waker map: who last woke waiters on a futex word, and when.
+/// A slot of the last-waker table: who last woke waiters on a futex word, and when.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]
 pub struct FutexWaker {
+    /// The futex word's user address (with `tgid`, the slot's key).
+    pub uaddr: u64,
     /// bpf_ktime_get_ns when the wake was entered.
     pub ts_ns: u64,
+    /// The word's process.
+    pub tgid: u32,
     /// The waking thread.
     pub tid: u32,
-    /// Zero.
-    pub pad: u32,
+    /// Pads a slot to 32 bytes.
+    pub pad: u64,
 }
-const _: () = assert!(size_of::<FutexWaker>() == 16);
+const _: () = assert!(size_of::<FutexWaker>() == 32);
 
 abi_enum! {
     /// How an entry probe judges contention from the object's first word, read when the

@@ -9,9 +9,19 @@ pub const MAP_PENDING: &str = "PENDING";
 /// Per-CPU loss counters, indexed by [`crate::LossCounter`].
 pub const MAP_LOSSES: &str = "LOSSES";
 
-/// Per-thread futex wait between the entry and the return of a futex call.
+/// Process filter read on every hot path: one byte per tgid, nonzero when the process
+/// is traced (eight tgids to an 8-byte element). It mirrors [`MAP_TRACED_TGIDS`] for
+/// tgids below its length; userspace writes its bytes through a shared mapping, so no
+/// writer ever rewrites another tgid's byte.
+pub const MAP_TRACED: &str = "TRACED";
+/// Per-thread futex wait between the entry and the return of a futex call, for threads
+/// whose tid fits the table (`tid <= GLOBAL_FUTEX_SLOT_MASK`); an array slot costs a
+/// fraction of a hash lookup.
+pub const MAP_FUTEX_SLOTS: &str = "FUTEX_SLOTS";
+/// The same for threads with larger tids.
 pub const MAP_PENDING_FUTEX: &str = "PENDING_FUTEX";
-/// (tgid, futex word) -> the thread that last woke it.
+/// The thread that last woke each futex word: a direct-mapped table indexed by a hash of
+/// (tgid, word); a word whose slot another word took has no waker until it is woken again.
 pub const MAP_WAKERS: &str = "WAKERS";
 
 /// Per-thread MPI call between its entry and return probes.
@@ -29,10 +39,14 @@ pub const PROG_CALL_ENTER: &str = "call_enter";
 pub const PROG_CALL_RETURN: &str = "call_return";
 /// Entry uprobe of calls recorded at once, with no return probe (unlock, post).
 pub const PROG_CALL_MARK: &str = "call_mark";
-/// raw_syscalls/sys_enter (futex calls).
+/// sys_enter as a BTF tracepoint (futex calls).
 pub const PROG_FUTEX_ENTER: &str = "futex_enter";
-/// raw_syscalls/sys_exit (futex calls).
+/// raw_syscalls/sys_enter (futex calls), for kernels without BTF.
+pub const PROG_FUTEX_ENTER_RAW: &str = "futex_enter_raw";
+/// sys_exit as a BTF tracepoint (futex calls).
 pub const PROG_FUTEX_EXIT: &str = "futex_exit";
+/// syscalls/sys_exit_futex, for kernels without BTF.
+pub const PROG_FUTEX_EXIT_TP: &str = "futex_exit_tp";
 /// task/task_newtask.
 pub const PROG_TASK_NEW: &str = "task_new";
 /// sched/sched_process_exit.
@@ -49,11 +63,21 @@ pub const GLOBAL_COUNT_WAKES: &str = "COUNT_WAKES";
 /// reader (which otherwise drains on a timer).
 pub const GLOBAL_WAKEUP_BYTES: &str = "WAKEUP_BYTES";
 
+/// Global in the eBPF object: the size of [`MAP_FUTEX_SLOTS`] minus one (a power of two
+/// minus one); threads with a larger tid use [`MAP_PENDING_FUTEX`].
+pub const GLOBAL_FUTEX_SLOT_MASK: &str = "FUTEX_SLOT_MASK";
+
+/// Most slots in [`MAP_FUTEX_SLOTS`] (32 bytes each): the table covers tids up to
+/// pid_max or this, whichever is smaller.
+pub const MAX_FUTEX_SLOTS: u32 = 65536;
+/// Elements of [`MAP_TRACED`] in the object; userspace sizes it to pid_max at load.
+pub const DEFAULT_TRACED_WORDS: u32 = 4096;
+
 /// Capacity of the process filter map.
 pub const MAX_TRACED_TGIDS: u32 = 4096;
 /// Capacity of the per-thread maps (threads with a call or a futex wait in flight).
 pub const MAX_PENDING: u32 = 16384;
-/// Capacity of the last-waker map (LRU).
-pub const MAX_WAKERS: u32 = 16384;
+/// Slots of the last-waker table (a power of two; 32 bytes each).
+pub const MAX_WAKERS: u32 = 32768;
 /// Default ring buffer size in bytes (a power of two, a multiple of the page size).
 pub const DEFAULT_RING_BYTES: u32 = 8 * 1024 * 1024;

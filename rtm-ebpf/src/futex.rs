@@ -10,18 +10,18 @@
 use aya_ebpf::{
     EbpfContext,
     helpers::{bpf_get_current_pid_tgid, bpf_probe_read_kernel},
-    macros::{raw_tracepoint, tracepoint},
-    programs::{RawTracePointContext, TracePointContext},
+    macros::{btf_tracepoint, raw_tracepoint, tracepoint},
+    programs::{BtfTracePointContext, RawTracePointContext, TracePointContext},
 };
 use rtm_common::{
-    EventKind, FUTEX_CMD_MASK, FutexKey, FutexWaker, LossCounter, PendingFutex, Primitive,
-    SYNC_FLAG_BLOCKED, SyncEvent, SyncOp, futex_cmd_waits, futex_cmd_wakes,
+    EventKind, FUTEX_CMD_MASK, FutexWaker, LossCounter, PendingFutex, Primitive, SYNC_FLAG_BLOCKED,
+    SyncEvent, SyncOp, futex_cmd_waits, futex_cmd_wakes,
 };
 
 use crate::{
     emit::{self, header, now},
-    filter::traced_pid_tgid,
-    maps::{COUNT_WAKES, PENDING_FUTEX, WAKERS, count_loss, innermost},
+    filter::{is_traced, traced_pid_tgid},
+    maps::{COUNT_WAKES, PENDING_FUTEX, count_loss, futex_slot, innermost, waker_slot},
 };
 
 /// x86-64 system call number of futex.
@@ -48,12 +48,40 @@ fn regs<T>(ctx: &RawTracePointContext, offset: usize) -> Option<T> {
     unsafe { bpf_probe_read_kernel(regs.add(offset).cast::<T>()) }.ok()
 }
 
-/// raw_syscalls sys_enter (regs, id): every system call of every process passes here,
-/// so the syscall number is tested first. On contended locks a raw tracepoint costs the
-/// traced program far less than syscalls/sys_enter_futex, which copies a perf record for
-/// each call before the program runs (BENCHMARKS.md has both sides of the trade).
+/// sys_enter (regs, id) as a BTF tracepoint: every system call of every process passes
+/// here, so the syscall number is tested first. On contended locks a raw tracepoint
+/// costs the traced program far less than syscalls/sys_enter_futex, which copies a perf
+/// record for each call before the program runs (BENCHMARKS.md has both sides of the
+/// trade). With the kernel's BTF the saved registers are read with plain loads, which
+/// the kernel guards itself; the helper that reads them otherwise cost ~60 ns a call.
+#[btf_tracepoint(function = "sys_enter")]
+pub fn futex_enter(ctx: BtfTracePointContext) -> i32 {
+    let id: u64 = ctx.arg(1);
+    if id != SYS_FUTEX {
+        return 0;
+    }
+    let Some(pid_tgid) = traced_pid_tgid() else {
+        return 0;
+    };
+    let regs: *const u8 = ctx.arg(0);
+    // SAFETY: fields of the task's saved registers (struct pt_regs, the tracepoint's first
+    // argument); the verifier checks each offset against the kernel's BTF and the JIT
+    // makes the loads fault-safe.
+    let r = unsafe {
+        let at = |offset: usize| core::ptr::read_volatile(regs.add(offset).cast::<u64>());
+        EnterRegs {
+            dx: at(ENTER_REGS),
+            si: at(ENTER_REGS + 8),
+            di: at(ENTER_REGS + 16),
+        }
+    };
+    enter(pid_tgid, r.di, r.si as u32, r.dx as u32) as i32
+}
+
+/// The same on a kernel without BTF: raw_syscalls sys_enter, the registers read through
+/// a helper.
 #[raw_tracepoint(tracepoint = "sys_enter")]
-pub fn futex_enter(ctx: RawTracePointContext) -> u32 {
+pub fn futex_enter_raw(ctx: RawTracePointContext) -> u32 {
     let id: u64 = ctx.arg(1);
     if id != SYS_FUTEX {
         return 0;
@@ -79,24 +107,20 @@ fn enter(pid_tgid: u64, uaddr: u64, op: u32, val: u32) -> u32 {
             unsafe { (*call).flags |= SYNC_FLAG_BLOCKED };
         }
     } else if futex_cmd_wakes(cmd) {
-        let key = FutexKey {
-            tgid: (pid_tgid >> 32) as u32,
-            pad: 0,
-            uaddr,
-        };
-        let waker = FutexWaker {
-            ts_ns: ts,
-            tid: pid_tgid as u32,
-            pad: 0,
-        };
-        // Written in place when the word has a waker already: an LRU insert pops and
-        // pushes free-list nodes, the dearest part of this program.
-        match WAKERS.get_ptr_mut(key) {
-            // SAFETY: a map value; a racing writer can only leave another recent waker.
-            Some(w) => unsafe { *w = waker },
-            None => {
-                let _ = WAKERS.insert(key, waker, 0);
-            }
+        let tgid = (pid_tgid >> 32) as u32;
+        if let Some(w) = waker_slot(tgid, uaddr) {
+            // SAFETY: a map value. Two CPUs waking the same word at once can leave a mix
+            // of their two wakes, each a recent waker of it; words sharing the slot
+            // would have to be written at the same instant to mix keys.
+            unsafe {
+                *w = FutexWaker {
+                    uaddr,
+                    ts_ns: ts,
+                    tgid,
+                    tid: pid_tgid as u32,
+                    pad: 0,
+                }
+            };
         }
         if !full {
             // Contention mode: the waker is all a wait needs; skip the return.
@@ -110,7 +134,13 @@ fn enter(pid_tgid: u64, uaddr: u64, op: u32, val: u32) -> u32 {
         start_ns: ts,
         op,
         val,
+        pad: 0,
     };
+    if let Some(p) = futex_slot(pid_tgid as u32) {
+        // SAFETY: this thread's own slot; only this thread writes it while it lives.
+        unsafe { *p = pending };
+        return 0;
+    }
     // The thread's entry is reused from call to call (start_ns 0: none in flight) and
     // removed when the thread exits.
     match PENDING_FUTEX.get_ptr_mut(pid_tgid) {
@@ -128,13 +158,31 @@ fn enter(pid_tgid: u64, uaddr: u64, op: u32, val: u32) -> u32 {
 /// Offset of `ret` in the syscalls/sys_exit_futex record.
 const EXIT_RET: usize = 16;
 
-/// syscalls/sys_exit_futex. Unlike the entry, the return is taken from the per-syscall
-/// tracepoint: a raw sys_exit program would run (and read the syscall number) at the
-/// end of every system call of every process, which costs other processes more than
-/// the perf record costs here. The process filter is the thread's pending entry, which
-/// only a traced thread's futex_enter writes.
+/// Offset of `orig_ax` (the system call number) in struct pt_regs.
+const ORIG_AX: usize = 120;
+
+/// sys_exit (regs, ret) as a BTF tracepoint. It runs at the end of every system call of
+/// every process, like the entry, and reads the syscall number with a plain load. The
+/// per-syscall syscalls/sys_exit_futex fills a perf record for each call before its
+/// program runs, which costs the traced program more.
+#[btf_tracepoint(function = "sys_exit")]
+pub fn futex_exit(ctx: BtfTracePointContext) -> i32 {
+    let regs: *const u8 = ctx.arg(0);
+    // SAFETY: a field of the task's saved registers, checked by the verifier against the
+    // kernel's BTF; the JIT makes the load fault-safe.
+    let id = unsafe { core::ptr::read_volatile(regs.add(ORIG_AX).cast::<u64>()) };
+    if id != SYS_FUTEX {
+        return 0;
+    }
+    let ret: i64 = ctx.arg(1);
+    exit(bpf_get_current_pid_tgid(), ret) as i32
+}
+
+/// syscalls/sys_exit_futex, on a kernel without BTF: a raw sys_exit would have to read
+/// the syscall number through a helper at the end of every system call of every
+/// process.
 #[tracepoint]
-pub fn futex_exit(ctx: TracePointContext) -> u32 {
+pub fn futex_exit_tp(ctx: TracePointContext) -> u32 {
     // SAFETY: an aligned 8-byte field of the record the context points to (the verifier
     // allows loads there; a helper call costs more on this hot path).
     let ret =
@@ -144,8 +192,15 @@ pub fn futex_exit(ctx: TracePointContext) -> u32 {
 
 #[inline(always)]
 fn exit(pid_tgid: u64, ret: i64) -> u32 {
-    let Some(p) = PENDING_FUTEX.get_ptr_mut(pid_tgid) else {
+    if !is_traced((pid_tgid >> 32) as u32) {
         return 0;
+    }
+    let p = match futex_slot(pid_tgid as u32) {
+        Some(p) => p,
+        None => match PENDING_FUTEX.get_ptr_mut(pid_tgid) {
+            Some(p) => p,
+            None => return 0,
+        },
     };
     // SAFETY: this thread's own entry; only this thread writes it.
     let f = unsafe { *p };
@@ -166,15 +221,20 @@ fn exit(pid_tgid: u64, ret: i64) -> u32 {
         }
         return 0;
     }
-    let key = FutexKey {
-        tgid: (pid_tgid >> 32) as u32,
-        pad: 0,
-        uaddr: f.uaddr,
-    };
-    // SAFETY: the value is copied out at once.
-    let waker = match unsafe { WAKERS.get(key) } {
-        Some(w) if w.ts_ns >= f.start_ns && w.tid != pid_tgid as u32 => w.tid,
-        _ => 0,
+    let tgid = (pid_tgid >> 32) as u32;
+    let waker = match waker_slot(tgid, f.uaddr) {
+        // SAFETY: a map value, copied out at once.
+        Some(w) => match unsafe { *w } {
+            w if w.uaddr == f.uaddr
+                && w.tgid == tgid
+                && w.ts_ns >= f.start_ns
+                && w.tid != pid_tgid as u32 =>
+            {
+                w.tid
+            }
+            _ => 0,
+        },
+        None => 0,
     };
     emit::sync(SyncEvent {
         header: header(EventKind::Sync, pid_tgid, ts),

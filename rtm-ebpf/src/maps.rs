@@ -3,19 +3,32 @@
 use aya_ebpf::{
     Global,
     macros::map,
-    maps::{Array, HashMap, LruHashMap, PerCpuArray, RingBuf},
+    maps::{Array, HashMap, PerCpuArray, RingBuf},
 };
 use rtm_common::{
-    FutexKey, FutexWaker, LossCounter, MAX_CALL_DEPTH, MpiLayout, MpiPending, PendingCall,
-    PendingFutex, ThreadCalls,
-    names::{DEFAULT_RING_BYTES, MAX_PENDING, MAX_TRACED_TGIDS, MAX_WAKERS},
+    FutexWaker, LossCounter, MAX_CALL_DEPTH, MpiLayout, MpiPending, PendingCall, PendingFutex,
+    ThreadCalls,
+    names::{
+        DEFAULT_RING_BYTES, DEFAULT_TRACED_WORDS, MAX_FUTEX_SLOTS, MAX_PENDING, MAX_TRACED_TGIDS,
+        MAX_WAKERS,
+    },
 };
+
+/// BPF_F_MMAPABLE: userspace may map the array's values.
+const BPF_F_MMAPABLE: u32 = 1 << 10;
 
 /// Events to userspace. Userspace may resize it at load time.
 #[map(name = "EVENTS")]
 pub static EVENTS: RingBuf = RingBuf::with_byte_size(DEFAULT_RING_BYTES, 0);
 
-/// tgid -> 1 for each traced process.
+/// One byte per tgid, nonzero for a traced process, eight to an element: the filter every
+/// hot path reads (an array element costs a fraction of a hash lookup). Userspace sizes
+/// it to pid_max and writes its bytes through a shared mapping; programs write only the
+/// byte of a tgid they add. A tgid past its end falls back to TRACED_TGIDS.
+#[map(name = "TRACED")]
+pub static TRACED: Array<u64> = Array::with_max_entries(DEFAULT_TRACED_WORDS, BPF_F_MMAPABLE);
+
+/// tgid -> 1 for each traced process: the whole set, which TRACED mirrors.
 #[map(name = "TRACED_TGIDS")]
 pub static TRACED_TGIDS: HashMap<u32, u32> = HashMap::with_max_entries(MAX_TRACED_TGIDS, 0);
 
@@ -54,7 +67,13 @@ pub fn innermost(pid_tgid: u64) -> Option<*mut PendingCall> {
 #[inline(always)]
 pub fn forget_thread(pid_tgid: u64) {
     let _ = PENDING.remove(pid_tgid);
-    let _ = PENDING_FUTEX.remove(pid_tgid);
+    match futex_slot(pid_tgid as u32) {
+        // SAFETY: this thread's own slot; only this thread writes it while it lives.
+        Some(p) => unsafe { (*p).start_ns = 0 },
+        None => {
+            let _ = PENDING_FUTEX.remove(pid_tgid);
+        }
+    }
     let _ = MPI_PENDING.remove(pid_tgid);
 }
 
@@ -66,13 +85,48 @@ pub static MPI_PENDING: HashMap<u64, MpiPending> = HashMap::with_max_entries(MAX
 #[map(name = "MPI_LAYOUT")]
 pub static MPI_LAYOUT: Array<MpiLayout> = Array::with_max_entries(4, 0);
 
-/// pid_tgid -> the futex call in flight on that thread.
+/// The futex call in flight on each thread whose tid is at most FUTEX_SLOT_MASK, at
+/// slot `tid * SLOT_SPREAD & FUTEX_SLOT_MASK`: one slot per tid (an odd multiplier is a
+/// bijection modulo a power of two) and threads with neighbouring tids far apart, so
+/// two threads never write one cache line. Userspace sizes it (a power of two).
+#[map(name = "FUTEX_SLOTS")]
+pub static FUTEX_SLOTS: Array<PendingFutex> = Array::with_max_entries(MAX_FUTEX_SLOTS, 0);
+
+/// Slots in FUTEX_SLOTS minus one (set by userspace at load; 0 leaves it unused).
+#[unsafe(no_mangle)]
+pub static FUTEX_SLOT_MASK: Global<u32> = Global::new(0);
+
+const SLOT_SPREAD: u32 = 0x9E37_79B1;
+
+/// The thread's futex slot, or None when its tid is past the table (PENDING_FUTEX).
+#[inline(always)]
+pub fn futex_slot(tid: u32) -> Option<*mut PendingFutex> {
+    let mask = FUTEX_SLOT_MASK.load();
+    if tid & !mask != 0 || mask == 0 {
+        return None;
+    }
+    FUTEX_SLOTS.get_ptr_mut(tid.wrapping_mul(SLOT_SPREAD) & mask)
+}
+
+/// pid_tgid -> the futex call in flight, for threads past FUTEX_SLOTS.
 #[map(name = "PENDING_FUTEX")]
 pub static PENDING_FUTEX: HashMap<u64, PendingFutex> = HashMap::with_max_entries(MAX_PENDING, 0);
 
-/// (tgid, futex word) -> the thread that last woke waiters on it.
+/// Who last woke waiters on each futex word, in a direct-mapped table: a word's slot is a
+/// hash of (tgid, word), and a word that hashes to a taken slot replaces the one there,
+/// as an LRU map would evict it. An array slot costs a fraction of a hash lookup; the
+/// slot's key fields say whose it is.
 #[map(name = "WAKERS")]
-pub static WAKERS: LruHashMap<FutexKey, FutexWaker> = LruHashMap::with_max_entries(MAX_WAKERS, 0);
+pub static WAKERS: Array<FutexWaker> = Array::with_max_entries(MAX_WAKERS, 0);
+
+/// The last-waker slot of the futex word `uaddr` of process `tgid`.
+#[inline(always)]
+pub fn waker_slot(tgid: u32, uaddr: u64) -> Option<*mut FutexWaker> {
+    const _: () = assert!(MAX_WAKERS.is_power_of_two());
+    // Multiplicative hashing: the high bits of the product mix every input bit.
+    let h = (uaddr ^ (u64::from(tgid) << 47)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    WAKERS.get_ptr_mut((h >> 32) as u32 & (MAX_WAKERS - 1))
+}
 
 /// Loss counters, indexed by `LossCounter`.
 #[map(name = "LOSSES")]

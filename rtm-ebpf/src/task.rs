@@ -7,8 +7,8 @@ use rtm_common::{CLONE_THREAD, EventKind, Primitive, SyncOp, TaskEvent, TaskOp};
 
 use crate::{
     emit::{self, header, now},
-    filter::traced_pid_tgid,
-    maps::{FOLLOW_FORKS, TRACED_TGIDS, forget_thread, innermost},
+    filter::{self, traced_pid_tgid},
+    maps::{FOLLOW_FORKS, forget_thread, innermost},
 };
 
 /// task/task_newtask fields.
@@ -47,7 +47,7 @@ pub fn task_new(ctx: TracePointContext) -> u32 {
     // SAFETY: as above.
     let comm = unsafe { ctx.read_at::<[u8; 16]>(NEW_COMM) }.unwrap_or([0; 16]);
     if flags & CLONE_THREAD == 0 && FOLLOW_FORKS.load() != 0 && child != 0 {
-        let _ = TRACED_TGIDS.insert(child, 1, 0);
+        filter::trace(child);
     }
     if let Some(call) = innermost(pid_tgid) {
         // SAFETY: this thread's own entry; only this thread writes it.

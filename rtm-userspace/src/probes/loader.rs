@@ -10,7 +10,7 @@ use aya::{
     Ebpf, EbpfLoader,
     maps::{Array, HashMap as BpfHashMap, MapData, MapError, PerCpuArray},
     programs::{
-        ProgramError, RawTracePoint, TracePoint, UProbe,
+        BtfTracePoint, ProgramError, RawTracePoint, TracePoint, UProbe,
         uprobe::{UProbeAttachLocation, UProbeAttachPoint, UProbeLinkId, UProbeScope},
     },
 };
@@ -20,6 +20,7 @@ use rtm_common::{Cookie, LossCounter, MpiLayout, mpi_cookie, names};
 use super::{
     mpi, placement,
     pthread::{self, FULL_PROBES, LibraryError, ProbeKind, ProbeSpec, PthreadLibrary},
+    traced::{self, TracedBytes},
 };
 
 const UPROBES: [&str; 5] = [
@@ -30,14 +31,60 @@ const UPROBES: [&str; 5] = [
     names::PROG_MPI_RETURN,
 ];
 
-/// Raw tracepoints attached for every mode: (program, event). Futex calls are seen
-/// entering through raw_syscalls: syscalls/sys_enter_futex copies a perf record per call,
-/// which on contended locks costs the traced program more than the program does.
-const RAW_TRACEPOINTS: [(&str, &str); 1] = [(names::PROG_FUTEX_ENTER, "sys_enter")];
+/// Futex calls are seen through the sys_enter and sys_exit tracepoints, attached raw as
+/// BTF tracepoints: the programs read the saved registers with plain loads. The
+/// per-syscall tracepoints (syscalls/sys_enter_futex, sys_exit_futex) fill a perf
+/// record for each call before the program runs, which on contended locks costs the
+/// traced program more than the program does. Returns a description for --verbose.
+fn attach_futex_btf(ebpf: &mut Ebpf) -> Result<&'static str, ProbeError> {
+    let btf = aya::Btf::from_sys_fs().map_err(|e| ProbeError::Program {
+        name: names::PROG_FUTEX_ENTER,
+        source: ProgramError::Btf(e),
+    })?;
+    for (name, event) in [
+        (names::PROG_FUTEX_ENTER, "sys_enter"),
+        (names::PROG_FUTEX_EXIT, "sys_exit"),
+    ] {
+        let prog: &mut BtfTracePoint = program(ebpf, name)?;
+        prog.load(event, &btf)
+            .map_err(|source| ProbeError::Program { name, source })?;
+        prog.attach().map_err(|source| ProbeError::Tracepoint {
+            category: "raw_syscalls",
+            event,
+            source,
+        })?;
+    }
+    Ok("sys_enter and sys_exit as BTF tracepoints")
+}
+
+/// The same without BTF: the entry as a raw tracepoint that reads the registers through
+/// a helper, the return from syscalls/sys_exit_futex.
+fn attach_futex_fallback(ebpf: &mut Ebpf) -> Result<&'static str, ProbeError> {
+    let name = names::PROG_FUTEX_ENTER_RAW;
+    let prog: &mut RawTracePoint = program(ebpf, name)?;
+    prog.load()
+        .map_err(|source| ProbeError::Program { name, source })?;
+    prog.attach("sys_enter")
+        .map_err(|source| ProbeError::Tracepoint {
+            category: "raw_syscalls",
+            event: "sys_enter",
+            source,
+        })?;
+    let name = names::PROG_FUTEX_EXIT_TP;
+    let prog: &mut TracePoint = program(ebpf, name)?;
+    prog.load()
+        .map_err(|source| ProbeError::Program { name, source })?;
+    prog.attach("syscalls", "sys_exit_futex")
+        .map_err(|source| ProbeError::Tracepoint {
+            category: "syscalls",
+            event: "sys_exit_futex",
+            source,
+        })?;
+    Ok("raw_syscalls/sys_enter and syscalls/sys_exit_futex")
+}
 
 /// Tracepoints attached for every mode: (program, category, event).
-const TRACEPOINTS: [(&str, &str, &str); 4] = [
-    (names::PROG_FUTEX_EXIT, "syscalls", "sys_exit_futex"),
+const TRACEPOINTS: [(&str, &str, &str); 3] = [
     (names::PROG_TASK_NEW, "task", "task_newtask"),
     (names::PROG_TASK_EXIT, "sched", "sched_process_exit"),
     (names::PROG_TASK_EXEC, "sched", "sched_process_exec"),
@@ -68,6 +115,15 @@ pub enum ProbeError {
     /// The object lacks a program or map this binary expects (build mismatch).
     #[error("the eBPF object has no {0}: rebuild rtm-trace")]
     Missing(&'static str),
+    /// A map could not be mapped into memory.
+    #[error("cannot map eBPF map {name} into memory: {source}")]
+    Mmap {
+        /// Which map.
+        name: &'static str,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
     /// A map operation failed.
     #[error("eBPF map {name}: {source}")]
     Map {
@@ -151,6 +207,10 @@ pub struct Probes {
     links: HashMap<u32, Vec<(&'static str, UProbeLinkId)>>,
     /// Uprobe programs loaded so far.
     loaded: std::collections::HashSet<&'static str>,
+    /// The fast process filter, which mirrors TRACED_TGIDS.
+    traced: TracedBytes,
+    /// How futex calls are seen.
+    futex_entry: String,
 }
 
 fn map_err(name: &'static str) -> impl FnOnce(MapError) -> ProbeError {
@@ -183,8 +243,17 @@ impl Probes {
         let wakes: u32 = count_wakes.into();
         // Wake the reader when an eighth of the ring is used; it drains on a timer too.
         let wakeup = u64::from(ring_bytes / 8);
+        // The per-thread and per-process tables are indexed by tid and tgid: sized to
+        // pid_max (the futex slots up to a cap; larger tids use a hash map).
+        let pid_max = traced::pid_max();
+        let words = traced::words_for(pid_max);
+        let slots = traced::slots_for(pid_max, names::MAX_FUTEX_SLOTS);
+        let slot_mask = slots - 1;
         let mut ebpf = EbpfLoader::new()
             .map_max_entries(names::MAP_EVENTS, ring_bytes)
+            .map_max_entries(names::MAP_TRACED, words)
+            .map_max_entries(names::MAP_FUTEX_SLOTS, slots)
+            .override_global(names::GLOBAL_FUTEX_SLOT_MASK, &slot_mask, true)
             .override_global(names::GLOBAL_FOLLOW_FORKS, &follow, true)
             .override_global(names::GLOBAL_WAKEUP_BYTES, &wakeup, true)
             .override_global(names::GLOBAL_COUNT_WAKES, &wakes, true)
@@ -205,21 +274,34 @@ impl Probes {
                     source,
                 })?;
         }
-        for (name, event) in RAW_TRACEPOINTS {
-            let prog: &mut RawTracePoint = program(&mut ebpf, name)?;
-            prog.load()
-                .map_err(|source| ProbeError::Program { name, source })?;
-            prog.attach(event)
-                .map_err(|source| ProbeError::Tracepoint {
-                    category: "raw_syscalls",
-                    event,
+        let futex_entry = match attach_futex_btf(&mut ebpf) {
+            Ok(how) => how.to_string(),
+            Err(why) => {
+                // A program attached before the failure would see every call twice.
+                for name in [names::PROG_FUTEX_ENTER, names::PROG_FUTEX_EXIT] {
+                    if let Ok(p) = program::<BtfTracePoint>(&mut ebpf, name) {
+                        let _ = p.unload();
+                    }
+                }
+                let how = attach_futex_fallback(&mut ebpf)?;
+                format!("{how} (no BTF tracepoints: {why})")
+            }
+        };
+        let traced = match ebpf.take_map(names::MAP_TRACED) {
+            Some(aya::maps::Map::Array(data)) => {
+                TracedBytes::new(data, words).map_err(|source| ProbeError::Mmap {
+                    name: names::MAP_TRACED,
                     source,
-                })?;
-        }
+                })?
+            }
+            _ => return Err(ProbeError::Missing(names::MAP_TRACED)),
+        };
         Ok(Self {
             ebpf,
             links: HashMap::new(),
             loaded: Default::default(),
+            traced,
+            futex_entry,
         })
     }
 
@@ -233,6 +315,11 @@ impl Probes {
                 .map_err(|source| ProbeError::Program { name, source })?;
         }
         Ok(prog)
+    }
+
+    /// Where futex calls are seen (for --verbose).
+    pub fn futex_entry(&self) -> &str {
+        &self.futex_entry
     }
 
     /// Takes the event ring buffer (once).
@@ -251,15 +338,22 @@ impl Probes {
             .ok_or(ProbeError::Missing(names::MAP_TRACED_TGIDS))?;
         let mut tgids: BpfHashMap<_, u32, u32> =
             BpfHashMap::try_from(map).map_err(map_err(names::MAP_TRACED_TGIDS))?;
+        // The byte goes in after the set entry and out before it: the array never says
+        // traced where the set does not.
         if traced {
-            tgids.insert(pid, 1, 0)
+            tgids
+                .insert(pid, 1, 0)
+                .map_err(map_err(names::MAP_TRACED_TGIDS))?;
+            self.traced.set(pid, true);
+            Ok(())
         } else {
+            self.traced.set(pid, false);
             match tgids.remove(&pid) {
                 Err(MapError::KeyNotFound) => Ok(()),
                 r => r,
             }
+            .map_err(map_err(names::MAP_TRACED_TGIDS))
         }
-        .map_err(map_err(names::MAP_TRACED_TGIDS))
     }
 
     /// The loaded object.

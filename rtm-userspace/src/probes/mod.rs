@@ -5,5 +5,6 @@ pub mod mpi;
 pub mod placement;
 pub mod pthread;
 pub mod stats;
+pub mod traced;
 
 pub use loader::{ProbeError, Probes};

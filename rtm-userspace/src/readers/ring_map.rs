@@ -26,15 +26,26 @@ const DISCARD_BIT: u32 = 1 << 30;
 const HEADER: usize = 8;
 
 /// One shared mapping of a BPF map, unmapped on drop.
-struct Mapping {
+pub(crate) struct Mapping {
     ptr: NonNull<u8>,
     len: usize,
 }
 
 impl Mapping {
-    fn new(fd: BorrowedFd<'_>, len: usize, prot: i32, offset: usize) -> io::Result<Self> {
+    /// The first mapped byte.
+    pub(crate) fn ptr(&self) -> NonNull<u8> {
+        self.ptr
+    }
+
+    /// Maps `len` bytes of the map `fd` at `offset` with protection `prot`.
+    pub(crate) fn new(
+        fd: BorrowedFd<'_>,
+        len: usize,
+        prot: i32,
+        offset: usize,
+    ) -> io::Result<Self> {
         // SAFETY: a fresh shared mapping of the map's descriptor; the kernel checks the
-        // length, offset and protection against the ring's layout.
+        // length, offset and protection against the map's layout.
         let p = unsafe {
             libc::mmap(
                 std::ptr::null_mut(),

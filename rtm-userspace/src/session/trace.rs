@@ -155,6 +155,9 @@ pub(super) async fn trace(cli: Cli, mut child: Option<GatedChild>) -> Result<i32
             return Err(e.into());
         }
     };
+    if cli.verbose {
+        eprintln!("rtm-trace: futex calls seen at {}", probes.futex_entry());
+    }
     let ring = MappedRing::new(probes.take_ring()?).map_err(io_err("ring buffer"))?;
     let mut reader = EventReader::new(ring).map_err(io_err("ring buffer"))?;
     // The kernel's per-program run-time statistics cost every probe a little: on only
