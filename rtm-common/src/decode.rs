@@ -7,7 +7,9 @@
 use core::mem::size_of;
 
 use crate::{
-    event::{EventHeader, EventKind, Primitive, SyncEvent, SyncOp, TaskEvent, TaskOp},
+    event::{
+        EventHeader, EventKind, FutexWaitEvent, Primitive, SyncEvent, SyncOp, TaskEvent, TaskOp,
+    },
     mpi::{MpiEvent, MpiImpl, MpiOp},
 };
 
@@ -124,6 +126,14 @@ pub fn decode(bytes: &[u8]) -> Result<Event, DecodeError> {
             let op = SyncOp::from_u32(raw.op).ok_or(DecodeError::UnknownOp(raw.op))?;
             Ok(Event::Sync(SyncRecord { raw, primitive, op }))
         }
+        Some(EventKind::FutexWait) => {
+            let raw = read::<FutexWaitEvent>(bytes)?.to_sync();
+            Ok(Event::Sync(SyncRecord {
+                raw,
+                primitive: Primitive::Futex,
+                op: SyncOp::Wait,
+            }))
+        }
         Some(EventKind::Task) => {
             let raw: TaskEvent = read(bytes)?;
             let op = TaskOp::from_u32(raw.op).ok_or(DecodeError::UnknownTaskOp(raw.op))?;
@@ -190,6 +200,46 @@ mod tests {
         assert_eq!(s.raw, ev);
         assert_eq!(s.primitive, Primitive::Mutex);
         assert_eq!(s.op, SyncOp::Lock);
+    }
+
+    #[test]
+    fn a_compact_futex_wait_decodes_as_the_sync_event_it_stands_for() {
+        let wait = FutexWaitEvent {
+            header: EventHeader {
+                kind: EventKind::FutexWait as u32,
+                cpu: 1,
+                ts_ns: 5_000,
+                pid: 42,
+                tid: 43,
+            },
+            uaddr: 0x7f00_1000,
+            aux: 0x80 | (2 << 32),
+            wait_ns: 1_234,
+            ret: -11,
+            waker: 44,
+        };
+        let Event::Sync(s) = decode(encode(&wait)).unwrap() else {
+            panic!("not a sync event")
+        };
+        assert_eq!(s.primitive, Primitive::Futex);
+        assert_eq!(s.op, SyncOp::Wait);
+        assert_eq!(s.raw.header.kind, EventKind::Sync as u32);
+        assert_eq!(
+            (s.raw.header.ts_ns, s.raw.header.pid, s.raw.header.tid),
+            (5_000, 42, 43)
+        );
+        assert_eq!(
+            (s.raw.object, s.raw.aux, s.raw.wait_ns),
+            (0x7f00_1000, 0x80 | (2 << 32), 1_234)
+        );
+        assert_eq!(
+            (s.raw.ret, s.raw.extra, s.raw.caller, s.raw.flags),
+            (-11, 44, 0, 0)
+        );
+        assert_eq!(
+            decode(&encode(&wait)[..50]),
+            Err(DecodeError::Short { len: 50, need: 56 })
+        );
     }
 
     #[test]

@@ -39,6 +39,8 @@ abi_enum! {
         Task = 2,
         /// An [`crate::MpiEvent`]: an MPI call, or a request a wait or test completed.
         Mpi = 3,
+        /// A [`FutexWaitEvent`]: a futex wait, in the compact form contention mode sends.
+        FutexWait = 4,
     }
 }
 
@@ -172,6 +174,51 @@ pub struct SyncEvent {
     pub pad: u32,
 }
 const _: () = assert!(size_of::<SyncEvent>() == 80);
+
+/// A futex wait (kind [`EventKind::FutexWait`]): the fields of a [`Primitive::Futex`]
+/// [`SyncOp::Wait`] [`SyncEvent`] that such a wait fills, in 56 bytes, so that with the
+/// ring's 8-byte header a record is one cache line. Contention mode sends one per wait,
+/// and on a contended lock each line written costs the traced program a transfer from
+/// the reader's cache. Decoded as that SyncEvent.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FutexWaitEvent {
+    /// Common header; `ts_ns` is when the wait returned.
+    pub header: EventHeader,
+    /// The futex word's user address.
+    pub uaddr: u64,
+    /// The futex op in the low 32 bits, the value expected in the word in the high 32.
+    pub aux: u64,
+    /// Nanoseconds in the call.
+    pub wait_ns: u64,
+    /// The call's return value.
+    pub ret: i32,
+    /// The tid whose FUTEX_WAKE on the word ended the wait (0 when unknown).
+    pub waker: u32,
+}
+const _: () = assert!(size_of::<FutexWaitEvent>() == 56);
+
+impl FutexWaitEvent {
+    /// The same wait as a [`SyncEvent`].
+    pub fn to_sync(&self) -> SyncEvent {
+        SyncEvent {
+            header: EventHeader {
+                kind: EventKind::Sync as u32,
+                ..self.header
+            },
+            object: self.uaddr,
+            aux: self.aux,
+            caller: 0,
+            wait_ns: self.wait_ns,
+            primitive: Primitive::Futex as u32,
+            op: SyncOp::Wait as u32,
+            ret: self.ret,
+            flags: 0,
+            extra: self.waker,
+            pad: 0,
+        }
+    }
+}
 
 abi_enum! {
     /// What a [`TaskEvent`] records.
@@ -380,6 +427,7 @@ mod user_impls {
     // SAFETY: plain-old-data, #[repr(C)], every bit pattern valid, no padding.
     unsafe impl aya::Pod for EventHeader {}
     unsafe impl aya::Pod for SyncEvent {}
+    unsafe impl aya::Pod for FutexWaitEvent {}
     unsafe impl aya::Pod for TaskEvent {}
     unsafe impl aya::Pod for PendingCall {}
     unsafe impl aya::Pod for ThreadCalls {}

@@ -1,7 +1,15 @@
 //! Names of maps and programs in the eBPF object, shared so neither side spells them twice.
 
-/// Ring buffer carrying every [`crate::event`] record to userspace.
+/// Ring buffer carrying every [`crate::event`] record to userspace (ring 0).
 pub const MAP_EVENTS: &str = "EVENTS";
+/// Further rings for sync records in contention mode: a CPU's records go to ring
+/// `cpu & GLOBAL_SYNC_RING_MASK` (MAP_EVENTS is ring 0), so CPUs do not contend for one
+/// ring's lock and positions. Unused rings are one page.
+pub const MAP_SYNC_RINGS: [&str; MAX_RINGS as usize - 1] = ["EVENTS_1", "EVENTS_2", "EVENTS_3"];
+/// Most rings.
+pub const MAX_RINGS: u32 = 4;
+/// Global in the eBPF object: rings for sync records minus one (0: all in MAP_EVENTS).
+pub const GLOBAL_SYNC_RING_MASK: &str = "SYNC_RING_MASK";
 /// Process filter: tgid -> 1 for every traced process.
 pub const MAP_TRACED_TGIDS: &str = "TRACED_TGIDS";
 /// Per-thread state between a blocking call's entry and its return.

@@ -1,9 +1,14 @@
 //! Writing records to the ring buffer; a full ring is counted, never silent.
 
-use aya_ebpf::helpers::{bpf_get_smp_processor_id, bpf_ktime_get_ns};
-use rtm_common::{EventHeader, EventKind, LossCounter, MpiEvent, SyncEvent, TaskEvent};
+use aya_ebpf::{
+    helpers::{bpf_get_smp_processor_id, bpf_ktime_get_ns},
+    maps::RingBuf,
+};
+use rtm_common::{
+    EventHeader, EventKind, FutexWaitEvent, LossCounter, MpiEvent, SyncEvent, TaskEvent,
+};
 
-use crate::maps::{EVENTS, WAKEUP_BYTES, count_loss};
+use crate::maps::{EVENTS, EVENTS_1, EVENTS_2, EVENTS_3, SYNC_RING_MASK, WAKEUP_BYTES, count_loss};
 
 const BPF_RB_NO_WAKEUP: u64 = 1;
 const BPF_RB_FORCE_WAKEUP: u64 = 2;
@@ -17,10 +22,10 @@ const BPF_RB_AVAIL_DATA: u64 = 0;
 /// is awake drains until the ring is empty, and it also drains on a short timer, so a
 /// wakeup lost to racing producers costs at most that timer's delay.
 #[inline(always)]
-fn wakeup_flags<T>() -> u64 {
+fn wakeup_flags<T>(ring: &RingBuf) -> u64 {
     let record = size_of::<T>() as u64;
     let mark = WAKEUP_BYTES.load().max(1);
-    let avail = EVENTS.query(BPF_RB_AVAIL_DATA);
+    let avail = ring.query(BPF_RB_AVAIL_DATA);
     // The ring buffer's 8-byte header is part of each record's footprint.
     let before = avail.saturating_sub(record + 8);
     if avail / mark != before / mark {
@@ -50,16 +55,43 @@ pub fn now() -> u64 {
     unsafe { bpf_ktime_get_ns() }
 }
 
-/// Sends a sync record.
+/// Writes `event` to `ring`, or counts it lost when the ring is full.
 #[inline(always)]
-pub fn sync(event: SyncEvent) {
-    match EVENTS.reserve::<SyncEvent>(0) {
+fn put<T: 'static>(ring: &RingBuf, event: T) {
+    match ring.reserve::<T>(0) {
         Some(mut entry) => {
             entry.write(event);
-            entry.submit(wakeup_flags::<SyncEvent>());
+            entry.submit(wakeup_flags::<T>(ring));
         }
         None => count_loss(LossCounter::RingFull),
     }
+}
+
+/// Writes `event` to the ring of CPU `cpu` when there are several (contention mode:
+/// its records are self-contained, so their order across rings does not matter). On a
+/// contended lock the CPUs' reservations on one ring took turns at its lock and
+/// positions.
+#[inline(always)]
+fn per_cpu<T: 'static>(cpu: u32, event: T) {
+    // Branches, not a table of maps: each reservation names its map.
+    match cpu & SYNC_RING_MASK.load() {
+        0 => put(&EVENTS, event),
+        1 => put(&EVENTS_1, event),
+        2 => put(&EVENTS_2, event),
+        _ => put(&EVENTS_3, event),
+    }
+}
+
+/// Sends a sync record.
+#[inline(always)]
+pub fn sync(event: SyncEvent) {
+    per_cpu(event.header.cpu, event);
+}
+
+/// Sends a futex wait in its compact form.
+#[inline(always)]
+pub fn futex_wait(event: FutexWaitEvent) {
+    per_cpu(event.header.cpu, event);
 }
 
 /// Sends a task record. `urgent` wakes the reader at once: a new process or program
@@ -73,7 +105,7 @@ pub fn task(event: TaskEvent, urgent: bool) {
             entry.submit(if urgent {
                 BPF_RB_FORCE_WAKEUP
             } else {
-                wakeup_flags::<TaskEvent>()
+                wakeup_flags::<TaskEvent>(&EVENTS)
             });
         }
         None => count_loss(LossCounter::RingFull),
@@ -83,11 +115,5 @@ pub fn task(event: TaskEvent, urgent: bool) {
 /// Sends an MPI record.
 #[inline(always)]
 pub fn mpi(event: &MpiEvent) {
-    match EVENTS.reserve::<MpiEvent>(0) {
-        Some(mut entry) => {
-            entry.write(*event);
-            entry.submit(wakeup_flags::<MpiEvent>());
-        }
-        None => count_loss(LossCounter::RingFull),
-    }
+    put(&EVENTS, *event);
 }

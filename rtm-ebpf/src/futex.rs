@@ -14,8 +14,8 @@ use aya_ebpf::{
     programs::{BtfTracePointContext, RawTracePointContext, TracePointContext},
 };
 use rtm_common::{
-    EventKind, FUTEX_CMD_MASK, FutexWaker, LossCounter, PendingFutex, Primitive, SYNC_FLAG_BLOCKED,
-    SyncEvent, SyncOp, futex_cmd_waits, futex_cmd_wakes,
+    EventKind, FUTEX_CMD_MASK, FutexWaitEvent, FutexWaker, LossCounter, PendingFutex,
+    SYNC_FLAG_BLOCKED, futex_cmd_waits, futex_cmd_wakes,
 };
 
 use crate::{
@@ -236,18 +236,13 @@ fn exit(pid_tgid: u64, ret: i64) -> u32 {
         },
         None => 0,
     };
-    emit::sync(SyncEvent {
-        header: header(EventKind::Sync, pid_tgid, ts),
-        object: f.uaddr,
+    emit::futex_wait(FutexWaitEvent {
+        header: header(EventKind::FutexWait, pid_tgid, ts),
+        uaddr: f.uaddr,
         aux: (f.op as u64) | ((f.val as u64) << 32),
-        caller: 0,
         wait_ns: ts.saturating_sub(f.start_ns),
-        primitive: Primitive::Futex as u32,
-        op: SyncOp::Wait as u32,
         ret: ret as i32,
-        flags: 0,
-        extra: waker,
-        pad: 0,
+        waker,
     });
     0
 }

@@ -17,9 +17,22 @@ use rtm_common::{
 /// BPF_F_MMAPABLE: userspace may map the array's values.
 const BPF_F_MMAPABLE: u32 = 1 << 10;
 
-/// Events to userspace. Userspace may resize it at load time.
+/// Events to userspace (ring 0). Userspace sizes every ring at load time.
 #[map(name = "EVENTS")]
 pub static EVENTS: RingBuf = RingBuf::with_byte_size(DEFAULT_RING_BYTES, 0);
+
+/// Rings 1-3, for sync records in contention mode (see emit::sync).
+#[map(name = "EVENTS_1")]
+pub static EVENTS_1: RingBuf = RingBuf::with_byte_size(4096, 0);
+#[map(name = "EVENTS_2")]
+pub static EVENTS_2: RingBuf = RingBuf::with_byte_size(4096, 0);
+#[map(name = "EVENTS_3")]
+pub static EVENTS_3: RingBuf = RingBuf::with_byte_size(4096, 0);
+
+/// Rings for sync records minus one, a power of two minus one (set by userspace at
+/// load; 0 sends every record to EVENTS).
+#[unsafe(no_mangle)]
+pub static SYNC_RING_MASK: Global<u32> = Global::new(0);
 
 /// One byte per tgid, nonzero for a traced process, eight to an element: the filter every
 /// hot path reads (an array element costs a fraction of a hash lookup). Userspace sizes

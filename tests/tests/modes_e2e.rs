@@ -29,12 +29,14 @@ fn object<'a>(doc: &'a Value, kind: &str, name: &str) -> &'a Value {
         .unwrap_or_else(|| panic!("no {kind} {name}"))
 }
 
-/// Runs mutex_workload under `mode`; returns (truth wait sum, doc, worker tids).
-fn traced(mode: &str) -> (f64, Value, Vec<u64>) {
+/// Runs mutex_workload under `mode`, with the fallback paths forced when `fallbacks`;
+/// returns (truth wait sum, doc, worker tids).
+fn traced(mode: &str, fallbacks: bool) -> (f64, Value, Vec<u64>) {
     let dir = TempDir::new(mode);
     let json = dir.join("o.json");
     let out = run(
         Command::new(rtm_bin())
+            .env("RTM_TRACE_FALLBACKS", if fallbacks { "1" } else { "0" })
             .args(["--mode", mode, "-o", "/dev/null", "--json"])
             .arg(&json)
             .arg("--")
@@ -61,8 +63,8 @@ fn contention_mode_agrees_with_full_mode_and_names_the_releaser() {
     if !can_trace("contention_mode_agrees_with_full_mode_and_names_the_releaser") {
         return;
     }
-    let (truth_c, doc_c, tids_c) = traced("contention");
-    let (truth_f, doc_f, tids_f) = traced("full");
+    let (truth_c, doc_c, tids_c) = traced("contention", false);
+    let (truth_f, doc_f, tids_f) = traced("full", false);
     let c = object(&doc_c, "futex", "shared_lock")["contended_wait_ns"]
         .as_u64()
         .unwrap() as f64;
@@ -90,6 +92,36 @@ fn contention_mode_agrees_with_full_mode_and_names_the_releaser() {
     assert_eq!(doc_c["run"]["mode"], "contention");
     // What contention mode cannot see is not made up.
     assert_eq!(object(&doc_c, "futex", "shared_lock")["acquisitions"], 0);
+}
+
+/// Kernels without BTF get raw and per-syscall tracepoints, and tids and tgids past the
+/// arrays (pid_max raised, or above the futex table's cap) get hash maps: the same
+/// waits, the same releasers.
+#[test]
+fn contention_mode_agrees_on_its_fallback_paths() {
+    if !can_trace("contention_mode_agrees_on_its_fallback_paths") {
+        return;
+    }
+    let (truth, doc, tids) = traced("contention", true);
+    let c = object(&doc, "futex", "shared_lock")["contended_wait_ns"]
+        .as_u64()
+        .unwrap() as f64;
+    let e = (c - truth).abs() / truth;
+    println!(
+        "contention mode, fallback paths: {c:.0} ns vs truth {truth:.0} ({:.2}% off)",
+        e * 100.0
+    );
+    assert!(e < 0.05);
+    let wf = doc["sync_graph"]["waits_for"].as_array().unwrap();
+    let on_lock: Vec<_> = wf
+        .iter()
+        .filter(|e| e["object_name"] == "shared_lock")
+        .collect();
+    assert!(!on_lock.is_empty(), "no releaser named: {wf:?}");
+    for e in on_lock {
+        let (w, k) = (e["waiter"].as_u64().unwrap(), e["waker"].as_u64().unwrap());
+        assert!(tids.contains(&w) && tids.contains(&k) && w != k, "{e}");
+    }
 }
 
 #[test]

@@ -18,9 +18,9 @@ use iced_x86::Register;
 use rtm_common::{Cookie, LossCounter, MpiLayout, mpi_cookie, names};
 
 use super::{
-    mpi, placement,
+    layout, mpi, placement,
     pthread::{self, FULL_PROBES, LibraryError, ProbeKind, ProbeSpec, PthreadLibrary},
-    traced::{self, TracedBytes},
+    traced::TracedBytes,
 };
 
 const UPROBES: [&str; 5] = [
@@ -211,6 +211,8 @@ pub struct Probes {
     traced: TracedBytes,
     /// How futex calls are seen.
     futex_entry: String,
+    /// Rings in use (MAP_EVENTS, then MAP_SYNC_RINGS).
+    rings: u32,
 }
 
 fn map_err(name: &'static str) -> impl FnOnce(MapError) -> ProbeError {
@@ -241,19 +243,40 @@ impl Probes {
     ) -> Result<Self, ProbeError> {
         let follow: u32 = follow_forks.into();
         let wakes: u32 = count_wakes.into();
-        // Wake the reader when an eighth of the ring is used; it drains on a timer too.
-        let wakeup = u64::from(ring_bytes / 8);
+        // Contention mode's sync records are self-contained: they go to a ring per CPU.
+        // Full mode's must stay in order per thread, and a thread moves between CPUs.
+        let page = crate::readers::mappings::page_size() as u32;
+        let rings = layout::rings_for(
+            layout::possible_cpus(),
+            ring_bytes,
+            names::MAX_RINGS,
+            page,
+            !count_wakes,
+        );
+        let ring_mask = rings - 1;
+        let per_ring = ring_bytes / rings;
+        // Wake the reader when an eighth of a ring is used; it drains on a timer too.
+        let wakeup = u64::from(per_ring / 8);
         // The per-thread and per-process tables are indexed by tid and tgid: sized to
         // pid_max (the futex slots up to a cap; larger tids use a hash map).
-        let pid_max = traced::pid_max();
-        let words = traced::words_for(pid_max);
-        let slots = traced::slots_for(pid_max, names::MAX_FUTEX_SLOTS);
+        // Tests force the paths of kernels without BTF and of tids and tgids past the
+        // arrays.
+        let fallbacks = layout::forced_fallbacks();
+        let pid_max = if fallbacks { 2 } else { layout::pid_max() };
+        let words = layout::words_for(pid_max);
+        let slots = layout::slots_for(pid_max, names::MAX_FUTEX_SLOTS);
         let slot_mask = slots - 1;
-        let mut ebpf = EbpfLoader::new()
-            .map_max_entries(names::MAP_EVENTS, ring_bytes)
+        let mut loader = EbpfLoader::new();
+        loader.map_max_entries(names::MAP_EVENTS, per_ring);
+        for (i, name) in names::MAP_SYNC_RINGS.iter().enumerate() {
+            let used = (i as u32) < ring_mask;
+            loader.map_max_entries(name, if used { per_ring } else { page });
+        }
+        let mut ebpf = loader
             .map_max_entries(names::MAP_TRACED, words)
             .map_max_entries(names::MAP_FUTEX_SLOTS, slots)
             .override_global(names::GLOBAL_FUTEX_SLOT_MASK, &slot_mask, true)
+            .override_global(names::GLOBAL_SYNC_RING_MASK, &ring_mask, true)
             .override_global(names::GLOBAL_FOLLOW_FORKS, &follow, true)
             .override_global(names::GLOBAL_WAKEUP_BYTES, &wakeup, true)
             .override_global(names::GLOBAL_COUNT_WAKES, &wakes, true)
@@ -274,7 +297,12 @@ impl Probes {
                     source,
                 })?;
         }
-        let futex_entry = match attach_futex_btf(&mut ebpf) {
+        let btf = if fallbacks {
+            Err(format!("{} is set", layout::FALLBACKS_ENV))
+        } else {
+            attach_futex_btf(&mut ebpf).map_err(|e| e.to_string())
+        };
+        let futex_entry = match btf {
             Ok(how) => how.to_string(),
             Err(why) => {
                 // A program attached before the failure would see every call twice.
@@ -302,6 +330,7 @@ impl Probes {
             loaded: Default::default(),
             traced,
             futex_entry,
+            rings,
         })
     }
 
@@ -322,12 +351,16 @@ impl Probes {
         &self.futex_entry
     }
 
-    /// Takes the event ring buffer (once).
-    pub fn take_ring(&mut self) -> Result<MapData, ProbeError> {
-        match self.ebpf.take_map(names::MAP_EVENTS) {
+    /// Takes the event rings in use (once): MAP_EVENTS first.
+    pub fn take_rings(&mut self) -> Result<Vec<MapData>, ProbeError> {
+        let used = std::iter::once(names::MAP_EVENTS)
+            .chain(names::MAP_SYNC_RINGS)
+            .take(self.rings as usize);
+        used.map(|name| match self.ebpf.take_map(name) {
             Some(aya::maps::Map::RingBuf(data)) => Ok(data),
-            _ => Err(ProbeError::Missing(names::MAP_EVENTS)),
-        }
+            _ => Err(ProbeError::Missing(name)),
+        })
+        .collect()
     }
 
     /// Adds or removes a process from the in-kernel filter.

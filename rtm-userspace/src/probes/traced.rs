@@ -15,26 +15,7 @@ use aya::maps::MapData;
 
 use crate::readers::ring_map::Mapping;
 
-/// Tgids per array element.
-const PER_WORD: u32 = 8;
-
-/// The system's pid_max: every tgid is below it.
-pub fn pid_max() -> u32 {
-    std::fs::read_to_string("/proc/sys/kernel/pid_max")
-        .ok()
-        .and_then(|s| s.trim().parse().ok())
-        .unwrap_or(1 << 22)
-}
-
-/// Array elements that cover tgids below `pid_max`.
-pub fn words_for(pid_max: u32) -> u32 {
-    pid_max.div_ceil(PER_WORD).max(1)
-}
-
-/// Futex slots for tids below `pid_max`: a power of two, at most `cap`.
-pub fn slots_for(pid_max: u32, cap: u32) -> u32 {
-    pid_max.clamp(2, cap).next_power_of_two().min(cap)
-}
+use super::layout::PER_WORD;
 
 /// The TRACED map, mapped into this process.
 pub struct TracedBytes {
@@ -74,21 +55,5 @@ impl TracedBytes {
                 .write_volatile(u8::from(traced));
         }
         true
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_tables_cover_every_tid_below_pid_max() {
-        assert_eq!(words_for(32768), 4096);
-        assert_eq!(words_for(32769), 4097);
-        assert_eq!(words_for(4_194_304) * PER_WORD, 4_194_304);
-        assert_eq!(slots_for(32768, 65536), 32768);
-        assert_eq!(slots_for(40000, 65536), 65536);
-        assert_eq!(slots_for(4_194_304, 65536), 65536);
-        assert!(slots_for(0, 65536).is_power_of_two());
     }
 }

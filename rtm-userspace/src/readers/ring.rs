@@ -1,6 +1,6 @@
 //! The event ring buffer, read asynchronously and decoded safely.
 
-use std::io;
+use std::{io, task::Poll};
 
 use rtm_common::decode::{DecodeError, Event, decode};
 use serde::Serialize;
@@ -39,39 +39,65 @@ impl ReaderStats {
     }
 }
 
-/// Reads and decodes records from the ring buffer.
+/// Reads and decodes records from the ring buffers: the first carries every kind of
+/// record, the others (contention mode) the sync records of some CPUs each.
 pub struct EventReader {
-    fd: AsyncFd<MappedRing>,
+    rings: Vec<AsyncFd<MappedRing>>,
+    /// The ring the last drain started at.
+    first: usize,
     stats: ReaderStats,
     more: bool,
 }
 
 impl EventReader {
-    /// Wraps the ring buffer for async reading.
-    pub fn new(ring: MappedRing) -> io::Result<Self> {
-        // SAFETY: the MappedRing owns its map descriptor for as long as the AsyncFd owns it.
-        let fd = unsafe { AsyncFd::register_with_interest(ring, Interest::READABLE) }
-            .map_err(|e| e.into_parts().1)?;
+    /// Wraps the ring buffers for async reading.
+    pub fn new(rings: Vec<MappedRing>) -> io::Result<Self> {
+        let rings = rings
+            .into_iter()
+            .map(|ring| {
+                // SAFETY: the MappedRing owns its map descriptor for as long as the
+                // AsyncFd owns it.
+                unsafe { AsyncFd::register_with_interest(ring, Interest::READABLE) }
+                    .map_err(|e| e.into_parts().1)
+            })
+            .collect::<io::Result<Vec<_>>>()?;
+        if rings.is_empty() {
+            return Err(io::Error::other("no ring buffer to read"));
+        }
         Ok(Self {
-            fd,
+            rings,
+            first: 0,
             stats: ReaderStats::default(),
             more: false,
         })
     }
 
-    /// Waits until records may be available. Returns at once when the last [`drain`]
-    /// stopped at its limit with records left (the kernel only signals a consumer that has
-    /// caught up, so waiting then could stall).
+    /// Waits until records may be available in any ring. Returns at once when the last
+    /// [`drain`] stopped at its limit with records left (the kernel only signals a
+    /// consumer that has caught up, so waiting then could stall).
     ///
     /// [`drain`]: EventReader::drain
     pub async fn ready(&mut self) -> io::Result<()> {
         if self.more {
             return Ok(());
         }
-        let mut guard = self.fd.readable_mut().await?;
-        // Cleared before draining: a record committed after this point signals anew.
-        guard.clear_ready();
-        Ok(())
+        let rings = &mut self.rings;
+        std::future::poll_fn(|cx| {
+            for ring in rings.iter_mut() {
+                match ring.poll_read_ready_mut(cx) {
+                    Poll::Ready(Ok(mut guard)) => {
+                        // Cleared before draining: a record committed after this point
+                        // signals anew. Every ring is drained, signalled or not.
+                        guard.clear_ready();
+                        return Poll::Ready(Ok(()));
+                    }
+                    Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
+                    Poll::Pending => {}
+                }
+            }
+            Poll::Pending
+        })
+        .await
     }
 
     /// Whether the last drain stopped at its limit with records left in the ring.
@@ -79,10 +105,21 @@ impl EventReader {
         self.more
     }
 
-    /// Decodes up to `max` records into `sink`; returns how many were read.
+    /// Decodes up to `max` records into `sink`, from every ring in turn; returns how
+    /// many were read.
     pub fn drain(&mut self, max: usize, sink: &mut dyn FnMut(&Event)) -> usize {
-        let (n, empty) = drain(self.fd.get_mut(), max, &mut self.stats, sink);
-        self.more = !empty;
+        let mut n = 0;
+        self.more = false;
+        // Each call starts at the next ring, so a busy ring cannot starve the others
+        // when drains stop at their limit.
+        let count = self.rings.len();
+        self.first = (self.first + 1) % count;
+        for i in 0..count {
+            let ring = self.rings[(self.first + i) % count].get_mut();
+            let (read, empty) = drain(ring, max - n, &mut self.stats, sink);
+            n += read;
+            self.more |= !empty;
+        }
         n
     }
 

@@ -158,8 +158,13 @@ pub(super) async fn trace(cli: Cli, mut child: Option<GatedChild>) -> Result<i32
     if cli.verbose {
         eprintln!("rtm-trace: futex calls seen at {}", probes.futex_entry());
     }
-    let ring = MappedRing::new(probes.take_ring()?).map_err(io_err("ring buffer"))?;
-    let mut reader = EventReader::new(ring).map_err(io_err("ring buffer"))?;
+    let rings = probes
+        .take_rings()?
+        .into_iter()
+        .map(MappedRing::new)
+        .collect::<std::io::Result<Vec<_>>>()
+        .map_err(io_err("ring buffer"))?;
+    let mut reader = EventReader::new(rings).map_err(io_err("ring buffer"))?;
     // The kernel's per-program run-time statistics cost every probe a little: on only
     // when asked for, and only until the tracer exits.
     let _bpf_stats = cli.bpf_stats.then(|| {
