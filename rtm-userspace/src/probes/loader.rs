@@ -36,17 +36,13 @@ const UPROBES: [&str; 5] = [
 /// per-syscall tracepoints (syscalls/sys_enter_futex, sys_exit_futex) fill a perf
 /// record for each call before the program runs, which on contended locks costs the
 /// traced program more than the program does. Returns a description for --verbose.
-fn attach_futex_btf(ebpf: &mut Ebpf) -> Result<&'static str, ProbeError> {
-    let btf = aya::Btf::from_sys_fs().map_err(|e| ProbeError::Program {
-        name: names::PROG_FUTEX_ENTER,
-        source: ProgramError::Btf(e),
-    })?;
+fn attach_futex_btf(ebpf: &mut Ebpf, btf: &aya::Btf) -> Result<&'static str, ProbeError> {
     for (name, event) in [
         (names::PROG_FUTEX_ENTER, "sys_enter"),
         (names::PROG_FUTEX_EXIT, "sys_exit"),
     ] {
         let prog: &mut BtfTracePoint = program(ebpf, name)?;
-        prog.load(event, &btf)
+        prog.load(event, btf)
             .map_err(|source| ProbeError::Program { name, source })?;
         prog.attach().map_err(|source| ProbeError::Tracepoint {
             category: "raw_syscalls",
@@ -266,6 +262,10 @@ impl Probes {
         let words = layout::words_for(pid_max);
         let slots = layout::slots_for(pid_max, names::MAX_FUTEX_SLOTS);
         let slot_mask = slots - 1;
+        // The BTF tracepoints need the kernel's BTF, which takes ~16 ms to parse. The
+        // loader parses its own copy and has no way to share it, so this one is parsed
+        // on another thread meanwhile.
+        let btf = std::thread::spawn(aya::Btf::from_sys_fs);
         let mut loader = EbpfLoader::new();
         loader.map_max_entries(names::MAP_EVENTS, per_ring);
         for (i, name) in names::MAP_SYNC_RINGS.iter().enumerate() {
@@ -297,10 +297,16 @@ impl Probes {
                     source,
                 })?;
         }
-        let btf = if fallbacks {
-            Err(format!("{} is set", layout::FALLBACKS_ENV))
-        } else {
-            attach_futex_btf(&mut ebpf).map_err(|e| e.to_string())
+        let btf = btf.join().unwrap_or_else(|_| {
+            Err(aya::BtfError::FileError {
+                path: "/sys/kernel/btf/vmlinux".into(),
+                error: std::io::Error::other("the thread parsing it panicked"),
+            })
+        });
+        let btf = match &btf {
+            _ if fallbacks => Err(format!("{} is set", layout::FALLBACKS_ENV)),
+            Ok(btf) => attach_futex_btf(&mut ebpf, btf).map_err(|e| e.to_string()),
+            Err(e) => Err(format!("cannot read the kernel's BTF: {e}")),
         };
         let futex_entry = match btf {
             Ok(how) => how.to_string(),
