@@ -76,7 +76,8 @@ pub struct Cli {
     #[arg(long, value_name = "N", default_value_t = 10)]
     pub top: usize,
 
-    /// Ring buffer size in bytes (a power of two, at least 4096); raise it if events are lost.
+    /// Ring buffer size in bytes (a power of two, at least 4096; in contention mode shared by
+    /// a ring per CPU, up to 4); raise it if events are lost.
     #[arg(long, value_name = "BYTES", default_value_t = rtm_common::names::DEFAULT_RING_BYTES,
           value_parser = parse_ring_size)]
     pub ring_size: u32,
