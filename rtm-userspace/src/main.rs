@@ -9,6 +9,14 @@ use rtm::{
 };
 
 fn main() -> ExitCode {
+    // While the probes load, large blocks (parsing the kernel's BTF takes ~19 MiB for a
+    // moment) are mapped on their own and unmapped when freed. By default glibc raises
+    // this threshold each time such a block is freed, after which the next ones come
+    // from the heap and stay resident: the BTF parsed a second time at load raised the
+    // tracer's peak memory from 23 to 37 MiB. The session raises it once loaded
+    // (session::trace), so the model's growing tables reuse heap memory.
+    // SAFETY: mallopt only tunes the allocator; no other thread exists yet.
+    unsafe { libc::mallopt(libc::M_MMAP_THRESHOLD, 256 * 1024) };
     // `rtm-trace merge ...` joins parts; anything else traces (a command named merge
     // is launched with `rtm-trace -- merge`).
     let mut args: Vec<std::ffi::OsString> = std::env::args_os().collect();

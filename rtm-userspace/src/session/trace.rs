@@ -290,9 +290,17 @@ pub(super) async fn trace(cli: Cli, mut child: Option<GatedChild>) -> Result<i32
     }
 
     // Loading the programs parsed the kernel's BTF and the target's libraries: several
-    // MiB freed but still resident in the heap. Hand them back before tracing.
-    // SAFETY: malloc_trim only releases free memory; it has no preconditions.
-    unsafe { libc::malloc_trim(0) };
+    // MiB freed but still resident in the heap. Hand them back before tracing. From here
+    // blocks up to 4 MiB come from the heap, about where glibc's own threshold stood
+    // after one BTF parse: the model's many mid-sized blocks each mapped afresh (and
+    // faulted in page by page) slowed the reader enough to lose events in a 64-thread
+    // burst, while its largest tables, mapped, go back to the system when they grow
+    // (with a 32 MiB threshold they stayed in the heap: 67 MiB at the peak, not 59).
+    // SAFETY: malloc_trim only releases free memory; mallopt only tunes the allocator.
+    unsafe {
+        libc::malloc_trim(0);
+        libc::mallopt(libc::M_MMAP_THRESHOLD, 4 * 1024 * 1024);
+    }
     let (exit_tx, mut exit_rx) = mpsc::unbounded_channel();
     for &pid in &pids {
         exits::watch(pid, exit_tx.clone());
