@@ -48,19 +48,25 @@ fn regs<T>(ctx: &RawTracePointContext, offset: usize) -> Option<T> {
     unsafe { bpf_probe_read_kernel(regs.add(offset).cast::<T>()) }.ok()
 }
 
-/// sys_enter (regs, id) as a BTF tracepoint: every system call of every process passes
-/// here, so the syscall number is tested first. On contended locks a raw tracepoint
-/// costs the traced program far less than syscalls/sys_enter_futex, which copies a perf
-/// record for each call before the program runs (BENCHMARKS.md has both sides of the
-/// trade). With the kernel's BTF the saved registers are read with plain loads, which
-/// the kernel guards itself; the helper that reads them otherwise cost ~60 ns a call.
+/// The current thread's pid_tgid when system call `id` is a futex call of a traced
+/// process. Every system call of every process passes here, so the number is tested
+/// first.
+#[inline(always)]
+fn traced_futex(id: u64) -> Option<u64> {
+    if id != SYS_FUTEX {
+        return None;
+    }
+    traced_pid_tgid()
+}
+
+/// sys_enter (regs, id) as a BTF tracepoint. On contended locks a raw tracepoint costs
+/// the traced program far less than syscalls/sys_enter_futex, which copies a perf record
+/// for each call before the program runs (BENCHMARKS.md has both sides of the trade).
+/// With the kernel's BTF the saved registers are read with plain loads, which the kernel
+/// guards itself; the helper that reads them otherwise cost ~60 ns a call.
 #[btf_tracepoint(function = "sys_enter")]
 pub fn futex_enter(ctx: BtfTracePointContext) -> i32 {
-    let id: u64 = ctx.arg(1);
-    if id != SYS_FUTEX {
-        return 0;
-    }
-    let Some(pid_tgid) = traced_pid_tgid() else {
+    let Some(pid_tgid) = traced_futex(ctx.arg(1)) else {
         return 0;
     };
     let regs: *const u8 = ctx.arg(0);
@@ -82,11 +88,7 @@ pub fn futex_enter(ctx: BtfTracePointContext) -> i32 {
 /// a helper.
 #[raw_tracepoint(tracepoint = "sys_enter")]
 pub fn futex_enter_raw(ctx: RawTracePointContext) -> u32 {
-    let id: u64 = ctx.arg(1);
-    if id != SYS_FUTEX {
-        return 0;
-    }
-    let Some(pid_tgid) = traced_pid_tgid() else {
+    let Some(pid_tgid) = traced_futex(ctx.arg(1)) else {
         return 0;
     };
     let Some(r) = regs::<EnterRegs>(&ctx, ENTER_REGS) else {
