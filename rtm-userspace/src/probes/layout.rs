@@ -1,8 +1,64 @@
 //! How big the kernel-side tables and rings are: sized at load from pid_max, the CPU
 //! count and the ring size asked for.
 
+use rtm_common::names;
+
 /// Tgids per element of the TRACED array (a byte each).
 pub const PER_WORD: u32 = 8;
+
+/// Sizes of the rings and tables for one load.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Layout {
+    /// Rings in use: MAP_EVENTS, then the first `rings - 1` of MAP_SYNC_RINGS.
+    pub rings: u32,
+    /// Bytes of each ring in use.
+    pub per_ring: u32,
+    /// Bytes of an unused ring (a page).
+    pub page: u32,
+    /// Elements of the TRACED array.
+    pub words: u32,
+    /// Slots of the FUTEX_SLOTS array.
+    pub slots: u32,
+    /// The fallback paths are forced ([`FALLBACKS_ENV`]): no BTF tracepoints, and
+    /// tables too small for any real tid or tgid.
+    pub fallbacks: bool,
+}
+
+impl Layout {
+    /// Sizes for `ring_bytes` of ring on this machine. Contention mode's sync records
+    /// are self-contained, so they can go to a ring per CPU (`per_cpu`); full mode's must
+    /// stay in order per thread, and a thread moves between CPUs.
+    pub fn new(ring_bytes: u32, per_cpu: bool) -> Self {
+        let page = crate::readers::mappings::page_size() as u32;
+        let rings = rings_for(possible_cpus(), ring_bytes, names::MAX_RINGS, page, per_cpu);
+        let fallbacks = forced_fallbacks();
+        // The per-thread and per-process tables are indexed by tid and tgid: sized to
+        // pid_max (the futex slots up to a cap; larger tids and tgids use hash maps).
+        let pid_max = if fallbacks { 2 } else { pid_max() };
+        Self {
+            rings,
+            per_ring: ring_bytes / rings,
+            page,
+            words: words_for(pid_max),
+            slots: slots_for(pid_max, names::MAX_FUTEX_SLOTS),
+            fallbacks,
+        }
+    }
+
+    /// Bytes of each of MAP_SYNC_RINGS.
+    pub fn sync_ring_bytes(&self) -> impl Iterator<Item = (&'static str, u32)> + '_ {
+        names::MAP_SYNC_RINGS.iter().enumerate().map(|(i, &name)| {
+            (
+                name,
+                if (i as u32) + 1 < self.rings {
+                    self.per_ring
+                } else {
+                    self.page
+                },
+            )
+        })
+    }
+}
 
 /// The system's pid_max: every tid and tgid is below it.
 pub fn pid_max() -> u32 {
@@ -65,6 +121,27 @@ mod tests {
         assert_eq!(slots_for(40000, 65536), 65536);
         assert_eq!(slots_for(4_194_304, 65536), 65536);
         assert!(slots_for(0, 65536).is_power_of_two());
+    }
+
+    #[test]
+    fn unused_rings_are_a_page() {
+        let layout = Layout {
+            rings: 2,
+            per_ring: 1 << 22,
+            page: 4096,
+            words: 1,
+            slots: 2,
+            fallbacks: false,
+        };
+        let sizes: Vec<_> = layout.sync_ring_bytes().collect();
+        assert_eq!(
+            sizes,
+            [
+                ("EVENTS_1", 1 << 22),
+                ("EVENTS_2", 4096),
+                ("EVENTS_3", 4096)
+            ]
+        );
     }
 
     #[test]

@@ -18,7 +18,8 @@ use iced_x86::Register;
 use rtm_common::{Cookie, LossCounter, MpiLayout, mpi_cookie, names};
 
 use super::{
-    layout, mpi, placement,
+    layout::{self, Layout},
+    mpi, placement,
     pthread::{self, FULL_PROBES, LibraryError, ProbeKind, ProbeSpec, PthreadLibrary},
     traced::TracedBytes,
 };
@@ -239,29 +240,11 @@ impl Probes {
     ) -> Result<Self, ProbeError> {
         let follow: u32 = follow_forks.into();
         let wakes: u32 = count_wakes.into();
-        // Contention mode's sync records are self-contained: they go to a ring per CPU.
-        // Full mode's must stay in order per thread, and a thread moves between CPUs.
-        let page = crate::readers::mappings::page_size() as u32;
-        let rings = layout::rings_for(
-            layout::possible_cpus(),
-            ring_bytes,
-            names::MAX_RINGS,
-            page,
-            !count_wakes,
-        );
-        let ring_mask = rings - 1;
-        let per_ring = ring_bytes / rings;
+        let layout = Layout::new(ring_bytes, !count_wakes);
+        let ring_mask = layout.rings - 1;
+        let slot_mask = layout.slots - 1;
         // Wake the reader when an eighth of a ring is used; it drains on a timer too.
-        let wakeup = u64::from(per_ring / 8);
-        // The per-thread and per-process tables are indexed by tid and tgid: sized to
-        // pid_max (the futex slots up to a cap; larger tids use a hash map).
-        // Tests force the paths of kernels without BTF and of tids and tgids past the
-        // arrays.
-        let fallbacks = layout::forced_fallbacks();
-        let pid_max = if fallbacks { 2 } else { layout::pid_max() };
-        let words = layout::words_for(pid_max);
-        let slots = layout::slots_for(pid_max, names::MAX_FUTEX_SLOTS);
-        let slot_mask = slots - 1;
+        let wakeup = u64::from(layout.per_ring / 8);
         // The BTF tracepoints need the kernel's BTF (~16 ms and ~19 MiB at its peak to
         // parse). The loader parses its own copy when made and cannot share it; the
         // object has no CO-RE relocations for it, so that copy is dropped at once and
@@ -270,15 +253,14 @@ impl Probes {
         // malloc arena), raised the tracer's peak memory by 10-17 MiB.
         let mut loader = EbpfLoader::new();
         loader.btf(None);
-        let btf = aya::Btf::from_sys_fs();
-        loader.map_max_entries(names::MAP_EVENTS, per_ring);
-        for (i, name) in names::MAP_SYNC_RINGS.iter().enumerate() {
-            let used = (i as u32) < ring_mask;
-            loader.map_max_entries(name, if used { per_ring } else { page });
+        let btf = (!layout.fallbacks).then(aya::Btf::from_sys_fs);
+        loader.map_max_entries(names::MAP_EVENTS, layout.per_ring);
+        for (name, bytes) in layout.sync_ring_bytes() {
+            loader.map_max_entries(name, bytes);
         }
         let mut ebpf = loader
-            .map_max_entries(names::MAP_TRACED, words)
-            .map_max_entries(names::MAP_FUTEX_SLOTS, slots)
+            .map_max_entries(names::MAP_TRACED, layout.words)
+            .map_max_entries(names::MAP_FUTEX_SLOTS, layout.slots)
             .override_global(names::GLOBAL_FUTEX_SLOT_MASK, &slot_mask, true)
             .override_global(names::GLOBAL_SYNC_RING_MASK, &ring_mask, true)
             .override_global(names::GLOBAL_FOLLOW_FORKS, &follow, true)
@@ -301,12 +283,13 @@ impl Probes {
                     source,
                 })?;
         }
-        let btf = match &btf {
-            _ if fallbacks => Err(format!("{} is set", layout::FALLBACKS_ENV)),
-            Ok(btf) => attach_futex_btf(&mut ebpf, btf).map_err(|e| e.to_string()),
-            Err(e) => Err(format!("cannot read the kernel's BTF: {e}")),
+        let attached = match &btf {
+            None => Err(format!("{} is set", layout::FALLBACKS_ENV)),
+            Some(Ok(btf)) => attach_futex_btf(&mut ebpf, btf).map_err(|e| e.to_string()),
+            Some(Err(e)) => Err(format!("cannot read the kernel's BTF: {e}")),
         };
-        let futex_entry = match btf {
+        drop(btf);
+        let futex_entry = match attached {
             Ok(how) => how.to_string(),
             Err(why) => {
                 // A program attached before the failure would see every call twice.
@@ -321,7 +304,7 @@ impl Probes {
         };
         let traced = match ebpf.take_map(names::MAP_TRACED) {
             Some(aya::maps::Map::Array(data)) => {
-                TracedBytes::new(data, words).map_err(|source| ProbeError::Mmap {
+                TracedBytes::new(data, layout.words).map_err(|source| ProbeError::Mmap {
                     name: names::MAP_TRACED,
                     source,
                 })?
@@ -334,7 +317,7 @@ impl Probes {
             loaded: Default::default(),
             traced,
             futex_entry,
-            rings,
+            rings: layout.rings,
         })
     }
 
