@@ -1,4 +1,4 @@
-//! Writing records to the ring buffer; a full ring is counted, never silent.
+//! Writing records to the ring buffers; a full ring is counted, never silent.
 
 use aya_ebpf::{
     helpers::{bpf_get_smp_processor_id, bpf_ktime_get_ns},

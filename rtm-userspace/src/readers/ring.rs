@@ -1,4 +1,4 @@
-//! The event ring buffer, read asynchronously and decoded safely.
+//! The event ring buffers, read asynchronously and decoded safely.
 
 use std::{io, task::Poll};
 
