@@ -26,6 +26,13 @@ pub const MAP_TRACED: &str = "TRACED";
 /// whose tid fits the table (`tid <= GLOBAL_FUTEX_SLOT_MASK`); an array slot costs a
 /// fraction of a hash lookup.
 pub const MAP_FUTEX_SLOTS: &str = "FUTEX_SLOTS";
+/// Per-thread the thread's last futex wait that ended, not yet sent (same slots as
+/// [`MAP_FUTEX_SLOTS`]; mappable, read by userspace). The wait's record is sent when the
+/// thread next starts to wait or exits, not on the way out of the wait, where it would
+/// delay the woken thread; userspace takes the waits left when the trace ends, and older
+/// ones while it runs. A nonzero `header.kind` marks a wait not yet sent; whoever swaps
+/// it to zero sends it.
+pub const MAP_FUTEX_DONE: &str = "FUTEX_DONE";
 /// The same for threads with larger tids.
 pub const MAP_PENDING_FUTEX: &str = "PENDING_FUTEX";
 /// The thread that last woke each futex word: a direct-mapped table indexed by a hash of
@@ -74,6 +81,22 @@ pub const GLOBAL_WAKEUP_BYTES: &str = "WAKEUP_BYTES";
 /// Global in the eBPF object: the size of [`MAP_FUTEX_SLOTS`] minus one (a power of two
 /// minus one); threads with a larger tid use [`MAP_PENDING_FUTEX`].
 pub const GLOBAL_FUTEX_SLOT_MASK: &str = "FUTEX_SLOT_MASK";
+
+/// The slot of thread `tid` in [`MAP_FUTEX_SLOTS`] and [`MAP_FUTEX_DONE`], whose size
+/// minus one is `mask` (a power of two minus one): `tid * FUTEX_SLOT_SPREAD & mask`, one
+/// slot per tid up to `mask` (an odd multiplier is a bijection modulo a power of two),
+/// and threads with neighbouring tids far apart, so two threads never write one cache
+/// line. None for a tid past the table.
+#[inline(always)]
+pub const fn futex_slot_index(tid: u32, mask: u32) -> Option<u32> {
+    if mask == 0 || tid & !mask != 0 {
+        return None;
+    }
+    Some(tid.wrapping_mul(FUTEX_SLOT_SPREAD) & mask)
+}
+
+/// The multiplier of [`futex_slot_index`].
+pub const FUTEX_SLOT_SPREAD: u32 = 0x9E37_79B1;
 
 /// Most slots in [`MAP_FUTEX_SLOTS`] (32 bytes each): the table covers tids up to
 /// pid_max or this, whichever is smaller.

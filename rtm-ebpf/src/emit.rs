@@ -88,10 +88,12 @@ pub fn sync(event: SyncEvent) {
     per_cpu(event.header.cpu, event);
 }
 
-/// Sends a futex wait in its compact form.
+/// Sends a futex wait in its compact form, to the ring of the CPU sending it (which may
+/// not be the one the wait ended on).
 #[inline(always)]
 pub fn futex_wait(event: FutexWaitEvent) {
-    per_cpu(event.header.cpu, event);
+    // SAFETY: helper without preconditions.
+    per_cpu(unsafe { bpf_get_smp_processor_id() }, event);
 }
 
 /// Sends a task record. `urgent` wakes the reader at once: a new process or program

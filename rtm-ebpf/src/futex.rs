@@ -7,6 +7,8 @@
 //! is marked as having blocked, and a wake inside pthread_cond_signal/broadcast adds the
 //! threads it woke to that call.
 
+use core::intrinsics::AtomicOrdering;
+
 use aya_ebpf::{
     EbpfContext,
     helpers::{bpf_get_current_pid_tgid, bpf_probe_read_kernel},
@@ -14,14 +16,14 @@ use aya_ebpf::{
     programs::{BtfTracePointContext, RawTracePointContext, TracePointContext},
 };
 use rtm_common::{
-    EventKind, FUTEX_CMD_MASK, FutexWaitEvent, FutexWaker, LossCounter, PendingFutex,
+    EventHeader, EventKind, FUTEX_CMD_MASK, FutexWaitEvent, FutexWaker, LossCounter, PendingFutex,
     SYNC_FLAG_BLOCKED, futex_cmd_waits, futex_cmd_wakes,
 };
 
 use crate::{
     emit::{self, header, now},
     filter::{is_traced, traced_pid_tgid},
-    maps::{COUNT_WAKES, PENDING_FUTEX, count_loss, futex_slot, innermost, waker_slot},
+    maps::{COUNT_WAKES, PENDING_FUTEX, count_loss, futex_done, futex_slot, innermost, waker_slot},
 };
 
 /// x86-64 system call number of futex.
@@ -104,6 +106,9 @@ fn enter(pid_tgid: u64, uaddr: u64, op: u32, val: u32) -> u32 {
     // Full mode (uprobes on the pthread functions) is when wakes are counted.
     let full = COUNT_WAKES.load() != 0;
     if futex_cmd_waits(cmd) {
+        // The thread is about to wait: the time its last wait's record costs is time it
+        // would spend waiting.
+        send_done(pid_tgid);
         if full && let Some(call) = innermost(pid_tgid) {
             // SAFETY: this thread's own entry; only this thread writes it.
             unsafe { (*call).flags |= SYNC_FLAG_BLOCKED };
@@ -238,13 +243,78 @@ fn exit(pid_tgid: u64, ret: i64) -> u32 {
         },
         None => 0,
     };
-    emit::futex_wait(FutexWaitEvent {
+    let wait = FutexWaitEvent {
         header: header(EventKind::FutexWait, pid_tgid, ts),
         uaddr: f.uaddr,
         aux: (f.op as u64) | ((f.val as u64) << 32),
         wait_ns: ts.saturating_sub(f.start_ns),
         ret: ret as i32,
         waker,
-    });
+    };
+    // The thread was just woken, and is on its way to the lock it waited for: in
+    // contention mode the record waits in its slot until the thread next waits or exits
+    // (send_done), or until userspace takes it. Writing the ring here delayed it enough
+    // to cost a contended lock a tenth of its throughput (BENCHMARKS.md). Full mode's
+    // records must stay in order with the thread's uprobe records: sent at once.
+    let slot = if COUNT_WAKES.load() == 0 {
+        futex_done(pid_tgid as u32)
+    } else {
+        None
+    };
+    match slot {
+        Some(d) => {
+            // SAFETY: this thread's own slot. Its previous wait was sent or taken before
+            // this wait began (the mark is zero). The mark goes last, so a reader that
+            // sees it nonzero sees the whole record (stores keep their order on x86).
+            unsafe {
+                core::ptr::write_volatile(
+                    d,
+                    FutexWaitEvent {
+                        header: EventHeader {
+                            kind: 0,
+                            cpu: 0,
+                            ..wait.header
+                        },
+                        ..wait
+                    },
+                );
+                core::ptr::write_volatile(d.cast::<u64>(), done_mark(&wait.header));
+            }
+        }
+        None => emit::futex_wait(wait),
+    }
     0
+}
+
+/// The first 8 bytes of a header (kind, then cpu): the mark of a wait not yet sent.
+#[inline(always)]
+fn done_mark(h: &EventHeader) -> u64 {
+    u64::from(h.kind) | (u64::from(h.cpu) << 32)
+}
+
+/// Sends the thread's last ended wait if it is still in its slot: whoever swaps the
+/// mark (the header's first 8 bytes) to zero, this thread or userspace taking it, sends
+/// it, once.
+#[inline(always)]
+pub fn send_done(pid_tgid: u64) {
+    let Some(d) = futex_done(pid_tgid as u32) else {
+        return;
+    };
+    // SAFETY: this thread's own slot, 8-byte aligned; only this thread writes its fields,
+    // and only once the mark is zero. The swap is atomic against userspace's.
+    unsafe {
+        let mark = d.cast::<u64>();
+        if core::ptr::read_volatile(mark) == 0 {
+            return;
+        }
+        // The BPF target has no atomic types; the intrinsic compiles to BPF_XCHG.
+        let taken = core::intrinsics::atomic_xchg::<u64, { AtomicOrdering::SeqCst }>(mark, 0);
+        if taken == 0 {
+            return;
+        }
+        let mut wait = *d;
+        wait.header.kind = taken as u32;
+        wait.header.cpu = (taken >> 32) as u32;
+        emit::futex_wait(wait);
+    }
 }

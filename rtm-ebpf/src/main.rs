@@ -1,6 +1,9 @@
 //! rtm-trace's eBPF programs. Every record they emit is declared in `rtm-common`.
 #![no_std]
 #![no_main]
+// atomic_xchg: the BPF target has no atomic read-modify-write types.
+#![allow(internal_features)]
+#![feature(core_intrinsics)]
 
 mod calls;
 mod emit;

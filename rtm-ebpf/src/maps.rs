@@ -6,11 +6,11 @@ use aya_ebpf::{
     maps::{Array, HashMap, PerCpuArray, RingBuf},
 };
 use rtm_common::{
-    FutexWaker, LossCounter, MAX_CALL_DEPTH, MpiLayout, MpiPending, PendingCall, PendingFutex,
-    ThreadCalls,
+    FutexWaitEvent, FutexWaker, LossCounter, MAX_CALL_DEPTH, MpiLayout, MpiPending, PendingCall,
+    PendingFutex, ThreadCalls,
     names::{
         DEFAULT_RING_BYTES, DEFAULT_TRACED_WORDS, MAX_FUTEX_SLOTS, MAX_PENDING, MAX_TRACED_TGIDS,
-        MAX_WAKERS,
+        MAX_WAKERS, futex_slot_index,
     },
 };
 
@@ -99,9 +99,7 @@ pub static MPI_PENDING: HashMap<u64, MpiPending> = HashMap::with_max_entries(MAX
 pub static MPI_LAYOUT: Array<MpiLayout> = Array::with_max_entries(4, 0);
 
 /// The futex call in flight on each thread whose tid is at most FUTEX_SLOT_MASK, at
-/// slot `tid * SLOT_SPREAD & FUTEX_SLOT_MASK`: one slot per tid (an odd multiplier is a
-/// bijection modulo a power of two) and threads with neighbouring tids far apart, so
-/// two threads never write one cache line. Userspace sizes it (a power of two).
+/// `futex_slot_index` (one slot per tid). Userspace sizes it (a power of two).
 #[map(name = "FUTEX_SLOTS")]
 pub static FUTEX_SLOTS: Array<PendingFutex> = Array::with_max_entries(MAX_FUTEX_SLOTS, 0);
 
@@ -109,16 +107,22 @@ pub static FUTEX_SLOTS: Array<PendingFutex> = Array::with_max_entries(MAX_FUTEX_
 #[unsafe(no_mangle)]
 pub static FUTEX_SLOT_MASK: Global<u32> = Global::new(0);
 
-const SLOT_SPREAD: u32 = 0x9E37_79B1;
-
 /// The thread's futex slot, or None when its tid is past the table (PENDING_FUTEX).
 #[inline(always)]
 pub fn futex_slot(tid: u32) -> Option<*mut PendingFutex> {
-    let mask = FUTEX_SLOT_MASK.load();
-    if tid & !mask != 0 || mask == 0 {
-        return None;
-    }
-    FUTEX_SLOTS.get_ptr_mut(tid.wrapping_mul(SLOT_SPREAD) & mask)
+    FUTEX_SLOTS.get_ptr_mut(futex_slot_index(tid, FUTEX_SLOT_MASK.load())?)
+}
+
+/// Each thread's last futex wait that ended and is not yet sent, in the thread's slot
+/// (see `names::MAP_FUTEX_DONE`). Mappable: userspace takes what is left.
+#[map(name = "FUTEX_DONE")]
+pub static FUTEX_DONE: Array<FutexWaitEvent> =
+    Array::with_max_entries(MAX_FUTEX_SLOTS, BPF_F_MMAPABLE);
+
+/// The thread's slot for its last wait, or None when its tid is past the table.
+#[inline(always)]
+pub fn futex_done(tid: u32) -> Option<*mut FutexWaitEvent> {
+    FUTEX_DONE.get_ptr_mut(futex_slot_index(tid, FUTEX_SLOT_MASK.load())?)
 }
 
 /// pid_tgid -> the futex call in flight, for threads past FUTEX_SLOTS.

@@ -251,6 +251,62 @@ fn joins_name_the_exiting_thread_in_contention_mode() {
     }
 }
 
+/// Contention mode sends a thread's last wait when the thread next waits or exits. A
+/// thread that does neither (main, sleeping after its join) still has its wait in the
+/// periodic summary once it has been quiet for a second, and in the results when the
+/// trace ends before the thread does.
+#[test]
+fn a_quiet_threads_last_wait_is_in_the_summaries_and_the_results() {
+    if !can_trace("a_quiet_threads_last_wait_is_in_the_summaries_and_the_results") {
+        return;
+    }
+    let dir = TempDir::new("quiet");
+    let json = dir.join("o.json");
+    let out = run(
+        Command::new(rtm_bin())
+            .args(["--duration", "3.5", "--interval", "3", "--json"])
+            .arg(&json)
+            .arg("--")
+            .arg(workload("sync_workload"))
+            .args(["tree", "6000"]),
+        T,
+    );
+    assert!(out.status.success());
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let tid = |node: &str| -> String {
+        stdout
+            .lines()
+            .find(|l| l.contains(&format!("node={node} ")))
+            .and_then(|l| l.rsplit("tid=").next())
+            .map(|t| t.trim().to_owned())
+            .unwrap_or_else(|| panic!("no {node} in {stdout}"))
+    };
+    let (main, middle) = (tid("main"), tid("middle"));
+    // The join ended at about 40 ms, and main sleeps until 6 s.
+    let summary = stdout
+        .split("== rtm-trace: ")
+        .find(|s| s.starts_with("summary at +3.0 s"))
+        .unwrap_or_else(|| panic!("no summary at +3.0 s: {stdout}"));
+    let joined = |text: &str| {
+        text.lines().any(|l| {
+            let w: Vec<&str> = l.split_whitespace().collect();
+            w.first() == Some(&main.as_str()) && w.get(2) == Some(&middle.as_str())
+        })
+    };
+    assert!(joined(summary), "main -> middle not in: {summary}");
+    let doc = read_json(&json);
+    assert_eq!(doc["run"]["end_reason"], "duration");
+    let wf = doc["sync_graph"]["waits_for"].as_array().unwrap();
+    let e = wf
+        .iter()
+        .find(|e| {
+            e["waiter"] == main.parse::<u64>().unwrap()
+                && e["waker"] == middle.parse::<u64>().unwrap()
+        })
+        .unwrap_or_else(|| panic!("main -> middle missing: {wf:?}"));
+    assert_eq!(e["count"], 1);
+}
+
 #[test]
 fn full_mode_follows_a_program_started_through_a_wrapper() {
     if !can_trace("full_mode_follows_a_program_started_through_a_wrapper") {

@@ -5,7 +5,8 @@
  *   sync_workload rwlock   READERS WRITERS ITERS HOLD_US
  *   sync_workload sem      POSTS GAP_US
  *   sync_workload spin     THREADS ITERS HOLD_US
- *   sync_workload tree                               main -> a -> (b, c), joins all
+ *   sync_workload tree [LINGER_MS]                   main -> a -> (b, c), joins all, then
+ *                                                    main sleeps LINGER_MS before it exits
  *
  * Each prints `truth key=value ...` lines the tests compare with rtm-trace's output.
  */
@@ -248,6 +249,9 @@ int main(int argc, char **argv) {
         printf("truth tree node=main tid=%ld\n", tid());
         pthread_create(&th[0], NULL, middle, NULL);
         pthread_join(th[0], NULL);
+        printf("truth tree joined\n");
+        fflush(stdout);
+        sleep_us(a * 1000);
     } else {
         return usage();
     }

@@ -6,6 +6,7 @@ use std::{
     path::Path,
 };
 
+use crate::readers::LeftWaits;
 use aya::{
     Ebpf, EbpfLoader,
     maps::{Array, HashMap as BpfHashMap, MapData, MapError, PerCpuArray},
@@ -210,6 +211,8 @@ pub struct Probes {
     futex_entry: String,
     /// Rings in use (MAP_EVENTS, then MAP_SYNC_RINGS).
     rings: u32,
+    /// Slots of MAP_FUTEX_SLOTS and MAP_FUTEX_DONE.
+    slots: u32,
 }
 
 fn map_err(name: &'static str) -> impl FnOnce(MapError) -> ProbeError {
@@ -261,6 +264,7 @@ impl Probes {
         let mut ebpf = loader
             .map_max_entries(names::MAP_TRACED, layout.words)
             .map_max_entries(names::MAP_FUTEX_SLOTS, layout.slots)
+            .map_max_entries(names::MAP_FUTEX_DONE, layout.slots)
             .override_global(names::GLOBAL_FUTEX_SLOT_MASK, &slot_mask, true)
             .override_global(names::GLOBAL_SYNC_RING_MASK, &ring_mask, true)
             .override_global(names::GLOBAL_FOLLOW_FORKS, &follow, true)
@@ -318,6 +322,7 @@ impl Probes {
             traced,
             futex_entry,
             rings: layout.rings,
+            slots: layout.slots,
         })
     }
 
@@ -336,6 +341,17 @@ impl Probes {
     /// Where futex calls are seen (for --verbose).
     pub fn futex_entry(&self) -> &str {
         &self.futex_entry
+    }
+
+    /// Takes the ended futex waits not yet sent (once), mapped.
+    pub fn take_left_waits(&mut self) -> Result<LeftWaits, ProbeError> {
+        let name = names::MAP_FUTEX_DONE;
+        match self.ebpf.take_map(name) {
+            Some(aya::maps::Map::Array(data)) => {
+                LeftWaits::new(data, self.slots).map_err(|source| ProbeError::Mmap { name, source })
+            }
+            _ => Err(ProbeError::Missing(name)),
+        }
     }
 
     /// Takes the event rings in use (once): MAP_EVENTS first.

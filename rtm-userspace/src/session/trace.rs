@@ -21,7 +21,7 @@ use crate::{
     model::{RankEnv, Snapshot, SyncGraph, TaskGraph, TaskView, Window},
     output::{EndReason, RunInfo, TargetInfo, json, report},
     probes::Probes,
-    readers::{EventReader, Losses, MappingReader, MappingRecord, ring_map::MappedRing},
+    readers::{EventReader, LeftWaits, Losses, MappingReader, MappingRecord, ring_map::MappedRing},
     symbolize::{CodeNamer, ObjectNamer},
     target::{
         elf::ElfSymbols,
@@ -32,6 +32,18 @@ use crate::{
 
 /// How often the reader drains the ring buffer without being woken.
 const DRAIN_EVERY: std::time::Duration = std::time::Duration::from_millis(20);
+
+/// A thread's last futex wait is sent when it next waits or exits; one that has not waited
+/// again for this long has its last wait taken by the reader (when it samples).
+const QUIET_WAIT_NS: u64 = 1_000_000_000;
+
+/// Takes the ended futex waits the threads of `pids` have not sent: those older than
+/// QUIET_WAIT_NS, or all of them (`all`, once the programs no longer run for them).
+fn take_left(left: &mut LeftWaits, pids: impl Iterator<Item = u32>, all: bool, state: &mut State) {
+    let before = (!all).then(|| monotonic_ns().saturating_sub(QUIET_WAIT_NS));
+    let tids = pids.flat_map(process::thread_ids);
+    left.take(tids, before, &mut |ev| state.apply(ev));
+}
 
 /// Records decoded per wake-up before the loop looks at its other sources again.
 const BATCH: usize = 16_384;
@@ -165,6 +177,7 @@ pub(super) async fn trace(cli: Cli, mut child: Option<GatedChild>) -> Result<i32
         .collect::<std::io::Result<Vec<_>>>()
         .map_err(io_err("ring buffer"))?;
     let mut reader = EventReader::new(rings).map_err(io_err("ring buffer"))?;
+    let mut left = probes.take_left_waits()?;
     // The kernel's per-program run-time statistics cost every probe a little: on only
     // when asked for, and only until the tracer exits.
     let _bpf_stats = cli.bpf_stats.then(|| {
@@ -362,6 +375,12 @@ pub(super) async fn trace(cli: Cli, mut child: Option<GatedChild>) -> Result<i32
             Wake::Tick => {
                 follow_mappings(&mut mappings, &probes, &mut state.namer);
                 reader.drain_now(&mut |ev| state.apply(ev));
+                take_left(
+                    &mut left,
+                    pids.iter().chain(&followed).copied(),
+                    false,
+                    &mut state,
+                );
                 let mut run = run_info(
                     &cli,
                     &targets,
@@ -385,7 +404,8 @@ pub(super) async fn trace(cli: Cli, mut child: Option<GatedChild>) -> Result<i32
             }
             Wake::Sample => {
                 let alive = pids.iter().chain(&followed).copied();
-                state.sampler.sample(monotonic_ns(), alive);
+                state.sampler.sample(monotonic_ns(), alive.clone());
+                take_left(&mut left, alive, false, &mut state);
             }
             Wake::Stop(r) => break r,
             Wake::Exited(pid) => {
@@ -428,6 +448,14 @@ pub(super) async fn trace(cli: Cli, mut child: Option<GatedChild>) -> Result<i32
         .sample(end_ns, pids.iter().chain(&followed).copied());
     follow_mappings(&mut mappings, &probes, &mut state.namer);
     reader.drain_now(&mut |ev| state.apply(ev));
+    // The threads' last waits: exited threads sent theirs; the programs no longer run
+    // for the others.
+    take_left(
+        &mut left,
+        pids.iter().chain(&followed).copied(),
+        true,
+        &mut state,
+    );
     let losses = probes.losses()?;
 
     for t in targets.iter_mut() {
