@@ -186,16 +186,21 @@ pub fn probes(out: &Path, root: &Path, plan: Plan) -> Result<()> {
             short.join(" ")
         );
         println!(
-            "| configuration | ns per pair: median [min-max] | vs. no tracing | added ns per pair |"
+            "| configuration | ns per pair: median [min-max] | vs. no tracing | added ns per pair | \
+             paired: per round vs. that round's no tracing, median [min-max] |"
         );
-        println!("|---|---|---|---|");
-        for (cfg, s) in configs.iter().zip(&spreads) {
+        println!("|---|---|---|---|---|");
+        for ((cfg, s), runs) in configs.iter().zip(&spreads).zip(&samples) {
+            // The untraced time on this VM jumps between levels from one run to the next;
+            // a ratio within each round, to the untraced run just before, follows it.
+            let paired: Vec<f64> = runs.iter().zip(&samples[0]).map(|(t, b)| t / b).collect();
             println!(
-                "| {} | {} | {:.2}x | {:.1} |",
+                "| {} | {} | {:.2}x | {:.1} | {} |",
                 cfg.label(),
                 s.show(1),
                 s.median / base,
-                s.median - base
+                s.median - base,
+                Spread::of(&paired).show(2)
             );
         }
         let full = spreads[2].median - base;
