@@ -1,11 +1,14 @@
 //! The futex system calls: contended waits and the wakes that end them.
 //!
 //! The uncontended paths of glibc's primitives never enter the kernel, so these
-//! programs cost nothing there. A wait is reported at its exit with the thread whose
+//! programs cost nothing there. A wait is measured to its exit, with the thread whose
 //! FUTEX_WAKE on the same word (in the same process) came last before it returned: the
-//! releaser the waiter was waiting for. A blocking uprobed call in flight on the thread
-//! is marked as having blocked, and a wake inside pthread_cond_signal/broadcast adds the
-//! threads it woke to that call.
+//! releaser the waiter was waiting for. In contention mode its record is sent when the
+//! thread next starts to wait (or exits), time it would spend waiting anyway, rather
+//! than on its way from the wake to the lock; userspace takes the records of threads
+//! that have gone quiet (`names::MAP_FUTEX_DONE`). A blocking uprobed call in flight on
+//! the thread is marked as having blocked, and a wake inside
+//! pthread_cond_signal/broadcast adds the threads it woke to that call.
 
 use core::intrinsics::AtomicOrdering;
 
