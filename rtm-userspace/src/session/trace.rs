@@ -39,7 +39,15 @@ const QUIET_WAIT_NS: u64 = 1_000_000_000;
 
 /// Takes the ended futex waits the threads of `pids` have not sent: those older than
 /// QUIET_WAIT_NS, or all of them (`all`, once the programs no longer run for them).
-fn take_left(left: &mut LeftWaits, pids: impl Iterator<Item = u32>, all: bool, state: &mut State) {
+fn take_left(
+    left: &mut Option<LeftWaits>,
+    pids: impl Iterator<Item = u32>,
+    all: bool,
+    state: &mut State,
+) {
+    let Some(left) = left else {
+        return;
+    };
     let before = (!all).then(|| monotonic_ns().saturating_sub(QUIET_WAIT_NS));
     let tids = pids.flat_map(process::thread_ids);
     left.take(tids, before, &mut |ev| state.apply(ev));
@@ -177,7 +185,11 @@ pub(super) async fn trace(cli: Cli, mut child: Option<GatedChild>) -> Result<i32
         .collect::<std::io::Result<Vec<_>>>()
         .map_err(io_err("ring buffer"))?;
     let mut reader = EventReader::new(rings).map_err(io_err("ring buffer"))?;
-    let mut left = probes.take_left_waits()?;
+    // Only contention mode leaves waits in the threads' slots.
+    let mut left = match cli.mode {
+        Mode::Contention => Some(probes.take_left_waits()?),
+        Mode::Full => None,
+    };
     // The kernel's per-program run-time statistics cost every probe a little: on only
     // when asked for, and only until the tracer exits.
     let _bpf_stats = cli.bpf_stats.then(|| {
