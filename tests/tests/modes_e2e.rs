@@ -211,6 +211,16 @@ fn forked_children_are_followed_in_launch_mode() {
     assert_eq!(child["parent"]["pid"].as_u64().unwrap(), shell);
 }
 
+/// The tid sync_workload's `tree` printed for `node`.
+fn tree_tid(stdout: &str, node: &str) -> u64 {
+    stdout
+        .lines()
+        .find(|l| l.contains(&format!("node={node} ")))
+        .and_then(|l| l.rsplit("tid=").next())
+        .and_then(|t| t.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no {node} in {stdout}"))
+}
+
 #[test]
 fn joins_name_the_exiting_thread_in_contention_mode() {
     if !can_trace("joins_name_the_exiting_thread_in_contention_mode") {
@@ -229,14 +239,7 @@ fn joins_name_the_exiting_thread_in_contention_mode() {
     );
     assert!(out.status.success());
     let stdout = String::from_utf8_lossy(&out.stdout);
-    let tid = |node: &str| -> u64 {
-        stdout
-            .lines()
-            .find(|l| l.contains(&format!("node={node} ")))
-            .and_then(|l| l.rsplit("tid=").next())
-            .and_then(|t| t.trim().parse().ok())
-            .unwrap_or_else(|| panic!("no {node} in {stdout}"))
-    };
+    let tid = |node: &str| tree_tid(&stdout, node);
     let doc = read_json(&json);
     let wf = doc["sync_graph"]["waits_for"].as_array().unwrap();
     // glibc's pthread_join sleeps on the joined thread's tid word; the kernel wakes it
@@ -273,15 +276,7 @@ fn a_quiet_threads_last_wait_is_in_the_summaries_and_the_results() {
     );
     assert!(out.status.success());
     let stdout = String::from_utf8_lossy(&out.stdout);
-    let tid = |node: &str| -> String {
-        stdout
-            .lines()
-            .find(|l| l.contains(&format!("node={node} ")))
-            .and_then(|l| l.rsplit("tid=").next())
-            .map(|t| t.trim().to_owned())
-            .unwrap_or_else(|| panic!("no {node} in {stdout}"))
-    };
-    let (main, middle) = (tid("main"), tid("middle"));
+    let (main, middle) = (tree_tid(&stdout, "main"), tree_tid(&stdout, "middle"));
     // The join ended at about 40 ms, and main sleeps until 6 s.
     let summary = stdout
         .split("== rtm-trace: ")
@@ -290,7 +285,8 @@ fn a_quiet_threads_last_wait_is_in_the_summaries_and_the_results() {
     let joined = |text: &str| {
         text.lines().any(|l| {
             let w: Vec<&str> = l.split_whitespace().collect();
-            w.first() == Some(&main.as_str()) && w.get(2) == Some(&middle.as_str())
+            w.first() == Some(&main.to_string().as_str())
+                && w.get(2) == Some(&middle.to_string().as_str())
         })
     };
     assert!(joined(summary), "main -> middle not in: {summary}");
@@ -299,10 +295,7 @@ fn a_quiet_threads_last_wait_is_in_the_summaries_and_the_results() {
     let wf = doc["sync_graph"]["waits_for"].as_array().unwrap();
     let e = wf
         .iter()
-        .find(|e| {
-            e["waiter"] == main.parse::<u64>().unwrap()
-                && e["waker"] == middle.parse::<u64>().unwrap()
-        })
+        .find(|e| e["waiter"] == main && e["waker"] == middle)
         .unwrap_or_else(|| panic!("main -> middle missing: {wf:?}"));
     assert_eq!(e["count"], 1);
 }
