@@ -9,7 +9,7 @@
 //! would. The hash map stays the whole set: tgids past the array, if pid_max is raised
 //! during a trace, are found there.
 
-use std::{io, os::fd::AsFd};
+use std::io;
 
 use aya::maps::MapData;
 
@@ -29,10 +29,7 @@ pub struct TracedBytes {
 impl TracedBytes {
     /// Maps the array `map` of `words` 8-byte elements.
     pub fn new(map: MapData, words: u32) -> io::Result<Self> {
-        let bytes = words as usize * PER_WORD as usize;
-        let page = crate::readers::mappings::page_size();
-        let len = bytes.div_ceil(page) * page;
-        let mapping = Mapping::new(map.fd().as_fd(), len, libc::PROT_READ | libc::PROT_WRITE, 0)?;
+        let mapping = Mapping::array(&map, words as usize * PER_WORD as usize)?;
         Ok(Self {
             mapping,
             len: words * PER_WORD,

@@ -10,7 +10,6 @@
 
 use std::{
     io,
-    os::fd::AsFd,
     sync::atomic::{AtomicU64, Ordering},
 };
 
@@ -28,8 +27,6 @@ pub struct LeftWaits {
     mapping: Mapping,
     /// Slots minus one.
     mask: u32,
-    /// Waits taken so far.
-    taken: u64,
     /// Owns the descriptor; declared last so the mapping goes first.
     _map: MapData,
 }
@@ -38,33 +35,22 @@ impl LeftWaits {
     /// Maps the array `map` of `slots` waits (a power of two).
     pub fn new(map: MapData, slots: u32) -> io::Result<Self> {
         debug_assert!(slots.is_power_of_two());
-        let bytes = slots as usize * size_of::<FutexWaitEvent>();
-        let page = super::mappings::page_size();
-        let len = bytes.div_ceil(page) * page;
-        let mapping = Mapping::new(map.fd().as_fd(), len, libc::PROT_READ | libc::PROT_WRITE, 0)?;
         Ok(Self {
-            mapping,
+            mapping: Mapping::array(&map, slots as usize * size_of::<FutexWaitEvent>())?,
             mask: slots - 1,
-            taken: 0,
             _map: map,
         })
-    }
-
-    /// Waits taken from the slots so far.
-    pub fn taken(&self) -> u64 {
-        self.taken
     }
 
     /// Takes the waits left in the slots of threads `tids` that ended before `before_ns`
     /// (CLOCK_MONOTONIC; all of them when None) and hands each to `sink`. Only the slots
     /// of these threads are read, so the pages of the others are never touched.
     pub fn take(
-        &mut self,
+        &self,
         tids: impl IntoIterator<Item = u32>,
         before_ns: Option<u64>,
         sink: &mut dyn FnMut(&Event),
-    ) -> usize {
-        let mut n = 0;
+    ) {
         for tid in tids {
             let Some(slot) = futex_slot_index(tid, self.mask) else {
                 continue;
@@ -80,16 +66,11 @@ impl LeftWaits {
             };
             if let Some(wait) = take_one(at, before_ns) {
                 match decode(bytes_of(&wait)) {
-                    Ok(ev) => {
-                        n += 1;
-                        sink(&ev);
-                    }
+                    Ok(ev) => sink(&ev),
                     Err(e) => log::debug!("futex slot of {tid}: {e}"),
                 }
             }
         }
-        self.taken += n as u64;
-        n
     }
 }
 

@@ -62,6 +62,14 @@ impl Mapping {
         let ptr = NonNull::new(p.cast()).ok_or_else(|| io::Error::other("mmap returned null"))?;
         Ok(Self { ptr, len })
     }
+
+    /// Maps the first `bytes` of the mappable array `map` (whole pages) for reading and
+    /// writing.
+    pub(crate) fn array(map: &MapData, bytes: usize) -> io::Result<Self> {
+        let page = page_size();
+        let len = bytes.div_ceil(page) * page;
+        Self::new(map.fd().as_fd(), len, libc::PROT_READ | libc::PROT_WRITE, 0)
+    }
 }
 
 impl Drop for Mapping {
