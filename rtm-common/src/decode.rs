@@ -187,7 +187,7 @@ mod tests {
             ret: 0,
             flags: SYNC_FLAG_CONTENDED,
             extra: 0,
-            pad: 0,
+            repeats: 0,
         }
     }
 
@@ -217,6 +217,8 @@ mod tests {
             wait_ns: 1_234,
             ret: -11,
             waker: 44,
+            unslept: 3,
+            pad: 0,
         };
         let Event::Sync(s) = decode(encode(&wait)).unwrap() else {
             panic!("not a sync event")
@@ -224,6 +226,7 @@ mod tests {
         assert_eq!(s.primitive, Primitive::Futex);
         assert_eq!(s.op, SyncOp::Wait);
         assert_eq!(s.raw.header.kind, EventKind::Sync as u32);
+        assert_eq!(s.raw.repeats, 3);
         assert_eq!(
             (s.raw.header.ts_ns, s.raw.header.pid, s.raw.header.tid),
             (5_000, 42, 43)
@@ -238,7 +241,7 @@ mod tests {
         );
         assert_eq!(
             decode(&encode(&wait)[..50]),
-            Err(DecodeError::Short { len: 50, need: 56 })
+            Err(DecodeError::Short { len: 50, need: 64 })
         );
     }
 

@@ -170,16 +170,18 @@ pub struct SyncEvent {
     pub flags: u32,
     /// A count or thread id: see the type's documentation.
     pub extra: u32,
-    /// Zero.
-    pub pad: u32,
+    /// Futex waits only: earlier waits by the thread on the same word that returned
+    /// without sleeping, folded into this record ([`FutexWaitEvent::unslept`]); 0
+    /// otherwise.
+    pub repeats: u32,
 }
 const _: () = assert!(size_of::<SyncEvent>() == 80);
 
 /// A futex wait (kind [`EventKind::FutexWait`]): the fields of a [`Primitive::Futex`]
-/// [`SyncOp::Wait`] [`SyncEvent`] that such a wait fills, in 56 bytes, so that with the
-/// ring's 8-byte header a record is one cache line. Contention mode sends one per wait,
-/// and on a contended lock each line written costs the traced program a transfer from
-/// the reader's cache. Decoded as that SyncEvent.
+/// [`SyncOp::Wait`] [`SyncEvent`] that such a wait fills, in 64 bytes. Decoded as that
+/// SyncEvent. A wait that returned without sleeping has `ret` -EAGAIN and no wait time;
+/// contention mode folds a thread's run of them on one word into `unslept` of its next
+/// record (one a contended lock would otherwise send per lock attempt).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct FutexWaitEvent {
@@ -195,8 +197,13 @@ pub struct FutexWaitEvent {
     pub ret: i32,
     /// The tid whose FUTEX_WAKE on the word ended the wait (0 when unknown).
     pub waker: u32,
+    /// Earlier waits by the thread on the same word, since its last record, that
+    /// returned without sleeping (the word had changed before it could sleep).
+    pub unslept: u32,
+    /// Zero.
+    pub pad: u32,
 }
-const _: () = assert!(size_of::<FutexWaitEvent>() == 56);
+const _: () = assert!(size_of::<FutexWaitEvent>() == 64);
 
 impl FutexWaitEvent {
     /// The same wait as a [`SyncEvent`].
@@ -215,7 +222,7 @@ impl FutexWaitEvent {
             ret: self.ret,
             flags: 0,
             extra: self.waker,
-            pad: 0,
+            repeats: self.unslept,
         }
     }
 }
@@ -336,11 +343,59 @@ pub struct PendingFutex {
     pub op: u32,
     /// The value the caller expected in the word (for pthread_join: the joined tid).
     pub val: u32,
-    /// Pads an entry to 32 bytes, so an array of them keeps each entry within one half
-    /// of a cache line.
-    pub pad: u64,
+    /// [`PENDING_TIMED`] when the call has a timeout.
+    pub flags: u32,
+    /// Contention mode: waits on this word before this one that returned without
+    /// sleeping, not yet sent ([`FutexWaitEvent::unslept`]).
+    pub unslept: u32,
 }
 const _: () = assert!(size_of::<PendingFutex>() == 32);
+
+/// [`PendingFutex::flags`]: the wait has a timeout (a wake from no thread ends it as
+/// timed out).
+pub const PENDING_TIMED: u32 = 1;
+
+/// A thread's last futex wait that ended, waiting in its slot to be sent (contention
+/// mode, `names::MAP_FUTEX_DONE`), with what it needs to be finished. The waker's
+/// CPU records the wait at the wake; the time the woken thread then spent queued for a
+/// CPU is added when the record is sent, from the thread's scheduler statistics (the
+/// same two numbers /proc/PID/task/TID/schedstat shows): while the thread has been
+/// switched in once since the wake, the growth of its run delay is exactly that queueing.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FutexDone {
+    /// The wait, ended at its wake; `header.kind` and `header.cpu` (its first 8 bytes)
+    /// are the mark of a record not yet sent.
+    pub wait: FutexWaitEvent,
+    /// The thread's total run delay (ns queued for a CPU) at the wake.
+    pub run_delay: u64,
+    /// Times the thread had been switched in at the wake.
+    pub pcount: u64,
+}
+const _: () = assert!(size_of::<FutexDone>() == 80);
+
+impl FutexDone {
+    /// `pcount` of a wait that ended at its system call's return: nothing to add.
+    pub const AT_RETURN: u64 = u64::MAX;
+
+    /// The wait, ended when its thread got a CPU: `run_delay` and `pcount` are the
+    /// thread's statistics now. Queueing after a second switch-in is not the wait's, so
+    /// then the average per switch-in is added.
+    pub fn finished(&self, run_delay: u64, pcount: u64) -> FutexWaitEvent {
+        let mut w = self.wait;
+        let switches = pcount.wrapping_sub(self.pcount);
+        let queued = run_delay.wrapping_sub(self.run_delay);
+        // AT_RETURN, or counters that went backwards (a slot reused by another thread),
+        // add nothing.
+        if self.pcount != Self::AT_RETURN && switches > 0 && switches < 1 << 32 && queued < 1 << 40
+        {
+            let q = queued / switches;
+            w.wait_ns += q;
+            w.header.ts_ns += q;
+        }
+        w
+    }
+}
 
 /// A slot of the last-waker table: who last woke waiters on a futex word, and when.
 #[repr(C)]

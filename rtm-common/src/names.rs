@@ -60,6 +60,9 @@ pub const PROG_FUTEX_ENTER: &str = "futex_enter";
 pub const PROG_FUTEX_ENTER_RAW: &str = "futex_enter_raw";
 /// sys_exit as a BTF tracepoint (futex calls).
 pub const PROG_FUTEX_EXIT: &str = "futex_exit";
+/// sched_waking as a BTF tracepoint: in contention mode, ends a traced thread's futex
+/// wait at its wake, in the waker's context (no program runs at the syscall's return).
+pub const PROG_FUTEX_WAKING: &str = "futex_waking";
 /// syscalls/sys_exit_futex, for kernels without BTF.
 pub const PROG_FUTEX_EXIT_TP: &str = "futex_exit_tp";
 /// task/task_newtask.
@@ -77,6 +80,22 @@ pub const GLOBAL_COUNT_WAKES: &str = "COUNT_WAKES";
 /// Global in the eBPF object: bytes waiting in the ring buffer before a record wakes the
 /// reader (which otherwise drains on a timer).
 pub const GLOBAL_WAKEUP_BYTES: &str = "WAKEUP_BYTES";
+
+/// Global in the eBPF object: 1 when contention mode ends futex waits at their wake
+/// ([`PROG_FUTEX_WAKING`], which needs the `GLOBAL_TASK_*` offsets) rather than at the
+/// system call's return.
+pub const GLOBAL_WAKING: &str = "WAKING";
+/// Globals in the eBPF object: offsets in the kernel's `struct task_struct` of `pid`,
+/// `tgid`, `sched_info.pcount` and `sched_info.run_delay`, read from its BTF at load
+/// (the verifier checks each access against the same BTF). 0: unknown, and
+/// [`PROG_FUTEX_WAKING`] is not used.
+pub const GLOBAL_TASK_PID: &str = "TASK_PID";
+/// See [`GLOBAL_TASK_PID`].
+pub const GLOBAL_TASK_TGID: &str = "TASK_TGID";
+/// See [`GLOBAL_TASK_PID`].
+pub const GLOBAL_TASK_PCOUNT: &str = "TASK_PCOUNT";
+/// See [`GLOBAL_TASK_PID`].
+pub const GLOBAL_TASK_RUN_DELAY: &str = "TASK_RUN_DELAY";
 
 /// Global in the eBPF object: the size of [`MAP_FUTEX_SLOTS`] minus one (a power of two
 /// minus one); threads with a larger tid use [`MAP_PENDING_FUTEX`].

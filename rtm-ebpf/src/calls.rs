@@ -123,7 +123,7 @@ pub fn call_enter(ctx: ProbeContext) -> u32 {
             ret: 0,
             flags: SYNC_FLAG_BEGIN,
             extra: 0,
-            pad: 0,
+            repeats: 0,
         });
     }
     if depth >= MAX_CALL_DEPTH {
@@ -190,7 +190,7 @@ pub fn call_return(ctx: RetProbeContext) -> u32 {
         ret: ret as i32,
         flags: call.flags,
         extra: call.extra,
-        pad: 0,
+        repeats: 0,
     });
     0
 }
@@ -229,7 +229,7 @@ pub fn call_mark(ctx: ProbeContext) -> u32 {
         ret: 0,
         flags,
         extra: 0,
-        pad: 0,
+        repeats: 0,
     });
     0
 }

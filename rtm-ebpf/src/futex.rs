@@ -1,16 +1,17 @@
 //! The futex system calls: contended waits and the wakes that end them.
 //!
 //! The uncontended paths of glibc's primitives never enter the kernel, so these
-//! programs cost nothing there. A wait is measured to its exit, with the thread whose
-//! FUTEX_WAKE on the same word (in the same process) came last before it returned: the
-//! releaser the waiter was waiting for. In contention mode its record is sent when the
-//! thread next starts to wait (or exits), time it would spend waiting anyway, rather
-//! than on its way from the wake to the lock; userspace takes the records of threads
-//! that have gone quiet (`names::MAP_FUTEX_DONE`). A blocking uprobed call in flight on
+//! programs cost nothing there. In contention mode (with the kernel's BTF) a wait is
+//! recorded at its entry here and ended at its wake (`waking`), which names the thread
+//! that woke it; nothing runs at the system call's return. A wait whose entry is still
+//! there at the thread's next wait returned without sleeping (the word had changed).
+//! Otherwise (full mode, or no BTF) a wait is measured to its return, with the thread
+//! whose FUTEX_WAKE on the same word (in the same process) came last before it
+//! returned. A wait's record is kept in the thread's slot until the thread next waits or
+//! exits (`futex_done`) rather than sent on its way back to its lock; full mode sends
+//! it at once, in order with its uprobe records. A blocking uprobed call in flight on
 //! the thread is marked as having blocked, and a wake inside
 //! pthread_cond_signal/broadcast adds the threads it woke to that call.
-
-use core::intrinsics::AtomicOrdering;
 
 use aya_ebpf::{
     EbpfContext,
@@ -19,18 +20,22 @@ use aya_ebpf::{
     programs::{BtfTracePointContext, RawTracePointContext, TracePointContext},
 };
 use rtm_common::{
-    EventHeader, EventKind, FUTEX_CMD_MASK, FutexWaitEvent, FutexWaker, LossCounter, PendingFutex,
-    SYNC_FLAG_BLOCKED, futex_cmd_waits, futex_cmd_wakes,
+    EventKind, FUTEX_CMD_MASK, FutexWaitEvent, FutexWaker, LossCounter, PENDING_TIMED,
+    PendingFutex, SYNC_FLAG_BLOCKED, futex_cmd_waits, futex_cmd_wakes,
 };
 
 use crate::{
     emit::{self, header, now},
     filter::{is_traced, traced_pid_tgid},
-    maps::{COUNT_WAKES, PENDING_FUTEX, count_loss, futex_done, futex_slot, innermost, waker_slot},
+    futex_done::{current_task, keep_done, send_done},
+    maps::{COUNT_WAKES, PENDING_FUTEX, WAKING, count_loss, futex_slot, innermost, waker_slot},
 };
 
 /// x86-64 system call number of futex.
-const SYS_FUTEX: u64 = 202;
+pub const SYS_FUTEX: u64 = 202;
+
+/// -EAGAIN: what a wait that returned without sleeping is recorded with.
+const EAGAIN: i32 = -11;
 
 /// The argument registers of a syscall, as saved in `struct pt_regs` at offset 96
 /// (x86-64: dx, si, di).
@@ -43,6 +48,13 @@ struct EnterRegs {
 }
 
 const ENTER_REGS: usize = 96;
+
+/// Offset of `r10` (the fourth syscall argument: a futex wait's timeout) in struct
+/// pt_regs.
+const REGS_R10: usize = 56;
+
+/// Offset of `di` (the first syscall argument: the futex word) in struct pt_regs.
+pub const REGS_DI: usize = 112;
 
 /// Reads part of the task's saved registers in one helper call.
 #[inline(always)]
@@ -78,15 +90,26 @@ pub fn futex_enter(ctx: BtfTracePointContext) -> i32 {
     // SAFETY: fields of the task's saved registers (struct pt_regs, the tracepoint's first
     // argument); the verifier checks each offset against the kernel's BTF and the JIT
     // makes the loads fault-safe.
-    let r = unsafe {
+    let (r, timeout) = unsafe {
         let at = |offset: usize| core::ptr::read_volatile(regs.add(offset).cast::<u64>());
-        EnterRegs {
-            dx: at(ENTER_REGS),
-            si: at(ENTER_REGS + 8),
-            di: at(ENTER_REGS + 16),
-        }
+        (
+            EnterRegs {
+                dx: at(ENTER_REGS),
+                si: at(ENTER_REGS + 8),
+                di: at(ENTER_REGS + 16),
+            },
+            at(REGS_R10),
+        )
     };
-    enter(pid_tgid, r.di, r.si as u32, r.dx as u32) as i32
+    let waking = WAKING.load() != 0;
+    enter(
+        pid_tgid,
+        r.di,
+        r.si as u32,
+        r.dx as u32,
+        timeout != 0,
+        waking,
+    ) as i32
 }
 
 /// The same on a kernel without BTF: raw_syscalls sys_enter, the registers read through
@@ -99,24 +122,34 @@ pub fn futex_enter_raw(ctx: RawTracePointContext) -> u32 {
     let Some(r) = regs::<EnterRegs>(&ctx, ENTER_REGS) else {
         return 0;
     };
-    enter(pid_tgid, r.di, r.si as u32, r.dx as u32)
+    // Waits end at their return here (sys_exit_futex): the timeout is not needed.
+    enter(pid_tgid, r.di, r.si as u32, r.dx as u32, false, false)
 }
 
+/// A futex call's entry. `waking`: contention mode's waits end at their wake
+/// (`waking::futex_waking`), and nothing runs at the return.
 #[inline(always)]
-fn enter(pid_tgid: u64, uaddr: u64, op: u32, val: u32) -> u32 {
+fn enter(pid_tgid: u64, uaddr: u64, op: u32, val: u32, timed: bool, waking: bool) -> u32 {
     let cmd = op & FUTEX_CMD_MASK;
-    let ts = now();
     // Full mode (uprobes on the pthread functions) is when wakes are counted.
     let full = COUNT_WAKES.load() != 0;
-    if futex_cmd_waits(cmd) {
+    let waits = futex_cmd_waits(cmd);
+    let wakes = !waits && futex_cmd_wakes(cmd);
+    // In contention mode with `waking`, the woken threads' records name the waker.
+    if !(waits || wakes) || (wakes && waking) {
+        return 0;
+    }
+    if waits {
         // The thread is about to wait: the time its last wait's record costs is time it
         // would spend waiting.
-        send_done(pid_tgid);
+        send_done(pid_tgid, current_task());
         if full && let Some(call) = innermost(pid_tgid) {
             // SAFETY: this thread's own entry; only this thread writes it.
             unsafe { (*call).flags |= SYNC_FLAG_BLOCKED };
         }
-    } else if futex_cmd_wakes(cmd) {
+    }
+    let ts = now();
+    if wakes {
         let tgid = (pid_tgid >> 32) as u32;
         if let Some(w) = waker_slot(tgid, uaddr) {
             // SAFETY: a map value. Two CPUs waking the same word at once can leave a mix
@@ -136,40 +169,90 @@ fn enter(pid_tgid: u64, uaddr: u64, op: u32, val: u32) -> u32 {
             // Contention mode: the waker is all a wait needs; skip the return.
             return 0;
         }
-    } else {
-        return 0;
     }
-    let pending = PendingFutex {
+    let mut pending = PendingFutex {
         uaddr,
         start_ns: ts,
         op,
         val,
-        pad: 0,
+        flags: if timed { PENDING_TIMED } else { 0 },
+        unslept: 0,
     };
-    if let Some(p) = futex_slot(pid_tgid as u32) {
-        // SAFETY: this thread's own slot; only this thread writes it while it lives.
-        unsafe { *p = pending };
-        return 0;
-    }
-    // The thread's entry is reused from call to call (start_ns 0: none in flight) and
-    // removed when the thread exits.
-    match PENDING_FUTEX.get_ptr_mut(pid_tgid) {
-        // SAFETY: this thread's own entry; only this thread writes it.
-        Some(p) => unsafe { *p = pending },
-        None => {
-            if PENDING_FUTEX.insert(pid_tgid, pending, 0).is_err() {
-                count_loss(LossCounter::PendingFull);
+    let p = match futex_slot(pid_tgid as u32) {
+        Some(p) => p,
+        // The thread's entry is reused from call to call (start_ns 0: none in flight)
+        // and removed when the thread exits.
+        None => match PENDING_FUTEX.get_ptr_mut(pid_tgid) {
+            Some(p) => p,
+            None => {
+                if PENDING_FUTEX.insert(pid_tgid, pending, 0).is_err() {
+                    count_loss(LossCounter::PendingFull);
+                }
+                return 0;
+            }
+        },
+    };
+    if waking && waits {
+        // SAFETY: this thread's own entry.
+        let last = unsafe { *p };
+        if last.start_ns != 0 {
+            // No wake ended the thread's last wait: it returned without sleeping. A run
+            // of them on one word goes out as one record, with the wait that ends it.
+            if last.uaddr == uaddr {
+                pending.unslept = last.unslept.saturating_add(1);
+            } else {
+                send_unslept(pid_tgid, &last);
             }
         }
     }
+    // SAFETY: this thread's own entry; only this thread writes it while it lives (the
+    // waker only clears start_ns, and only of a wait it ends).
+    unsafe { *p = pending };
     0
+}
+
+/// At a thread's exit (contention mode): its last wait, if no wake ended it, returned
+/// without sleeping; it and the run before it are sent.
+#[inline(always)]
+pub fn send_last_unslept(pid_tgid: u64) {
+    if WAKING.load() == 0 {
+        return;
+    }
+    let p = match futex_slot(pid_tgid as u32) {
+        Some(p) => p,
+        None => match PENDING_FUTEX.get_ptr_mut(pid_tgid) {
+            Some(p) => p,
+            None => return,
+        },
+    };
+    // SAFETY: this thread's own entry.
+    let last = unsafe { *p };
+    if last.start_ns != 0 {
+        send_unslept(pid_tgid, &last);
+    }
+}
+
+/// Sends the wait in `f`, which returned without sleeping, with the run of such waits
+/// before it: no wait time, no waker.
+#[inline(always)]
+pub fn send_unslept(pid_tgid: u64, f: &PendingFutex) {
+    emit::futex_wait(FutexWaitEvent {
+        header: header(EventKind::FutexWait, pid_tgid, f.start_ns),
+        uaddr: f.uaddr,
+        aux: u64::from(f.op) | (u64::from(f.val) << 32),
+        wait_ns: 0,
+        ret: EAGAIN,
+        waker: 0,
+        unslept: f.unslept,
+        pad: 0,
+    });
 }
 
 /// Offset of `ret` in the syscalls/sys_exit_futex record.
 const EXIT_RET: usize = 16;
 
 /// Offset of `orig_ax` (the system call number) in struct pt_regs.
-const ORIG_AX: usize = 120;
+pub const ORIG_AX: usize = 120;
 
 /// sys_exit (regs, ret) as a BTF tracepoint. It runs at the end of every system call of
 /// every process, like the entry, and reads the syscall number with a plain load. The
@@ -253,71 +336,18 @@ fn exit(pid_tgid: u64, ret: i64) -> u32 {
         wait_ns: ts.saturating_sub(f.start_ns),
         ret: ret as i32,
         waker,
+        unslept: 0,
+        pad: 0,
     };
     // The thread was just woken, and is on its way to the lock it waited for: in
-    // contention mode the record waits in its slot until the thread next waits or exits
-    // (send_done), or until userspace takes it. Writing the ring here delayed it enough
-    // to cost a contended lock a tenth of its throughput (BENCHMARKS.md). Full mode's
-    // records must stay in order with the thread's uprobe records: sent at once.
-    let slot = if COUNT_WAKES.load() == 0 {
-        futex_done(pid_tgid as u32)
+    // contention mode the record waits in its slot until the thread next waits or exits,
+    // or until userspace takes it. Writing the ring here delayed it enough to cost a
+    // contended lock a tenth of its throughput (BENCHMARKS.md). Full mode's records must
+    // stay in order with the thread's uprobe records: sent at once.
+    if COUNT_WAKES.load() == 0 {
+        keep_done(wait, core::ptr::null());
     } else {
-        None
-    };
-    match slot {
-        Some(d) => {
-            // SAFETY: this thread's own slot. Its previous wait was sent or taken before
-            // this wait began (the mark is zero). The mark goes last, so a reader that
-            // sees it nonzero sees the whole record (stores keep their order on x86).
-            unsafe {
-                core::ptr::write_volatile(
-                    d,
-                    FutexWaitEvent {
-                        header: EventHeader {
-                            kind: 0,
-                            cpu: 0,
-                            ..wait.header
-                        },
-                        ..wait
-                    },
-                );
-                core::ptr::write_volatile(d.cast::<u64>(), done_mark(&wait.header));
-            }
-        }
-        None => emit::futex_wait(wait),
-    }
-    0
-}
-
-/// The first 8 bytes of a header (kind, then cpu): the mark of a wait not yet sent.
-#[inline(always)]
-fn done_mark(h: &EventHeader) -> u64 {
-    u64::from(h.kind) | (u64::from(h.cpu) << 32)
-}
-
-/// Sends the thread's last ended wait if it is still in its slot: whoever swaps the
-/// mark (the header's first 8 bytes) to zero, this thread or userspace taking it, sends
-/// it, once.
-#[inline(always)]
-pub fn send_done(pid_tgid: u64) {
-    let Some(d) = futex_done(pid_tgid as u32) else {
-        return;
-    };
-    // SAFETY: this thread's own slot, 8-byte aligned; only this thread writes its fields,
-    // and only once the mark is zero. The swap is atomic against userspace's.
-    unsafe {
-        let mark = d.cast::<u64>();
-        if core::ptr::read_volatile(mark) == 0 {
-            return;
-        }
-        // The BPF target has no atomic types; the intrinsic compiles to BPF_XCHG.
-        let taken = core::intrinsics::atomic_xchg::<u64, { AtomicOrdering::SeqCst }>(mark, 0);
-        if taken == 0 {
-            return;
-        }
-        let mut wait = *d;
-        wait.header.kind = taken as u32;
-        wait.header.cpu = (taken >> 32) as u32;
         emit::futex_wait(wait);
     }
+    0
 }

@@ -9,9 +9,11 @@ mod calls;
 mod emit;
 mod filter;
 mod futex;
+mod futex_done;
 mod maps;
 mod mpi;
 mod task;
+mod waking;
 
 #[cfg(not(test))]
 #[panic_handler]

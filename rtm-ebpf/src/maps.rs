@@ -6,7 +6,7 @@ use aya_ebpf::{
     maps::{Array, HashMap, PerCpuArray, RingBuf},
 };
 use rtm_common::{
-    FutexWaitEvent, FutexWaker, LossCounter, MAX_CALL_DEPTH, MpiLayout, MpiPending, PendingCall,
+    FutexDone, FutexWaker, LossCounter, MAX_CALL_DEPTH, MpiLayout, MpiPending, PendingCall,
     PendingFutex, ThreadCalls,
     names::{
         DEFAULT_RING_BYTES, DEFAULT_TRACED_WORDS, MAX_FUTEX_SLOTS, MAX_PENDING, MAX_TRACED_TGIDS,
@@ -116,12 +116,11 @@ pub fn futex_slot(tid: u32) -> Option<*mut PendingFutex> {
 /// Each thread's last futex wait that ended and is not yet sent, in the thread's slot
 /// (see `names::MAP_FUTEX_DONE`). Mappable: userspace takes what is left.
 #[map(name = "FUTEX_DONE")]
-pub static FUTEX_DONE: Array<FutexWaitEvent> =
-    Array::with_max_entries(MAX_FUTEX_SLOTS, BPF_F_MMAPABLE);
+pub static FUTEX_DONE: Array<FutexDone> = Array::with_max_entries(MAX_FUTEX_SLOTS, BPF_F_MMAPABLE);
 
 /// The thread's slot for its last wait, or None when its tid is past the table.
 #[inline(always)]
-pub fn futex_done(tid: u32) -> Option<*mut FutexWaitEvent> {
+pub fn futex_done(tid: u32) -> Option<*mut FutexDone> {
     FUTEX_DONE.get_ptr_mut(futex_slot_index(tid, FUTEX_SLOT_MASK.load())?)
 }
 
@@ -152,6 +151,24 @@ pub static LOSSES: PerCpuArray<u64> = PerCpuArray::with_max_entries(LossCounter:
 /// 1: follow futex wakes to their return, to count the threads a signal woke (full mode).
 #[unsafe(no_mangle)]
 pub static COUNT_WAKES: Global<u32> = Global::new(0);
+
+/// 1: contention mode ends futex waits at their wake (`futex_waking` on sched_waking)
+/// instead of at the syscall's return; set by userspace at load, with the TASK_*
+/// offsets.
+#[unsafe(no_mangle)]
+pub static WAKING: Global<u32> = Global::new(0);
+
+/// Offsets in `struct task_struct` (see `names::GLOBAL_TASK_PID`), set by userspace at
+/// load from the kernel's BTF. Constants to the verifier (a frozen read-only map), so
+/// loads through a BTF task pointer at these offsets are checked like fixed fields.
+#[unsafe(no_mangle)]
+pub static TASK_PID: Global<u32> = Global::new(0);
+#[unsafe(no_mangle)]
+pub static TASK_TGID: Global<u32> = Global::new(0);
+#[unsafe(no_mangle)]
+pub static TASK_PCOUNT: Global<u32> = Global::new(0);
+#[unsafe(no_mangle)]
+pub static TASK_RUN_DELAY: Global<u32> = Global::new(0);
 
 /// 1: processes forked by a traced process are traced too (set by userspace at load).
 #[unsafe(no_mangle)]

@@ -71,8 +71,9 @@ pub fn task_exit(ctx: TracePointContext) -> u32 {
     let comm = unsafe { ctx.read_at::<[u8; 16]>(EXIT_COMM) }.unwrap_or([0; 16]);
     // SAFETY: as above.
     let group_dead = unsafe { ctx.read_at::<u8>(EXIT_GROUP_DEAD) }.unwrap_or(0);
-    // The thread's last wait goes before its exit.
-    crate::futex::send_done(pid_tgid);
+    // The thread's last waits go before its exit.
+    crate::futex_done::send_done(pid_tgid, crate::futex_done::current_task());
+    crate::futex::send_last_unslept(pid_tgid);
     forget_thread(pid_tgid);
     send(pid_tgid, TaskOp::Exit, group_dead as u32, 0, comm);
     0

@@ -30,7 +30,7 @@ fn record(tid: u32, ts: u64, op: SyncOp, object: u64) -> Vec<u8> {
         ret: 0,
         flags: 0,
         extra: 0,
-        pad: 0,
+        repeats: 0,
     })
     .to_vec()
 }

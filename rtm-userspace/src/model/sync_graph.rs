@@ -489,7 +489,16 @@ impl SyncGraph {
             primitive: Primitive::Futex,
             addr: raw.object,
         };
-        if s.op == SyncOp::Wait {
+        // A wait that returned without sleeping (the word had changed) waited for no
+        // one; a record may carry a run of them before its own wait.
+        let slept = s.op == SyncOp::Wait && raw.ret != -EAGAIN;
+        let unslept = if s.op != SyncOp::Wait {
+            0
+        } else {
+            u64::from(raw.repeats) + u64::from(!slept)
+        };
+        self.counters.waits_unslept += unslept;
+        if slept {
             if raw.extra != 0 {
                 let key = WaitsForKey {
                     pid: thread.pid,
@@ -507,7 +516,7 @@ impl SyncGraph {
                 }
             } else {
                 self.counters.waits_without_waker += 1;
-                // Woken (not a timeout or a changed value): perhaps by a thread's exit.
+                // Woken (not a timeout): perhaps by a thread's exit.
                 if raw.ret == 0 && self.unwoken.len() < MAX_UNWOKEN {
                     self.unwoken.push(UnwokenWait {
                         pid: thread.pid,
@@ -532,14 +541,16 @@ impl SyncGraph {
         let (budget, edge) = (&mut self.budget, &mut self.edges[i]);
         match s.op {
             SyncOp::Wait => {
-                edge.add(Count::Waits, 1);
-                edge.add(Count::Contended, 1);
-                edge.add(Count::ContendedWaitNs, raw.wait_ns);
-                edge.add(Count::Blocked, 1);
-                if raw.ret == -ETIMEDOUT {
-                    edge.add(Count::Timeouts, 1);
+                edge.add(Count::Waits, unslept + u64::from(slept));
+                if slept {
+                    edge.add(Count::Contended, 1);
+                    edge.add(Count::ContendedWaitNs, raw.wait_ns);
+                    edge.add(Count::Blocked, 1);
+                    if raw.ret == -ETIMEDOUT {
+                        edge.add(Count::Timeouts, 1);
+                    }
+                    edge.record(Span::Wait, raw.wait_ns, budget);
                 }
-                edge.record(Span::Wait, raw.wait_ns, budget);
             }
             SyncOp::Wake => edge.add(Count::Woken, raw.ret.max(0) as u64),
             _ => {}

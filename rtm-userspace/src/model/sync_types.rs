@@ -308,9 +308,12 @@ pub struct ModelCounters {
     /// Acquisitions of an object another thread held as far as the events showed: a release
     /// was not seen (an event was lost). The earlier hold is discarded, not guessed.
     pub interrupted_holds: u64,
-    /// Futex waits that ended without a wake from another thread of the process (timeouts,
-    /// signals, a value that had already changed, or a waker in another process).
+    /// Futex waits that slept and ended without a wake from another thread of the
+    /// process (timeouts, signals, or a waker in another process).
     pub waits_without_waker: u64,
+    /// Futex waits that returned without sleeping: the word had changed (the lock was
+    /// released) between the thread's last look and the kernel's.
+    pub waits_unslept: u64,
     /// Distributions that got no percentile histogram because the budget was spent.
     pub histograms_refused: u64,
 }

@@ -329,9 +329,16 @@ fn notes(out: &mut String, run: &RunInfo, s: &Snapshot) {
     }
     if m.waits_without_waker > 0 {
         notes.push(format!(
-            "{} waits ended without a wake from another thread (timeouts, signals, or the \
-             value had already changed)",
+            "{} waits that slept ended without a wake from another thread (timeouts, \
+             signals, or a waker in another process)",
             count(m.waits_without_waker)
+        ));
+    }
+    if m.waits_unslept > 0 {
+        notes.push(format!(
+            "{} futex waits returned without sleeping (the lock word changed before the \
+             kernel put the thread to sleep): counted in waits, not in sleeps or wait times",
+            count(m.waits_unslept)
         ));
     }
     if m.dropped_over_limits > 0 {

@@ -19,6 +19,7 @@ use iced_x86::Register;
 use rtm_common::{Cookie, LossCounter, MpiLayout, mpi_cookie, names};
 
 use super::{
+    kernel_btf::{self, TaskOffsets},
     layout::{self, Layout},
     mpi, placement,
     pthread::{self, FULL_PROBES, LibraryError, ProbeKind, ProbeSpec, PthreadLibrary},
@@ -33,26 +34,39 @@ const UPROBES: [&str; 5] = [
     names::PROG_MPI_RETURN,
 ];
 
-/// Futex calls are seen through the sys_enter and sys_exit tracepoints, attached raw as
-/// BTF tracepoints: the programs read the saved registers with plain loads. The
-/// per-syscall tracepoints (syscalls/sys_enter_futex, sys_exit_futex) fill a perf
-/// record for each call before the program runs, which on contended locks costs the
-/// traced program more than the program does. Returns a description for --verbose.
-fn attach_futex_btf(ebpf: &mut Ebpf, btf: &aya::Btf) -> Result<&'static str, ProbeError> {
-    for (name, event) in [
-        (names::PROG_FUTEX_ENTER, "sys_enter"),
-        (names::PROG_FUTEX_EXIT, "sys_exit"),
-    ] {
+/// Futex calls are seen through the sys_enter tracepoint, and their waits end at the
+/// sys_exit tracepoint or, with `waking` (contention mode), at sched_waking, in the
+/// waker's context, so that nothing runs on the woken thread's way back to its lock
+/// nor at the end of every other system call. All are attached raw, as BTF tracepoints:
+/// the programs read the saved registers with plain loads. The per-syscall tracepoints
+/// (syscalls/sys_enter_futex, sys_exit_futex) fill a perf record for each call before
+/// the program runs, which on contended locks costs the traced program more than the
+/// program does. Returns a description for --verbose.
+fn attach_futex_btf(
+    ebpf: &mut Ebpf,
+    btf: &aya::Btf,
+    waking: bool,
+) -> Result<&'static str, ProbeError> {
+    let end = if waking {
+        (names::PROG_FUTEX_WAKING, "sched_waking")
+    } else {
+        (names::PROG_FUTEX_EXIT, "sys_exit")
+    };
+    for (name, event) in [(names::PROG_FUTEX_ENTER, "sys_enter"), end] {
         let prog: &mut BtfTracePoint = program(ebpf, name)?;
         prog.load(event, btf)
             .map_err(|source| ProbeError::Program { name, source })?;
         prog.attach().map_err(|source| ProbeError::Tracepoint {
-            category: "raw_syscalls",
+            category: if waking { "sched" } else { "raw_syscalls" },
             event,
             source,
         })?;
     }
-    Ok("sys_enter and sys_exit as BTF tracepoints")
+    Ok(if waking {
+        "sys_enter and sched_waking as BTF tracepoints (waits end at their wake)"
+    } else {
+        "sys_enter and sys_exit as BTF tracepoints"
+    })
 }
 
 /// The same without BTF: the entry as a raw tracepoint that reads the registers through
@@ -256,6 +270,22 @@ impl Probes {
         // malloc arena), raised the tracer's peak memory by 10-17 MiB.
         let mut loader = EbpfLoader::new();
         loader.btf(None);
+        // Contention mode ends waits at their wake when the kernel's BTF gives the
+        // task_struct offsets that needs (read first, its copy of the file dropped).
+        let task = if count_wakes || layout.fallbacks {
+            None
+        } else {
+            kernel_btf::task_offsets()
+                .inspect_err(|e| log::info!("futex waits end at their return: {e}"))
+                .ok()
+        };
+        let waking = u32::from(task.is_some());
+        let task = task.unwrap_or(TaskOffsets {
+            pid: 0,
+            tgid: 0,
+            pcount: 0,
+            run_delay: 0,
+        });
         let btf = (!layout.fallbacks).then(aya::Btf::from_sys_fs);
         loader.map_max_entries(names::MAP_EVENTS, layout.per_ring);
         for (name, bytes) in layout.sync_ring_bytes() {
@@ -270,6 +300,11 @@ impl Probes {
             .override_global(names::GLOBAL_FOLLOW_FORKS, &follow, true)
             .override_global(names::GLOBAL_WAKEUP_BYTES, &wakeup, true)
             .override_global(names::GLOBAL_COUNT_WAKES, &wakes, true)
+            .override_global(names::GLOBAL_WAKING, &waking, true)
+            .override_global(names::GLOBAL_TASK_PID, &task.pid, true)
+            .override_global(names::GLOBAL_TASK_TGID, &task.tgid, true)
+            .override_global(names::GLOBAL_TASK_PCOUNT, &task.pcount, true)
+            .override_global(names::GLOBAL_TASK_RUN_DELAY, &task.run_delay, true)
             .load(object)
             .map_err(|source| ProbeError::Load { source })?;
         // Uprobe programs are verified when first attached (`uprobe`): a run that probes
@@ -289,7 +324,9 @@ impl Probes {
         }
         let attached = match &btf {
             None => Err(format!("{} is set", layout::FALLBACKS_ENV)),
-            Some(Ok(btf)) => attach_futex_btf(&mut ebpf, btf).map_err(|e| e.to_string()),
+            Some(Ok(btf)) => {
+                attach_futex_btf(&mut ebpf, btf, waking != 0).map_err(|e| e.to_string())
+            }
             Some(Err(e)) => Err(format!("cannot read the kernel's BTF: {e}")),
         };
         drop(btf);
@@ -297,7 +334,11 @@ impl Probes {
             Ok(how) => how.to_string(),
             Err(why) => {
                 // A program attached before the failure would see every call twice.
-                for name in [names::PROG_FUTEX_ENTER, names::PROG_FUTEX_EXIT] {
+                for name in [
+                    names::PROG_FUTEX_ENTER,
+                    names::PROG_FUTEX_EXIT,
+                    names::PROG_FUTEX_WAKING,
+                ] {
                     if let Ok(p) = program::<BtfTracePoint>(&mut ebpf, name) {
                         let _ = p.unload();
                     }

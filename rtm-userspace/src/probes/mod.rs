@@ -1,5 +1,6 @@
 //! Loading the eBPF object and attaching its programs to target processes.
 
+pub mod kernel_btf;
 pub mod layout;
 pub mod loader;
 pub mod mpi;

@@ -6,7 +6,9 @@
 //!
 //! A slot's first 8 bytes (the header's kind and cpu) mark a wait not yet sent; whoever
 //! swaps them to zero, the thread's next program run or this reader, sends it, so no
-//! wait is counted twice or lost.
+//! wait is counted twice or lost. A wait that ended at its wake is finished as the
+//! programs finish it, with the thread's scheduler statistics, here read from
+//! /proc/PID/task/TID/schedstat.
 
 use std::{
     io,
@@ -15,7 +17,7 @@ use std::{
 
 use aya::maps::MapData;
 use rtm_common::{
-    FutexWaitEvent,
+    FutexDone, FutexWaitEvent,
     decode::{Event, decode},
     names::futex_slot_index,
 };
@@ -36,7 +38,7 @@ impl LeftWaits {
     pub fn new(map: MapData, slots: u32) -> io::Result<Self> {
         debug_assert!(slots.is_power_of_two());
         Ok(Self {
-            mapping: Mapping::array(&map, slots as usize * size_of::<FutexWaitEvent>())?,
+            mapping: Mapping::array(&map, slots as usize * size_of::<FutexDone>())?,
             mask: slots - 1,
             _map: map,
         })
@@ -56,15 +58,16 @@ impl LeftWaits {
                 continue;
             };
             // SAFETY: slot <= mask, so the slot lies within the mapping, which holds
-            // mask + 1 records of FutexWaitEvent's size (8-byte aligned, page-aligned start).
+            // mask + 1 slots of FutexDone's size (8-byte aligned, page-aligned start).
             let at = unsafe {
                 self.mapping
                     .ptr()
                     .as_ptr()
-                    .add(slot as usize * size_of::<FutexWaitEvent>())
-                    .cast::<FutexWaitEvent>()
+                    .add(slot as usize * size_of::<FutexDone>())
+                    .cast::<FutexDone>()
             };
-            if let Some(wait) = take_one(at, before_ns) {
+            if let Some(done) = take_one(at, before_ns) {
+                let wait = finish(&done);
                 match decode(bytes_of(&wait)) {
                     Ok(ev) => sink(&ev),
                     Err(e) => log::debug!("futex slot of {tid}: {e}"),
@@ -74,8 +77,31 @@ impl LeftWaits {
     }
 }
 
+/// The wait in `done`, finished with its thread's scheduler statistics when it ended at
+/// its wake (as is, when they cannot be read: the thread is gone).
+fn finish(done: &FutexDone) -> FutexWaitEvent {
+    if done.pcount == FutexDone::AT_RETURN {
+        return done.wait;
+    }
+    let h = &done.wait.header;
+    let path = format!("/proc/{}/task/{}/schedstat", h.pid, h.tid);
+    match std::fs::read_to_string(path)
+        .ok()
+        .and_then(|s| schedstat(&s))
+    {
+        Some((run_delay, pcount)) => done.finished(run_delay, pcount),
+        None => done.wait,
+    }
+}
+
+/// (run delay, times switched in) from a schedstat line: "cpu_ns run_delay_ns pcount".
+fn schedstat(line: &str) -> Option<(u64, u64)> {
+    let mut f = line.split_ascii_whitespace().skip(1);
+    Some((f.next()?.parse().ok()?, f.next()?.parse().ok()?))
+}
+
 /// Takes the wait at `at` if it is marked and ended before `before_ns`.
-fn take_one(at: *mut FutexWaitEvent, before_ns: Option<u64>) -> Option<FutexWaitEvent> {
+fn take_one(at: *mut FutexDone, before_ns: Option<u64>) -> Option<FutexDone> {
     // SAFETY: `at` points at a slot of the mapping (see the caller). The programs write
     // it concurrently: the copy is checked against the mark taken below.
     let mark = unsafe { AtomicU64::from_ptr(at.cast::<u64>()) };
@@ -84,7 +110,7 @@ fn take_one(at: *mut FutexWaitEvent, before_ns: Option<u64>) -> Option<FutexWait
     }
     // SAFETY: as above; a volatile copy of plain data.
     let copy = unsafe { at.read_volatile() };
-    if before_ns.is_some_and(|b| copy.header.ts_ns >= b) {
+    if before_ns.is_some_and(|b| copy.wait.header.ts_ns >= b) {
         return None;
     }
     let taken = mark.swap(0, Ordering::AcqRel);
@@ -96,14 +122,14 @@ fn take_one(at: *mut FutexWaitEvent, before_ns: Option<u64>) -> Option<FutexWait
     // taken is that of the wait in the slot now, which its thread leaves alone until it
     // has waited again.
     // SAFETY: as above.
-    let mut wait = unsafe { at.read_volatile() };
-    wait.header.kind = taken as u32;
-    wait.header.cpu = (taken >> 32) as u32;
-    Some(wait)
+    let mut done = unsafe { at.read_volatile() };
+    done.wait.header.kind = taken as u32;
+    done.wait.header.cpu = (taken >> 32) as u32;
+    Some(done)
 }
 
 fn bytes_of(wait: &FutexWaitEvent) -> &[u8] {
-    // SAFETY: FutexWaitEvent is plain data without padding (56 bytes, asserted in
+    // SAFETY: FutexWaitEvent is plain data without padding (64 bytes, asserted in
     // rtm-common).
     unsafe {
         std::slice::from_raw_parts(
@@ -119,7 +145,15 @@ mod tests {
 
     use super::*;
 
-    fn wait(ts_ns: u64) -> FutexWaitEvent {
+    fn wait(ts_ns: u64) -> FutexDone {
+        FutexDone {
+            wait: event(ts_ns),
+            run_delay: 0,
+            pcount: FutexDone::AT_RETURN,
+        }
+    }
+
+    fn event(ts_ns: u64) -> FutexWaitEvent {
         FutexWaitEvent {
             header: EventHeader {
                 kind: EventKind::FutexWait as u32,
@@ -133,6 +167,8 @@ mod tests {
             wait_ns: 500,
             ret: 0,
             waker: 12,
+            unslept: 0,
+            pad: 0,
         }
     }
 
@@ -140,7 +176,7 @@ mod tests {
     fn a_marked_wait_is_taken_once() {
         let mut slot = wait(1_000);
         assert_eq!(take_one(&mut slot, None), Some(wait(1_000)));
-        assert_eq!(slot.header.kind, 0);
+        assert_eq!(slot.wait.header.kind, 0);
         assert_eq!(take_one(&mut slot, None), None);
     }
 
@@ -148,7 +184,28 @@ mod tests {
     fn a_recent_wait_is_left_to_its_thread() {
         let mut slot = wait(5_000);
         assert_eq!(take_one(&mut slot, Some(5_000)), None);
-        assert_eq!(slot.header.kind, EventKind::FutexWait as u32);
+        assert_eq!(slot.wait.header.kind, EventKind::FutexWait as u32);
         assert_eq!(take_one(&mut slot, Some(5_001)), Some(wait(5_000)));
+    }
+
+    #[test]
+    fn a_wait_ended_at_its_wake_gets_the_queueing_after_it() {
+        let done = FutexDone {
+            wait: event(5_000),
+            run_delay: 1_000,
+            pcount: 7,
+        };
+        // Switched in once since the wake, after 300 ns queued: all of it is the wait's.
+        let w = done.finished(1_300, 8);
+        assert_eq!((w.wait_ns, w.header.ts_ns), (800, 5_300));
+        // Three times: the average.
+        assert_eq!(done.finished(1_900, 10).wait_ns, 800);
+        // Not switched in (woken before it slept), or counters from another thread.
+        assert_eq!(done.finished(1_300, 7).wait_ns, 500);
+        assert_eq!(done.finished(900, 3).wait_ns, 500);
+        // Ended at its return: nothing to add.
+        assert_eq!(finish(&wait(5_000)).wait_ns, 500);
+        assert_eq!(schedstat("123 456 7\n"), Some((456, 7)));
+        assert_eq!(schedstat("123"), None);
     }
 }

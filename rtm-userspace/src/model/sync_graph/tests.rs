@@ -42,7 +42,7 @@ fn evp(
         ret,
         flags,
         extra,
-        pad: 0,
+        repeats: 0,
     };
     decode(encode(&raw)).expect("valid event")
 }

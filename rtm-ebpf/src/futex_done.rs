@@ -1,0 +1,127 @@
+//! Each thread's last ended futex wait, kept in its slot of `FUTEX_DONE` until the
+//! thread next starts to wait or exits (time it would spend waiting anyway), or until
+//! userspace takes it. The first 8 bytes of a slot (the header's kind and cpu) mark a
+//! record not yet sent: whoever swaps them to zero, a program or userspace, sends it,
+//! once.
+
+use core::intrinsics::AtomicOrdering;
+
+use aya_ebpf::helpers::bpf_get_current_task_btf;
+use rtm_common::{EventHeader, FutexDone, FutexWaitEvent};
+
+use crate::{
+    emit,
+    maps::{TASK_PCOUNT, TASK_RUN_DELAY, WAKING, futex_done},
+};
+
+/// A field of a `struct task_struct` at an offset from the kernel's BTF.
+///
+/// # Safety
+/// `task` is a BTF task pointer (a BTF tracepoint's argument or
+/// bpf_get_current_task_btf), and `offset` one of the TASK_* globals, a constant the
+/// verifier checks against that BTF.
+#[inline(always)]
+pub unsafe fn task_field<T: Copy>(task: *const u8, offset: u32) -> T {
+    // SAFETY: see above; the JIT makes the load fault-safe.
+    unsafe { core::ptr::read_volatile(task.add(offset as usize).cast::<T>()) }
+}
+
+/// The current task as a BTF pointer, when waits end at their wake (the helper needs
+/// the kernel's BTF, which then exists); null otherwise.
+#[inline(always)]
+pub fn current_task() -> *const u8 {
+    if WAKING.load() == 0 {
+        return core::ptr::null();
+    }
+    // SAFETY: helper without preconditions.
+    unsafe { bpf_get_current_task_btf() as *const u8 }
+}
+
+/// The thread's scheduler statistics (run delay, times switched in) for the queueing
+/// after a wake; `None` without a task.
+///
+/// # Safety
+/// As [`task_field`]: `task` is a BTF task pointer or null.
+#[inline(always)]
+unsafe fn sched_stats(task: *const u8) -> Option<(u64, u64)> {
+    if task.is_null() || WAKING.load() == 0 {
+        return None;
+    }
+    // SAFETY: see above.
+    unsafe {
+        Some((
+            task_field::<u64>(task, TASK_RUN_DELAY.load()),
+            task_field::<u64>(task, TASK_PCOUNT.load()),
+        ))
+    }
+}
+
+/// Sends the thread's last ended wait if it is still in its slot. `task` is the thread's
+/// task_struct (BTF) or null: the record is finished with its statistics.
+#[inline(always)]
+pub fn send_done(pid_tgid: u64, task: *const u8) {
+    let Some(d) = futex_done(pid_tgid as u32) else {
+        return;
+    };
+    // SAFETY: the thread's slot, 8-byte aligned; its fields are written only while the
+    // mark is zero. The swap is atomic against userspace's and other programs'.
+    unsafe {
+        let mark = d.cast::<u64>();
+        if core::ptr::read_volatile(mark) == 0 {
+            return;
+        }
+        // The BPF target has no atomic types; the intrinsic compiles to BPF_XCHG.
+        let taken = core::intrinsics::atomic_xchg::<u64, { AtomicOrdering::SeqCst }>(mark, 0);
+        if taken == 0 {
+            return;
+        }
+        let done = *d;
+        let mut wait = match sched_stats(task) {
+            Some((run_delay, pcount)) => done.finished(run_delay, pcount),
+            None => done.wait,
+        };
+        wait.header.kind = taken as u32;
+        wait.header.cpu = (taken >> 32) as u32;
+        emit::futex_wait(wait);
+    }
+}
+
+/// Leaves `wait` in its thread's slot, or sends it when the thread has none. `task` is
+/// the thread's task_struct (BTF) when the wait ended at its wake (its statistics now,
+/// for the queueing that follows), null when it ended at its return.
+#[inline(always)]
+pub fn keep_done(wait: FutexWaitEvent, task: *const u8) {
+    let pid_tgid = (u64::from(wait.header.pid) << 32) | u64::from(wait.header.tid);
+    let Some(d) = futex_done(pid_tgid as u32) else {
+        return emit::futex_wait(wait);
+    };
+    // A record the thread has not sent yet (a wake that raced its next wait) goes first.
+    send_done(pid_tgid, task);
+    // SAFETY: as above (a null task has no statistics).
+    let (run_delay, pcount) = unsafe { sched_stats(task) }.unwrap_or((0, FutexDone::AT_RETURN));
+    // SAFETY: the thread's slot, its mark zero (sent or taken above). The mark goes
+    // last, so a reader that sees it nonzero sees the whole record (stores keep their
+    // order on x86).
+    unsafe {
+        core::ptr::write_volatile(
+            d,
+            FutexDone {
+                wait: FutexWaitEvent {
+                    header: EventHeader {
+                        kind: 0,
+                        cpu: 0,
+                        ..wait.header
+                    },
+                    ..wait
+                },
+                run_delay,
+                pcount,
+            },
+        );
+        let h = &wait.header;
+        core::ptr::write_volatile(
+            d.cast::<u64>(),
+            u64::from(h.kind) | (u64::from(h.cpu) << 32),
+        );
+    }
+}
