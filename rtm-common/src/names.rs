@@ -27,16 +27,19 @@ pub const MAP_TRACED: &str = "TRACED";
 /// fraction of a hash lookup.
 pub const MAP_FUTEX_SLOTS: &str = "FUTEX_SLOTS";
 /// Per-thread the thread's last futex wait that ended, not yet sent (same slots as
-/// [`MAP_FUTEX_SLOTS`]; mappable, read by userspace). The wait's record is sent when the
-/// thread next starts to wait or exits, not on the way out of the wait, where it would
-/// delay the woken thread; userspace takes the waits left when the trace ends, and older
-/// ones while it runs. A nonzero `header.kind` marks a wait not yet sent; whoever swaps
-/// it to zero sends it.
+/// [`MAP_FUTEX_SLOTS`]; mappable, read by userspace; values are `FutexDone`). The wait's
+/// record is sent when the thread next starts to wait or exits, not on the way out of
+/// the wait, where it would delay the woken thread; userspace takes the waits left when
+/// the trace ends, and older ones while it runs. A nonzero `header.kind` marks a wait
+/// not yet sent; whoever swaps it to zero sends it. In contention mode the waker's CPU
+/// writes it ([`PROG_FUTEX_WAKING`]); otherwise the wait's return.
 pub const MAP_FUTEX_DONE: &str = "FUTEX_DONE";
 /// The same for threads with larger tids.
 pub const MAP_PENDING_FUTEX: &str = "PENDING_FUTEX";
 /// The thread that last woke each futex word: a direct-mapped table indexed by a hash of
 /// (tgid, word); a word whose slot another word took has no waker until it is woken again.
+/// Used where waits end at their return (full mode, or no BTF); contention mode names
+/// the waker at the wake itself.
 pub const MAP_WAKERS: &str = "WAKERS";
 
 /// Per-thread MPI call between its entry and return probes.

@@ -294,6 +294,49 @@ fn futex_waits_name_their_waker_and_are_objects_only_in_contention_mode() {
     }
 }
 
+/// Contention mode folds a thread's run of waits that returned without sleeping into
+/// its next record: they count as waits, not as sleeps, wait time or waits without a
+/// waker.
+#[test]
+fn futex_waits_that_did_not_sleep_are_counted_apart() {
+    let mut g = SyncGraph::new(Limits::default(), true);
+    let record = |ts, wait, ret, waker, repeats| {
+        let mut e = evp(
+            Primitive::Futex,
+            1,
+            ts,
+            SyncOp::Wait,
+            M1,
+            wait,
+            ret,
+            0,
+            128,
+            waker,
+        );
+        if let Event::Sync(s) = &mut e {
+            s.raw.repeats = repeats;
+        }
+        e
+    };
+    // Five that did not sleep, then one that slept 400 ns and was woken by thread 2.
+    g.apply(&record(1_000, 400, 0, 2, 5));
+    // Three that did not sleep, sent on their own (the thread moved to another word).
+    g.apply(&record(2_000, 0, -11, 0, 2));
+    assert_eq!(g.counters().waits_unslept, 8);
+    assert_eq!(g.counters().waits_without_waker, 0);
+    let e = edge(&g, 1, M1);
+    assert_eq!(
+        (
+            e.counts().waits,
+            e.counts().contended,
+            e.counts().contended_wait_ns
+        ),
+        (9, 1, 400)
+    );
+    let (k, w) = g.waits_for().next().unwrap();
+    assert_eq!((k.waker, w.count, w.wait.total()), (2, 1, 400));
+}
+
 #[test]
 fn spawns_build_the_thread_tree_and_report_new_processes() {
     let mut g = SyncGraph::new(Limits::default(), false);
