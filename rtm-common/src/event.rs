@@ -483,6 +483,7 @@ mod user_impls {
     unsafe impl aya::Pod for EventHeader {}
     unsafe impl aya::Pod for SyncEvent {}
     unsafe impl aya::Pod for FutexWaitEvent {}
+    unsafe impl aya::Pod for PendingFutex {}
     unsafe impl aya::Pod for TaskEvent {}
     unsafe impl aya::Pod for PendingCall {}
     unsafe impl aya::Pod for ThreadCalls {}

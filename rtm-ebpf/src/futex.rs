@@ -37,6 +37,10 @@ pub const SYS_FUTEX: u64 = 202;
 /// -EAGAIN: what a wait that returned without sleeping is recorded with.
 const EAGAIN: i32 = -11;
 
+/// Most waits that returned without sleeping counted in a thread's entry before they
+/// are sent: a thread that keeps finding the word changed still shows up live.
+const UNSLEPT_BATCH: u32 = 1023;
+
 /// The argument registers of a syscall, as saved in `struct pt_regs` at offset 96
 /// (x86-64: dx, si, di).
 #[repr(C)]
@@ -198,8 +202,8 @@ fn enter(pid_tgid: u64, uaddr: u64, op: u32, val: u32, timed: bool, waking: bool
         if last.start_ns != 0 {
             // No wake ended the thread's last wait: it returned without sleeping. A run
             // of them on one word goes out as one record, with the wait that ends it.
-            if last.uaddr == uaddr {
-                pending.unslept = last.unslept.saturating_add(1);
+            if last.uaddr == uaddr && last.unslept < UNSLEPT_BATCH {
+                pending.unslept = last.unslept + 1;
             } else {
                 send_unslept(pid_tgid, &last);
             }

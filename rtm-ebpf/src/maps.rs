@@ -99,9 +99,11 @@ pub static MPI_PENDING: HashMap<u64, MpiPending> = HashMap::with_max_entries(MAX
 pub static MPI_LAYOUT: Array<MpiLayout> = Array::with_max_entries(4, 0);
 
 /// The futex call in flight on each thread whose tid is at most FUTEX_SLOT_MASK, at
-/// `futex_slot_index` (one slot per tid). Userspace sizes it (a power of two).
+/// `futex_slot_index` (one slot per tid). Userspace sizes it (a power of two), and maps
+/// it to read what contention mode still counts there when the trace ends.
 #[map(name = "FUTEX_SLOTS")]
-pub static FUTEX_SLOTS: Array<PendingFutex> = Array::with_max_entries(MAX_FUTEX_SLOTS, 0);
+pub static FUTEX_SLOTS: Array<PendingFutex> =
+    Array::with_max_entries(MAX_FUTEX_SLOTS, BPF_F_MMAPABLE);
 
 /// Slots in FUTEX_SLOTS minus one (set by userspace at load; 0 leaves it unused).
 #[unsafe(no_mangle)]

@@ -386,13 +386,22 @@ impl Probes {
 
     /// Takes the ended futex waits not yet sent (once), mapped.
     pub fn take_left_waits(&mut self) -> Result<LeftWaits, ProbeError> {
-        let name = names::MAP_FUTEX_DONE;
-        match self.ebpf.take_map(name) {
-            Some(aya::maps::Map::Array(data)) => {
-                LeftWaits::new(data, self.slots).map_err(|source| ProbeError::Mmap { name, source })
-            }
-            _ => Err(ProbeError::Missing(name)),
-        }
+        let mut take = |name: &'static str| {
+            self.ebpf
+                .take_map(name)
+                .ok_or(ProbeError::Missing(name))
+                .map(|m| match m {
+                    aya::maps::Map::Array(data) | aya::maps::Map::HashMap(data) => Ok(data),
+                    _ => Err(ProbeError::Missing(name)),
+                })?
+        };
+        let done = take(names::MAP_FUTEX_DONE)?;
+        let entries = take(names::MAP_FUTEX_SLOTS)?;
+        let pending = take(names::MAP_PENDING_FUTEX)?;
+        LeftWaits::new(done, entries, pending, self.slots).map_err(|source| ProbeError::Mmap {
+            name: names::MAP_FUTEX_SLOTS,
+            source,
+        })
     }
 
     /// Takes the event rings in use (once): MAP_EVENTS first.

@@ -4,6 +4,10 @@
 //! a while (so that a live view is not held back by a thread gone quiet), and all of
 //! them when the trace ends.
 //!
+//! When the trace ends it also sends, from each thread's entry in FUTEX_SLOTS, the run
+//! of waits that returned without sleeping that contention mode was still counting
+//! there (`FutexWaitEvent::unslept`).
+//!
 //! A slot's first 8 bytes (the header's kind and cpu) mark a wait not yet sent; whoever
 //! swaps them to zero, the thread's next program run or this reader, sends it, so no
 //! wait is counted twice or lost. A wait that ended at its wake is finished as the
@@ -15,45 +19,70 @@ use std::{
     sync::atomic::{AtomicU64, Ordering},
 };
 
-use aya::maps::MapData;
+use aya::maps::{HashMap as BpfHashMap, MapData};
 use rtm_common::{
-    FutexDone, FutexWaitEvent,
+    EventHeader, EventKind, FutexDone, FutexWaitEvent, PendingFutex,
     decode::{Event, decode},
     names::futex_slot_index,
 };
 
 use super::ring_map::Mapping;
 
-/// The FUTEX_DONE map, mapped into this process.
+/// The FUTEX_DONE map, mapped into this process, and the futex entries in flight.
 pub struct LeftWaits {
     mapping: Mapping,
+    /// FUTEX_SLOTS, mapped: read when the trace ends.
+    entries: Mapping,
+    /// PENDING_FUTEX: the entries of threads past the slots.
+    pending: BpfHashMap<MapData, u64, PendingFutex>,
     /// Slots minus one.
     mask: u32,
-    /// Owns the descriptor; declared last so the mapping goes first.
+    /// Own the descriptors; declared last so the mappings go first.
     _map: MapData,
+    _entries: MapData,
 }
 
+/// -EAGAIN, as the programs record a wait that returned without sleeping.
+const EAGAIN: i32 = -11;
+
 impl LeftWaits {
-    /// Maps the array `map` of `slots` waits (a power of two).
-    pub fn new(map: MapData, slots: u32) -> io::Result<Self> {
+    /// Maps the arrays `done` (FUTEX_DONE) and `entries` (FUTEX_SLOTS) of `slots`
+    /// elements (a power of two); `pending` is PENDING_FUTEX.
+    pub fn new(done: MapData, entries: MapData, pending: MapData, slots: u32) -> io::Result<Self> {
         debug_assert!(slots.is_power_of_two());
+        let pending = aya::maps::Map::HashMap(pending)
+            .try_into()
+            .map_err(io::Error::other)?;
         Ok(Self {
-            mapping: Mapping::array(&map, slots as usize * size_of::<FutexDone>())?,
+            mapping: Mapping::array(&done, slots as usize * size_of::<FutexDone>())?,
+            entries: Mapping::array(&entries, slots as usize * size_of::<PendingFutex>())?,
+            pending,
             mask: slots - 1,
-            _map: map,
+            _map: done,
+            _entries: entries,
         })
     }
 
-    /// Takes the waits left in the slots of threads `tids` that ended before `before_ns`
-    /// (CLOCK_MONOTONIC; all of them when None) and hands each to `sink`. Only the slots
+    /// Takes the waits left in the slots of threads `threads` (pid, tid) that ended
+    /// before `before_ns` (CLOCK_MONOTONIC; all of them when None, at the end of the
+    /// trace, with the runs of unslept waits) and hands each to `sink`. Only the slots
     /// of these threads are read, so the pages of the others are never touched.
     pub fn take(
         &self,
-        tids: impl IntoIterator<Item = u32>,
+        threads: impl IntoIterator<Item = (u32, u32)>,
         before_ns: Option<u64>,
         sink: &mut dyn FnMut(&Event),
     ) {
-        for tid in tids {
+        for (pid, tid) in threads {
+            let mut send = |wait: &FutexWaitEvent| match decode(bytes_of(wait)) {
+                Ok(ev) => sink(&ev),
+                Err(e) => log::debug!("futex slot of {tid}: {e}"),
+            };
+            if before_ns.is_none()
+                && let Some(wait) = self.entry(pid, tid).and_then(|f| unslept(pid, tid, &f))
+            {
+                send(&wait);
+            }
             let Some(slot) = futex_slot_index(tid, self.mask) else {
                 continue;
             };
@@ -67,14 +96,67 @@ impl LeftWaits {
                     .cast::<FutexDone>()
             };
             if let Some(done) = take_one(at, before_ns) {
-                let wait = finish(&done);
-                match decode(bytes_of(&wait)) {
-                    Ok(ev) => sink(&ev),
-                    Err(e) => log::debug!("futex slot of {tid}: {e}"),
-                }
+                send(&finish(&done));
             }
         }
     }
+
+    /// The futex entry of thread `tid` of `pid`.
+    fn entry(&self, pid: u32, tid: u32) -> Option<PendingFutex> {
+        match futex_slot_index(tid, self.mask) {
+            // SAFETY: as in `take`, for the FUTEX_SLOTS mapping (32-byte entries); read
+            // once the programs are detached.
+            Some(slot) => Some(unsafe {
+                self.entries
+                    .ptr()
+                    .as_ptr()
+                    .add(slot as usize * size_of::<PendingFutex>())
+                    .cast::<PendingFutex>()
+                    .read_volatile()
+            }),
+            None => self
+                .pending
+                .get(&((u64::from(pid) << 32) | u64::from(tid)), 0)
+                .ok(),
+        }
+    }
+}
+
+/// The run of waits that returned without sleeping still counted in a thread's entry
+/// `f` when the trace ends: the `unslept` before its last wait, and that wait too
+/// unless the thread is asleep in it now (/proc/PID/task/TID/syscall).
+fn unslept(pid: u32, tid: u32, f: &PendingFutex) -> Option<FutexWaitEvent> {
+    if f.start_ns == 0 {
+        return None;
+    }
+    let path = format!("/proc/{pid}/task/{tid}/syscall");
+    let asleep = std::fs::read_to_string(path).is_ok_and(|s| in_futex_on(&s, f.uaddr));
+    let n = f.unslept + u32::from(!asleep);
+    (n > 0).then(|| FutexWaitEvent {
+        header: EventHeader {
+            kind: EventKind::FutexWait as u32,
+            cpu: 0,
+            ts_ns: f.start_ns,
+            pid,
+            tid,
+        },
+        uaddr: f.uaddr,
+        aux: u64::from(f.op) | (u64::from(f.val) << 32),
+        wait_ns: 0,
+        ret: EAGAIN,
+        waker: 0,
+        unslept: n - 1,
+        pad: 0,
+    })
+}
+
+/// Whether a /proc syscall line ("202 0xADDR ...") is a futex call on `uaddr`.
+fn in_futex_on(line: &str, uaddr: u64) -> bool {
+    let mut f = line.split_ascii_whitespace();
+    f.next() == Some("202")
+        && f.next()
+            .and_then(|a| u64::from_str_radix(a.trim_start_matches("0x"), 16).ok())
+            == Some(uaddr)
 }
 
 /// The wait in `done`, finished with its thread's scheduler statistics when it ended at
@@ -207,5 +289,34 @@ mod tests {
         assert_eq!(finish(&wait(5_000)).wait_ns, 500);
         assert_eq!(schedstat("123 456 7\n"), Some((456, 7)));
         assert_eq!(schedstat("123"), None);
+    }
+
+    #[test]
+    fn the_unslept_run_left_at_the_end_is_sent() {
+        let f = PendingFutex {
+            uaddr: 0x1000,
+            start_ns: 9_000,
+            op: 128,
+            val: 2,
+            flags: 0,
+            unslept: 4,
+        };
+        // No such thread: its last wait returned too.
+        let w = unslept(u32::MAX, u32::MAX, &f).unwrap();
+        assert_eq!(
+            (w.ret, w.unslept, w.wait_ns, w.uaddr),
+            (EAGAIN, 4, 0, 0x1000)
+        );
+        assert_eq!(unslept(1, 1, &PendingFutex { start_ns: 0, ..f }), None);
+        assert!(in_futex_on(
+            "202 0x1000 0x80 0x2 0x0 0x0 0x0 0x7ffc 0x7f00\n",
+            0x1000
+        ));
+        assert!(!in_futex_on(
+            "202 0x2000 0x80 0x2 0x0 0x0 0x0 0x7ffc 0x7f00",
+            0x1000
+        ));
+        assert!(!in_futex_on("running", 0x1000));
+        assert!(!in_futex_on("0 0x1000 0x80", 0x1000));
     }
 }

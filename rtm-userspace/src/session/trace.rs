@@ -49,8 +49,8 @@ fn take_left(
         return;
     };
     let before = (!all).then(|| monotonic_ns().saturating_sub(QUIET_WAIT_NS));
-    let tids = pids.flat_map(process::thread_ids);
-    left.take(tids, before, &mut |ev| state.apply(ev));
+    let threads = pids.flat_map(|p| process::thread_ids(p).into_iter().map(move |t| (p, t)));
+    left.take(threads, before, &mut |ev| state.apply(ev));
 }
 
 /// Records decoded per wake-up before the loop looks at its other sources again.
