@@ -4,7 +4,8 @@
 use std::{io::Write, process::Command, time::Duration};
 
 use rtm_tests::{
-    LineWatch, TempDir, Value, can_trace, read_json, rtm_bin, run, spawn, truths, workload,
+    LineWatch, TempDir, Value, can_trace, read_json, rtm_bin, run, spawn, trace_json, truths,
+    workload,
 };
 
 const T: Duration = Duration::from_secs(120);
@@ -252,6 +253,56 @@ fn joins_name_the_exiting_thread_in_contention_mode() {
         assert_eq!(e["at_exit"], true);
         assert_eq!(e["count"], 1);
     }
+}
+
+fn futex_sum(doc: &Value, field: &str) -> u64 {
+    doc["sync_graph"]["objects"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|o| o["kind"] == "futex")
+        .map(|o| o[field].as_u64().unwrap_or(0))
+        .sum()
+}
+
+/// Contention mode ends a wait at its wake. A wait whose word changed before the thread
+/// slept is counted as a wait that did not sleep; a timed wait that no thread woke, as
+/// timed out.
+#[test]
+fn contention_mode_counts_waits_that_did_not_sleep_and_timeouts() {
+    if !can_trace("contention_mode_counts_waits_that_did_not_sleep_and_timeouts") {
+        return;
+    }
+    // Four threads, empty critical sections on two CPUs: lock attempts often find the
+    // word changed by the time the kernel looks.
+    let args = [
+        "--threads",
+        "4",
+        "--iters",
+        "100000",
+        "--hold-us",
+        "0",
+        "--private",
+        "0",
+    ];
+    let opts = ["--mode", "contention", "-o", "/dev/null"];
+    let (_, doc) = trace_json(&opts, &workload("mutex_workload"), &args);
+    let unslept = doc["sync_graph"]["model"]["waits_unslept"]
+        .as_u64()
+        .unwrap();
+    let (waits, sleeps) = (futex_sum(&doc, "waits"), futex_sum(&doc, "contended"));
+    println!("futex waits {waits}: {sleeps} slept, {unslept} did not");
+    assert!(unslept > 0 && sleeps > 0);
+    assert_eq!(waits, sleeps + unslept);
+    // Four signalled waits of 30 ms, then a 20 ms timed wait that times out.
+    let (stdout, doc) = trace_json(
+        &opts,
+        &workload("sync_workload"),
+        &["cond", "4", "30", "20"],
+    );
+    assert!(stdout.contains("timedwait=timeout"), "{stdout}");
+    assert_eq!(futex_sum(&doc, "timeouts"), 1);
+    assert_eq!(doc["sync_graph"]["model"]["waits_without_waker"], 1);
 }
 
 /// Contention mode sends a thread's last wait when the thread next waits or exits. A
