@@ -291,43 +291,51 @@ pub fn memory(root: &Path, dir: &Path, plan: Plan) -> Result<()> {
     Ok(())
 }
 
-/// The eBPF side: time per program run and map memory, from one full-mode run of the
-/// lock loop with the kernel's statistics on.
+/// The eBPF side: time per program run in each mode and map memory, from runs of the
+/// contended lock loop with the kernel's statistics on.
 pub fn ebpf(root: &Path, dir: &Path, plan: Plan) -> Result<()> {
     let bin = workload(root, dir, "bench_lock")?;
     let rtm = root.join("target/release/rtm-trace");
-    let out = dir.join("ebpf.json");
-    run_ok(
-        Command::new(&rtm)
-            .args(["--mode", "full", "--bpf-stats", "-o", "/dev/null", "--json"])
-            .arg(&out)
-            .arg("--")
-            .arg(&bin)
-            .args(["2", plan.pick("100000", "5000"), "200"]),
-        "bench_lock under rtm-trace --bpf-stats",
-    )?;
-    let doc = json(&out)?;
-    let bpf = &doc["run"]["bpf"];
+    let pairs = plan.pick("100000", "5000");
+    let mut docs = Vec::new();
+    for mode in ["contention", "full"] {
+        let out = dir.join(format!("ebpf-{mode}.json"));
+        run_ok(
+            Command::new(&rtm)
+                .args(["--mode", mode, "--bpf-stats", "-o", "/dev/null", "--json"])
+                .arg(&out)
+                .arg("--")
+                .arg(&bin)
+                .args(["2", pairs, "200"]),
+            "bench_lock under rtm-trace --bpf-stats",
+        )?;
+        docs.push((mode, json(&out)?));
+    }
     println!(
-        "\n### eBPF run time on {} (`rtm-trace --mode full --bpf-stats -- bench_lock 2 {} 200`; \
-         the kernel's BPF statistics, on only for this run)\n",
+        "\n### eBPF run time on {} (`rtm-trace --mode MODE --bpf-stats -- bench_lock 2 {pairs} \
+         200`; the kernel's BPF statistics, on only for these runs)\n",
         host(),
-        plan.pick("100000", "5000")
     );
-    println!("| program | runs | ns per run | JITed bytes |");
-    println!("|---|---|---|---|");
-    for p in bpf["programs"].as_array().context("no bpf stats")? {
-        if p["runs"].as_u64().unwrap_or(0) > 0 {
-            println!(
-                "| {} | {} | {:.0} | {} |",
-                p["name"].as_str().unwrap_or("?"),
-                p["runs"],
-                p["ns_per_run"].as_f64().unwrap_or(0.0),
-                p["jited_bytes"]
-            );
+    println!("| mode | program | runs | ns per run | JITed bytes |");
+    println!("|---|---|---|---|---|");
+    for (mode, doc) in &docs {
+        for p in doc["run"]["bpf"]["programs"]
+            .as_array()
+            .context("no bpf stats")?
+        {
+            if p["runs"].as_u64().unwrap_or(0) > 0 {
+                println!(
+                    "| {mode} | {} | {} | {:.0} | {} |",
+                    p["name"].as_str().unwrap_or("?"),
+                    p["runs"],
+                    p["ns_per_run"].as_f64().unwrap_or(0.0),
+                    p["jited_bytes"]
+                );
+            }
         }
     }
-    println!("\n| map | max entries | locked KiB |");
+    let bpf = &docs.last().context("no runs")?.1["run"]["bpf"];
+    println!("\nMaps (full mode):\n\n| map | max entries | locked KiB |");
     println!("|---|---|---|");
     for m in bpf["maps"].as_array().context("no map stats")? {
         println!(
