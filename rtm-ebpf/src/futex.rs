@@ -28,7 +28,7 @@ use crate::{
     emit::{self, header, now},
     filter::{is_traced, traced_pid_tgid},
     futex_done::{current_task, keep_done, send_done},
-    maps::{COUNT_WAKES, PENDING_FUTEX, WAKING, count_loss, futex_slot, innermost, waker_slot},
+    maps::{COUNT_WAKES, PENDING_FUTEX, WAKING, count_loss, futex_entry, innermost, waker_slot},
 };
 
 /// x86-64 system call number of futex.
@@ -182,19 +182,13 @@ fn enter(pid_tgid: u64, uaddr: u64, op: u32, val: u32, timed: bool, waking: bool
         flags: if timed { PENDING_TIMED } else { 0 },
         unslept: 0,
     };
-    let p = match futex_slot(pid_tgid as u32) {
-        Some(p) => p,
-        // The thread's entry is reused from call to call (start_ns 0: none in flight)
-        // and removed when the thread exits.
-        None => match PENDING_FUTEX.get_ptr_mut(pid_tgid) {
-            Some(p) => p,
-            None => {
-                if PENDING_FUTEX.insert(pid_tgid, pending, 0).is_err() {
-                    count_loss(LossCounter::PendingFull);
-                }
-                return 0;
-            }
-        },
+    // The thread's entry is reused from call to call (start_ns 0: none in flight) and
+    // removed when the thread exits.
+    let Some(p) = futex_entry(pid_tgid) else {
+        if PENDING_FUTEX.insert(pid_tgid, pending, 0).is_err() {
+            count_loss(LossCounter::PendingFull);
+        }
+        return 0;
     };
     if waking && waits {
         // SAFETY: this thread's own entry.
@@ -222,12 +216,8 @@ pub fn send_last_unslept(pid_tgid: u64) {
     if WAKING.load() == 0 {
         return;
     }
-    let p = match futex_slot(pid_tgid as u32) {
-        Some(p) => p,
-        None => match PENDING_FUTEX.get_ptr_mut(pid_tgid) {
-            Some(p) => p,
-            None => return,
-        },
+    let Some(p) = futex_entry(pid_tgid) else {
+        return;
     };
     // SAFETY: this thread's own entry.
     let last = unsafe { *p };
@@ -292,12 +282,8 @@ fn exit(pid_tgid: u64, ret: i64) -> u32 {
     if !is_traced((pid_tgid >> 32) as u32) {
         return 0;
     }
-    let p = match futex_slot(pid_tgid as u32) {
-        Some(p) => p,
-        None => match PENDING_FUTEX.get_ptr_mut(pid_tgid) {
-            Some(p) => p,
-            None => return 0,
-        },
+    let Some(p) = futex_entry(pid_tgid) else {
+        return 0;
     };
     // SAFETY: this thread's own entry; only this thread writes it.
     let f = unsafe { *p };

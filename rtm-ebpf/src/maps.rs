@@ -115,6 +115,16 @@ pub fn futex_slot(tid: u32) -> Option<*mut PendingFutex> {
     FUTEX_SLOTS.get_ptr_mut(futex_slot_index(tid, FUTEX_SLOT_MASK.load())?)
 }
 
+/// The thread's futex entry: its slot, or its PENDING_FUTEX entry when its tid is past
+/// the table (None when it has none).
+#[inline(always)]
+pub fn futex_entry(pid_tgid: u64) -> Option<*mut PendingFutex> {
+    match futex_slot(pid_tgid as u32) {
+        Some(p) => Some(p),
+        None => PENDING_FUTEX.get_ptr_mut(pid_tgid),
+    }
+}
+
 /// Each thread's last futex wait that ended and is not yet sent, in the thread's slot
 /// (see `names::MAP_FUTEX_DONE`). Mappable: userspace takes what is left.
 #[map(name = "FUTEX_DONE")]

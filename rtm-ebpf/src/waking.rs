@@ -11,14 +11,14 @@ use aya_ebpf::{
     macros::btf_tracepoint,
     programs::BtfTracePointContext,
 };
-use rtm_common::{EventKind, FutexWaitEvent, PENDING_TIMED, PendingFutex};
+use rtm_common::{EventKind, FutexWaitEvent, PENDING_TIMED};
 
 use crate::{
     emit::{header, now},
     filter::is_traced,
     futex::{ORIG_AX, REGS_DI, SYS_FUTEX},
     futex_done::{keep_done, task_field},
-    maps::{PENDING_FUTEX, TASK_PID, TASK_TGID, futex_slot},
+    maps::{TASK_PID, TASK_TGID, futex_entry},
 };
 
 /// -ETIMEDOUT.
@@ -54,12 +54,8 @@ pub fn futex_waking(ctx: BtfTracePointContext) -> i32 {
     // SAFETY: as above.
     let pid: u32 = unsafe { task_field::<i32>(p, TASK_PID.load()) } as u32;
     let pid_tgid = (u64::from(tgid) << 32) | u64::from(pid);
-    let slot: *mut PendingFutex = match futex_slot(pid) {
-        Some(s) => s,
-        None => match PENDING_FUTEX.get_ptr_mut(pid_tgid) {
-            Some(s) => s,
-            None => return 0,
-        },
+    let Some(slot) = futex_entry(pid_tgid) else {
+        return 0;
     };
     // SAFETY: the woken thread's entry, copied out; the thread is asleep or about to be.
     let f = unsafe { *slot };
