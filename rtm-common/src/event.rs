@@ -351,6 +351,29 @@ pub struct PendingFutex {
 }
 const _: () = assert!(size_of::<PendingFutex>() == 32);
 
+impl PendingFutex {
+    /// The `aux` of the wait's record: the op in the low 32 bits, the value expected in
+    /// the word in the high 32.
+    pub const fn aux(&self) -> u64 {
+        self.op as u64 | (self.val as u64) << 32
+    }
+
+    /// The record of this wait, which returned without sleeping (-EAGAIN, no wait time,
+    /// no waker), standing also for `earlier` such waits before it on the same word.
+    pub const fn unslept_record(&self, header: EventHeader, earlier: u32) -> FutexWaitEvent {
+        FutexWaitEvent {
+            header,
+            uaddr: self.uaddr,
+            aux: self.aux(),
+            wait_ns: 0,
+            ret: -11,
+            waker: 0,
+            unslept: earlier,
+            pad: 0,
+        }
+    }
+}
+
 /// [`PendingFutex::flags`]: the wait has a timeout (a wake from no thread ends it as
 /// timed out).
 pub const PENDING_TIMED: u32 = 1;

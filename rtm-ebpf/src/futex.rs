@@ -34,9 +34,6 @@ use crate::{
 /// x86-64 system call number of futex.
 pub const SYS_FUTEX: u64 = 202;
 
-/// -EAGAIN: what a wait that returned without sleeping is recorded with.
-const EAGAIN: i32 = -11;
-
 /// Most waits that returned without sleeping counted in a thread's entry before they
 /// are sent: a thread that keeps finding the word changed still shows up live.
 const UNSLEPT_BATCH: u32 = 1023;
@@ -227,19 +224,13 @@ pub fn send_last_unslept(pid_tgid: u64) {
 }
 
 /// Sends the wait in `f`, which returned without sleeping, with the run of such waits
-/// before it: no wait time, no waker.
+/// before it.
 #[inline(always)]
-pub fn send_unslept(pid_tgid: u64, f: &PendingFutex) {
-    emit::futex_wait(FutexWaitEvent {
-        header: header(EventKind::FutexWait, pid_tgid, f.start_ns),
-        uaddr: f.uaddr,
-        aux: u64::from(f.op) | (u64::from(f.val) << 32),
-        wait_ns: 0,
-        ret: EAGAIN,
-        waker: 0,
-        unslept: f.unslept,
-        pad: 0,
-    });
+fn send_unslept(pid_tgid: u64, f: &PendingFutex) {
+    emit::futex_wait(f.unslept_record(
+        header(EventKind::FutexWait, pid_tgid, f.start_ns),
+        f.unslept,
+    ));
 }
 
 /// Offset of `ret` in the syscalls/sys_exit_futex record.
@@ -322,7 +313,7 @@ fn exit(pid_tgid: u64, ret: i64) -> u32 {
     let wait = FutexWaitEvent {
         header: header(EventKind::FutexWait, pid_tgid, ts),
         uaddr: f.uaddr,
-        aux: (f.op as u64) | ((f.val as u64) << 32),
+        aux: f.aux(),
         wait_ns: ts.saturating_sub(f.start_ns),
         ret: ret as i32,
         waker,

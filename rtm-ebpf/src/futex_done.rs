@@ -44,7 +44,7 @@ pub fn current_task() -> *const u8 {
 /// As [`task_field`]: `task` is a BTF task pointer or null.
 #[inline(always)]
 unsafe fn sched_stats(task: *const u8) -> Option<(u64, u64)> {
-    if task.is_null() || WAKING.load() == 0 {
+    if task.is_null() {
         return None;
     }
     // SAFETY: see above.

@@ -109,7 +109,7 @@ pub fn futex_waking(ctx: BtfTracePointContext) -> i32 {
         FutexWaitEvent {
             header: header(EventKind::FutexWait, pid_tgid, ts),
             uaddr: f.uaddr,
-            aux: u64::from(f.op) | (u64::from(f.val) << 32),
+            aux: f.aux(),
             wait_ns: ts.saturating_sub(f.start_ns),
             ret,
             waker,

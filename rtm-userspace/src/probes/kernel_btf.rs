@@ -9,8 +9,8 @@ use std::path::Path;
 /// Where the running kernel's BTF is.
 pub const VMLINUX_BTF: &str = "/sys/kernel/btf/vmlinux";
 
-/// Offsets in `struct task_struct` the sched_waking program reads.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// Offsets in `struct task_struct` the sched_waking program reads (0: unknown).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct TaskOffsets {
     /// `pid` (the thread id).
     pub pid: u32,

@@ -19,7 +19,7 @@ use iced_x86::Register;
 use rtm_common::{Cookie, LossCounter, MpiLayout, mpi_cookie, names};
 
 use super::{
-    kernel_btf::{self, TaskOffsets},
+    kernel_btf,
     layout::{self, Layout},
     mpi, placement,
     pthread::{self, FULL_PROBES, LibraryError, ProbeKind, ProbeSpec, PthreadLibrary},
@@ -48,16 +48,16 @@ fn attach_futex_btf(
     waking: bool,
 ) -> Result<&'static str, ProbeError> {
     let end = if waking {
-        (names::PROG_FUTEX_WAKING, "sched_waking")
+        (names::PROG_FUTEX_WAKING, "sched", "sched_waking")
     } else {
-        (names::PROG_FUTEX_EXIT, "sys_exit")
+        (names::PROG_FUTEX_EXIT, "raw_syscalls", "sys_exit")
     };
-    for (name, event) in [(names::PROG_FUTEX_ENTER, "sys_enter"), end] {
+    for (name, category, event) in [(names::PROG_FUTEX_ENTER, "raw_syscalls", "sys_enter"), end] {
         let prog: &mut BtfTracePoint = program(ebpf, name)?;
         prog.load(event, btf)
             .map_err(|source| ProbeError::Program { name, source })?;
         prog.attach().map_err(|source| ProbeError::Tracepoint {
-            category: if waking { "sched" } else { "raw_syscalls" },
+            category,
             event,
             source,
         })?;
@@ -280,12 +280,7 @@ impl Probes {
                 .ok()
         };
         let waking = u32::from(task.is_some());
-        let task = task.unwrap_or(TaskOffsets {
-            pid: 0,
-            tgid: 0,
-            pcount: 0,
-            run_delay: 0,
-        });
+        let task = task.unwrap_or_default();
         let btf = (!layout.fallbacks).then(aya::Btf::from_sys_fs);
         loader.map_max_entries(names::MAP_EVENTS, layout.per_ring);
         for (name, bytes) in layout.sync_ring_bytes() {

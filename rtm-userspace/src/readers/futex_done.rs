@@ -42,9 +42,6 @@ pub struct LeftWaits {
     _entries: MapData,
 }
 
-/// -EAGAIN, as the programs record a wait that returned without sleeping.
-const EAGAIN: i32 = -11;
-
 impl LeftWaits {
     /// Maps the arrays `done` (FUTEX_DONE) and `entries` (FUTEX_SLOTS) of `slots`
     /// elements (a power of two); `pending` is PENDING_FUTEX.
@@ -132,22 +129,14 @@ fn unslept(pid: u32, tid: u32, f: &PendingFutex) -> Option<FutexWaitEvent> {
     let path = format!("/proc/{pid}/task/{tid}/syscall");
     let asleep = std::fs::read_to_string(path).is_ok_and(|s| in_futex_on(&s, f.uaddr));
     let n = f.unslept + u32::from(!asleep);
-    (n > 0).then(|| FutexWaitEvent {
-        header: EventHeader {
-            kind: EventKind::FutexWait as u32,
-            cpu: 0,
-            ts_ns: f.start_ns,
-            pid,
-            tid,
-        },
-        uaddr: f.uaddr,
-        aux: u64::from(f.op) | (u64::from(f.val) << 32),
-        wait_ns: 0,
-        ret: EAGAIN,
-        waker: 0,
-        unslept: n - 1,
-        pad: 0,
-    })
+    let header = EventHeader {
+        kind: EventKind::FutexWait as u32,
+        cpu: 0,
+        ts_ns: f.start_ns,
+        pid,
+        tid,
+    };
+    (n > 0).then(|| f.unslept_record(header, n - 1))
 }
 
 /// Whether a /proc syscall line ("202 0xADDR ...") is a futex call on `uaddr`.
@@ -303,10 +292,7 @@ mod tests {
         };
         // No such thread: its last wait returned too.
         let w = unslept(u32::MAX, u32::MAX, &f).unwrap();
-        assert_eq!(
-            (w.ret, w.unslept, w.wait_ns, w.uaddr),
-            (EAGAIN, 4, 0, 0x1000)
-        );
+        assert_eq!((w.ret, w.unslept, w.wait_ns, w.uaddr), (-11, 4, 0, 0x1000));
         assert_eq!(unslept(1, 1, &PendingFutex { start_ns: 0, ..f }), None);
         assert!(in_futex_on(
             "202 0x1000 0x80 0x2 0x0 0x0 0x0 0x7ffc 0x7f00\n",
