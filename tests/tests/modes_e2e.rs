@@ -305,6 +305,37 @@ fn contention_mode_counts_waits_that_did_not_sleep_and_timeouts() {
     assert_eq!(doc["sync_graph"]["model"]["waits_without_waker"], 1);
 }
 
+/// A lock in a shared anonymous mapping, taken in turns by a process and its forked
+/// child: the mapping names /dev/zero, which naming the lock must not read (it never
+/// ends: rtm-trace once grew until the kernel killed it, and this run would fail). The waits are seen in both
+/// processes; the waker is in the other process, so none is named.
+#[test]
+fn a_lock_shared_between_processes_is_traced_in_bounded_memory() {
+    if !can_trace("a_lock_shared_between_processes_is_traced_in_bounded_memory") {
+        return;
+    }
+    // The trace ends while both processes still run, so their maps are read to name
+    // the lock.
+    let (stdout, doc) = trace_json(
+        &["--duration", "0.5", "-o", "/dev/null"],
+        &workload("sync_workload"),
+        &["shared", "20000", "50"],
+    );
+    assert!(stdout.contains("child_status=0"), "{stdout}");
+    let pids: std::collections::HashSet<u64> = doc["sync_graph"]["objects"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|o| o["kind"] == "futex" && o["contended"].as_u64() > Some(0))
+        .map(|o| o["pid"].as_u64().unwrap())
+        .collect();
+    println!("processes that slept on the shared lock: {pids:?}");
+    assert_eq!(pids.len(), 2, "{pids:?}");
+    let rss = doc["run"]["tracer_max_rss_kib"].as_u64().unwrap();
+    println!("tracer peak RSS: {rss} KiB");
+    assert!(rss < 256 << 10, "{rss} KiB");
+}
+
 /// Contention mode sends a thread's last wait when the thread next waits or exits. A
 /// thread that does neither (main, sleeping after its join) still has its wait in the
 /// periodic summary once it has been quiet for a second, and in the results when the

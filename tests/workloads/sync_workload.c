@@ -7,6 +7,9 @@
  *   sync_workload spin     THREADS ITERS HOLD_US
  *   sync_workload tree [LINGER_MS]                   main -> a -> (b, c), joins all, then
  *                                                    main sleeps LINGER_MS before it exits
+ *   sync_workload shared ITERS HOLD_US               a forked child and its parent take
+ *                                                    turns on a process-shared mutex in a
+ *                                                    shared anonymous mapping (/dev/zero)
  *
  * Each prints `truth key=value ...` lines the tests compare with rtm-trace's output.
  */
@@ -16,7 +19,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/syscall.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -245,6 +250,27 @@ int main(int argc, char **argv) {
             pthread_create(&th[i], NULL, spinner, (void *)i);
         for (long i = 0; i < a; i++)
             pthread_join(th[i], NULL);
+    } else if (!strcmp(mode, "shared") && argc == 4) {
+        pthread_mutex_t *m = mmap(NULL, 4096, PROT_READ | PROT_WRITE,
+                                  MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+        if (m == MAP_FAILED)
+            return 1;
+        pthread_mutexattr_t at;
+        pthread_mutexattr_init(&at);
+        pthread_mutexattr_setpshared(&at, PTHREAD_PROCESS_SHARED);
+        pthread_mutex_init(m, &at);
+        fflush(stdout);
+        pid_t child = fork();
+        for (long i = 0; i < a; i++) {
+            pthread_mutex_lock(m);
+            spin_ns(b * 1000LL);
+            pthread_mutex_unlock(m);
+        }
+        if (child == 0)
+            _exit(0);
+        int status = 0;
+        waitpid(child, &status, 0);
+        printf("truth shared child_status=%d\n", status);
     } else if (!strcmp(mode, "tree")) {
         printf("truth tree node=main tid=%ld\n", tid());
         pthread_create(&th[0], NULL, middle, NULL);

@@ -6,7 +6,7 @@ use std::{
     path::Path,
 };
 
-use crate::readers::LeftWaits;
+use crate::{readers::LeftWaits, target::elf::read_object_file};
 use aya::{
     Ebpf, EbpfLoader,
     maps::{Array, HashMap as BpfHashMap, MapData, MapError, PerCpuArray},
@@ -474,7 +474,7 @@ impl Probes {
     fn placements(
         lib: &PthreadLibrary,
     ) -> Result<Vec<(ProbeSpec, u64, placement::Placement)>, ProbeError> {
-        let bytes = std::fs::read(&lib.host_path).map_err(|source| ProbeError::ReadLibrary {
+        let bytes = read_object_file(&lib.host_path).map_err(|source| ProbeError::ReadLibrary {
             path: lib.path.display().to_string(),
             source,
         })?;
@@ -577,7 +577,7 @@ impl Probes {
             Some(p) => UProbeScope::OneProcess(p),
             None => UProbeScope::AllProcesses,
         };
-        let bytes = std::fs::read(&lib.host_path).map_err(|source| ProbeError::ReadLibrary {
+        let bytes = read_object_file(&lib.host_path).map_err(|source| ProbeError::ReadLibrary {
             path: lib.path.display().to_string(),
             source,
         })?;

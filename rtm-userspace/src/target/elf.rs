@@ -1,7 +1,11 @@
 //! The few facts rtm-trace needs from a target's ELF files: where functions are (as
 //! file offsets, which is what uprobes take) and which data symbol covers an address.
 
-use std::{collections::HashMap, path::Path};
+use std::{
+    collections::HashMap,
+    io::{self, Read},
+    path::Path,
+};
 
 use object::{Object, ObjectSegment, ObjectSymbol, SymbolKind, read::elf::VersionTable};
 
@@ -26,6 +30,32 @@ pub enum ElfError {
         #[source]
         source: object::Error,
     },
+}
+
+/// Largest object file read whole (the largest shared libraries are a few hundred MiB).
+const MAX_OBJECT_BYTES: u64 = 1 << 31;
+
+/// Reads a file that should be an ELF object: only a regular file, and at most
+/// [`MAX_OBJECT_BYTES`]. A mapping's path can name a device: a shared anonymous mapping
+/// shows as `/dev/zero (deleted)`, and reading /dev/zero never ends.
+pub fn read_object_file(path: &Path) -> io::Result<Vec<u8>> {
+    let file = std::fs::File::open(path)?;
+    let meta = file.metadata()?;
+    if !meta.is_file() {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "not a regular file",
+        ));
+    }
+    if meta.len() > MAX_OBJECT_BYTES {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("{} bytes: too large for an object file", meta.len()),
+        ));
+    }
+    let mut bytes = Vec::with_capacity(meta.len() as usize);
+    file.take(MAX_OBJECT_BYTES).read_to_end(&mut bytes)?;
+    Ok(bytes)
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -55,7 +85,7 @@ pub struct ElfSymbols {
 impl ElfSymbols {
     /// Reads the file's dynamic and static symbol tables.
     pub fn open(path: &Path) -> Result<Self, ElfError> {
-        let bytes = std::fs::read(path).map_err(|source| ElfError::Read {
+        let bytes = read_object_file(path).map_err(|source| ElfError::Read {
             path: path.display().to_string(),
             source,
         })?;
@@ -151,7 +181,7 @@ impl ElfSymbols {
     /// Whether the file is a statically linked executable (no program interpreter): its
     /// pthread functions are inside it.
     pub fn is_static_executable(path: &Path) -> Result<bool, ElfError> {
-        let bytes = std::fs::read(path).map_err(|source| ElfError::Read {
+        let bytes = read_object_file(path).map_err(|source| ElfError::Read {
             path: path.display().to_string(),
             source,
         })?;
@@ -258,6 +288,18 @@ fn needed_libraries(file: &object::File<'_>) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A shared anonymous mapping names /dev/zero: not read (it never ends), and not
+    /// an error that stops anything.
+    #[test]
+    fn devices_are_not_read_as_object_files() {
+        let e = read_object_file(Path::new("/dev/zero")).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::InvalidInput);
+        assert!(ElfSymbols::open(Path::new("/dev/zero")).is_err());
+        assert!(
+            read_object_file(Path::new("/proc/self/exe")).is_ok_and(|b| b.starts_with(b"\x7fELF"))
+        );
+    }
 
     fn libc_path() -> std::path::PathBuf {
         let m = crate::target::process::modules(std::process::id()).expect("own maps");
