@@ -336,6 +336,27 @@ fn a_lock_shared_between_processes_is_traced_in_bounded_memory() {
     assert!(rss < 256 << 10, "{rss} KiB");
 }
 
+/// A program that forks 20,000 short children: each is followed, and rtm-trace's
+/// memory does not grow with their number (it read and kept every child's maps, ~10-20
+/// KiB each, until the children's maps were shared with their parent's and read only
+/// for children that synchronize).
+#[test]
+fn thousands_of_short_children_cost_little_memory() {
+    if !can_trace("thousands_of_short_children_cost_little_memory") {
+        return;
+    }
+    let (stdout, doc) = trace_json(
+        &["-o", "/dev/null"],
+        &workload("sync_workload"),
+        &["forks", "20000"],
+    );
+    assert!(stdout.contains("truth forks ok=20000"), "{stdout}");
+    let rss = doc["run"]["tracer_max_rss_kib"].as_u64().unwrap();
+    let threads = doc["sync_graph"]["threads"].as_array().map_or(0, Vec::len);
+    println!("20000 children: tracer peak RSS {rss} KiB, {threads} threads in the graph");
+    assert!(rss < 64 << 10, "{rss} KiB");
+}
+
 /// Contention mode sends a thread's last wait when the thread next waits or exits. A
 /// thread that does neither (main, sleeping after its join) still has its wait in the
 /// periodic summary once it has been quiet for a second, and in the results when the

@@ -7,6 +7,8 @@
  *   sync_workload spin     THREADS ITERS HOLD_US
  *   sync_workload tree [LINGER_MS]                   main -> a -> (b, c), joins all, then
  *                                                    main sleeps LINGER_MS before it exits
+ *   sync_workload forks N                            forks N children one after another,
+ *                                                    each exiting at once
  *   sync_workload shared ITERS HOLD_US               a forked child and its parent take
  *                                                    turns on a process-shared mutex in a
  *                                                    shared anonymous mapping (/dev/zero)
@@ -271,6 +273,18 @@ int main(int argc, char **argv) {
         int status = 0;
         waitpid(child, &status, 0);
         printf("truth shared child_status=%d\n", status);
+    } else if (!strcmp(mode, "forks") && argc == 3) {
+        fflush(stdout);
+        long ok = 0;
+        for (long i = 0; i < a; i++) {
+            pid_t c = fork();
+            if (c == 0)
+                _exit(0);
+            int status = 1;
+            if (c > 0 && waitpid(c, &status, 0) == c && status == 0)
+                ok++;
+        }
+        printf("truth forks ok=%ld\n", ok);
     } else if (!strcmp(mode, "tree")) {
         printf("truth tree node=main tid=%ld\n", tid());
         pthread_create(&th[0], NULL, middle, NULL);

@@ -137,6 +137,19 @@ pub(super) fn follow(
             {
                 true
             }
+            Err(_) if !std::path::Path::new(&format!("/proc/{pid}")).exists() => {
+                // Gone before its libc could be probed (a program that forks short
+                // children by the thousand): its futex waits were still seen. Said once.
+                static TOLD: std::sync::atomic::AtomicBool =
+                    std::sync::atomic::AtomicBool::new(false);
+                if !TOLD.swap(true, std::sync::atomic::Ordering::Relaxed) || cli.verbose {
+                    eprintln!(
+                        "rtm-trace: forked process {pid} exited before its pthread calls could \
+                         be probed; only its futex waits are seen (said once; --verbose for each)"
+                    );
+                }
+                false
+            }
             Err(e) => {
                 eprintln!("rtm-trace: warning: cannot probe forked process {pid}: {e}");
                 false

@@ -81,9 +81,11 @@ struct State {
     spawned: Vec<u32>,
     /// Followed processes that exited, not yet dropped from the filter.
     gone: Vec<u32>,
-    /// Processes that exec'd: their maps are read again at their next sync event (after
-    /// the loader has mapped the libraries).
+    /// Processes that exec'd or were forked: their maps are read at their next sync
+    /// event (after the loader has mapped the libraries).
     stale_maps: std::collections::HashSet<u32>,
+    /// Read a new process's maps at once: no mapping records follow its fork.
+    eager_maps: bool,
     /// Forked processes full mode could not probe yet (caught between exec and the
     /// loader mapping libc), with when they were first tried.
     unprobed: Vec<(u32, u64)>,
@@ -102,6 +104,9 @@ impl State {
         }
         let a = self.model.apply(ev);
         self.spawned.extend(a.spawned_process);
+        if let Some(pid) = &a.process_exited {
+            self.stale_maps.remove(pid);
+        }
         self.gone.extend(a.process_exited);
         if let Some(pid) = a.exec {
             // A rank's environment names its job and rank; read it while the process
@@ -127,8 +132,15 @@ impl State {
             }
         }
         if let Some(pid) = a.new_process {
-            // Maps are read while the process is alive so names resolve after it exits.
-            self.namer.remember(pid);
+            // Its maps are read at its first sync event, while it is alive, so names
+            // resolve after it exits; until then the copy of its parent's that the fork
+            // made and the kernel's mapping records stand in. A program that forks
+            // thousands of children that never synchronize costs nothing per child.
+            if self.eager_maps {
+                self.namer.remember(pid);
+            } else {
+                self.stale_maps.insert(pid);
+            }
             if let Some(c) = process::comm(pid) {
                 self.comms.insert(pid, c);
             }
@@ -354,6 +366,7 @@ pub(super) async fn trace(cli: Cli, mut child: Option<GatedChild>) -> Result<i32
         spawned: Vec::new(),
         gone: Vec::new(),
         stale_maps: Default::default(),
+        eager_maps: mappings.is_none(),
         unprobed: Vec::new(),
         sampler,
     };

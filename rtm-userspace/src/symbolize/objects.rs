@@ -16,10 +16,12 @@ use crate::target::{
 
 /// Names addresses by data symbol. Keeps each process's address space (from /proc while
 /// it is alive, and from the kernel's mapping records, which outlive it) and each file's
-/// symbols, so names still resolve after a process exits.
+/// symbols, so names still resolve after a process exits. A forked child shares its
+/// parent's address space until either changes: a program that forks thousands of
+/// short children keeps one copy, not one each.
 #[derive(Default)]
 pub struct ObjectNamer {
-    spaces: HashMap<u32, AddressSpace>,
+    spaces: HashMap<u32, Rc<AddressSpace>>,
     files: HashMap<(String, u64), Option<Rc<ElfSymbols>>>,
     /// Processes whose maps were re-read because an address was outside them (once
     /// each: a library loaded after the last snapshot).
@@ -33,19 +35,24 @@ impl ObjectNamer {
         match process::mappings(pid) {
             // An exiting process (a zombie) reads as empty: keep what the records say.
             Ok(m) if m.is_empty() => log::debug!("maps of {pid}: empty, the process is exiting"),
-            Ok(m) => self.spaces.entry(pid).or_default().replace(m),
+            Ok(m) => {
+                let space = self.spaces.entry(pid).or_default();
+                if !space.holds(&m) {
+                    Rc::make_mut(space).replace(m);
+                }
+            }
             Err(e) => log::debug!("maps of {pid}: {e}"),
         }
     }
 
     /// The kernel reported a new mapping in `pid`.
     pub fn mapped(&mut self, pid: u32, m: Mapping) {
-        self.spaces.entry(pid).or_default().map(m);
+        Rc::make_mut(self.spaces.entry(pid).or_default()).map(m);
     }
 
     /// `pid` runs a new program: its old mappings are gone.
     pub fn exec(&mut self, pid: u32) {
-        self.spaces.entry(pid).or_default().clear();
+        self.spaces.insert(pid, Rc::default());
         self.refreshed.remove(&pid);
     }
 
@@ -73,22 +80,22 @@ impl ObjectNamer {
     /// The module covering `addr` in `pid`, its symbols, and the address's virtual
     /// address inside the file.
     fn resolve(&mut self, pid: u32, addr: u64) -> Option<(Module, Rc<ElfSymbols>, u64)> {
-        if self.spaces.get(&pid).is_none_or(AddressSpace::is_empty) {
+        if self.spaces.get(&pid).is_none_or(|s| s.is_empty()) {
             self.remember(pid);
         }
-        let covering = |spaces: &mut HashMap<u32, AddressSpace>| {
+        let covering = |spaces: &HashMap<u32, Rc<AddressSpace>>| {
             spaces
-                .get_mut(&pid)?
+                .get(&pid)?
                 .modules()
                 .iter()
                 .find(|m| addr >= m.start && addr < m.end)
                 .cloned()
         };
-        let module = match covering(&mut self.spaces) {
+        let module = match covering(&self.spaces) {
             Some(m) => m,
             None if self.refreshed.insert(pid) => {
                 self.remember(pid);
-                covering(&mut self.spaces)?
+                covering(&self.spaces)?
             }
             None => return None,
         };

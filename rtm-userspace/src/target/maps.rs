@@ -135,7 +135,9 @@ pub const MAX_MAPPINGS: usize = 16_384;
 #[derive(Debug, Clone, Default)]
 pub struct AddressSpace {
     mappings: BTreeMap<u64, Mapping>,
-    modules: Option<Vec<Module>>,
+    /// The modules, worked out on first use after a change (shared copies read them
+    /// without a copy).
+    modules: std::cell::OnceCell<Vec<Module>>,
     /// Mappings not kept because the table was full.
     pub dropped: u64,
 }
@@ -148,13 +150,13 @@ impl AddressSpace {
             .take(MAX_MAPPINGS)
             .map(|m| (m.start, m))
             .collect();
-        self.modules = None;
+        self.modules = Default::default();
     }
 
     /// The program was replaced (exec).
     pub fn clear(&mut self) {
         self.mappings.clear();
-        self.modules = None;
+        self.modules = Default::default();
     }
 
     /// Applies one new mapping.
@@ -182,7 +184,7 @@ impl AddressSpace {
 
     /// Removes `[start, end)`, trimming mappings that straddle its edges.
     fn unmap(&mut self, start: u64, end: u64) {
-        self.modules = None;
+        self.modules = Default::default();
         let hit: Vec<u64> = self
             .mappings
             .range(..end)
@@ -212,9 +214,15 @@ impl AddressSpace {
     }
 
     /// The files mapped, each with its .bss.
-    pub fn modules(&mut self) -> &[Module] {
+    pub fn modules(&self) -> &[Module] {
         self.modules
-            .get_or_insert_with(|| modules_of(self.mappings.values()))
+            .get_or_init(|| modules_of(self.mappings.values()))
+    }
+
+    /// Whether a snapshot would change nothing.
+    pub fn holds(&self, all: &[Mapping]) -> bool {
+        all.len().min(MAX_MAPPINGS) == self.mappings.len()
+            && all.iter().zip(self.mappings.values()).all(|(a, b)| a == b)
     }
 
     /// Whether nothing is known.
