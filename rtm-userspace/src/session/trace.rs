@@ -104,8 +104,9 @@ impl State {
         }
         let a = self.model.apply(ev);
         self.spawned.extend(a.spawned_process);
-        if let Some(pid) = &a.process_exited {
-            self.stale_maps.remove(pid);
+        if let Some(pid) = a.process_exited {
+            self.stale_maps.remove(&pid);
+            self.namer.exited(pid);
         }
         self.gone.extend(a.process_exited);
         if let Some(pid) = a.exec {

@@ -2,7 +2,7 @@
 //! symbol tables of the files mapped where they live.
 
 use std::{
-    collections::{HashMap, HashSet},
+    collections::{HashMap, HashSet, VecDeque},
     path::PathBuf,
     rc::Rc,
 };
@@ -26,7 +26,15 @@ pub struct ObjectNamer {
     /// Processes whose maps were re-read because an address was outside them (once
     /// each: a library loaded after the last snapshot).
     refreshed: HashSet<u32>,
+    /// Processes that exited, oldest first: their address spaces are kept for naming,
+    /// at most [`MAX_EXITED_SPACES`] of them.
+    exited: VecDeque<u32>,
 }
+
+/// Most address spaces kept for processes that have exited. A program that forks
+/// children all day would otherwise grow the tracer by a copy of each child's maps;
+/// objects of the processes forgotten show as addresses.
+pub const MAX_EXITED_SPACES: usize = 1024;
 
 impl ObjectNamer {
     /// Takes (or refreshes) a snapshot of `pid`'s mappings; keeps what is known when
@@ -61,6 +69,21 @@ impl ObjectNamer {
         let copy = self.spaces.get(&parent).cloned().unwrap_or_default();
         self.spaces.insert(child, copy);
         self.refreshed.remove(&child);
+    }
+
+    /// `pid` exited: its address space is kept for naming its objects, until
+    /// [`MAX_EXITED_SPACES`] newer ones push it out.
+    pub fn exited(&mut self, pid: u32) {
+        if !self.spaces.contains_key(&pid) {
+            return;
+        }
+        self.exited.push_back(pid);
+        while self.exited.len() > MAX_EXITED_SPACES {
+            if let Some(old) = self.exited.pop_front() {
+                self.spaces.remove(&old);
+                self.refreshed.remove(&old);
+            }
+        }
     }
 
     /// Mapping records not kept because a process's table was full.
@@ -145,5 +168,22 @@ mod tests {
         let inner = namer.name(std::process::id(), addr + 16).expect("named");
         assert!(inner.ends_with("+0x10"), "{inner}");
         assert_eq!(namer.name(std::process::id(), 8), None);
+    }
+
+    #[test]
+    fn exited_processes_keep_a_bounded_number_of_spaces() {
+        let mut namer = ObjectNamer::default();
+        let me = std::process::id();
+        namer.remember(me);
+        // Children forked from this process share its space; each exits.
+        let n = MAX_EXITED_SPACES as u32 + 10;
+        for child in 1..=n {
+            namer.forked(me, child);
+            namer.exited(child);
+        }
+        assert_eq!(namer.spaces.len(), MAX_EXITED_SPACES + 1);
+        assert!(!namer.spaces.contains_key(&1) && namer.spaces.contains_key(&n));
+        // A forked child shares its parent's maps until either changes.
+        assert!(Rc::ptr_eq(&namer.spaces[&me], &namer.spaces[&n]));
     }
 }
