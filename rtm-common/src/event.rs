@@ -374,6 +374,10 @@ impl PendingFutex {
     }
 }
 
+/// `ret` of a futex wait that was still asleep when the trace ended (-EINPROGRESS): its
+/// record, made by userspace then, holds its wait so far and no waker.
+pub const WAIT_IN_PROGRESS: i32 = -115;
+
 /// [`PendingFutex::flags`]: the wait has a timeout (a wake from no thread ends it as
 /// timed out).
 pub const PENDING_TIMED: u32 = 1;

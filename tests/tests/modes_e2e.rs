@@ -357,6 +357,24 @@ fn thousands_of_short_children_cost_little_memory() {
     assert!(rss < 64 << 10, "{rss} KiB");
 }
 
+/// A thread still asleep in a futex wait when the trace ends shows, with its wait so
+/// far: main waits 300 ms for its first signal, and the trace lasts 150 ms.
+#[test]
+fn a_wait_still_asleep_at_the_end_is_reported() {
+    if !can_trace("a_wait_still_asleep_at_the_end_is_reported") {
+        return;
+    }
+    let (_, doc) = trace_json(
+        &["--duration", "0.15", "-o", "/dev/null"],
+        &workload("sync_workload"),
+        &["cond", "1", "300", "10"],
+    );
+    assert_eq!(doc["sync_graph"]["model"]["waits_in_progress"], 1);
+    let waited = futex_sum(&doc, "contended_wait_ns");
+    println!("waited so far: {waited} ns");
+    assert!((100_000_000..300_000_000).contains(&waited), "{waited}");
+}
+
 /// Contention mode sends a thread's last wait when the thread next waits or exits. A
 /// thread that does neither (main, sleeping after its join) still has its wait in the
 /// periodic summary once it has been quiet for a second, and in the results when the

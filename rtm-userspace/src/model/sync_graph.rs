@@ -16,7 +16,7 @@ use super::{
 };
 use rtm_common::{
     CLONE_THREAD, Primitive, SYNC_FLAG_BEGIN, SYNC_FLAG_BLOCKED, SYNC_FLAG_CONTENDED, SyncOp,
-    TaskOp,
+    TaskOp, WAIT_IN_PROGRESS,
     decode::{Event, SyncRecord, TaskRecord},
 };
 
@@ -514,6 +514,8 @@ impl SyncGraph {
                 } else {
                     self.counters.dropped_over_limits += 1;
                 }
+            } else if raw.ret == WAIT_IN_PROGRESS {
+                self.counters.waits_in_progress += 1;
             } else {
                 self.counters.waits_without_waker += 1;
                 // Woken (not a timeout): perhaps by a thread's exit.

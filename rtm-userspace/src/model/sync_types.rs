@@ -314,6 +314,9 @@ pub struct ModelCounters {
     /// Futex waits that returned without sleeping: the word had changed (the lock was
     /// released) between the thread's last look and the kernel's.
     pub waits_unslept: u64,
+    /// Futex waits still asleep when the trace ended (contention mode), counted with
+    /// their wait so far: a thread blocked for the whole trace shows.
+    pub waits_in_progress: u64,
     /// Distributions that got no percentile histogram because the budget was spent.
     pub histograms_refused: u64,
 }

@@ -334,6 +334,13 @@ fn notes(out: &mut String, run: &RunInfo, s: &Snapshot) {
             count(m.waits_without_waker)
         ));
     }
+    if m.waits_in_progress > 0 {
+        notes.push(format!(
+            "{} futex waits were still asleep when the trace ended: counted with their wait \
+             so far, without a waker",
+            count(m.waits_in_progress)
+        ));
+    }
     if m.waits_unslept > 0 {
         notes.push(format!(
             "{} futex waits returned without sleeping (the lock word changed before the \

@@ -6,7 +6,8 @@
 //!
 //! When the trace ends it also sends, from each thread's entry in FUTEX_SLOTS, the run
 //! of waits that returned without sleeping that contention mode was still counting
-//! there (`FutexWaitEvent::unslept`).
+//! there (`FutexWaitEvent::unslept`), and the wait a thread is still asleep in, with
+//! its time so far (`WAIT_IN_PROGRESS`): a thread blocked for the whole trace shows.
 //!
 //! A slot's first 8 bytes (the header's kind and cpu) mark a wait not yet sent; whoever
 //! swaps them to zero, the thread's next program run or this reader, sends it, so no
@@ -21,12 +22,13 @@ use std::{
 
 use aya::maps::{HashMap as BpfHashMap, MapData};
 use rtm_common::{
-    EventHeader, EventKind, FutexDone, FutexWaitEvent, PendingFutex,
+    EventHeader, EventKind, FutexDone, FutexWaitEvent, PendingFutex, WAIT_IN_PROGRESS,
     decode::{Event, decode},
     names::futex_slot_index,
 };
 
 use super::ring_map::Mapping;
+use crate::target::process::monotonic_ns;
 
 /// The FUTEX_DONE map, mapped into this process, and the futex entries in flight.
 pub struct LeftWaits {
@@ -76,7 +78,9 @@ impl LeftWaits {
                 Err(e) => log::debug!("futex slot of {tid}: {e}"),
             };
             if before_ns.is_none()
-                && let Some(wait) = self.entry(pid, tid).and_then(|f| unslept(pid, tid, &f))
+                && let Some(wait) = self
+                    .entry(pid, tid)
+                    .and_then(|f| left_in_entry(pid, tid, &f, monotonic_ns()))
             {
                 send(&wait);
             }
@@ -119,24 +123,31 @@ impl LeftWaits {
     }
 }
 
-/// The run of waits that returned without sleeping still counted in a thread's entry
-/// `f` when the trace ends: the `unslept` before its last wait, and that wait too
-/// unless the thread is asleep in it now (/proc/PID/task/TID/syscall).
-fn unslept(pid: u32, tid: u32, f: &PendingFutex) -> Option<FutexWaitEvent> {
+/// What a thread's entry `f` still holds when the trace ends: the wait it is asleep in
+/// now (/proc/PID/task/TID/syscall), with its time so far until `now_ns`; otherwise its
+/// last wait, which returned without sleeping. Either with the run of `unslept` waits
+/// before it.
+fn left_in_entry(pid: u32, tid: u32, f: &PendingFutex, now_ns: u64) -> Option<FutexWaitEvent> {
     if f.start_ns == 0 {
         return None;
     }
     let path = format!("/proc/{pid}/task/{tid}/syscall");
     let asleep = std::fs::read_to_string(path).is_ok_and(|s| in_futex_on(&s, f.uaddr));
-    let n = f.unslept + u32::from(!asleep);
-    let header = EventHeader {
+    let header = |ts_ns| EventHeader {
         kind: EventKind::FutexWait as u32,
         cpu: 0,
-        ts_ns: f.start_ns,
+        ts_ns,
         pid,
         tid,
     };
-    (n > 0).then(|| f.unslept_record(header, n - 1))
+    if asleep {
+        return Some(FutexWaitEvent {
+            wait_ns: now_ns.saturating_sub(f.start_ns),
+            ret: WAIT_IN_PROGRESS,
+            ..f.unslept_record(header(now_ns.max(f.start_ns)), f.unslept)
+        });
+    }
+    Some(f.unslept_record(header(f.start_ns), f.unslept))
 }
 
 /// Whether a /proc syscall line ("202 0xADDR ...") is a futex call on `uaddr`.
@@ -291,9 +302,12 @@ mod tests {
             unslept: 4,
         };
         // No such thread: its last wait returned too.
-        let w = unslept(u32::MAX, u32::MAX, &f).unwrap();
+        let w = left_in_entry(u32::MAX, u32::MAX, &f, 20_000).unwrap();
         assert_eq!((w.ret, w.unslept, w.wait_ns, w.uaddr), (-11, 4, 0, 0x1000));
-        assert_eq!(unslept(1, 1, &PendingFutex { start_ns: 0, ..f }), None);
+        assert_eq!(
+            left_in_entry(1, 1, &PendingFutex { start_ns: 0, ..f }, 20_000),
+            None
+        );
         assert!(in_futex_on(
             "202 0x1000 0x80 0x2 0x0 0x0 0x0 0x7ffc 0x7f00\n",
             0x1000
