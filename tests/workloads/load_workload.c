@@ -12,6 +12,7 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,6 +27,12 @@ static double now(void) {
 }
 
 static void spin(double secs) {
+    /* On the CPU it is on, and only there: the scheduler would otherwise move it
+     * between CPUs now and then, splitting "one CPU busy" over two in an interval. */
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    CPU_SET(sched_getcpu(), &one);
+    sched_setaffinity(0, sizeof one, &one);
     volatile unsigned long x = 0;
     double end = now() + secs;
     while (now() < end)
