@@ -72,31 +72,24 @@ impl LeftWaits {
         before_ns: Option<u64>,
         sink: &mut dyn FnMut(&Event),
     ) {
+        // The end of the trace, for the waits still asleep.
+        let end_ns = before_ns.is_none().then(monotonic_ns);
         for (pid, tid) in threads {
             let mut send = |wait: &FutexWaitEvent| match decode(bytes_of(wait)) {
                 Ok(ev) => sink(&ev),
                 Err(e) => log::debug!("futex slot of {tid}: {e}"),
             };
-            if before_ns.is_none()
+            if let Some(now) = end_ns
                 && let Some(wait) = self
                     .entry(pid, tid)
-                    .and_then(|f| left_in_entry(pid, tid, &f, monotonic_ns()))
+                    .and_then(|f| left_in_entry(pid, tid, &f, now))
             {
                 send(&wait);
             }
             let Some(slot) = futex_slot_index(tid, self.mask) else {
                 continue;
             };
-            // SAFETY: slot <= mask, so the slot lies within the mapping, which holds
-            // mask + 1 slots of FutexDone's size (8-byte aligned, page-aligned start).
-            let at = unsafe {
-                self.mapping
-                    .ptr()
-                    .as_ptr()
-                    .add(slot as usize * size_of::<FutexDone>())
-                    .cast::<FutexDone>()
-            };
-            if let Some(done) = take_one(at, before_ns) {
+            if let Some(done) = take_one(slot_at(&self.mapping, slot), before_ns) {
                 send(&finish(&done));
             }
         }
@@ -105,21 +98,30 @@ impl LeftWaits {
     /// The futex entry of thread `tid` of `pid`.
     fn entry(&self, pid: u32, tid: u32) -> Option<PendingFutex> {
         match futex_slot_index(tid, self.mask) {
-            // SAFETY: as in `take`, for the FUTEX_SLOTS mapping (32-byte entries); read
-            // once the programs are detached.
-            Some(slot) => Some(unsafe {
-                self.entries
-                    .ptr()
-                    .as_ptr()
-                    .add(slot as usize * size_of::<PendingFutex>())
-                    .cast::<PendingFutex>()
-                    .read_volatile()
-            }),
+            // SAFETY: a slot of the FUTEX_SLOTS mapping, read once the programs are
+            // detached.
+            Some(slot) => {
+                Some(unsafe { slot_at::<PendingFutex>(&self.entries, slot).read_volatile() })
+            }
             None => self
                 .pending
                 .get(&((u64::from(pid) << 32) | u64::from(tid)), 0)
                 .ok(),
         }
+    }
+}
+
+/// Slot `slot` of a mapped array of `T`. `slot` is a `futex_slot_index` with the
+/// array's mask, so it lies within the mapping, which holds mask + 1 values of `T`
+/// (8-byte aligned, from a page-aligned start).
+fn slot_at<T>(mapping: &Mapping, slot: u32) -> *mut T {
+    // SAFETY: see above: the offset stays inside the mapping.
+    unsafe {
+        mapping
+            .ptr()
+            .as_ptr()
+            .add(slot as usize * size_of::<T>())
+            .cast::<T>()
     }
 }
 
