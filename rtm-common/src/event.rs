@@ -398,24 +398,36 @@ pub struct FutexDone {
     pub run_delay: u64,
     /// Times the thread had been switched in at the wake.
     pub pcount: u64,
+    /// When the woken thread was put on a run queue (`names::PROG_FUTEX_WAKEUP`; 0 until
+    /// then). On a virtual machine, waking an idle CPU for it can take tens of
+    /// microseconds, which the run delay does not count: it starts at the enqueue.
+    pub queued_ns: u64,
 }
-const _: () = assert!(size_of::<FutexDone>() == 80);
+const _: () = assert!(size_of::<FutexDone>() == 88);
 
 impl FutexDone {
     /// `pcount` of a wait that ended at its system call's return: nothing to add.
     pub const AT_RETURN: u64 = u64::MAX;
 
-    /// The wait, ended when its thread got a CPU: `run_delay` and `pcount` are the
-    /// thread's statistics now. Queueing after a second switch-in is not the wait's, so
-    /// then the average per switch-in is added.
+    /// The wait, ended when its thread got a CPU: from the wake to its enqueue, then
+    /// the queueing, from `run_delay` and `pcount`, the thread's statistics now.
+    /// Queueing after a second switch-in is not the wait's, so then the average per
+    /// switch-in is added.
     pub fn finished(&self, run_delay: u64, pcount: u64) -> FutexWaitEvent {
         let mut w = self.wait;
+        if self.pcount == Self::AT_RETURN {
+            return w;
+        }
+        let woken = w.header.ts_ns;
+        // An enqueue more than a second after the wake is not this wake's.
+        if self.queued_ns > woken && self.queued_ns - woken < 1_000_000_000 {
+            w.wait_ns += self.queued_ns - woken;
+            w.header.ts_ns = self.queued_ns;
+        }
         let switches = pcount.wrapping_sub(self.pcount);
         let queued = run_delay.wrapping_sub(self.run_delay);
-        // AT_RETURN, or counters that went backwards (a slot reused by another thread),
-        // add nothing.
-        if self.pcount != Self::AT_RETURN && switches > 0 && switches < 1 << 32 && queued < 1 << 40
-        {
+        // Counters that went backwards (a slot reused by another thread) add nothing.
+        if switches > 0 && switches < 1 << 32 && queued < 1 << 40 {
             let q = queued / switches;
             w.wait_ns += q;
             w.header.ts_ns += q;

@@ -66,6 +66,9 @@ pub const PROG_FUTEX_EXIT: &str = "futex_exit";
 /// sched_waking as a BTF tracepoint: in contention mode, ends a traced thread's futex
 /// wait at its wake, in the waker's context (no program runs at the syscall's return).
 pub const PROG_FUTEX_WAKING: &str = "futex_waking";
+/// sched_wakeup as a BTF tracepoint, with [`PROG_FUTEX_WAKING`]: when the woken thread
+/// of a wait was put on a run queue (`FutexDone::queued_ns`).
+pub const PROG_FUTEX_WAKEUP: &str = "futex_wakeup";
 /// syscalls/sys_exit_futex, for kernels without BTF.
 pub const PROG_FUTEX_EXIT_TP: &str = "futex_exit_tp";
 /// task/task_newtask.

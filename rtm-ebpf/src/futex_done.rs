@@ -116,6 +116,7 @@ pub fn keep_done(wait: FutexWaitEvent, task: *const u8) {
                 },
                 run_delay,
                 pcount,
+                queued_ns: 0,
             },
         );
         let h = &wait.header;

@@ -18,7 +18,7 @@ use crate::{
     filter::is_traced,
     futex::{ORIG_AX, REGS_DI, SYS_FUTEX},
     futex_done::{keep_done, task_field},
-    maps::{TASK_PID, TASK_TGID, futex_entry},
+    maps::{TASK_PID, TASK_TGID, futex_done, futex_entry},
 };
 
 /// -ETIMEDOUT.
@@ -118,5 +118,35 @@ pub fn futex_waking(ctx: BtfTracePointContext) -> i32 {
         },
         p,
     );
+    0
+}
+
+/// sched_wakeup (p): `p` was put on a run queue. When its last wait's record is waiting
+/// in its slot without an enqueue time, this is the enqueue that followed that wait's
+/// wake (it comes in the same wakeup, after sched_waking): the time goes in the record.
+#[btf_tracepoint(function = "sched_wakeup")]
+pub fn futex_wakeup(ctx: BtfTracePointContext) -> i32 {
+    let p: *const u8 = ctx.arg(0);
+    // SAFETY: task_struct fields at offsets from the kernel's BTF.
+    let tgid: u32 = unsafe { task_field::<i32>(p, TASK_TGID.load()) } as u32;
+    if !is_traced(tgid) {
+        return 0;
+    }
+    // SAFETY: as above.
+    let pid: u32 = unsafe { task_field::<i32>(p, TASK_PID.load()) } as u32;
+    let Some(d) = futex_done(pid) else {
+        return 0;
+    };
+    // SAFETY: the thread's slot: a nonzero mark is a record not yet sent, whose fields
+    // were all written before it; only this program writes `queued_ns` after that.
+    unsafe {
+        if core::ptr::read_volatile(d.cast::<u64>()) == 0 {
+            return 0;
+        }
+        let queued = core::ptr::addr_of_mut!((*d).queued_ns);
+        if core::ptr::read_volatile(queued) == 0 {
+            core::ptr::write_volatile(queued, now());
+        }
+    }
     0
 }

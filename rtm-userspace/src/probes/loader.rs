@@ -47,12 +47,17 @@ fn attach_futex_btf(
     btf: &aya::Btf,
     waking: bool,
 ) -> Result<&'static str, ProbeError> {
-    let end = if waking {
-        (names::PROG_FUTEX_WAKING, "sched", "sched_waking")
+    let enter = (names::PROG_FUTEX_ENTER, "raw_syscalls", "sys_enter");
+    let programs = if waking {
+        vec![
+            enter,
+            (names::PROG_FUTEX_WAKING, "sched", "sched_waking"),
+            (names::PROG_FUTEX_WAKEUP, "sched", "sched_wakeup"),
+        ]
     } else {
-        (names::PROG_FUTEX_EXIT, "raw_syscalls", "sys_exit")
+        vec![enter, (names::PROG_FUTEX_EXIT, "raw_syscalls", "sys_exit")]
     };
-    for (name, category, event) in [(names::PROG_FUTEX_ENTER, "raw_syscalls", "sys_enter"), end] {
+    for (name, category, event) in programs {
         let prog: &mut BtfTracePoint = program(ebpf, name)?;
         prog.load(event, btf)
             .map_err(|source| ProbeError::Program { name, source })?;
@@ -63,7 +68,7 @@ fn attach_futex_btf(
         })?;
     }
     Ok(if waking {
-        "sys_enter and sched_waking as BTF tracepoints (waits end at their wake)"
+        "sys_enter, sched_waking and sched_wakeup as BTF tracepoints (waits end at their wake)"
     } else {
         "sys_enter and sys_exit as BTF tracepoints"
     })
@@ -333,6 +338,7 @@ impl Probes {
                     names::PROG_FUTEX_ENTER,
                     names::PROG_FUTEX_EXIT,
                     names::PROG_FUTEX_WAKING,
+                    names::PROG_FUTEX_WAKEUP,
                 ] {
                     if let Ok(p) = program::<BtfTracePoint>(&mut ebpf, name) {
                         let _ = p.unload();

@@ -234,6 +234,7 @@ mod tests {
             wait: event(ts_ns),
             run_delay: 0,
             pcount: FutexDone::AT_RETURN,
+            queued_ns: 0,
         }
     }
 
@@ -278,6 +279,7 @@ mod tests {
             wait: event(5_000),
             run_delay: 1_000,
             pcount: 7,
+            queued_ns: 0,
         };
         // Switched in once since the wake, after 300 ns queued: all of it is the wait's.
         let w = done.finished(1_300, 8);
@@ -287,6 +289,13 @@ mod tests {
         // Not switched in (woken before it slept), or counters from another thread.
         assert_eq!(done.finished(1_300, 7).wait_ns, 500);
         assert_eq!(done.finished(900, 3).wait_ns, 500);
+        // Enqueued 200 ns after the wake, then queued 300 ns.
+        let enqueued = FutexDone {
+            queued_ns: 5_200,
+            ..done
+        };
+        let w = enqueued.finished(1_300, 8);
+        assert_eq!((w.wait_ns, w.header.ts_ns), (1_000, 5_500));
         // Ended at its return: nothing to add.
         assert_eq!(finish(&wait(5_000)).wait_ns, 500);
         assert_eq!(schedstat("123 456 7\n"), Some((456, 7)));
