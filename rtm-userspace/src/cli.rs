@@ -44,13 +44,15 @@ pub struct Cli {
     #[arg(long = "comm", value_name = "NAME")]
     pub comms: Vec<String>,
 
-    /// Stop after this many seconds (default: until Ctrl-C or the targets exit).
-    #[arg(short, long, value_name = "SECS", value_parser = parse_secs)]
+    /// Stop after this many seconds (default: until Ctrl-C or the targets exit; at most
+    /// a year).
+    #[arg(short, long, value_name = "SECS", value_parser = parse_duration)]
     pub duration: Option<Duration>,
 
-    /// Print a summary every SECS seconds while tracing. System statistics and counters
-    /// are sampled at this interval too (every second when it is not given).
-    #[arg(short, long, value_name = "SECS", value_parser = parse_secs)]
+    /// Print a summary every SECS seconds while tracing (0.01 to 86400). System
+    /// statistics and counters are sampled at this interval too (every second when it
+    /// is not given).
+    #[arg(short, long, value_name = "SECS", value_parser = parse_interval)]
     pub interval: Option<Duration>,
 
     /// Performance counters to read, by `perf list` name, comma-separated ("default"
@@ -159,22 +161,43 @@ pub struct MergeCli {
     pub top: usize,
 }
 
-fn parse_secs(s: &str) -> Result<Duration, String> {
+/// Longest --duration: a year (a tracer meant to run longer is the agent's job).
+pub const MAX_DURATION_SECS: f64 = 366.0 * 86_400.0;
+
+/// Seconds in `[min, max]`, refused otherwise (never a panic on 1e30, NaN or -0).
+fn parse_secs_in(s: &str, min: f64, max: f64) -> Result<Duration, String> {
     let v: f64 = s
+        .trim()
         .parse()
         .map_err(|_| format!("`{s}` is not a number of seconds"))?;
-    if !(v > 0.0 && v.is_finite()) {
+    if !v.is_finite() || v <= 0.0 {
         return Err("must be a positive number of seconds".into());
     }
-    Ok(Duration::from_secs_f64(v))
+    if v < min || v > max {
+        return Err(format!("must be between {min} and {max} seconds"));
+    }
+    Duration::try_from_secs_f64(v).map_err(|e| e.to_string())
 }
+
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    parse_secs_in(s, 0.000_001, MAX_DURATION_SECS)
+}
+
+fn parse_interval(s: &str) -> Result<Duration, String> {
+    parse_secs_in(s, 0.01, 86_400.0)
+}
+
+/// Largest --ring-size: 1 GiB.
+const MAX_RING_BYTES: u32 = 1 << 30;
 
 fn parse_ring_size(s: &str) -> Result<u32, String> {
     let v: u32 = s
         .parse()
-        .map_err(|_| format!("`{s}` is not a byte count"))?;
-    if v < 4096 || !v.is_power_of_two() {
-        return Err("must be a power of two of at least 4096 (e.g. 16777216)".into());
+        .map_err(|_| format!("`{s}` is not a byte count (at most {MAX_RING_BYTES})"))?;
+    if !(4096..=MAX_RING_BYTES).contains(&v) || !v.is_power_of_two() {
+        return Err(format!(
+            "must be a power of two from 4096 to {MAX_RING_BYTES} (e.g. 16777216)"
+        ));
     }
     Ok(v)
 }
@@ -282,6 +305,16 @@ mod tests {
         assert!(parse(&["-p", "1", "-d", "-3"]).is_err());
         assert!(parse(&["-p", "1", "--ring-size", "5000"]).is_err());
         assert!(parse(&["--no-such-option"]).is_err());
+        // Values that once panicked (Duration overflow) are refused.
+        for d in ["1e30", "1.8e19", "NaN", "inf", "-0", "0", "1e-30"] {
+            assert!(parse(&["-p", "1", "-d", d]).is_err(), "-d {d}");
+            assert!(parse(&["-p", "1", "-i", d]).is_err(), "-i {d}");
+        }
+        assert!(parse(&["-p", "1", "-i", "0.001"]).is_err());
+        assert!(parse(&["-p", "1", "-d", "31622401"]).is_err());
+        assert!(parse(&["-p", "1", "-d", "31622400", "-i", "86400"]).is_ok());
+        assert!(parse(&["-p", "1", "--ring-size", "2147483648"]).is_err());
+        assert!(parse(&["-p", "1", "--ring-size", "99999999999"]).is_err());
         assert!(parse(&["-p", "1", "--mode", "fast"]).is_err());
     }
 

@@ -6,6 +6,7 @@
 //! (pure, no aya), `symbolize` names addresses, and `output` renders snapshots.
 
 pub mod cli;
+pub mod interrupt;
 pub mod model;
 pub mod output;
 pub mod probes;

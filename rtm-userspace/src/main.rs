@@ -41,7 +41,7 @@ fn main() -> ExitCode {
                 }
                 source = s.source();
             }
-            eprintln!("{msg}");
+            rtm::output::text::say(&msg);
             ExitCode::from(e.exit_code() as u8)
         }
     }
@@ -62,7 +62,7 @@ fn init_logging(level: &str) {
         }
         fn log(&self, r: &log::Record) {
             if self.enabled(r.metadata()) {
-                eprintln!(
+                rtm::say!(
                     "rtm-trace: {}: {}",
                     r.level().as_str().to_lowercase(),
                     r.args()

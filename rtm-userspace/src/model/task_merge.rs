@@ -122,14 +122,14 @@ pub fn merge(parts: &[Part], supported: u32) -> Result<TaskView, MergeError> {
                     *nodes += 1;
                     let weighted = m.mean_spread_ns as u128 * m.instances as u128
                         + c.mean_spread_ns as u128 * c.instances as u128;
-                    let n = (m.instances + c.instances).max(1) as u128;
-                    m.ranks += c.ranks;
-                    m.calls += c.calls;
-                    m.bytes += c.bytes;
-                    m.time_ns += c.time_ns;
+                    let n = (m.instances as u128 + c.instances as u128).max(1);
+                    m.ranks = m.ranks.saturating_add(c.ranks);
+                    m.calls = m.calls.saturating_add(c.calls);
+                    m.bytes = m.bytes.saturating_add(c.bytes);
+                    m.time_ns = m.time_ns.saturating_add(c.time_ns);
                     m.root = m.root.or(c.root);
                     m.instances = m.instances.max(c.instances);
-                    m.mean_spread_ns = (weighted / n) as u64;
+                    m.mean_spread_ns = u64::try_from(weighted / n).unwrap_or(u64::MAX);
                     m.max_spread_ns = m.max_spread_ns.max(c.max_spread_ns);
                     // Who arrived last across nodes cannot be told from per-node clocks.
                     m.most_often_last = None;
@@ -137,7 +137,7 @@ pub fn merge(parts: &[Part], supported: u32) -> Result<TaskView, MergeError> {
             }
         }
         add_counters(&mut counters, &v.counters);
-        open_requests += v.open_requests;
+        open_requests = usize::saturating_add(open_requests, v.open_requests);
     }
     ranks.sort_by_key(|r| (r.rank.unwrap_or(i32::MAX), r.host.clone(), r.pid));
     let mut collectives: Vec<CollectiveView> = colls.into_values().map(|(c, _)| c).collect();
@@ -211,13 +211,15 @@ fn check(parts: &[Part], supported: u32) -> Result<(), MergeError> {
 }
 
 fn add_counters(a: &mut TaskCounters, b: &TaskCounters) {
-    a.unknown_source += b.unknown_source;
-    a.untranslated_peer += b.untranslated_peer;
-    a.untracked_comms += b.untracked_comms;
-    a.proc_null += b.proc_null;
-    a.unmatched_completions += b.unmatched_completions;
-    a.truncated_requests += b.truncated_requests;
-    a.dropped_over_limits += b.dropped_over_limits;
+    a.unknown_source = a.unknown_source.saturating_add(b.unknown_source);
+    a.untranslated_peer = a.untranslated_peer.saturating_add(b.untranslated_peer);
+    a.untracked_comms = a.untracked_comms.saturating_add(b.untracked_comms);
+    a.proc_null = a.proc_null.saturating_add(b.proc_null);
+    a.unmatched_completions = a
+        .unmatched_completions
+        .saturating_add(b.unmatched_completions);
+    a.truncated_requests = a.truncated_requests.saturating_add(b.truncated_requests);
+    a.dropped_over_limits = a.dropped_over_limits.saturating_add(b.dropped_over_limits);
 }
 
 #[cfg(test)]

@@ -276,18 +276,24 @@ pub fn add_side(side: &mut Option<TrafficView>, v: TrafficView) {
         *side = Some(v);
         return;
     };
-    old.messages += v.messages;
-    old.bytes += v.bytes;
-    old.unknown_size += v.unknown_size;
-    old.time_ns += v.time_ns;
+    old.messages = old.messages.saturating_add(v.messages);
+    old.bytes = old.bytes.saturating_add(v.bytes);
+    old.unknown_size = old.unknown_size.saturating_add(v.unknown_size);
+    old.time_ns = old.time_ns.saturating_add(v.time_ns);
     old.bandwidth_mb_s = (old.time_ns > 0).then(|| old.bytes as f64 * 1e3 / old.time_ns as f64);
+    // Merged in a map: a part read from a file may list any number of buckets.
+    let mut sizes: std::collections::BTreeMap<_, u64> = std::mem::take(&mut old.sizes)
+        .into_iter()
+        .fold(Default::default(), |mut m, (lo, n)| {
+            let e = m.entry(lo).or_default();
+            *e = e.saturating_add(n);
+            m
+        });
     for (lo, n) in v.sizes {
-        match old.sizes.iter_mut().find(|(l, _)| *l == lo) {
-            Some((_, m)) => *m += n,
-            None => old.sizes.push((lo, n)),
-        }
+        let e = sizes.entry(lo).or_default();
+        *e = e.saturating_add(n);
     }
-    old.sizes.sort_unstable();
+    old.sizes = sizes.into_iter().collect();
 }
 
 /// The edges, most bytes first.

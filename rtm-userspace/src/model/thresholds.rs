@@ -43,6 +43,35 @@ impl Default for Thresholds {
     }
 }
 
+impl Thresholds {
+    /// Checks every value: a negative, infinite or NaN limit never flags anything (or
+    /// always does), so it is refused by name. Percentages must be at most 100.
+    pub fn validate(&self) -> Result<(), String> {
+        let values = [
+            ("cpu_busy_pct", self.cpu_busy_pct, true),
+            ("run_queue_per_cpu", self.run_queue_per_cpu, false),
+            ("swap_pages_per_s", self.swap_pages_per_s, false),
+            ("mem_available_pct", self.mem_available_pct, true),
+            ("disk_busy_pct", self.disk_busy_pct, true),
+            ("steal_pct", self.steal_pct, true),
+            ("stall_pct", self.stall_pct, true),
+        ];
+        for (name, v, percent) in values {
+            if !v.is_finite() || v < 0.0 {
+                return Err(format!(
+                    "thresholds.{name} = {v}: must be a number of at least 0"
+                ));
+            }
+            if percent && v > 100.0 {
+                return Err(format!(
+                    "thresholds.{name} = {v}: a percentage is at most 100"
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
 /// What went wrong.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]

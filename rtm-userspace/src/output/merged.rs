@@ -4,7 +4,7 @@ use std::fmt::Write as _;
 
 use serde::Serialize;
 
-use super::mpi_report;
+use super::{mpi_report, text::Shown};
 use crate::model::{TaskView, task_merge::Part};
 
 /// What each part contributed.
@@ -45,14 +45,14 @@ pub fn render(parts: &[PartInfo], view: &TaskView, top: usize) -> String {
     let mut out = String::new();
     let _ = writeln!(out, "== rtm-trace: merged task graph ==");
     let job = parts.iter().find_map(|p| p.job.as_deref()).unwrap_or("?");
-    let _ = writeln!(out, "job {job}: {} parts", parts.len());
+    let _ = writeln!(out, "job {}: {} parts", Shown(job), parts.len());
     for p in parts {
         let ranks: Vec<String> = p.ranks.iter().map(i32::to_string).collect();
         let _ = writeln!(
             out,
             "  {}: host {}, ranks {}",
-            p.file,
-            p.hosts.join(", "),
+            Shown(&p.file),
+            Shown(&p.hosts.join(", ")),
             if ranks.is_empty() {
                 "none identified".into()
             } else {

@@ -1,5 +1,6 @@
 //! Outputs: render a snapshot plus the run's facts. Outputs read, never change, the model.
 
+pub mod dest;
 pub mod format;
 pub mod json;
 pub mod merged;
@@ -7,6 +8,7 @@ mod mpi_report;
 pub mod report;
 mod sections;
 mod system_report;
+pub mod text;
 
 use serde::Serialize;
 

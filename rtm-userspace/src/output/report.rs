@@ -8,11 +8,18 @@ use super::{
     EndReason, RunInfo,
     format::{count, mean_ns, ns, opt_ns, pct},
     mpi_report, sections, system_report,
+    text::{Shown, escape},
 };
 use crate::{cli::Mode, model::Snapshot};
 
 /// Renders rows as aligned columns; the first column is left-aligned, the rest right.
+/// Every cell is escaped (names in them come from the traced program).
 pub(super) fn table(out: &mut String, header: &[&str], rows: &[Vec<String>]) {
+    let rows: Vec<Vec<String>> = rows
+        .iter()
+        .map(|r| r.iter().map(|c| escape(c).into_owned()).collect())
+        .collect();
+    let rows = rows.as_slice();
     let mut w: Vec<usize> = header.iter().map(|h| h.len()).collect();
     for r in rows {
         for (i, c) in r.iter().enumerate() {
@@ -84,17 +91,17 @@ fn table_of(
 pub fn render(title: &str, run: &RunInfo, s: &Snapshot, top: usize) -> String {
     let mut out = String::new();
     let dur = s.window.end_ns.saturating_sub(s.window.start_ns);
-    let _ = writeln!(out, "== rtm-trace: {title} ==");
+    let _ = writeln!(out, "== rtm-trace: {} ==", Shown(title));
     let targets: Vec<String> = run
         .targets
         .iter()
         .map(|t| {
             let mut d = format!("PID {}", t.pid);
             if let Some(c) = &t.comm {
-                let _ = write!(d, " ({c})");
+                let _ = write!(d, " ({})", Shown(c));
             }
             if let Some(e) = &t.ended {
-                let _ = write!(d, " [{e}]");
+                let _ = write!(d, " [{}]", Shown(e));
             }
             d
         })

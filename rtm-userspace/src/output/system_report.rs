@@ -3,7 +3,7 @@
 
 use std::fmt::Write;
 
-use super::{format::count, report::table};
+use super::{format::count, report::table, text::Shown};
 use crate::model::{
     ambient::{AmbientView, Stat},
     counters::{CountersView, ScopeCounters},
@@ -104,7 +104,7 @@ pub(super) fn system(out: &mut String, a: &AmbientView) {
         let _ = writeln!(
             out,
             "  disk {:<10} busy max {peak:.1}%; last interval {:.0} r/s {:.0} w/s, {}/s read, {}/s written",
-            d.name,
+            Shown(&d.name).to_string(),
             d.reads_per_s,
             d.writes_per_s,
             bytes(d.read_bytes_per_s),
@@ -130,7 +130,7 @@ pub(super) fn system(out: &mut String, a: &AmbientView) {
         let _ = writeln!(
             out,
             "  net {:<11} {} received, {} sent; {errs} errors, {drops} drops",
-            n.name,
+            Shown(&n.name).to_string(),
             bytes(rx as f64),
             bytes(tx as f64)
         );

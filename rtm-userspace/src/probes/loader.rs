@@ -6,7 +6,7 @@ use std::{
     path::Path,
 };
 
-use crate::{readers::LeftWaits, target::elf::read_object_file};
+use crate::{readers::LeftWaits, target::process};
 use aya::{
     Ebpf, EbpfLoader,
     maps::{Array, HashMap as BpfHashMap, MapData, MapError, PerCpuArray},
@@ -168,15 +168,6 @@ pub enum ProbeError {
         #[source]
         source: ProgramError,
     },
-    /// The library file could not be read to place probes.
-    #[error("cannot read {path} to place probes: {source}")]
-    ReadLibrary {
-        /// Library.
-        path: String,
-        /// Why.
-        #[source]
-        source: std::io::Error,
-    },
     /// Attaching a uprobe failed.
     #[error("cannot attach to {function} in {path} for PID {pid}: {source}")]
     Attach {
@@ -216,6 +207,17 @@ pub struct AttachReport {
     pub missing: Vec<&'static str>,
     /// Functions not probed because nothing in the program imports them.
     pub unused: Vec<&'static str>,
+}
+
+/// The scope of uprobes for one process. The kernel matches a uprobe to a process by
+/// the address space of the task it was opened for: the process's own id while its main
+/// thread lives, a live thread's once the main thread has called pthread_exit (its
+/// zombie has no address space left to match).
+fn one_process(pid: u32) -> UProbeScope {
+    let task = process::live_task(pid).unwrap_or(pid);
+    NonZeroU32::new(task)
+        .or(NonZeroU32::new(pid))
+        .map_or(UProbeScope::AllProcesses, UProbeScope::OneProcess)
 }
 
 /// The loaded eBPF object.
@@ -472,7 +474,7 @@ impl Probes {
 
     /// Attaches the full-mode probes for `pid` to a statically linked executable.
     pub fn attach_static(&mut self, pid: u32, exe: &Path) -> Result<AttachReport, ProbeError> {
-        let lib = pthread::from_file(exe)?;
+        let lib = pthread::from_file(pid, exe)?;
         self.attach_library(pid, &lib, None)
     }
 
@@ -480,10 +482,7 @@ impl Probes {
     fn placements(
         lib: &PthreadLibrary,
     ) -> Result<Vec<(ProbeSpec, u64, placement::Placement)>, ProbeError> {
-        let bytes = read_object_file(&lib.host_path).map_err(|source| ProbeError::ReadLibrary {
-            path: lib.path.display().to_string(),
-            source,
-        })?;
+        let bytes = &lib.bytes;
         let mut out = Vec::new();
         for spec in FULL_PROBES {
             let Some(offset) = lib.symbols.function_offset(spec.function) else {
@@ -508,7 +507,7 @@ impl Probes {
         lib: &PthreadLibrary,
         used: Option<&HashSet<&'static str>>,
     ) -> Result<AttachReport, ProbeError> {
-        let scope = UProbeScope::OneProcess(NonZeroU32::new(pid).expect("pid 0 is never traced"));
+        let scope = one_process(pid);
         let mut report = AttachReport {
             library: lib.path.clone(),
             placed: Vec::new(),
@@ -579,14 +578,11 @@ impl Probes {
         layouts
             .set(lib.implementation as u32, lib.layout, 0)
             .map_err(map_err(names::MAP_MPI_LAYOUT))?;
-        let scope = match pid.and_then(NonZeroU32::new) {
-            Some(p) => UProbeScope::OneProcess(p),
+        let scope = match pid {
+            Some(p) => one_process(p),
             None => UProbeScope::AllProcesses,
         };
-        let bytes = read_object_file(&lib.host_path).map_err(|source| ProbeError::ReadLibrary {
-            path: lib.path.display().to_string(),
-            source,
-        })?;
+        let bytes = &lib.bytes;
         let keep = [
             Register::RDI,
             Register::RSI,

@@ -60,8 +60,11 @@ pub const MPI_FUNCTIONS: &[(&str, MpiOp)] = &[
 pub struct MpiLibrary {
     /// Path inside the process's mount namespace, for messages.
     pub path: PathBuf,
-    /// Path the tracer opens.
+    /// A path naming the very file the process maps (its /proc/PID/map_files entry
+    /// while it lives), where the uprobes go.
     pub host_path: PathBuf,
+    /// Its bytes (the code the probes are placed in).
+    pub bytes: Vec<u8>,
     /// Which implementation.
     pub implementation: MpiImpl,
     /// The library's version as far as it can be told (from its file name).
@@ -164,37 +167,67 @@ fn version_of(implementation: MpiImpl, real_name: &str) -> String {
     }
 }
 
-/// Opens `host_path` (seen as `path` by the process) as an MPI library.
-pub fn open(path: &Path, host_path: &Path) -> Result<Option<MpiLibrary>, MpiLibraryError> {
+/// Makes an MPI library of a file's symbols and bytes, seen as `path` by the process
+/// (whose file name, after symbolic links, carries the version); None when it defines no
+/// MPI functions.
+fn library(
+    path: &Path,
+    real_name: &str,
+    host_path: PathBuf,
+    bytes: Vec<u8>,
+) -> Result<Option<MpiLibrary>, MpiLibraryError> {
     let Some(implementation) = implementation_of(path) else {
         return Ok(None);
     };
-    // The real file name carries the full version (libmpi.so.40 -> libmpi.so.40.30.4).
-    let real = std::fs::canonicalize(host_path).unwrap_or_else(|_| host_path.to_path_buf());
-    let real_name = real
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let symbols = ElfSymbols::open(host_path)?;
+    let symbols = ElfSymbols::parse(&bytes).map_err(|source| ElfError::Parse {
+        path: path.display().to_string(),
+        source,
+    })?;
     if symbols.function_offset("MPI_Send").is_none() {
         return Ok(None);
     }
     Ok(Some(MpiLibrary {
         path: path.to_path_buf(),
-        host_path: host_path.to_path_buf(),
+        host_path,
+        bytes,
         implementation,
-        version: version_of(implementation, &real_name),
-        layout: layout_for(implementation, &real_name),
+        version: version_of(implementation, real_name),
+        layout: layout_for(implementation, real_name),
         symbols,
     }))
 }
 
-/// The MPI library `pid` maps, if any.
+/// Opens `path` (a library in this mount namespace that a launched command will load)
+/// as an MPI library.
+pub fn open(path: &Path) -> Result<Option<MpiLibrary>, MpiLibraryError> {
+    if implementation_of(path).is_none() {
+        return Ok(None);
+    }
+    // The real file name carries the full version (libmpi.so.40 -> libmpi.so.40.30.4).
+    let real = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
+    let real_name = real
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let bytes = crate::target::elf::read_object_file(path).map_err(|source| ElfError::Read {
+        path: path.display().to_string(),
+        source,
+    })?;
+    library(path, &real_name, path.to_path_buf(), bytes)
+}
+
+/// The MPI library `pid` maps, if any, read as the process runs it.
 pub fn find(pid: u32) -> Result<Option<MpiLibrary>, MpiLibraryError> {
     for m in process::modules(pid)? {
         if m.executable && implementation_of(&m.path).is_some() {
-            let host = process::host_path(pid, &m.path);
-            if let Some(lib) = open(&m.path, &host)? {
+            // /proc/PID/maps names the file itself, not a symbolic link to it.
+            let real_name = m
+                .path
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            let (bytes, host) = m.mapped_file(pid).read().map_err(ElfError::from)?;
+            if let Some(lib) = library(&m.path, &real_name, host, bytes)? {
                 return Ok(Some(lib));
             }
         }
@@ -215,7 +248,7 @@ pub fn for_command(argv: &[std::ffi::OsString]) -> Vec<MpiLibrary> {
             if out.iter().any(|l| l.host_path == file) {
                 continue;
             }
-            if let Ok(Some(lib)) = open(&file, &file) {
+            if let Ok(Some(lib)) = open(&file) {
                 out.push(lib);
             }
         }

@@ -200,10 +200,13 @@ const KEY_FUNCTION: &str = "pthread_mutex_lock";
 pub struct PthreadLibrary {
     /// Path inside the process's mount namespace, for messages.
     pub path: PathBuf,
-    /// Path the tracer opens (through /proc/PID/root).
+    /// A path naming the very file the process runs while it maps it (its
+    /// /proc/PID/map_files entry): where the uprobes go.
     pub host_path: PathBuf,
     /// Its symbols.
     pub symbols: ElfSymbols,
+    /// Its bytes (the code the probes are placed in).
+    pub bytes: Vec<u8>,
 }
 
 /// Errors finding the pthread library.
@@ -214,8 +217,9 @@ pub enum LibraryError {
     Process(#[from] ProcessError),
     /// No mapped file defines pthread_mutex_lock.
     #[error(
-        "PID {pid} has no library defining {KEY_FUNCTION} mapped (looked at: {looked}); \
-         is it a pthread program? A statically linked or stripped executable is not supported yet"
+        "PID {pid} has no library defining {KEY_FUNCTION} mapped (looked at: {looked}): it \
+         is not a pthread program, or it is statically linked and stripped (its symbol table \
+         is needed to place probes); contention mode (the default) works without symbols"
     )]
     NotFound {
         /// The process.
@@ -249,41 +253,56 @@ const LIB_DIRS: [&str; 6] = [
     "/usr/lib",
 ];
 
-/// The probed functions some file imports, collected over `files` (the program and the
-/// libraries it uses). Probes on functions nobody imports are not worth their detach
-/// cost (each uprobe takes ~0.1 s to unregister here).
-fn used_by(files: impl Iterator<Item = PathBuf>) -> std::collections::HashSet<&'static str> {
-    let mut used = std::collections::HashSet::new();
-    for f in files {
-        let Ok(elf) = ElfSymbols::open(&f) else {
-            continue;
-        };
-        for spec in FULL_PROBES {
-            if elf.imports(spec.function) {
-                used.insert(spec.function);
-            }
+/// The probed functions some file imports. Probes on functions nobody imports are not
+/// worth their detach cost.
+fn imported(elf: &ElfSymbols, used: &mut std::collections::HashSet<&'static str>) {
+    for spec in FULL_PROBES {
+        if elf.imports(spec.function) {
+            used.insert(spec.function);
         }
     }
-    used
 }
 
-/// The probed functions used by the files `pid` maps (attach mode).
-pub fn used_in_process(pid: u32, lib: &PthreadLibrary) -> std::collections::HashSet<&'static str> {
+/// What the probed functions used by the files a process maps come to.
+#[derive(Debug, Default)]
+pub struct Used {
+    /// The functions some file imports.
+    pub functions: std::collections::HashSet<&'static str>,
+    /// Files that could not be read as the process runs them, with why: the functions
+    /// they import are unknown, so everything is probed.
+    pub unreadable: Vec<String>,
+}
+
+/// The probed functions used by the files `pid` maps (attach mode), read as the
+/// process runs them (a file replaced on disk since is read through the mapping).
+pub fn used_in_process(pid: u32, lib: &PthreadLibrary) -> Used {
+    let mut out = Used::default();
     let modules = process::modules(pid).unwrap_or_default();
-    let mut files: Vec<PathBuf> = modules
+    for m in modules
         .iter()
-        .filter(|m| m.path != lib.path)
-        .map(|m| process::host_path(pid, &m.path))
-        .collect();
-    files.sort();
-    files.dedup();
-    used_by(files.into_iter())
+        .filter(|m| m.path != lib.path && m.executable)
+    {
+        match ElfSymbols::open_mapped(&m.mapped_file(pid)) {
+            Ok((elf, _, _)) => imported(&elf, &mut out.functions),
+            // A mapped file that is not an ELF object (a font, a locale archive
+            // mapped executable by mistake) imports nothing.
+            Err(ElfError::Parse { .. }) => {}
+            Err(e) => out.unreadable.push(e.to_string()),
+        }
+    }
+    out
 }
 
 /// The probed functions used by `program` and the libraries it needs, found in the
 /// standard directories (launch mode, before the program runs).
 pub fn used_by_program(program: &std::path::Path) -> std::collections::HashSet<&'static str> {
-    used_by(needed_closure(program).into_iter())
+    let mut used = std::collections::HashSet::new();
+    for f in needed_closure(program) {
+        if let Ok(elf) = ElfSymbols::open(&f) {
+            imported(&elf, &mut used);
+        }
+    }
+    used
 }
 
 /// `program` and the libraries it needs, directly or not, found in the standard
@@ -312,26 +331,37 @@ pub fn needed_closure(program: &std::path::Path) -> Vec<PathBuf> {
     files
 }
 
-/// Uses `path` (a statically linked executable) as the pthread library.
-pub fn from_file(path: &std::path::Path) -> Result<PthreadLibrary, LibraryError> {
-    let symbols = ElfSymbols::open(path)?;
+/// Uses `path` (the statically linked executable `pid` is about to run) as the pthread
+/// library.
+pub fn from_file(pid: u32, path: &std::path::Path) -> Result<PthreadLibrary, LibraryError> {
+    let bytes = crate::target::elf::read_object_file(path).map_err(|source| ElfError::Read {
+        path: path.display().to_string(),
+        source,
+    })?;
+    let symbols = ElfSymbols::parse(&bytes).map_err(|source| ElfError::Parse {
+        path: path.display().to_string(),
+        source,
+    })?;
     if symbols.function_offset(KEY_FUNCTION).is_none() {
         return Err(LibraryError::NotFound {
-            pid: 0,
-            looked: path.display().to_string(),
+            pid,
+            looked: format!("{} (statically linked, no symbol for it)", path.display()),
         });
     }
     Ok(PthreadLibrary {
         path: path.to_path_buf(),
         host_path: path.to_path_buf(),
         symbols,
+        bytes,
     })
 }
 
 /// Finds the library defining the pthread functions in `pid`.
 pub fn find(pid: u32) -> Result<PthreadLibrary, LibraryError> {
     let modules = process::modules(pid)?;
-    let exe = std::fs::read_link(format!("/proc/{pid}/exe")).ok();
+    let exe = std::fs::read_link(process::proc_dir(pid).join("exe"))
+        .ok()
+        .map(|p| strip_deleted(&p));
     let mut looked = Vec::new();
     // libc first: it is where glibc 2.34+ keeps the pthread functions.
     let mut candidates: Vec<_> = modules
@@ -339,13 +369,14 @@ pub fn find(pid: u32) -> Result<PthreadLibrary, LibraryError> {
         .filter(|m| m.executable && is_candidate(&m.path, exe.as_deref()))
         .collect();
     candidates.sort_by_key(|m| Some(m.path.as_path()) == exe.as_deref());
+    let mut unreadable = None;
     for m in candidates {
-        let host_path = process::host_path(pid, &m.path);
         looked.push(m.path.display().to_string());
-        let symbols = match ElfSymbols::open(&host_path) {
+        let (symbols, bytes, host_path) = match ElfSymbols::open_mapped(&m.mapped_file(pid)) {
             Ok(s) => s,
             Err(e) => {
                 log::debug!("skipping {}: {e}", m.path.display());
+                unreadable.get_or_insert(e);
                 continue;
             }
         };
@@ -354,8 +385,13 @@ pub fn find(pid: u32) -> Result<PthreadLibrary, LibraryError> {
                 path: m.path.clone(),
                 host_path,
                 symbols,
+                bytes,
             });
         }
+    }
+    // What runs cannot be read: say why rather than "no library".
+    if let Some(e) = unreadable {
+        return Err(e.into());
     }
     Err(LibraryError::NotFound {
         pid,
@@ -367,6 +403,12 @@ pub fn find(pid: u32) -> Result<PthreadLibrary, LibraryError> {
     })
 }
 
+/// A path as /proc shows a file deleted since it was opened, without the mark.
+fn strip_deleted(p: &std::path::Path) -> PathBuf {
+    let s = p.to_string_lossy();
+    PathBuf::from(s.strip_suffix(" (deleted)").unwrap_or(&s))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -375,6 +417,8 @@ mod tests {
     fn the_test_binary_uses_mutexes_but_no_barriers() {
         let lib = find(std::process::id()).unwrap();
         let used = used_in_process(std::process::id(), &lib);
+        assert!(used.unreadable.is_empty(), "{:?}", used.unreadable);
+        let used = used.functions;
         assert!(used.contains("pthread_mutex_lock"), "{used:?}");
         assert!(!used.contains("pthread_barrier_wait"), "{used:?}");
         let exe = std::fs::read_link("/proc/self/exe").unwrap();

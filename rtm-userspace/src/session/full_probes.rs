@@ -20,7 +20,7 @@ const UNPROBED_RETRY_NS: u64 = 2_000_000_000;
 
 fn verbose_placements(pid: u32, r: &AttachReport) {
     for p in &r.placed {
-        eprintln!(
+        crate::say!(
             "rtm-trace: PID {pid}: {} ({}) at {}+{:#x}: {}",
             p.function,
             match p.kind {
@@ -57,14 +57,28 @@ pub(super) fn attach_full(
                 Some(pthread::used_by_program(program))
             } else {
                 let lib = pthread::find(pid).map_err(ProbeError::from)?;
-                Some(pthread::used_in_process(pid, &lib))
+                let used = pthread::used_in_process(pid, &lib);
+                if let Some(e) = used.unreadable.first() {
+                    // What an unreadable file imports is unknown: probe everything.
+                    crate::say!(
+                        "rtm-trace: PID {pid}: {e}; probing every pthread function{}",
+                        if used.unreadable.len() > 1 {
+                            format!(" ({} such files)", used.unreadable.len())
+                        } else {
+                            String::new()
+                        }
+                    );
+                    None
+                } else {
+                    Some(used.functions)
+                }
             };
             // A launched or forked program that uses no pthread function at all is most
             // likely a wrapper (env, nice, sh -c, a job launcher) about to exec the real
             // program, which keeps these probes: probe everything rather than nothing.
             let used = used.filter(|u| !(u.is_empty() && (launched.is_some() || forked)));
             if used.is_none() && !cli.probe_all && cli.verbose {
-                eprintln!(
+                crate::say!(
                     "rtm-trace: PID {pid} uses no pthread function (a wrapper that will exec \
                      the real program?): probing them all"
                 );
@@ -75,14 +89,14 @@ pub(super) fn attach_full(
     if cli.verbose {
         verbose_placements(pid, &r);
         if !r.unused.is_empty() {
-            eprintln!(
+            crate::say!(
                 "rtm-trace: PID {pid}: not probed, as nothing imports them (--probe-all to \
                  probe anyway): {}",
                 r.unused.join(", ")
             );
         }
         for f in &r.missing {
-            eprintln!(
+            crate::say!(
                 "rtm-trace: note: {} does not define {f}; not traced",
                 r.library.display()
             );
@@ -111,7 +125,7 @@ pub(super) fn follow(
         }
         followed.push(pid);
         if cli.verbose {
-            eprintln!("rtm-trace: following forked process {pid}");
+            crate::say!("rtm-trace: following forked process {pid}");
         }
         if cli.mode == Mode::Full {
             unprobed.push((pid, now));
@@ -143,7 +157,7 @@ pub(super) fn follow(
                 static TOLD: std::sync::atomic::AtomicBool =
                     std::sync::atomic::AtomicBool::new(false);
                 if !TOLD.swap(true, std::sync::atomic::Ordering::Relaxed) || cli.verbose {
-                    eprintln!(
+                    crate::say!(
                         "rtm-trace: forked process {pid} exited before its pthread calls could \
                          be probed; only its futex waits are seen (said once; --verbose for each)"
                     );
@@ -151,7 +165,7 @@ pub(super) fn follow(
                 false
             }
             Err(e) => {
-                eprintln!("rtm-trace: warning: cannot probe forked process {pid}: {e}");
+                crate::say!("rtm-trace: warning: cannot probe forked process {pid}: {e}");
                 false
             }
         }

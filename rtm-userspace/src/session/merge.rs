@@ -7,7 +7,7 @@ use std::path::Path;
 use crate::{
     cli::MergeCli,
     model::task_merge::{self, Part},
-    output::{json, merged},
+    output::{json, merged, text::Shown},
 };
 
 use super::SessionError;
@@ -19,21 +19,38 @@ fn part_err(path: &Path, problem: impl Into<String>) -> SessionError {
     }
 }
 
+/// What `merge` reads of a part: the rest of the document (the sync graph, which may be
+/// hundreds of MiB) is skipped as it streams by.
+#[derive(serde::Deserialize)]
+struct PartDocument {
+    format: Option<serde_json::Value>,
+    version: Option<serde_json::Value>,
+    task_graph: Option<serde_json::Value>,
+}
+
 /// Reads one part: an rtm-trace JSON document with a task graph.
 fn read_part(path: &Path) -> Result<Part, SessionError> {
-    let text = std::fs::read_to_string(path)
+    let input = super::input::Bounded::open(path, super::input::MAX_PART_BYTES)
         .map_err(|e| part_err(path, format!("cannot read it: {e}")))?;
-    let doc: serde_json::Value =
-        serde_json::from_str(&text).map_err(|e| part_err(path, format!("not JSON ({e})")))?;
-    if doc["format"] != json::FORMAT {
+    let doc: PartDocument =
+        serde_json::from_reader(std::io::BufReader::with_capacity(1 << 16, input)).map_err(
+            |e| match e.io_error_kind() {
+                Some(_) => part_err(path, format!("cannot read it: {e}")),
+                None => part_err(path, format!("not JSON ({e})")),
+            },
+        )?;
+    if doc.format.as_ref().and_then(|f| f.as_str()) != Some(json::FORMAT) {
         return Err(part_err(
             path,
             "not an rtm-trace JSON document (write parts with rtm-trace --json)",
         ));
     }
-    let version = doc["version"]
-        .as_u64()
-        .ok_or_else(|| part_err(path, "no format version"))? as u32;
+    let version = doc
+        .version
+        .as_ref()
+        .and_then(|v| v.as_u64())
+        .and_then(|v| u32::try_from(v).ok())
+        .ok_or_else(|| part_err(path, "no valid format version"))?;
     if version != json::VERSION {
         // Checked again by the model with the others; said here before parsing a
         // layout this build may not know.
@@ -44,17 +61,14 @@ fn read_part(path: &Path) -> Result<Part, SessionError> {
         }
         .into());
     }
-    let tasks = doc
-        .get("task_graph")
-        .filter(|t| !t.is_null())
-        .ok_or_else(|| {
-            part_err(
-                path,
-                "no task_graph: no MPI calls were traced in this part (was the MPI \
-                 library probed? see the run's messages)",
-            )
-        })?;
-    let view = serde_json::from_value(tasks.clone())
+    let tasks = doc.task_graph.filter(|t| !t.is_null()).ok_or_else(|| {
+        part_err(
+            path,
+            "no task_graph: no MPI calls were traced in this part (was the MPI \
+             library probed? see the run's messages)",
+        )
+    })?;
+    let view = serde_json::from_value(tasks)
         .map_err(|e| part_err(path, format!("task_graph unreadable: {e}")))?;
     Ok(Part {
         name: path.display().to_string(),
@@ -65,6 +79,12 @@ fn read_part(path: &Path) -> Result<Part, SessionError> {
 
 /// Runs `rtm-trace merge`; returns the exit code.
 pub fn merge(cli: MergeCli) -> Result<i32, SessionError> {
+    // A part read from a pipe gives up at Ctrl-C.
+    crate::interrupt::install().map_err(|source| SessionError::Io {
+        what: "signal handlers".into(),
+        source,
+    })?;
+    let mut outputs = super::Outputs::check(cli.output.as_deref(), cli.json.as_deref())?;
     let parts = cli
         .parts
         .iter()
@@ -73,16 +93,15 @@ pub fn merge(cli: MergeCli) -> Result<i32, SessionError> {
     let view = task_merge::merge(&parts, json::VERSION)?;
     let infos = merged::part_infos(&parts);
     let text = merged::render(&infos, &view, cli.top);
-    match &cli.output {
-        Some(path) => std::fs::write(path, &text).map_err(|source| SessionError::Io {
-            what: format!("writing {}", path.display()),
-            source,
-        })?,
-        None => print!("{text}"),
+    // The report first, then the JSON, whatever became of the report.
+    let report = outputs.report.write(&mut |w| w.write_all(text.as_bytes()));
+    if let Some(dest) = &mut outputs.json {
+        json::write_merged(dest, &infos, &view)?;
+        crate::say!(
+            "rtm-trace: wrote {}",
+            Shown(&dest.path().display().to_string())
+        );
     }
-    if let Some(path) = &cli.json {
-        json::write_merged(path, &infos, &view)?;
-        eprintln!("rtm-trace: wrote {}", path.display());
-    }
+    report?;
     Ok(0)
 }

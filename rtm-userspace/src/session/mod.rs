@@ -3,6 +3,7 @@
 mod catch_up;
 mod exits;
 mod full_probes;
+mod input;
 mod merge;
 mod mpi_attach;
 mod preflight;
@@ -11,7 +12,7 @@ mod trace;
 
 use crate::{
     cli::{Cli, UsageError},
-    output::json::JsonError,
+    output::dest::{Dest, DestError},
     probes::ProbeError,
     target::{
         launch::{self, LaunchError},
@@ -37,9 +38,9 @@ pub enum SessionError {
     /// Probes could not be loaded or attached (boxed: it is large).
     #[error(transparent)]
     Probe(Box<ProbeError>),
-    /// JSON output failed.
+    /// A result could not be written (the report or the JSON).
     #[error(transparent)]
-    Json(#[from] JsonError),
+    Output(#[from] DestError),
     /// A part given to `merge` cannot be read as one.
     #[error("{path}: {problem}")]
     Part {
@@ -92,9 +93,35 @@ impl SessionError {
 
 pub use merge::merge;
 
+/// Where a session's results go, checked before anything is traced.
+pub(crate) struct Outputs {
+    /// The report: standard output or --output.
+    pub report: Dest,
+    /// --json.
+    pub json: Option<Dest>,
+}
+
+impl Outputs {
+    /// Checks every destination the command line names.
+    pub fn check(
+        report: Option<&std::path::Path>,
+        json: Option<&std::path::Path>,
+    ) -> Result<Self, DestError> {
+        Ok(Self {
+            report: report
+                .map(Dest::check)
+                .transpose()?
+                .unwrap_or_else(Dest::stdout),
+            json: json.map(Dest::check).transpose()?,
+        })
+    }
+}
+
 /// Runs a session; returns the exit code (the launched command's, or 0).
 pub fn run(mut cli: Cli) -> Result<i32, SessionError> {
     cli.validate()?;
+    // A destination that cannot be written is said before the trace, not after it.
+    let outputs = Outputs::check(cli.output.as_deref(), cli.json.as_deref())?;
     for name in &cli.comms {
         let found = process::named(name);
         if found.is_empty() {
@@ -123,5 +150,5 @@ pub fn run(mut cli: Cli) -> Result<i32, SessionError> {
             what: "starting the async runtime".into(),
             source,
         })?;
-    rt.block_on(trace::trace(cli, child))
+    rt.block_on(trace::trace(cli, child, outputs))
 }

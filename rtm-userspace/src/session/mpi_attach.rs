@@ -34,7 +34,7 @@ pub(super) fn attach(
     let mut attached = Vec::new();
     let mut report = |lib: &mpi::MpiLibrary, probed: Vec<(&str, Placement)>, whom: String| {
         if lib.layout.valid == 0 {
-            eprintln!(
+            crate::say!(
                 "rtm-trace: {} ({}): this build's handle layout is unknown to rtm-trace: \
                  peers as world ranks, message bytes, statuses (wildcard sources) and \
                  communicator ids are unavailable; recording MPI call counts, times and \
@@ -44,16 +44,17 @@ pub(super) fn attach(
             );
         }
         if cli.verbose {
-            eprintln!(
+            crate::say!(
                 "rtm-trace: {whom}: {} MPI functions probed in {} ({})",
                 probed.len(),
                 lib.path.display(),
                 lib.version
             );
             for (function, place) in &probed {
-                eprintln!(
+                crate::say!(
                     "rtm-trace:   {function} +{}: {}",
-                    place.offset, place.reason
+                    place.offset,
+                    place.reason
                 );
             }
         }
@@ -77,9 +78,9 @@ pub(super) fn attach(
                 None => found.push((lib, vec![pid])),
             },
             Ok(None) => {
-                eprintln!("rtm-trace: PID {pid} maps no MPI library; tracing its threads only")
+                crate::say!("rtm-trace: PID {pid} maps no MPI library; tracing its threads only")
             }
-            Err(e) => eprintln!("rtm-trace: PID {pid}: cannot read its MPI library: {e}"),
+            Err(e) => crate::say!("rtm-trace: PID {pid}: cannot read its MPI library: {e}"),
         }
     }
     for (lib, users) in found {

@@ -28,16 +28,17 @@ pub fn thresholds(path: Option<&Path>) -> Result<Thresholds, SessionError> {
     let Some(path) = path else {
         return Ok(Thresholds::default());
     };
-    let text = std::fs::read_to_string(path).map_err(|source| SessionError::Io {
-        what: format!("reading the config file {}", path.display()),
-        source,
-    })?;
-    toml::from_str::<ConfigFile>(&text)
+    let config_err = |message: String| SessionError::Config {
+        path: path.display().to_string(),
+        message,
+    };
+    let text = super::input::read_text(path, super::input::MAX_CONFIG_BYTES)
+        .map_err(|e| config_err(format!("cannot read it: {e}")))?;
+    let t = toml::from_str::<ConfigFile>(&text)
         .map(|c| c.thresholds)
-        .map_err(|e| SessionError::Config {
-            path: path.display().to_string(),
-            message: e.to_string(),
-        })
+        .map_err(|e| config_err(e.to_string()))?;
+    t.validate().map_err(config_err)?;
+    Ok(t)
 }
 
 /// Reads the system and the counters; keeps the model of them.
@@ -89,7 +90,7 @@ impl Sampler {
         let pids: Vec<u32> = pids.collect();
         let s = self.reader.sample(now_ns, &pids);
         for p in self.reader.new_problems.drain(..) {
-            eprintln!("rtm-trace: {p}");
+            crate::say!("rtm-trace: {p}");
         }
         self.model.push(s);
         self.last = self.counters.read();
@@ -98,7 +99,7 @@ impl Sampler {
             let u = self.counters.unavailable();
             if !u.is_empty() {
                 let names: Vec<&str> = u.iter().map(|u| u.event.as_str()).collect();
-                eprintln!(
+                crate::say!(
                     "rtm-trace: counters not available here: {} ({}); carrying on with the rest",
                     names.join(", "),
                     u[0].reason

@@ -19,7 +19,7 @@ use crate::{
     EBPF_OBJECT,
     cli::{Cli, Mode},
     model::{RankEnv, Snapshot, SyncGraph, TaskGraph, TaskView, Window},
-    output::{EndReason, RunInfo, TargetInfo, json, report},
+    output::{EndReason, RunInfo, TargetInfo, json, report, text::Shown},
     probes::Probes,
     readers::{EventReader, LeftWaits, Losses, MappingReader, MappingRecord, ring_map::MappedRing},
     symbolize::{CodeNamer, ObjectNamer},
@@ -164,10 +164,16 @@ fn io_err(what: &str) -> impl FnOnce(std::io::Error) -> SessionError + '_ {
     }
 }
 
-pub(super) async fn trace(cli: Cli, mut child: Option<GatedChild>) -> Result<i32, SessionError> {
+pub(super) async fn trace(
+    cli: Cli,
+    mut child: Option<GatedChild>,
+    mut outputs: super::Outputs,
+) -> Result<i32, SessionError> {
     // Handlers first: a Ctrl-C at any moment after this still detaches and writes results.
     let mut sigint = signal(SignalKind::interrupt()).map_err(io_err("SIGINT handler"))?;
     let mut sigterm = signal(SignalKind::terminate()).map_err(io_err("SIGTERM handler"))?;
+    // The same signals as a flag for the steps that may wait outside the loop.
+    crate::interrupt::install().map_err(io_err("signal handlers"))?;
     // A bad config file is refused before anything is loaded or run.
     let thresholds = match sampler::thresholds(cli.config.as_deref()) {
         Ok(t) => t,
@@ -189,7 +195,7 @@ pub(super) async fn trace(cli: Cli, mut child: Option<GatedChild>) -> Result<i32
         }
     };
     if cli.verbose {
-        eprintln!("rtm-trace: futex calls seen at {}", probes.futex_entry());
+        crate::say!("rtm-trace: futex calls seen at {}", probes.futex_entry());
     }
     let rings = probes
         .take_rings()?
@@ -207,14 +213,14 @@ pub(super) async fn trace(cli: Cli, mut child: Option<GatedChild>) -> Result<i32
     // when asked for, and only until the tracer exits.
     let _bpf_stats = cli.bpf_stats.then(|| {
         crate::probes::stats::enable()
-            .map_err(|e| eprintln!("rtm-trace: warning: --bpf-stats: {e}"))
+            .map_err(|e| crate::say!("rtm-trace: warning: --bpf-stats: {e}"))
             .ok()
     });
     // Before anything runs: the records of a launched program's exec must be caught.
     let mut mappings = match MappingReader::open() {
         Ok(m) => Some(m),
         Err(e) => {
-            eprintln!(
+            crate::say!(
                 "rtm-trace: warning: cannot follow address spaces through perf events ({e}); \
                  objects of processes that exit quickly may be shown by address"
             );
@@ -230,6 +236,10 @@ pub(super) async fn trace(cli: Cli, mut child: Option<GatedChild>) -> Result<i32
         .chain(child.as_ref().map(|c| c.pid))
         .collect();
     for &pid in &pids {
+        // Ctrl-C while attaching to many processes: the loop stops at its first turn.
+        if crate::interrupt::requested() {
+            break;
+        }
         probes.set_traced(pid, true)?;
         // A launched child has not exec'd yet: the tracer's own libc is the one its
         // program will load (same mount namespace, same loader).
@@ -305,7 +315,7 @@ pub(super) async fn trace(cli: Cli, mut child: Option<GatedChild>) -> Result<i32
             .program
             .file_name()
             .map(|n| n.to_string_lossy().into_owned());
-        eprintln!(
+        crate::say!(
             "rtm-trace: launched {} as PID {}; tracing until it exits{}",
             c.program.display(),
             c.pid,
@@ -318,7 +328,7 @@ pub(super) async fn trace(cli: Cli, mut child: Option<GatedChild>) -> Result<i32
             .iter()
             .map(|t| format!("{} ({})", t.pid, t.comm.as_deref().unwrap_or("?")))
             .collect();
-        eprintln!(
+        crate::say!(
             "rtm-trace: attached to PID {}; tracing until Ctrl-C{}",
             list.join(", "),
             cli.duration
@@ -375,6 +385,7 @@ pub(super) async fn trace(cli: Cli, mut child: Option<GatedChild>) -> Result<i32
     let mut catch_up = super::catch_up::CatchUp::new();
     let mut child_exit: Option<ChildExit> = None;
     let mut live = pids.len();
+    let mut report_failed = None;
     let reason = loop {
         let wake = tokio::select! {
             r = reader.ready() => { r.map_err(io_err("reading the ring buffer"))?; Wake::Events { backlog: true } }
@@ -418,15 +429,20 @@ pub(super) async fn trace(cli: Cli, mut child: Option<GatedChild>) -> Result<i32
                 run.losses.mapping_records = mapping_losses(&mappings, &state.namer);
                 let snap = snapshot(&mut state, start_ns, monotonic_ns());
                 let secs = (monotonic_ns() - start_ns) as f64 / 1e9;
-                emit_report(
-                    &cli,
-                    &report::render(
+                if report_failed.is_none() {
+                    let text = report::render(
                         &format!("summary at +{secs:.1} s (cumulative)"),
                         &run,
                         &snap,
                         cli.top.min(5),
-                    ),
-                )?;
+                    );
+                    // A summary that cannot be written (stdout closed) stops the
+                    // summaries, not the trace: the results still go where they can.
+                    if let Err(e) = outputs.report.write(&mut |w| w.write_all(text.as_bytes())) {
+                        crate::say!("rtm-trace: error: {e}; no more summaries, tracing goes on");
+                        report_failed = Some(e);
+                    }
+                }
             }
             Wake::Sample => {
                 let alive = pids.iter().chain(&followed).copied();
@@ -503,23 +519,45 @@ pub(super) async fn trace(cli: Cli, mut child: Option<GatedChild>) -> Result<i32
     }
     state.model.settle_pending();
     let snap = snapshot(&mut state, start_ns, end_ns);
-    emit_report(&cli, &report::render("final report", &run, &snap, cli.top))?;
-    if let Some(path) = &cli.json {
+    // The report, then the JSON whatever became of the report: a failure of one must
+    // not cost the other. Either failing makes the run fail.
+    let text = report::render("final report", &run, &snap, cli.top);
+    let report = outputs.report.write(&mut |w| w.write_all(text.as_bytes()));
+    let json = outputs.json.as_mut().map(|dest| {
         run.tracer_max_rss_kib = process::peak_rss_kib();
-        json::write(path, &run, &snap)?;
-        eprintln!("rtm-trace: wrote {}", path.display());
-    }
+        json::write(dest, &run, &snap).inspect(|_| {
+            crate::say!(
+                "rtm-trace: wrote {}",
+                Shown(&dest.path().display().to_string())
+            );
+        })
+    });
     probes.detach_all();
     drop(probes);
+    if let Some(e) = report_failed {
+        return Err(e.into());
+    }
+    report?;
+    json.transpose()?;
 
     match (child, child_exit) {
         (_, Some(e)) => Ok(e.shell_code()),
         (Some(c), None) => {
-            eprintln!(
-                "rtm-trace: results written; waiting for PID {} to exit",
+            crate::say!(
+                "rtm-trace: results written; waiting for PID {} to exit (Ctrl-C to stop \
+                 waiting; it keeps running)",
                 c.pid
             );
-            Ok(wait_child(c.pid)?.shell_code())
+            // Its exit comes through the watcher; Ctrl-C or SIGTERM ends the wait.
+            loop {
+                tokio::select! {
+                    Some(pid) = exit_rx.recv() => if pid == c.pid {
+                        break Ok(wait_child(c.pid)?.shell_code());
+                    },
+                    _ = sigint.recv() => break Ok(130),
+                    _ = sigterm.recv() => break Ok(143),
+                }
+            }
         }
         (None, _) => Ok(0),
     }
@@ -621,17 +659,4 @@ fn snapshot(state: &mut State, start_ns: u64, end_ns: u64) -> Snapshot<'_> {
     snap.ambient = Some(ambient);
     snap.counters = Some(counters);
     snap
-}
-
-fn emit_report(cli: &Cli, text: &str) -> Result<(), SessionError> {
-    match &cli.output {
-        Some(path) => std::fs::write(path, text).map_err(io_err("writing the report")),
-        None => {
-            use std::io::Write;
-            let mut out = std::io::stdout().lock();
-            // A closed stdout (e.g. piped into `head`) must not cost the results.
-            let _ = out.write_all(text.as_bytes()).and_then(|_| out.flush());
-            Ok(())
-        }
-    }
 }

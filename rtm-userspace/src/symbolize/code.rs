@@ -1,13 +1,25 @@
 //! Code addresses (call sites) to `function+0xOFF (file:line)` with blazesym, from the
 //! file each address lies in; `file+0xOFF` when the file has no symbols.
 
-use std::{collections::HashMap, path::Path};
+use std::{
+    collections::HashMap,
+    fs::File,
+    os::fd::AsRawFd as _,
+    path::{Path, PathBuf},
+};
 
 use blazesym::symbolize::{Input, Symbolized, Symbolizer, source::Elf, source::Source};
 
 use super::ObjectNamer;
+use crate::target::files::MAX_OBJECT_BYTES;
 
 /// Names code addresses of traced processes, caching by (pid, address).
+///
+/// The symbolizer opens files by path. It is handed the tracer's own descriptor of the
+/// file (`/proc/self/fd/N`), opened and checked here, never a path the target controls:
+/// that could name a FIFO (the symbolizer would block on it) or another file by then.
+/// The symbolizer keeps what it parsed by the file's identity (device, inode, size,
+/// times), so a descriptor number used again for another file is not confused.
 pub struct CodeNamer {
     symbolizer: Symbolizer,
     cache: HashMap<(u32, u64), Option<String>>,
@@ -35,16 +47,24 @@ impl CodeNamer {
         if let Some(hit) = self.cache.get(&(pid, addr)) {
             return hit.clone();
         }
-        let named = objects
-            .locate(pid, addr)
-            .map(|(path, vaddr)| self.symbolize(&path, vaddr));
+        let named = objects.locate(pid, addr).map(|(file, vaddr)| {
+            let opened = file.open(MAX_OBJECT_BYTES).map_err(|e| {
+                log::debug!("{}: {e}", file.path.display());
+            });
+            self.symbolize(&file.path, opened.ok().map(|(f, _)| f).as_ref(), vaddr)
+        });
         self.cache.insert((pid, addr), named.clone());
         named
     }
 
-    fn symbolize(&self, path: &Path, vaddr: u64) -> String {
-        let src = Source::Elf(Elf::new(path));
-        let fallback = || format!("{}+{vaddr:#x}", file_name(path));
+    /// Names `vaddr` of the file `shown` (its name in the process), read from `file`.
+    fn symbolize(&self, shown: &Path, file: Option<&File>, vaddr: u64) -> String {
+        let fallback = || format!("{}+{vaddr:#x}", file_name(shown));
+        let Some(file) = file else {
+            return fallback();
+        };
+        let fd_path = PathBuf::from(format!("/proc/self/fd/{}", file.as_raw_fd()));
+        let src = Source::Elf(Elf::new(fd_path));
         let Ok(mut syms) = self.symbolizer.symbolize(&src, Input::VirtOffset(&[vaddr])) else {
             return fallback();
         };

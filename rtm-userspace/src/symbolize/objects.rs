@@ -3,13 +3,13 @@
 
 use std::{
     collections::{HashMap, HashSet, VecDeque},
-    path::PathBuf,
     rc::Rc,
 };
 
 use crate::target::{
     Module,
     elf::ElfSymbols,
+    files::MappedFile,
     maps::{AddressSpace, Mapping},
     process::{self},
 };
@@ -128,25 +128,26 @@ impl ObjectNamer {
         Some((module, elf, vaddr))
     }
 
-    /// The file mapped at `addr` in `pid` (a path the tracer can open) and the address's
-    /// virtual address inside that file, from the remembered maps.
-    pub fn locate(&mut self, pid: u32, addr: u64) -> Option<(PathBuf, u64)> {
+    /// The file mapped at `addr` in `pid` (how to open it as the process runs it) and
+    /// the address's virtual address inside that file, from the remembered maps.
+    pub fn locate(&mut self, pid: u32, addr: u64) -> Option<(MappedFile, u64)> {
         let (module, _, vaddr) = self.resolve(pid, addr)?;
-        let host = process::host_path(pid, &module.path);
-        let path = if host.exists() { host } else { module.path };
-        Some((path, vaddr))
+        Some((module.mapped_file(pid), vaddr))
     }
 
     fn symbols(&mut self, pid: u32, m: &Module) -> Option<Rc<ElfSymbols>> {
         self.files
             .entry((m.dev.clone(), m.inode))
             .or_insert_with(|| {
-                // Through the process's root first (containers), else the same path here.
-                let candidates: [PathBuf; 2] = [process::host_path(pid, &m.path), m.path.clone()];
-                candidates
-                    .iter()
-                    .find_map(|p| ElfSymbols::open(p).ok())
-                    .map(Rc::new)
+                // The running image (through the mapping), else the path through the
+                // process's root or here, if it still names the same inode.
+                match ElfSymbols::open_mapped(&m.mapped_file(pid)) {
+                    Ok((symbols, _, _)) => Some(Rc::new(symbols)),
+                    Err(e) => {
+                        log::debug!("symbols of {}: {e}", m.path.display());
+                        None
+                    }
+                }
             })
             .clone()
     }

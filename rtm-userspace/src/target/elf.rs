@@ -3,9 +3,11 @@
 
 use std::{
     collections::HashMap,
-    io::{self, Read},
-    path::Path,
+    io,
+    path::{Path, PathBuf},
 };
+
+use super::files::{self, MAX_OBJECT_BYTES, MappedFile, MappedFileError};
 
 use object::{Object, ObjectSegment, ObjectSymbol, SymbolKind, read::elf::VersionTable};
 
@@ -21,6 +23,9 @@ pub enum ElfError {
         #[source]
         source: std::io::Error,
     },
+    /// The file a process maps could not be opened as the process runs it.
+    #[error(transparent)]
+    Mapped(#[from] MappedFileError),
     /// The file is not an ELF object this build can parse.
     #[error("{path} is not a readable ELF file: {source}")]
     Parse {
@@ -32,30 +37,12 @@ pub enum ElfError {
     },
 }
 
-/// Largest object file read whole (the largest shared libraries are a few hundred MiB).
-const MAX_OBJECT_BYTES: u64 = 1 << 31;
-
-/// Reads a file that should be an ELF object: only a regular file, and at most
+/// Reads a file that should be an ELF object: only a regular file (opened without
+/// blocking, so a FIFO planted at the path never holds the tracer), and at most
 /// [`MAX_OBJECT_BYTES`]. A mapping's path can name a device: a shared anonymous mapping
 /// shows as `/dev/zero (deleted)`, and reading /dev/zero never ends.
 pub fn read_object_file(path: &Path) -> io::Result<Vec<u8>> {
-    let file = std::fs::File::open(path)?;
-    let meta = file.metadata()?;
-    if !meta.is_file() {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidInput,
-            "not a regular file",
-        ));
-    }
-    if meta.len() > MAX_OBJECT_BYTES {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidInput,
-            format!("{} bytes: too large for an object file", meta.len()),
-        ));
-    }
-    let mut bytes = Vec::with_capacity(meta.len() as usize);
-    file.take(MAX_OBJECT_BYTES).read_to_end(&mut bytes)?;
-    Ok(bytes)
+    files::read_regular(path, MAX_OBJECT_BYTES)
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -93,6 +80,17 @@ impl ElfSymbols {
             path: path.display().to_string(),
             source,
         })
+    }
+
+    /// Reads the file a process maps, as the process runs it (see [`MappedFile`]); also
+    /// returns its bytes and a path naming the same inode while the process maps it.
+    pub fn open_mapped(file: &MappedFile) -> Result<(Self, Vec<u8>, PathBuf), ElfError> {
+        let (bytes, path) = file.read()?;
+        let symbols = Self::parse(&bytes).map_err(|source| ElfError::Parse {
+            path: file.path.display().to_string(),
+            source,
+        })?;
+        Ok((symbols, bytes, path))
     }
 
     /// Parses ELF bytes.

@@ -47,6 +47,22 @@ pub struct Module {
     pub base: Option<u64>,
     /// Whether any mapping is executable.
     pub executable: bool,
+    /// The first mapping of the file, `(start, end)`: how /proc/PID/map_files names it.
+    pub range: Option<(u64, u64)>,
+}
+
+impl Module {
+    /// How to open the file `pid` maps here (its running image, not what its path
+    /// names now).
+    pub fn mapped_file(&self, pid: u32) -> super::files::MappedFile {
+        super::files::MappedFile {
+            pid,
+            range: self.range,
+            path: self.path.clone(),
+            dev: super::files::parse_dev(&self.dev).unwrap_or(0),
+            inode: self.inode,
+        }
+    }
 }
 
 /// Parses /proc/PID/maps text into mappings (lines that do not parse are skipped).
@@ -108,6 +124,7 @@ pub fn modules_of<'a>(mappings: impl IntoIterator<Item = &'a Mapping>) -> Vec<Mo
                     end: m.end,
                     base: None,
                     executable: false,
+                    range: Some((m.start, m.end)),
                 });
                 out.len() - 1
             }

@@ -2,6 +2,7 @@
 //! gated so no user code runs before the probes are live.
 
 pub mod elf;
+pub mod files;
 pub mod launch;
 pub mod maps;
 pub mod process;

@@ -14,6 +14,17 @@ pub enum ProcessError {
     /// The process is a kernel thread, which has no user code to probe.
     #[error("PID {0} is a kernel thread: it has no user-space code to trace")]
     KernelThread(u32),
+    /// The process has exited and waits to be reaped.
+    #[error(
+        "PID {pid} has exited: it is a zombie waiting for its parent (PID {parent}) to reap \
+         it, with no threads left to trace"
+    )]
+    Zombie {
+        /// The process.
+        pid: u32,
+        /// Its parent, which has not reaped it.
+        parent: u32,
+    },
     /// /proc could not be read for the process.
     #[error("cannot read {path}: {source}")]
     Proc {
@@ -25,34 +36,54 @@ pub enum ProcessError {
     },
 }
 
+use super::files::{MAX_ENVIRON_BYTES, read_proc_prefix, read_proc_text};
 pub use super::maps::{Module, parse_maps};
 
-/// Checks that `pid` is a live user-space process.
+/// Kernel threads carry this flag in /proc/PID/stat (field 9).
+const PF_KTHREAD: u64 = 0x0020_0000;
+
+/// The fields of /proc/PID/stat after the command name: (state, parent, flags).
+fn stat_fields(stat: &str) -> Option<(char, u32, u64)> {
+    let rest = stat.rsplit_once(')')?.1;
+    let mut f = rest.split_whitespace();
+    let state = f.next()?.chars().next()?;
+    let parent = f.next()?.parse().ok()?;
+    // pgrp, session, tty_nr, tpgid, then flags.
+    let flags = f.nth(4)?.parse().ok()?;
+    Some((state, parent, flags))
+}
+
+/// Checks that `pid` is a user-space process with at least one live thread. A process
+/// whose main thread called pthread_exit while others run (its leader is a zombie) is
+/// traceable; a real zombie and a kernel thread are not.
 pub fn check(pid: u32) -> Result<(), ProcessError> {
-    let dir = PathBuf::from(format!("/proc/{pid}"));
-    if !dir.exists() {
-        return Err(ProcessError::NoSuchProcess(pid));
-    }
-    match fs::read_link(dir.join("exe")) {
-        Ok(_) => Ok(()),
+    let path = format!("/proc/{pid}/stat");
+    let stat = match read_proc_text(&path) {
+        Ok(s) => s,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            if dir.exists() {
-                Err(ProcessError::KernelThread(pid))
-            } else {
-                Err(ProcessError::NoSuchProcess(pid))
-            }
+            return Err(ProcessError::NoSuchProcess(pid));
         }
-        Err(source) => Err(ProcessError::Proc {
-            path: dir.join("exe").display().to_string(),
-            source,
-        }),
+        Err(source) => return Err(ProcessError::Proc { path, source }),
+    };
+    let Some((state, parent, flags)) = stat_fields(&stat) else {
+        return Err(ProcessError::Proc {
+            path,
+            source: std::io::Error::new(std::io::ErrorKind::InvalidData, "unexpected format"),
+        });
+    };
+    if flags & PF_KTHREAD != 0 {
+        return Err(ProcessError::KernelThread(pid));
     }
+    if matches!(state, 'Z' | 'X') && live_task(pid).is_none() {
+        return Err(ProcessError::Zombie { pid, parent });
+    }
+    Ok(())
 }
 
 /// Whether the process still exists (a zombie counts as gone).
 pub fn alive(pid: u32) -> bool {
-    match fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Ok(s) => !matches!(stat_state(&s), Some('Z' | 'X')),
+    match read_proc_text(format!("/proc/{pid}/stat")) {
+        Ok(s) => !matches!(stat_state(&s), Some('Z' | 'X')) || live_task(pid).is_some(),
         Err(_) => false,
     }
 }
@@ -61,11 +92,40 @@ fn stat_state(stat: &str) -> Option<char> {
     stat.rsplit_once(')')?.1.trim_start().chars().next()
 }
 
-/// The process's command name.
-pub fn comm(pid: u32) -> Option<String> {
-    fs::read_to_string(format!("/proc/{pid}/comm"))
+/// A thread of `pid` that has not exited: the process itself while its main thread
+/// lives, else another (a main thread that called pthread_exit stays a zombie, and its
+/// /proc entries for the address space, root and environment read as empty).
+pub fn live_task(pid: u32) -> Option<u32> {
+    let state = |path: String| read_proc_text(path).ok().and_then(|s| stat_state(&s));
+    if !matches!(state(format!("/proc/{pid}/stat"))?, 'Z' | 'X') {
+        return Some(pid);
+    }
+    thread_ids(pid).into_iter().find(|&tid| {
+        tid != pid
+            && state(format!("/proc/{pid}/task/{tid}/stat"))
+                .is_some_and(|s| !matches!(s, 'Z' | 'X'))
+    })
+}
+
+/// The /proc directory to read `pid`'s address space, root and environment from: its
+/// own while its main thread lives, a live thread's otherwise.
+pub fn proc_dir(pid: u32) -> PathBuf {
+    match live_task(pid) {
+        Some(t) if t != pid => PathBuf::from(format!("/proc/{pid}/task/{t}")),
+        _ => PathBuf::from(format!("/proc/{pid}")),
+    }
+}
+
+/// A /proc text file's content without its trailing newline.
+fn proc_line(path: String) -> Option<String> {
+    read_proc_text(path)
         .ok()
-        .map(|s| s.trim_end().to_owned())
+        .map(|s| s.trim_end_matches('\n').to_owned())
+}
+
+/// The process's command name (bytes that are not UTF-8 replaced).
+pub fn comm(pid: u32) -> Option<String> {
+    proc_line(format!("/proc/{pid}/comm"))
 }
 
 /// Processes (other than this one) whose command name is `name` (the kernel keeps 15
@@ -89,11 +149,9 @@ pub fn named(name: &str) -> Vec<u32> {
     out
 }
 
-/// A thread's name.
+/// A thread's name (bytes that are not UTF-8 replaced).
 pub fn thread_name(pid: u32, tid: u32) -> Option<String> {
-    fs::read_to_string(format!("/proc/{pid}/task/{tid}/comm"))
-        .ok()
-        .map(|s| s.trim_end().to_owned())
+    proc_line(format!("/proc/{pid}/task/{tid}/comm"))
 }
 
 /// Whether a thread still exists.
@@ -103,7 +161,7 @@ pub fn thread_alive(pid: u32, tid: u32) -> bool {
 
 /// A thread's start time on the CLOCK_MONOTONIC scale (10 ms resolution), when readable.
 pub fn thread_start_ns(pid: u32, tid: u32) -> Option<u64> {
-    let stat = fs::read_to_string(format!("/proc/{pid}/task/{tid}/stat")).ok()?;
+    let stat = read_proc_text(format!("/proc/{pid}/task/{tid}/stat")).ok()?;
     // Field 22 (starttime), counting from the state (field 3) after the comm's ')'.
     let after = stat.rsplit_once(')')?.1;
     let ticks: u64 = after.split_whitespace().nth(19)?.parse().ok()?;
@@ -145,8 +203,8 @@ pub fn modules(pid: u32) -> Result<Vec<Module>, ProcessError> {
 
 /// The mappings of `pid`, in address order.
 pub fn mappings(pid: u32) -> Result<Vec<super::maps::Mapping>, ProcessError> {
-    let path = format!("/proc/{pid}/maps");
-    let text = fs::read_to_string(&path).map_err(|source| {
+    let path = proc_dir(pid).join("maps").display().to_string();
+    let text = read_proc_text(&path).map_err(|source| {
         if source.kind() == std::io::ErrorKind::NotFound {
             ProcessError::NoSuchProcess(pid)
         } else {
@@ -158,7 +216,7 @@ pub fn mappings(pid: u32) -> Result<Vec<super::maps::Mapping>, ProcessError> {
 
 /// This process's peak resident memory so far (VmHWM), KiB.
 pub fn peak_rss_kib() -> Option<u64> {
-    fs::read_to_string("/proc/self/status")
+    read_proc_text("/proc/self/status")
         .ok()?
         .lines()
         .find_map(|l| l.strip_prefix("VmHWM:"))?
@@ -181,14 +239,14 @@ pub fn thread_ids(pid: u32) -> Vec<u32> {
 /// The path under which the tracer can open a file of `pid`'s mount namespace.
 pub fn host_path(pid: u32, path: &Path) -> PathBuf {
     let rel = path.strip_prefix("/").unwrap_or(path);
-    PathBuf::from(format!("/proc/{pid}/root")).join(rel)
+    proc_dir(pid).join("root").join(rel)
 }
 
 /// What the MPI launcher put in `pid`'s environment: world rank and size, and the job
 /// (Open MPI: OMPI_COMM_WORLD_RANK/SIZE, PMIX_NAMESPACE; MPICH's hydra: PMI_RANK/SIZE,
 /// PMI_KVSNAME or the launcher's pid). Empty when unreadable (the process is gone).
 pub fn mpi_env(pid: u32) -> crate::model::RankEnv {
-    let Ok(raw) = std::fs::read(format!("/proc/{pid}/environ")) else {
+    let Ok(raw) = read_proc_prefix(proc_dir(pid).join("environ"), MAX_ENVIRON_BYTES) else {
         return Default::default();
     };
     let vars: std::collections::HashMap<&str, &str> = raw
@@ -207,7 +265,7 @@ pub fn mpi_env(pid: u32) -> crate::model::RankEnv {
 
 /// This node's host name.
 pub fn host_name() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname")
+    read_proc_text("/proc/sys/kernel/hostname")
         .map(|s| s.trim().to_owned())
         .unwrap_or_else(|_| "localhost".into())
 }
@@ -220,6 +278,20 @@ mod tests {
     fn stat_state_parses_names_with_parens() {
         assert_eq!(stat_state("12 (a (b) c) S 1 2"), Some('S'));
         assert_eq!(stat_state("12 (x) Z 1"), Some('Z'));
+        assert_eq!(
+            stat_fields("12 (a) b) Z 7 12 12 0 -1 4227084 0"),
+            Some(('Z', 7, 4227084))
+        );
+        assert_eq!(
+            stat_fields("2 (kthreadd) S 0 0 0 0 -1 2129984"),
+            Some(('S', 0, 2129984))
+        );
+        assert_eq!(stat_fields("garbage"), None);
+    }
+
+    #[test]
+    fn kernel_threads_are_named_as_such() {
+        assert!(matches!(check(2), Err(ProcessError::KernelThread(2))));
     }
 
     #[test]

@@ -1,0 +1,726 @@
+//! Where results go: standard output, or a file named on the command line, checked
+//! before tracing starts so a typo does not cost the trace, and written as root without
+//! letting anyone who can write to the destination's directory redirect the write.
+//!
+//! - A regular file (or a name that does not exist yet) is replaced atomically: the
+//!   results go to a new, unnamed file (O_TMPFILE) in the destination's directory, made
+//!   with the invoking user's umask, which is given an unpredictable name and renamed
+//!   over the destination. Nothing is ever opened by a predictable name, so a link
+//!   planted at one is never followed.
+//! - A path that is not a regular file (/dev/null, a terminal, a FIFO) is written
+//!   through, never replaced. Block devices, directories and sockets are refused.
+//! - A symbolic link is followed only when it belongs to root or to the invoking user
+//!   (a link planted by someone else is refused, as the kernel's protected_symlinks does
+//!   in sticky directories).
+//! - /dev/stdout, /dev/stderr, /dev/fd/N and /proc/self/fd/N are the tracer's own
+//!   descriptors, written to directly (as a shell does), not reopened.
+//!
+//! Every blocking step (a FIFO nobody reads yet, a full pipe) gives up at Ctrl-C or
+//! SIGTERM, and every write error is reported.
+
+use std::{
+    ffi::OsString,
+    fs::File,
+    io::{self, Write},
+    os::{
+        fd::{AsFd as _, OwnedFd},
+        unix::{ffi::OsStrExt as _, fs::MetadataExt as _},
+    },
+    path::{Path, PathBuf},
+};
+
+use rustix::fs::{self as rfs, AtFlags, FileType, Mode, OFlags};
+
+use crate::{interrupt, target::files::type_name};
+
+/// Why a destination cannot be written.
+#[derive(Debug, thiserror::Error)]
+pub enum DestError {
+    /// The destination's directory does not exist or is not a directory.
+    #[error("cannot write {path}: its directory {dir} {problem}")]
+    Directory {
+        /// The destination.
+        path: String,
+        /// Its directory.
+        dir: String,
+        /// What is wrong with it.
+        problem: String,
+    },
+    /// The destination is something results cannot be written to.
+    #[error("cannot write {path}: it is {kind}; give a file name{hint}")]
+    Kind {
+        /// The destination.
+        path: String,
+        /// What it is.
+        kind: &'static str,
+        /// What to do instead.
+        hint: &'static str,
+    },
+    /// A symbolic link that belongs to another user.
+    #[error(
+        "cannot write {path}: it is a symbolic link owned by user {owner}, not by root or \
+         you; refusing to follow it (someone who can write to {dir} may have planted it). \
+         Remove it or give another name"
+    )]
+    ForeignLink {
+        /// The destination.
+        path: String,
+        /// The link's owner.
+        owner: u32,
+        /// The directory it is in.
+        dir: String,
+    },
+    /// A symbolic link to nothing: writing through it would create its target.
+    #[error(
+        "cannot write {path}: it is a symbolic link to {target}, which does not exist; give \
+         the real path"
+    )]
+    Dangling {
+        /// The destination.
+        path: String,
+        /// Where the link points.
+        target: String,
+    },
+    /// The destination's file system does not hold ordinary files.
+    #[error("cannot write {path}: it is on {fs}, which holds no ordinary files; give another path")]
+    SpecialFs {
+        /// The destination.
+        path: String,
+        /// The file system.
+        fs: &'static str,
+    },
+    /// The destination names a descriptor the tracer does not have open.
+    #[error("cannot write {path}: descriptor {fd} is not open in rtm-trace")]
+    NoSuchFd {
+        /// The destination.
+        path: String,
+        /// The descriptor.
+        fd: i32,
+    },
+    /// The destination changed between the check and the write.
+    #[error(
+        "cannot write {path}: it changed while tracing (it is now {kind}); nothing was replaced"
+    )]
+    Changed {
+        /// The destination.
+        path: String,
+        /// What it is now.
+        kind: &'static str,
+    },
+    /// A system call failed.
+    #[error("cannot write {path}: {source}")]
+    Io {
+        /// The destination.
+        path: String,
+        /// Why.
+        #[source]
+        source: io::Error,
+    },
+}
+
+fn io_err(path: &Path) -> impl Fn(io::Error) -> DestError + '_ {
+    move |source| DestError::Io {
+        path: path.display().to_string(),
+        source,
+    }
+}
+
+fn errno(path: &Path) -> impl Fn(rustix::io::Errno) -> DestError + '_ {
+    move |e| DestError::Io {
+        path: path.display().to_string(),
+        source: e.into(),
+    }
+}
+
+/// A checked destination.
+#[derive(Debug)]
+pub struct Dest {
+    path: PathBuf,
+    how: How,
+}
+
+#[derive(Debug)]
+enum How {
+    /// Standard output.
+    Stdout,
+    /// A copy of one of the tracer's descriptors.
+    Descriptor(OwnedFd),
+    /// Not a regular file: opened for writing as it is, at write time.
+    Through,
+    /// A regular file replaced by renaming a new one over it.
+    Replace {
+        dir: OwnedFd,
+        name: OsString,
+        /// The first unnamed file, made while checking (proof the directory takes one).
+        ready: Option<File>,
+    },
+}
+
+/// The user who ran rtm-trace (through sudo: the one sudo names).
+fn invoking_uid() -> u32 {
+    std::env::var("SUDO_UID")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        // SAFETY: getuid has no preconditions.
+        .unwrap_or_else(|| unsafe { libc::getuid() })
+}
+
+/// The descriptor a path names when it is one of the tracer's own.
+fn own_descriptor(path: &Path) -> Option<i32> {
+    let s = path.to_str()?;
+    match s {
+        "/dev/stdout" => Some(1),
+        "/dev/stderr" => Some(2),
+        _ => s
+            .strip_prefix("/dev/fd/")
+            .or_else(|| s.strip_prefix("/proc/self/fd/"))
+            .and_then(|n| n.parse().ok())
+            .filter(|n| *n >= 0),
+    }
+}
+
+fn special_fs(fd: impl std::os::fd::AsFd) -> Option<&'static str> {
+    let st = rfs::fstatfs(fd).ok()?;
+    const PROC: i64 = 0x9fa0;
+    const SYSFS: i64 = 0x6265_6572;
+    #[allow(clippy::unnecessary_cast)] // f_type is not i64 on every target
+    match st.f_type as i64 {
+        PROC => Some("/proc"),
+        SYSFS => Some("sysfs"),
+        0x6462_6720 => Some("debugfs"),
+        0x7472_6163 => Some("tracefs"),
+        0x6367_7270 | 0x0027_e0eb => Some("a cgroup file system"),
+        _ => None,
+    }
+}
+
+/// What is wrong with writing to something of type `ft` (None: it can be written
+/// through).
+fn refuse_kind(ft: FileType) -> Option<(&'static str, &'static str)> {
+    match ft {
+        FileType::Directory => Some(("a directory", " inside it")),
+        FileType::BlockDevice => Some((
+            "a block device",
+            " (rtm-trace never writes results onto a disk device)",
+        )),
+        FileType::Socket => Some(("a socket", "")),
+        _ => None,
+    }
+}
+
+impl Dest {
+    /// Standard output.
+    pub fn stdout() -> Self {
+        Self {
+            path: PathBuf::from("standard output"),
+            how: How::Stdout,
+        }
+    }
+
+    /// The destination as given.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Whether results go to standard output.
+    pub fn is_stdout(&self) -> bool {
+        matches!(self.how, How::Stdout) || matches!(own_descriptor(&self.path), Some(1))
+    }
+
+    /// Checks that results can be written to `path`, before anything is traced.
+    pub fn check(path: &Path) -> Result<Self, DestError> {
+        if path.as_os_str() == "-" {
+            return Ok(Self::stdout());
+        }
+        if let Some(fd) = own_descriptor(path) {
+            // SAFETY: a descriptor number; fcntl only duplicates it if it is open.
+            let dup = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 3) };
+            if dup < 0 {
+                return Err(DestError::NoSuchFd {
+                    path: path.display().to_string(),
+                    fd,
+                });
+            }
+            // SAFETY: fcntl returned a new descriptor that we own.
+            let owned = unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(dup) };
+            let st = rfs::fstat(&owned).map_err(errno(path))?;
+            if let Some((kind, hint)) = refuse_kind(FileType::from_raw_mode(st.st_mode)) {
+                return Err(DestError::Kind {
+                    path: path.display().to_string(),
+                    kind,
+                    hint,
+                });
+            }
+            return Ok(Self {
+                path: path.to_path_buf(),
+                how: How::Descriptor(owned),
+            });
+        }
+        let shown = path.display().to_string();
+        let name = path.file_name().ok_or_else(|| DestError::Kind {
+            path: shown.clone(),
+            kind: "a directory",
+            hint: " inside it",
+        })?;
+        let dir_path = match path.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p,
+            _ => Path::new("."),
+        };
+        let dir = rfs::open(
+            dir_path,
+            OFlags::DIRECTORY | OFlags::RDONLY | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(|e| DestError::Directory {
+            path: shown.clone(),
+            dir: dir_path.display().to_string(),
+            problem: match e {
+                rustix::io::Errno::NOENT => "does not exist".into(),
+                rustix::io::Errno::NOTDIR => "is not a directory".into(),
+                e => format!("cannot be opened ({})", io::Error::from(e)),
+            },
+        })?;
+        if let Some(fs) = special_fs(&dir) {
+            return Err(DestError::SpecialFs { path: shown, fs });
+        }
+        match rfs::statat(&dir, name, AtFlags::SYMLINK_NOFOLLOW) {
+            Err(rustix::io::Errno::NOENT) => Self::replace(path, dir, name.to_owned()),
+            Err(e) => Err(errno(path)(e)),
+            Ok(st) => match FileType::from_raw_mode(st.st_mode) {
+                FileType::RegularFile => Self::replace(path, dir, name.to_owned()),
+                FileType::Symlink => Self::through_link(path, &dir, name, st.st_uid, dir_path),
+                ft => match refuse_kind(ft) {
+                    Some((kind, hint)) => Err(DestError::Kind {
+                        path: shown,
+                        kind,
+                        hint,
+                    }),
+                    None => Ok(Self {
+                        path: path.to_path_buf(),
+                        how: How::Through,
+                    }),
+                },
+            },
+        }
+    }
+
+    /// A symbolic link: followed when it is trusted, to what it names.
+    fn through_link(
+        path: &Path,
+        dir: &OwnedFd,
+        name: &std::ffi::OsStr,
+        owner: u32,
+        dir_path: &Path,
+    ) -> Result<Self, DestError> {
+        if owner != 0 && owner != invoking_uid() {
+            return Err(DestError::ForeignLink {
+                path: path.display().to_string(),
+                owner,
+                dir: dir_path.display().to_string(),
+            });
+        }
+        let target = rfs::readlinkat(dir, name, Vec::new()).map_err(errno(path))?;
+        let target = PathBuf::from(std::ffi::OsStr::from_bytes(target.as_bytes()));
+        match std::fs::metadata(path) {
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Err(DestError::Dangling {
+                path: path.display().to_string(),
+                target: target.display().to_string(),
+            }),
+            Err(e) => Err(io_err(path)(e)),
+            // A trusted link to a regular file: that file is what gets replaced.
+            Ok(m) if m.is_file() => {
+                let real = std::fs::canonicalize(path).map_err(io_err(path))?;
+                let mut d = Self::check(&real)?;
+                d.path = path.to_path_buf();
+                Ok(d)
+            }
+            Ok(m) => match refuse_kind(FileType::from_raw_mode(m.mode())) {
+                Some((kind, hint)) => Err(DestError::Kind {
+                    path: path.display().to_string(),
+                    kind,
+                    hint,
+                }),
+                None => Ok(Self {
+                    path: path.to_path_buf(),
+                    how: How::Through,
+                }),
+            },
+        }
+    }
+
+    fn replace(path: &Path, dir: OwnedFd, name: OsString) -> Result<Self, DestError> {
+        let ready = unnamed_file(&dir, path)?;
+        Ok(Self {
+            path: path.to_path_buf(),
+            how: How::Replace {
+                dir,
+                name,
+                ready: Some(ready),
+            },
+        })
+    }
+
+    /// Writes the results: `body` produces them into the writer. The destination is
+    /// replaced (or written through) only once `body` succeeded.
+    pub fn write(
+        &mut self,
+        body: &mut dyn FnMut(&mut dyn Write) -> io::Result<()>,
+    ) -> Result<(), DestError> {
+        let path = self.path.clone();
+        match &mut self.how {
+            How::Stdout => {
+                let mut out = io::stdout().lock();
+                body(&mut out)
+                    .and_then(|_| out.flush())
+                    .map_err(io_err(&path))
+            }
+            How::Descriptor(fd) => {
+                let dup = fd.try_clone().map_err(io_err(&path))?;
+                let mut w = io::BufWriter::new(Patient(File::from(dup)));
+                body(&mut w).and_then(|_| w.flush()).map_err(io_err(&path))
+            }
+            How::Through => {
+                let file = open_through(&path)?;
+                let mut w = io::BufWriter::with_capacity(1 << 16, Patient(file));
+                body(&mut w).and_then(|_| w.flush()).map_err(io_err(&path))
+            }
+            How::Replace { dir, name, ready } => {
+                let file = match ready.take() {
+                    Some(f) => f,
+                    None => unnamed_file(dir, &path)?,
+                };
+                let mut w = io::BufWriter::with_capacity(1 << 16, file);
+                body(&mut w)
+                    .and_then(|_| w.flush())
+                    .map_err(io_err(&path))?;
+                let file = w.into_inner().map_err(|e| io_err(&path)(e.into_error()))?;
+                file.sync_all().map_err(io_err(&path))?;
+                link_over(dir, name, &file, &path)
+            }
+        }
+    }
+}
+
+/// A new file without a name in `dir`, made with the process's umask.
+fn unnamed_file(dir: &OwnedFd, path: &Path) -> Result<File, DestError> {
+    let fd = rfs::openat(
+        dir,
+        ".",
+        OFlags::TMPFILE | OFlags::WRONLY | OFlags::CLOEXEC,
+        Mode::from_raw_mode(0o666),
+    )
+    .map_err(|e| match e {
+        rustix::io::Errno::ACCESS | rustix::io::Errno::PERM | rustix::io::Errno::ROFS => {
+            DestError::Io {
+                path: path.display().to_string(),
+                source: io::Error::new(
+                    io::ErrorKind::PermissionDenied,
+                    format!("its directory is not writable ({})", io::Error::from(e)),
+                ),
+            }
+        }
+        e => DestError::Io {
+            path: path.display().to_string(),
+            source: io::Error::new(
+                io::ErrorKind::Unsupported,
+                format!(
+                    "its file system cannot make an unnamed temporary file (O_TMPFILE: {}); \
+                     write to a directory on a local file system",
+                    io::Error::from(e)
+                ),
+            ),
+        },
+    })?;
+    Ok(File::from(fd))
+}
+
+/// An unpredictable name for the finished file before it is renamed into place.
+fn temp_name(name: &std::ffi::OsStr) -> OsString {
+    let mut r = [0u8; 8];
+    // SAFETY: writes at most r.len() bytes into r.
+    let n = unsafe { libc::getrandom(r.as_mut_ptr().cast(), r.len(), 0) };
+    let v = if n == r.len() as isize {
+        u64::from_ne_bytes(r)
+    } else {
+        // No entropy source: the name still never exists beforehand (linkat refuses
+        // an existing name), it is only guessable.
+        crate::target::process::monotonic_ns() ^ u64::from(std::process::id())
+    };
+    let mut t = OsString::from(".");
+    t.push(name);
+    t.push(format!(".{v:016x}.tmp"));
+    t
+}
+
+/// Gives the unnamed `file` a fresh name in `dir`, then renames it over `name`, unless
+/// `name` has meanwhile become something that is not a regular file.
+fn link_over(
+    dir: &OwnedFd,
+    name: &std::ffi::OsStr,
+    file: &File,
+    path: &Path,
+) -> Result<(), DestError> {
+    let mut tmp = temp_name(name);
+    let mut tries = 0;
+    loop {
+        // linkat with AT_EMPTY_PATH needs CAP_DAC_READ_SEARCH; through /proc/self/fd it
+        // needs nothing more than the descriptor.
+        let src = format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(file));
+        match rfs::linkat(rfs::CWD, src.as_str(), dir, &tmp, AtFlags::SYMLINK_FOLLOW) {
+            Ok(()) => break,
+            Err(rustix::io::Errno::EXIST) if tries < 8 => {
+                tries += 1;
+                tmp = temp_name(name);
+            }
+            Err(e) => return Err(errno(path)(e)),
+        }
+    }
+    let unlink_tmp = || {
+        let _ = rfs::unlinkat(dir, &tmp, AtFlags::empty());
+    };
+    match rfs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW) {
+        Ok(st) => {
+            let ft = FileType::from_raw_mode(st.st_mode);
+            if !matches!(ft, FileType::RegularFile | FileType::Symlink) {
+                unlink_tmp();
+                return Err(DestError::Changed {
+                    path: path.display().to_string(),
+                    kind: type_name_of(ft),
+                });
+            }
+        }
+        Err(rustix::io::Errno::NOENT) => {}
+        Err(e) => {
+            unlink_tmp();
+            return Err(errno(path)(e));
+        }
+    }
+    rfs::renameat(dir, &tmp, dir, name).map_err(|e| {
+        unlink_tmp();
+        errno(path)(e)
+    })
+}
+
+fn type_name_of(ft: FileType) -> &'static str {
+    match ft {
+        FileType::RegularFile => "a regular file",
+        FileType::Directory => "a directory",
+        FileType::Symlink => "a symbolic link",
+        FileType::Fifo => "a FIFO",
+        FileType::Socket => "a socket",
+        FileType::CharacterDevice => "a character device",
+        FileType::BlockDevice => "a block device",
+        FileType::Unknown => "of an unknown type",
+    }
+}
+
+/// Opens a destination that is not a regular file for writing, as it is: no creating,
+/// no truncating. A FIFO without a reader is waited for until Ctrl-C.
+fn open_through(path: &Path) -> Result<File, DestError> {
+    let mut told = false;
+    let fd = loop {
+        match rfs::open(
+            path,
+            OFlags::WRONLY | OFlags::NOCTTY | OFlags::NONBLOCK | OFlags::CLOEXEC,
+            Mode::empty(),
+        ) {
+            Ok(fd) => break fd,
+            Err(rustix::io::Errno::NXIO) => {
+                // A FIFO with no reader yet.
+                if !told {
+                    told = true;
+                    crate::say!(
+                        "rtm-trace: waiting for a reader on {} (Ctrl-C to give up)",
+                        crate::output::text::escape(&path.display().to_string())
+                    );
+                }
+                if interrupt::requested() {
+                    return Err(io_err(path)(io::Error::new(
+                        io::ErrorKind::Interrupted,
+                        "interrupted while waiting for a reader",
+                    )));
+                }
+                std::thread::sleep(std::time::Duration::from_millis(100));
+            }
+            Err(e) => return Err(errno(path)(e)),
+        }
+    };
+    let st = rfs::fstat(&fd).map_err(errno(path))?;
+    let ft = FileType::from_raw_mode(st.st_mode);
+    if ft == FileType::RegularFile || refuse_kind(ft).is_some() {
+        // It was checked as a device or FIFO; something else is there now.
+        return Err(DestError::Changed {
+            path: path.display().to_string(),
+            kind: type_name(std::fs::metadata(path).map_err(io_err(path))?.file_type()),
+        });
+    }
+    Ok(File::from(fd))
+}
+
+/// A writer over a non-blocking descriptor that waits (until Ctrl-C) when the other
+/// end is not ready.
+struct Patient(File);
+
+impl Write for Patient {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        loop {
+            match self.0.write(buf) {
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    interrupt::poll_fd(self.0.as_fd(), libc::POLLOUT)?;
+                }
+                r => return r,
+            }
+        }
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.0.flush()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn scratch(name: &str) -> PathBuf {
+        let d = std::env::temp_dir().join(format!("rtm-dest-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        d
+    }
+
+    fn write_text(d: &mut Dest, text: &str) -> Result<(), DestError> {
+        d.write(&mut |w| w.write_all(text.as_bytes()))
+    }
+
+    #[test]
+    fn a_new_file_is_created_and_an_old_one_replaced() {
+        let dir = scratch("new");
+        let p = dir.join("out.json");
+        let mut d = Dest::check(&p).unwrap();
+        // Nothing named exists until the results are written.
+        assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 0);
+        write_text(&mut d, "one").unwrap();
+        assert_eq!(std::fs::read_to_string(&p).unwrap(), "one");
+        write_text(&mut d, "two").unwrap();
+        assert_eq!(std::fs::read_to_string(&p).unwrap(), "two");
+        assert_eq!(
+            std::fs::read_dir(&dir).unwrap().count(),
+            1,
+            "no temporaries left"
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn the_umask_applies() {
+        let dir = scratch("umask");
+        let p = dir.join("out");
+        // SAFETY: umask only changes this process's file-creation mask.
+        let old = unsafe { libc::umask(0o077) };
+        let r = Dest::check(&p).and_then(|mut d| write_text(&mut d, "x"));
+        // SAFETY: as above.
+        unsafe { libc::umask(old) };
+        r.unwrap();
+        assert_eq!(std::fs::metadata(&p).unwrap().mode() & 0o777, 0o600);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_planted_temporary_name_is_never_followed() {
+        let dir = scratch("planted");
+        let victim = dir.join("victim");
+        std::fs::write(&victim, "secret").unwrap();
+        // The name the old code used for its temporary file.
+        std::os::unix::fs::symlink(&victim, dir.join("out.json.json.tmp")).unwrap();
+        std::os::unix::fs::symlink(&victim, dir.join("out.json.tmp")).unwrap();
+        let p = dir.join("out.json");
+        let mut d = Dest::check(&p).unwrap();
+        write_text(&mut d, "results").unwrap();
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "secret");
+        assert_eq!(std::fs::read_to_string(&p).unwrap(), "results");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn devices_are_written_through_and_never_replaced() {
+        let mut d = Dest::check(Path::new("/dev/null")).unwrap();
+        write_text(&mut d, "discarded").unwrap();
+        let m = std::fs::symlink_metadata("/dev/null").unwrap();
+        assert!(std::os::unix::fs::FileTypeExt::is_char_device(
+            &m.file_type()
+        ));
+        // A full device is an error, not a silent loss.
+        let mut d = Dest::check(Path::new("/dev/full")).unwrap();
+        let e = write_text(&mut d, "x").unwrap_err();
+        assert!(e.to_string().contains("No space left"), "{e}");
+    }
+
+    #[test]
+    fn a_link_to_a_device_is_written_through() {
+        let dir = scratch("devlink");
+        let l = dir.join("null");
+        std::os::unix::fs::symlink("/dev/null", &l).unwrap();
+        let mut d = Dest::check(&l).unwrap();
+        write_text(&mut d, "x").unwrap();
+        assert!(
+            std::fs::symlink_metadata(&l)
+                .unwrap()
+                .file_type()
+                .is_symlink()
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn bad_destinations_are_refused_up_front_with_the_reason() {
+        let e = Dest::check(Path::new("/nonexistent-dir/x.json")).unwrap_err();
+        assert!(e.to_string().contains("does not exist"), "{e}");
+        let e = Dest::check(Path::new("/proc/version")).unwrap_err();
+        assert!(e.to_string().contains("/proc"), "{e}");
+        let e = Dest::check(Path::new("/tmp")).unwrap_err();
+        assert!(e.to_string().contains("directory"), "{e}");
+        let e = Dest::check(Path::new("/etc/hostname/x")).unwrap_err();
+        assert!(e.to_string().contains("not a directory"), "{e}");
+        let dir = scratch("dangling");
+        let l = dir.join("out.json");
+        std::os::unix::fs::symlink(dir.join("nowhere"), &l).unwrap();
+        let e = Dest::check(&l).unwrap_err();
+        assert!(e.to_string().contains("does not exist"), "{e}");
+        assert!(!dir.join("nowhere").exists());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_fifo_is_written_through_to_its_reader() {
+        let dir = scratch("fifo");
+        let f = dir.join("fifo");
+        let c = std::ffi::CString::new(f.to_str().unwrap()).unwrap();
+        // SAFETY: a valid path.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        let mut d = Dest::check(&f).unwrap();
+        // With a reader it is written through.
+        let reader = {
+            let f = f.clone();
+            std::thread::spawn(move || std::fs::read_to_string(f).unwrap())
+        };
+        // The reader opens the FIFO at some point; the writer waits for it.
+        write_text(&mut d, "through the fifo").unwrap();
+        assert_eq!(reader.join().unwrap(), "through the fifo");
+        let ft = std::fs::symlink_metadata(&f).unwrap().file_type();
+        assert!(std::os::unix::fs::FileTypeExt::is_fifo(&ft));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn own_descriptors_are_recognized() {
+        assert_eq!(own_descriptor(Path::new("/dev/stdout")), Some(1));
+        assert_eq!(own_descriptor(Path::new("/dev/fd/5")), Some(5));
+        assert_eq!(own_descriptor(Path::new("/proc/self/fd/7")), Some(7));
+        assert_eq!(own_descriptor(Path::new("/dev/stdoutx")), None);
+        assert!(matches!(
+            Dest::check(Path::new("/dev/fd/987")),
+            Err(DestError::NoSuchFd { fd: 987, .. })
+        ));
+    }
+}

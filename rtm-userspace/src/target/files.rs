@@ -1,0 +1,331 @@
+//! Opening and reading files that a traced program controls: its executable and
+//! libraries (possibly replaced, deleted, or swapped for a FIFO or a device after it
+//! started) and its /proc entries (whose size it decides).
+//!
+//! Every open is non-blocking (a FIFO never holds the tracer), the type is checked on
+//! the descriptor (not on the path, which can change in between), and every read is
+//! bounded. The running image of a mapped file is opened through
+//! /proc/PID/map_files, which names the very inode the process maps, whatever is at its
+//! path now.
+
+use std::{
+    fs::File,
+    io::{self, Read},
+    os::unix::fs::{MetadataExt as _, OpenOptionsExt as _},
+    path::{Path, PathBuf},
+};
+
+/// Largest /proc file read (a process's maps with the kernel's default limit of 65,530
+/// mappings is about 7 MiB).
+pub const MAX_PROC_BYTES: usize = 64 << 20;
+
+/// Largest part of a process's environment read (it only needs the MPI launcher's
+/// variables).
+pub const MAX_ENVIRON_BYTES: usize = 4 << 20;
+
+/// Largest object file read whole (the largest shared libraries are a few hundred MiB).
+pub const MAX_OBJECT_BYTES: u64 = 1 << 31;
+
+fn invalid(msg: impl Into<String>) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidInput, msg.into())
+}
+
+/// Opens `path` for reading without blocking (a FIFO returns at once), without making it
+/// a controlling terminal.
+fn open_nonblocking(path: &Path) -> io::Result<File> {
+    std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY | libc::O_CLOEXEC)
+        .open(path)
+}
+
+/// What a file type is called in messages.
+pub fn type_name(ft: std::fs::FileType) -> &'static str {
+    use std::os::unix::fs::FileTypeExt as _;
+    if ft.is_file() {
+        "a regular file"
+    } else if ft.is_dir() {
+        "a directory"
+    } else if ft.is_fifo() {
+        "a FIFO"
+    } else if ft.is_char_device() {
+        "a character device"
+    } else if ft.is_block_device() {
+        "a block device"
+    } else if ft.is_socket() {
+        "a socket"
+    } else if ft.is_symlink() {
+        "a symbolic link"
+    } else {
+        "not a regular file"
+    }
+}
+
+/// Opens a regular file of at most `max` bytes; anything else (a FIFO, a device, a
+/// directory) is refused without blocking.
+pub fn open_regular(path: &Path, max: u64) -> io::Result<File> {
+    let file = open_nonblocking(path)?;
+    let meta = file.metadata()?;
+    if !meta.is_file() {
+        return Err(invalid(format!(
+            "{} is {}",
+            path.display(),
+            type_name(meta.file_type())
+        )));
+    }
+    if meta.len() > max {
+        return Err(invalid(format!(
+            "{} is {} bytes, more than the {max} read at most",
+            path.display(),
+            meta.len()
+        )));
+    }
+    Ok(file)
+}
+
+/// Reads at most `max` bytes of an open file; more is an error.
+fn read_at_most(mut file: impl Read, max: usize, what: &Path) -> io::Result<Vec<u8>> {
+    let mut out = Vec::new();
+    file.by_ref().take(max as u64 + 1).read_to_end(&mut out)?;
+    if out.len() > max {
+        return Err(invalid(format!(
+            "{} is longer than the {max} bytes read at most",
+            what.display()
+        )));
+    }
+    Ok(out)
+}
+
+/// Reads a whole regular file of at most `max` bytes.
+pub fn read_regular(path: &Path, max: u64) -> io::Result<Vec<u8>> {
+    let file = open_regular(path, max)?;
+    read_at_most(file, max as usize, path)
+}
+
+/// Reads a /proc (or /sys) file of at most `max` bytes. Such files report size 0, so
+/// the bound is on what is read.
+pub fn read_proc(path: impl AsRef<Path>, max: usize) -> io::Result<Vec<u8>> {
+    let path = path.as_ref();
+    let file = open_nonblocking(path)?;
+    let meta = file.metadata()?;
+    if !meta.is_file() {
+        return Err(invalid(format!(
+            "{} is {}",
+            path.display(),
+            type_name(meta.file_type())
+        )));
+    }
+    read_at_most(file, max, path)
+}
+
+/// Reads the first `max` bytes of a /proc file (the rest is not needed).
+pub fn read_proc_prefix(path: impl AsRef<Path>, max: usize) -> io::Result<Vec<u8>> {
+    let path = path.as_ref();
+    let file = open_nonblocking(path)?;
+    if !file.metadata()?.is_file() {
+        return Err(invalid(format!("{} is not a regular file", path.display())));
+    }
+    let mut out = Vec::new();
+    file.take(max as u64).read_to_end(&mut out)?;
+    Ok(out)
+}
+
+/// A /proc text file, bounded, with invalid UTF-8 replaced (a thread name is bytes).
+pub fn read_proc_text(path: impl AsRef<Path>) -> io::Result<String> {
+    read_proc(path, MAX_PROC_BYTES).map(|b| match String::from_utf8(b) {
+        Ok(s) => s,
+        Err(e) => String::from_utf8_lossy(e.as_bytes()).into_owned(),
+    })
+}
+
+/// The device number /proc/PID/maps prints ("fd:01", major:minor in hex) as the
+/// st_dev of the file.
+pub fn parse_dev(dev: &str) -> Option<u64> {
+    let (major, minor) = dev.split_once(':')?;
+    let major = u32::from_str_radix(major, 16).ok()?;
+    let minor = u32::from_str_radix(minor, 16).ok()?;
+    Some(libc::makedev(major, minor))
+}
+
+/// Where a file a process maps can be opened, best first: the mapping itself (the inode
+/// the process runs, even if the path now names another file or nothing), the path
+/// through the process's root (its mount namespace), then the same path here.
+#[derive(Debug, Clone)]
+pub struct MappedFile {
+    /// The process.
+    pub pid: u32,
+    /// One mapping of the file, `(start, end)`, as /proc/PID/map_files names it.
+    pub range: Option<(u64, u64)>,
+    /// The path inside the process's mount namespace.
+    pub path: PathBuf,
+    /// The device and inode the process maps (0 when not known).
+    pub dev: u64,
+    /// The inode.
+    pub inode: u64,
+}
+
+/// Why a mapped file could not be opened.
+#[derive(Debug, thiserror::Error)]
+pub enum MappedFileError {
+    /// The path now names another file than the one the process runs, and the mapping
+    /// itself could not be opened (the process is gone).
+    #[error(
+        "{path} was replaced on disk after PID {pid} started (it maps inode {mapped}, the \
+         path now names inode {found}), and the running image cannot be read (is the \
+         process gone?)"
+    )]
+    Replaced {
+        /// The path.
+        path: String,
+        /// The process.
+        pid: u32,
+        /// The inode the process maps.
+        mapped: u64,
+        /// The inode the path names now.
+        found: u64,
+    },
+    /// Nothing could be opened.
+    #[error("cannot open {path}: {source}")]
+    Open {
+        /// The path.
+        path: String,
+        /// Why (the last attempt's error).
+        #[source]
+        source: io::Error,
+    },
+}
+
+impl MappedFile {
+    /// The map_files entry of the mapping.
+    pub fn map_files_path(&self) -> Option<PathBuf> {
+        self.range
+            .map(|(s, e)| PathBuf::from(format!("/proc/{}/map_files/{s:x}-{e:x}", self.pid)))
+    }
+
+    /// Opens the file the process maps (a regular file of at most `max` bytes) and
+    /// returns it with a path that names that same inode for as long as the process
+    /// maps it (for APIs that take a path: uprobes, the symbolizer). The path is the
+    /// map_files entry when it opens, else the one that opened with a matching inode.
+    pub fn open(&self, max: u64) -> Result<(File, PathBuf), MappedFileError> {
+        let mut last: Option<io::Error> = None;
+        if let Some(p) = self.map_files_path() {
+            match open_regular(&p, max) {
+                Ok(f) => return Ok((f, p)),
+                Err(e) => last = Some(e),
+            }
+        }
+        let host = super::process::host_path(self.pid, &self.path);
+        for p in [host, self.path.clone()] {
+            match open_regular(&p, max) {
+                Ok(f) => {
+                    let meta = f.metadata().map_err(|source| MappedFileError::Open {
+                        path: p.display().to_string(),
+                        source,
+                    })?;
+                    if self.inode != 0
+                        && (meta.ino() != self.inode || (self.dev != 0 && meta.dev() != self.dev))
+                    {
+                        return Err(MappedFileError::Replaced {
+                            path: self.path.display().to_string(),
+                            pid: self.pid,
+                            mapped: self.inode,
+                            found: meta.ino(),
+                        });
+                    }
+                    return Ok((f, p));
+                }
+                Err(e) => last = Some(e),
+            }
+        }
+        Err(MappedFileError::Open {
+            path: self.path.display().to_string(),
+            source: last.unwrap_or_else(|| io::Error::from(io::ErrorKind::NotFound)),
+        })
+    }
+
+    /// Reads the whole file the process maps.
+    pub fn read(&self) -> Result<(Vec<u8>, PathBuf), MappedFileError> {
+        let (f, p) = self.open(MAX_OBJECT_BYTES)?;
+        let bytes = read_at_most(f, MAX_OBJECT_BYTES as usize, &p).map_err(|source| {
+            MappedFileError::Open {
+                path: self.path.display().to_string(),
+                source,
+            }
+        })?;
+        Ok((bytes, p))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_fifo_is_refused_at_once() {
+        let dir = std::env::temp_dir().join(format!("rtm-files-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let fifo = dir.join("fifo");
+        let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+        // SAFETY: a valid NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        let t = std::time::Instant::now();
+        let e = read_regular(&fifo, 1 << 20).unwrap_err();
+        assert!(e.to_string().contains("a FIFO"), "{e}");
+        assert!(read_proc(&fifo, 100).is_err());
+        assert!(t.elapsed() < std::time::Duration::from_secs(1));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn reads_are_bounded() {
+        assert!(read_regular(Path::new("/dev/zero"), 1 << 20).is_err());
+        assert!(read_proc("/dev/zero", 100).is_err());
+        let e = read_proc("/proc/self/maps", 10).unwrap_err();
+        assert!(e.to_string().contains("longer than"), "{e}");
+        assert!(read_proc("/proc/self/maps", MAX_PROC_BYTES).unwrap().len() > 10);
+        assert_eq!(read_proc_prefix("/proc/self/maps", 10).unwrap().len(), 10);
+        let exe = read_regular(Path::new("/proc/self/exe"), MAX_OBJECT_BYTES).unwrap();
+        assert!(exe.starts_with(b"\x7fELF"));
+        assert!(read_regular(Path::new("/proc/self/exe"), 100).is_err());
+    }
+
+    #[test]
+    fn device_numbers_parse_as_maps_prints_them() {
+        assert_eq!(parse_dev("fd:01"), Some(libc::makedev(0xfd, 1)));
+        assert_eq!(parse_dev("00:00"), Some(0));
+        assert_eq!(parse_dev("zz"), None);
+    }
+
+    #[test]
+    fn the_running_image_opens_through_map_files() {
+        let me = std::process::id();
+        let maps =
+            String::from_utf8(read_proc("/proc/self/maps", MAX_PROC_BYTES).unwrap()).unwrap();
+        let exe = std::fs::read_link("/proc/self/exe").unwrap();
+        let m = crate::target::maps::parse_mappings(&maps)
+            .into_iter()
+            .find(|m| Path::new(&m.path) == exe)
+            .unwrap();
+        let f = MappedFile {
+            pid: me,
+            range: Some((m.start, m.end)),
+            path: exe.clone(),
+            dev: parse_dev(&m.dev).unwrap(),
+            inode: m.inode,
+        };
+        let (file, path) = f.open(MAX_OBJECT_BYTES).unwrap();
+        assert!(path.starts_with("/proc"), "{}", path.display());
+        assert_eq!(file.metadata().unwrap().ino(), m.inode);
+        // The path fallback checks the inode: a different file at the path is refused.
+        let wrong = MappedFile {
+            range: None,
+            inode: m.inode + 1,
+            ..f
+        };
+        assert!(matches!(
+            wrong.open(MAX_OBJECT_BYTES),
+            Err(MappedFileError::Replaced { .. })
+        ));
+    }
+}
