@@ -6,7 +6,9 @@ fn main() {
     let out = PathBuf::from(env::var_os("OUT_DIR").expect("OUT_DIR"));
     let src =
         PathBuf::from(env::var_os("CARGO_MANIFEST_DIR").expect("manifest dir")).join("workloads");
-    let builds: [(&str, &[&str]); 6] = [
+    let builds: [(&str, &[&str]); 8] = [
+        ("hostile_names", &["-O2", "-g", "-pthread"]),
+        ("main_exits", &["-O2", "-g", "-pthread"]),
         ("load_workload", &["-O2", "-g", "-pthread"]),
         ("mutex_workload", &["-O2", "-g", "-pthread"]),
         ("sync_workload", &["-O2", "-g", "-pthread"]),

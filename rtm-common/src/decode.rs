@@ -319,3 +319,47 @@ mod tests {
         assert_eq!(decode(encode(&bad)), Err(DecodeError::UnknownTaskOp(9)));
     }
 }
+
+/// Property tests: any bytes decode or fail with a typed error; any valid record of the
+/// known kinds round-trips.
+#[cfg(test)]
+mod fuzz {
+    extern crate std;
+    use proptest::prelude::*;
+
+    use super::*;
+
+    proptest! {
+        #[test]
+        fn any_bytes_decode_or_fail(bytes in proptest::collection::vec(any::<u8>(), 0..200)) {
+            let _ = decode(&bytes);
+        }
+
+        #[test]
+        fn sync_records_round_trip(
+            ts in any::<u64>(), object in any::<u64>(), wait in any::<u64>(),
+            primitive in 0u32..16, op in 0u32..32, ret in any::<i32>(), flags in any::<u32>(),
+        ) {
+            let raw = SyncEvent {
+                header: EventHeader { kind: EventKind::Sync as u32, cpu: 0, ts_ns: ts, pid: 1, tid: 2 },
+                object, aux: 0, caller: 0, wait_ns: wait, primitive, op, ret, flags, extra: 0,
+                repeats: 0,
+            };
+            match decode(encode(&raw)) {
+                Ok(Event::Sync(s)) => prop_assert_eq!(s.raw, raw),
+                Ok(other) => prop_assert!(false, "{:?}", other),
+                Err(e) => prop_assert!(matches!(
+                    e,
+                    DecodeError::UnknownPrimitive(_) | DecodeError::UnknownOp(_)
+                )),
+            }
+            // Every strict prefix is short.
+            for cut in [0, 8, 24, 79] {
+                prop_assert!(
+                    matches!(decode(&encode(&raw)[..cut]), Err(DecodeError::Short { .. })),
+                    "prefix {}", cut
+                );
+            }
+        }
+    }
+}

@@ -17,3 +17,6 @@ pub mod target;
 
 /// The eBPF object built by build.rs from the rtm-ebpf crate.
 pub static EBPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/rtm-ebpf"));
+
+#[cfg(test)]
+mod fuzz_tests;

@@ -76,7 +76,7 @@ fn close(calls: &[Arrival]) -> Round {
     waits.sort_unstable();
     Round {
         first_arrival_ns: first.arrive_ns,
-        spread_ns: last.arrive_ns - first.arrive_ns,
+        spread_ns: last.arrive_ns.saturating_sub(first.arrive_ns),
         last_tid: last.tid,
         first_tid: first.tid,
         threads: calls.len() as u32,

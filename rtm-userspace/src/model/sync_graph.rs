@@ -348,7 +348,7 @@ impl SyncGraph {
             {
                 let c = self.call_sites.entry(site).or_default();
                 c.calls += 1;
-                c.wait_ns += raw.wait_ns;
+                c.wait_ns = c.wait_ns.saturating_add(raw.wait_ns);
                 if raw.flags & (SYNC_FLAG_CONTENDED | SYNC_FLAG_BLOCKED) != 0 {
                     c.contended += 1;
                 }
@@ -497,7 +497,7 @@ impl SyncGraph {
         } else {
             u64::from(raw.repeats) + u64::from(!slept)
         };
-        self.counters.waits_unslept += unslept;
+        self.counters.waits_unslept = self.counters.waits_unslept.saturating_add(unslept);
         if slept {
             if raw.extra != 0 {
                 let key = WaitsForKey {

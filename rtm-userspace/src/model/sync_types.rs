@@ -214,18 +214,18 @@ pub struct Counts {
 impl Counts {
     /// Adds another set of counts into this one.
     pub fn add(&mut self, o: &Counts) {
-        self.acquisitions += o.acquisitions;
-        self.contended += o.contended;
-        self.contended_wait_ns += o.contended_wait_ns;
-        self.waits += o.waits;
-        self.blocked += o.blocked;
-        self.failed_trylocks += o.failed_trylocks;
-        self.timeouts += o.timeouts;
-        self.errors += o.errors;
-        self.posts += o.posts;
-        self.signals += o.signals;
-        self.broadcasts += o.broadcasts;
-        self.woken += o.woken;
+        self.acquisitions = self.acquisitions.saturating_add(o.acquisitions);
+        self.contended = self.contended.saturating_add(o.contended);
+        self.contended_wait_ns = self.contended_wait_ns.saturating_add(o.contended_wait_ns);
+        self.waits = self.waits.saturating_add(o.waits);
+        self.blocked = self.blocked.saturating_add(o.blocked);
+        self.failed_trylocks = self.failed_trylocks.saturating_add(o.failed_trylocks);
+        self.timeouts = self.timeouts.saturating_add(o.timeouts);
+        self.errors = self.errors.saturating_add(o.errors);
+        self.posts = self.posts.saturating_add(o.posts);
+        self.signals = self.signals.saturating_add(o.signals);
+        self.broadcasts = self.broadcasts.saturating_add(o.broadcasts);
+        self.woken = self.woken.saturating_add(o.woken);
     }
 }
 

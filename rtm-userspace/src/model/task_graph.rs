@@ -46,10 +46,10 @@ pub struct Traffic {
 impl Traffic {
     fn add(&mut self, bytes: Option<u64>, time_ns: u64) {
         self.messages += 1;
-        self.time_ns += time_ns;
+        self.time_ns = self.time_ns.saturating_add(time_ns);
         match bytes {
             Some(b) => {
-                self.bytes += b;
+                self.bytes = self.bytes.saturating_add(b);
                 let bucket = (64 - b.leading_zeros()) as usize;
                 self.sizes[bucket.min(SIZE_BUCKETS - 1)] += 1;
             }
@@ -238,7 +238,7 @@ impl TaskGraph {
         rank.last_ns = rank.last_ns.max(end);
         let c = rank.calls.entry(m.op).or_default();
         c.calls += 1;
-        c.time_ns += dur;
+        c.time_ns = c.time_ns.saturating_add(dur);
         if raw.ret != 0 {
             c.errors += 1;
             return;
@@ -424,7 +424,7 @@ impl TaskGraph {
         let share = dur / u64::from(raw.total.max(1));
         if p.send {
             if let Some(t) = self.sent.get_mut(&(pid, p.peer)) {
-                t.time_ns += share;
+                t.time_ns = t.time_ns.saturating_add(share);
             }
             return;
         }
@@ -436,7 +436,7 @@ impl TaskGraph {
             p.passed,
             p.peer,
             p.bytes,
-            p.time_ns + share,
+            p.time_ns.saturating_add(share),
         );
     }
 
@@ -450,9 +450,9 @@ impl TaskGraph {
         };
         let c = self.collectives.entry((pid, cid, m.op)).or_default();
         c.calls += 1;
-        c.time_ns += dur;
+        c.time_ns = c.time_ns.saturating_add(dur);
         if let Some(b) = bytes_of(raw.count, raw.dtype_size) {
-            c.bytes += b;
+            c.bytes = c.bytes.saturating_add(b);
         }
         if raw.peer != RANK_UNKNOWN && raw.peer >= 0 {
             c.root = Some(known_rank(raw.peer_world).unwrap_or(raw.peer));

@@ -120,8 +120,8 @@ pub fn merge(parts: &[Part], supported: u32) -> Result<TaskView, MergeError> {
                 }
                 Some((m, nodes)) => {
                     *nodes += 1;
-                    let weighted = m.mean_spread_ns as u128 * m.instances as u128
-                        + c.mean_spread_ns as u128 * c.instances as u128;
+                    let weighted = (m.mean_spread_ns as u128 * m.instances as u128)
+                        .saturating_add(c.mean_spread_ns as u128 * c.instances as u128);
                     let n = (m.instances as u128 + c.instances as u128).max(1);
                     m.ranks = m.ranks.saturating_add(c.ranks);
                     m.calls = m.calls.saturating_add(c.calls);

@@ -212,7 +212,8 @@ impl TaskView {
             Peer::InComm(c, r) => {
                 let w = members.get(&c).and_then(|m| m.get(r as usize)).copied();
                 if w.is_none() {
-                    counters.untranslated_peer += t.messages;
+                    counters.untranslated_peer =
+                        counters.untranslated_peer.saturating_add(t.messages);
                 }
                 w
             }
@@ -245,9 +246,9 @@ impl TaskView {
                 most_often_last: None,
             });
             v.ranks += 1;
-            v.calls += c.calls;
-            v.bytes += c.bytes;
-            v.time_ns += c.time_ns;
+            v.calls = v.calls.saturating_add(c.calls);
+            v.bytes = v.bytes.saturating_add(c.bytes);
+            v.time_ns = v.time_ns.saturating_add(c.time_ns);
             v.root = v.root.or(c.root);
         }
         for (&(cid, op), instances) in g.instances() {
@@ -325,7 +326,7 @@ fn spread(
     instances: &[Vec<Arrival>],
     rank_of: &dyn Fn(u32) -> Option<i32>,
 ) {
-    let mut total = 0u64;
+    let mut total = 0u128;
     let mut n = 0usize;
     let mut last: HashMap<u32, usize> = HashMap::new();
     for inst in instances
@@ -336,14 +337,18 @@ fn spread(
         let Some(l) = inst.iter().max_by_key(|a| a.start_ns) else {
             continue;
         };
-        let s = l.start_ns - first;
-        total += s;
+        let s = l.start_ns.saturating_sub(first);
+        total += u128::from(s);
         n += 1;
         v.max_spread_ns = v.max_spread_ns.max(s);
         *last.entry(l.pid).or_default() += 1;
     }
     v.instances = n;
-    v.mean_spread_ns = if n > 0 { total / n as u64 } else { 0 };
+    v.mean_spread_ns = if n > 0 {
+        u64::try_from(total / n as u128).unwrap_or(u64::MAX)
+    } else {
+        0
+    };
     v.most_often_last = last
         .into_iter()
         .max_by_key(|&(pid, c)| (c, std::cmp::Reverse(pid)))

@@ -46,6 +46,10 @@ pub enum BtfError {
 pub fn task_offsets() -> Result<TaskOffsets, BtfError> {
     let data = read(Path::new(VMLINUX_BTF))?;
     let btf = Btf::parse(&data)?;
+    task_offsets_in(&btf)
+}
+
+fn task_offsets_in(btf: &Btf<'_>) -> Result<TaskOffsets, BtfError> {
     let task = btf.struct_named("task_struct")?;
     Ok(TaskOffsets {
         pid: btf.offset_of(task, &["pid"])?,
@@ -55,8 +59,11 @@ pub fn task_offsets() -> Result<TaskOffsets, BtfError> {
     })
 }
 
+/// Largest BTF read (the kernel's is a few MiB).
+const MAX_BTF_BYTES: usize = 256 << 20;
+
 fn read(path: &Path) -> Result<Vec<u8>, BtfError> {
-    std::fs::read(path).map_err(|source| BtfError::Read {
+    crate::target::files::read_proc(path, MAX_BTF_BYTES).map_err(|source| BtfError::Read {
         path: path.display().to_string(),
         source,
     })
@@ -214,7 +221,7 @@ impl<'a> Btf<'a> {
             if own.is_empty()
                 && let Some((inner, t)) = self.member(t, name, depth + 1)
             {
-                return Some((bits / 8 + inner, t));
+                return Some(((bits / 8).checked_add(inner)?, t));
             }
         }
         None
@@ -228,7 +235,8 @@ impl<'a> Btf<'a> {
             let (off, inner) = self
                 .member(t, field.as_bytes(), 0)
                 .ok_or_else(|| BtfError::Missing(format!("field {}", path.join("."))))?;
-            total += off;
+            total =
+                u32::checked_add(total, off).ok_or(BtfError::Malformed("offset out of range"))?;
             t = inner;
         }
         Ok(total)
@@ -241,7 +249,7 @@ mod tests {
 
     /// A BTF blob: `struct outer { int a; union { int b; struct inner c; }; }` with
     /// `struct inner { long x; int y; }`, typedef'd through `inner_t`.
-    fn blob() -> Vec<u8> {
+    pub(super) fn blob() -> Vec<u8> {
         let strings = b"\0int\0long\0inner\0x\0y\0inner_t\0outer\0a\0b\0c\0";
         let name = |s: &str| {
             let s = format!("\0{s}\0");
@@ -319,5 +327,37 @@ mod tests {
         let t = task_offsets().unwrap();
         assert_eq!(t.tgid, t.pid + 4, "{t:?}");
         assert_eq!(t.run_delay, t.pcount + 8, "{t:?}");
+    }
+}
+
+/// Property tests: BTF of any content, random or a valid blob damaged at random, parses or
+/// fails cleanly.
+#[cfg(test)]
+mod fuzz {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    proptest! {
+        #[test]
+        fn damaged_btf_parses_or_fails(
+            edits in prop::collection::vec((any::<prop::sample::Index>(), any::<u8>()), 0..32),
+            cut in any::<prop::sample::Index>(),
+            random in prop::collection::vec(any::<u8>(), 0..256),
+        ) {
+            let mut b = tests::blob();
+            for (i, v) in &edits {
+                let at = i.index(b.len());
+                b[at] = *v;
+            }
+            if let Ok(btf) = Btf::parse(&b) {
+                let _ = task_offsets_in(&btf);
+            }
+            b.truncate(cut.index(b.len()));
+            let _ = Btf::parse(&b);
+            let mut r = vec![0x9f, 0xeb];
+            r.extend_from_slice(&random);
+            let _ = Btf::parse(&r);
+        }
     }
 }

@@ -376,3 +376,18 @@ mod tests {
         assert!(r.sample(2, &[u32::MAX - 1]).procs.is_empty());
     }
 }
+
+/// Property tests: /proc/interrupts text of any shape parses without panicking.
+#[cfg(test)]
+mod fuzz {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    proptest! {
+        #[test]
+        fn any_interrupts_text_parses(text in "[ -~\n]{0,400}") {
+            let _ = parse_interrupts(&text);
+        }
+    }
+}

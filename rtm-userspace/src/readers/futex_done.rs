@@ -28,7 +28,7 @@ use rtm_common::{
 };
 
 use super::ring_map::Mapping;
-use crate::target::process::monotonic_ns;
+use crate::target::{files::read_proc_text, process::monotonic_ns};
 
 /// The FUTEX_DONE map, mapped into this process, and the futex entries in flight.
 pub struct LeftWaits {
@@ -134,7 +134,7 @@ fn left_in_entry(pid: u32, tid: u32, f: &PendingFutex, now_ns: u64) -> Option<Fu
         return None;
     }
     let path = format!("/proc/{pid}/task/{tid}/syscall");
-    let asleep = std::fs::read_to_string(path).is_ok_and(|s| in_futex_on(&s, f.uaddr));
+    let asleep = read_proc_text(path).is_ok_and(|s| in_futex_on(&s, f.uaddr));
     let header = |ts_ns| EventHeader {
         kind: EventKind::FutexWait as u32,
         cpu: 0,
@@ -169,10 +169,7 @@ fn finish(done: &FutexDone) -> FutexWaitEvent {
     }
     let h = &done.wait.header;
     let path = format!("/proc/{}/task/{}/schedstat", h.pid, h.tid);
-    match std::fs::read_to_string(path)
-        .ok()
-        .and_then(|s| schedstat(&s))
-    {
+    match read_proc_text(path).ok().and_then(|s| schedstat(&s)) {
         Some((run_delay, pcount)) => done.finished(run_delay, pcount),
         None => done.wait,
     }
@@ -329,5 +326,21 @@ mod tests {
         ));
         assert!(!in_futex_on("running", 0x1000));
         assert!(!in_futex_on("0 0x1000 0x80", 0x1000));
+    }
+}
+
+/// Property tests: /proc syscall and schedstat lines of any shape parse without panicking.
+#[cfg(test)]
+mod fuzz {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    proptest! {
+        #[test]
+        fn any_proc_line_parses(line in ".{0,120}", addr in any::<u64>()) {
+            let _ = in_futex_on(&line, addr);
+            let _ = schedstat(&line);
+        }
     }
 }

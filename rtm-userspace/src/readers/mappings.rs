@@ -427,3 +427,31 @@ mod tests {
         assert!(seen.iter().all(|r| r.pid() == me));
     }
 }
+
+/// Property tests: perf records and CPU lists of any shape decode without panicking.
+#[cfg(test)]
+mod fuzz {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    proptest! {
+        #[test]
+        fn any_record_decodes(
+            kind in prop_oneof![Just(PERF_RECORD_MMAP2), Just(PERF_RECORD_COMM),
+                                Just(PERF_RECORD_FORK), Just(PERF_RECORD_LOST), any::<u32>()],
+            misc in any::<u16>(),
+            body in prop::collection::vec(any::<u8>(), 0..200),
+        ) {
+            let mut rec = kind.to_ne_bytes().to_vec();
+            rec.extend_from_slice(&misc.to_ne_bytes());
+            rec.extend_from_slice(&body);
+            let _ = parse(&rec);
+        }
+
+        #[test]
+        fn any_cpu_list_parses(text in "[0-9,\\-\n ]{0,40}") {
+            let _ = parse_cpu_list(&text);
+        }
+    }
+}

@@ -32,6 +32,11 @@ struct PartDocument {
 fn read_part(path: &Path) -> Result<Part, SessionError> {
     let input = super::input::Bounded::open(path, super::input::MAX_PART_BYTES)
         .map_err(|e| part_err(path, format!("cannot read it: {e}")))?;
+    parse_part(path, input)
+}
+
+/// Parses a part from `input`, named `path`.
+fn parse_part(path: &Path, input: impl std::io::Read) -> Result<Part, SessionError> {
     let doc: PartDocument =
         serde_json::from_reader(std::io::BufReader::with_capacity(1 << 16, input)).map_err(
             |e| match e.io_error_kind() {
@@ -104,4 +109,87 @@ pub fn merge(cli: MergeCli) -> Result<i32, SessionError> {
     }
     report?;
     Ok(0)
+}
+
+/// Property tests: any part, random or a real one with any values, is read and merged
+/// or refused with a message, never a panic; sums saturate.
+#[cfg(test)]
+mod fuzz {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    /// A part as `rtm-trace --json` writes it, with the given numbers.
+    fn part(rank: i64, big: u64, ranks: usize) -> String {
+        let edge = |src: i64, dst: i64| {
+            serde_json::json!({
+                "src": src, "dst": dst,
+                "sent": {"messages": big, "bytes": big, "unknown_size": big, "time_ns": big,
+                         "bandwidth_mb_s": 1.0, "sizes": [[0, big], [8, big]]},
+                "received": null
+            })
+        };
+        serde_json::json!({
+            "format": "rtm-trace", "version": json::VERSION,
+            "task_graph": {
+                "ranks": [{"rank": rank, "pid": 7, "host": "h", "job": "j", "world_size": 4,
+                           "implementation": null, "span_ns": big,
+                           "calls": big, "time_in_mpi_ns": big, "mpi_share": 0.5,
+                           "calls_per_sec": 1.0, "functions": []}],
+                "edges": [edge(rank, rank + 1), edge(rank + 1, rank)],
+                "collectives": [{"comm_id": 0, "function": "barrier", "ranks": ranks,
+                                 "calls": big, "bytes": big, "time_ns": big, "root": null,
+                                 "instances": ranks, "mean_spread_ns": big,
+                                 "max_spread_ns": big, "most_often_last": null}],
+                "open_requests": ranks,
+                "counters": {"unknown_source": big, "untranslated_peer": big,
+                             "untracked_comms": big, "proc_null": big,
+                             "unmatched_completions": big, "truncated_requests": big,
+                             "dropped_over_limits": big}
+            }
+        })
+        .to_string()
+    }
+
+    proptest! {
+        #[test]
+        fn any_bytes_are_refused_cleanly(bytes in prop::collection::vec(any::<u8>(), 0..300)) {
+            prop_assert!(parse_part(Path::new("p"), bytes.as_slice()).is_err());
+        }
+
+        #[test]
+        fn real_parts_with_any_numbers_merge_or_are_refused(
+            big in prop_oneof![Just(u64::MAX), Just(u64::MAX - 1), any::<u64>()],
+            ranks in prop_oneof![Just(usize::MAX), 0usize..4],
+            edits in prop::collection::vec((any::<prop::sample::Index>(), any::<u8>()), 0..4),
+        ) {
+            let mut parts = Vec::new();
+            for rank in [0, 2] {
+                let mut text = part(rank, big, ranks).into_bytes();
+                for (i, v) in &edits {
+                    let at = i.index(text.len());
+                    text[at] = *v;
+                }
+                if let Ok(p) = parse_part(Path::new("p"), text.as_slice()) {
+                    parts.push(p);
+                }
+            }
+            if let Ok(view) = task_merge::merge(&parts, json::VERSION) {
+                let infos = merged::part_infos(&parts);
+                let text = merged::render(&infos, &view, 10);
+                prop_assert!(crate::output::text::is_inert(&text));
+            }
+        }
+    }
+
+    #[test]
+    fn the_sample_part_is_read() {
+        let p = parse_part(Path::new("p"), part(0, 5, 2).as_bytes()).unwrap();
+        assert_eq!(p.view.ranks.len(), 1);
+        let q = parse_part(Path::new("q"), part(2, u64::MAX, 2).as_bytes()).unwrap();
+        let view = task_merge::merge(&[p, q], json::VERSION).unwrap();
+        // Sums saturate instead of wrapping.
+        assert_eq!(view.counters.unknown_source, u64::MAX);
+        assert_eq!(view.collectives[0].bytes, u64::MAX);
+    }
 }

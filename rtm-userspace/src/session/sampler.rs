@@ -17,14 +17,23 @@ use crate::{
     },
 };
 
-/// Thresholds from `path` (a TOML file with a `[thresholds]` table), or the defaults.
-pub fn thresholds(path: Option<&Path>) -> Result<Thresholds, SessionError> {
+/// The thresholds a config file's text sets (a TOML `[thresholds]` table), checked.
+pub fn parse_config(text: &str) -> Result<Thresholds, String> {
     #[derive(serde::Deserialize)]
     #[serde(deny_unknown_fields)]
     struct ConfigFile {
         #[serde(default)]
         thresholds: Thresholds,
     }
+    let t = toml::from_str::<ConfigFile>(text)
+        .map(|c| c.thresholds)
+        .map_err(|e| e.to_string())?;
+    t.validate()?;
+    Ok(t)
+}
+
+/// Thresholds from `path` (a TOML file with a `[thresholds]` table), or the defaults.
+pub fn thresholds(path: Option<&Path>) -> Result<Thresholds, SessionError> {
     let Some(path) = path else {
         return Ok(Thresholds::default());
     };
@@ -34,11 +43,7 @@ pub fn thresholds(path: Option<&Path>) -> Result<Thresholds, SessionError> {
     };
     let text = super::input::read_text(path, super::input::MAX_CONFIG_BYTES)
         .map_err(|e| config_err(format!("cannot read it: {e}")))?;
-    let t = toml::from_str::<ConfigFile>(&text)
-        .map(|c| c.thresholds)
-        .map_err(|e| config_err(e.to_string()))?;
-    t.validate().map_err(config_err)?;
-    Ok(t)
+    parse_config(&text).map_err(config_err)
 }
 
 /// Reads the system and the counters; keeps the model of them.
@@ -119,5 +124,72 @@ impl Sampler {
                 self.counters.threads_not_counted,
             ),
         )
+    }
+}
+
+/// Property tests: any config text is accepted or refused with a message, never a panic,
+/// and what is accepted holds only valid numbers.
+#[cfg(test)]
+mod fuzz {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    const KEYS: [&str; 8] = [
+        "cpu_busy_pct",
+        "run_queue_per_cpu",
+        "swap_pages_per_s",
+        "mem_available_pct",
+        "disk_busy_pct",
+        "packet_drops",
+        "steal_pct",
+        "stall_pct",
+    ];
+
+    proptest! {
+        #[test]
+        fn any_text_is_accepted_or_refused(text in "[ -~\\n]{0,200}") {
+            let _ = parse_config(&text);
+        }
+
+        #[test]
+        fn any_values_are_checked(
+            values in prop::collection::vec(
+                (0..KEYS.len(), prop_oneof![
+                    Just("nan".to_owned()), Just("inf".to_owned()), Just("-inf".to_owned()),
+                    any::<f64>().prop_map(|v| format!("{v:?}")),
+                    any::<i64>().prop_map(|v| v.to_string()),
+                    "[a-z\"]{0,5}",
+                ]),
+                0..8,
+            )
+        ) {
+            let mut text = String::from("[thresholds]\n");
+            let mut seen = std::collections::HashSet::new();
+            for (k, v) in &values {
+                if seen.insert(k) {
+                    text.push_str(&format!("{} = {v}\n", KEYS[*k]));
+                }
+            }
+            if let Ok(t) = parse_config(&text) {
+                prop_assert!(t.validate().is_ok());
+                for v in [t.cpu_busy_pct, t.run_queue_per_cpu, t.stall_pct, t.steal_pct] {
+                    prop_assert!(v.is_finite() && v >= 0.0);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn bad_values_are_refused_by_name() {
+        let e = parse_config("[thresholds]\nsteal_pct = -1\n").unwrap_err();
+        assert!(e.contains("thresholds.steal_pct"), "{e}");
+        let e = parse_config("[thresholds]\nstall_pct = nan\n").unwrap_err();
+        assert!(e.contains("thresholds.stall_pct = NaN"), "{e}");
+        let e = parse_config("[thresholds]\ncpu_busy_pct = 250\n").unwrap_err();
+        assert!(e.contains("at most 100"), "{e}");
+        let e = parse_config("[thresholds]\ncpu_busy = 5\n").unwrap_err();
+        assert!(e.contains("cpu_busy"), "{e}");
+        assert_eq!(parse_config("").unwrap(), Thresholds::default());
     }
 }

@@ -364,3 +364,62 @@ mod tests {
         assert!(ElfSymbols::parse(b"not an elf").is_err());
     }
 }
+
+/// Property tests: ELF files of any content, random or a real one damaged at random,
+/// parse or fail cleanly, and every lookup on what parsed stays in bounds.
+#[cfg(test)]
+mod fuzz {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    fn seed() -> &'static [u8] {
+        static SEED: std::sync::OnceLock<Vec<u8>> = std::sync::OnceLock::new();
+        SEED.get_or_init(|| read_object_file(Path::new("/bin/true")).expect("/bin/true"))
+    }
+
+    fn exercise(bytes: &[u8]) {
+        if let Ok(elf) = ElfSymbols::parse(bytes) {
+            for name in ["main", "pthread_mutex_lock", "_start", ""] {
+                let _ = elf.function_offset(name);
+                let _ = elf.function_size(name);
+                let _ = elf.imports(name);
+            }
+            for a in [0, 1, 0x1000, u64::MAX, u64::MAX / 2] {
+                let _ = elf.data_symbol(a);
+                let _ = elf.contains(a);
+                let _ = elf.file_offset(a);
+                let _ = elf.vaddr_of(a, 0x5555_0000_0000);
+            }
+            let _ = elf.needed();
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(200))]
+
+        #[test]
+        fn random_bytes_parse_or_fail(bytes in prop::collection::vec(any::<u8>(), 0..512)) {
+            let mut b = b"\x7fELF\x02\x01\x01".to_vec();
+            b.extend_from_slice(&bytes);
+            exercise(&b);
+            exercise(&bytes);
+        }
+
+        #[test]
+        fn a_damaged_real_file_parses_or_fails(
+            edits in prop::collection::vec((any::<prop::sample::Index>(), any::<u8>()), 1..64),
+            cut in any::<prop::sample::Index>(),
+        ) {
+            let mut b = seed().to_vec();
+            for (i, v) in &edits {
+                let at = i.index(b.len());
+                b[at] = *v;
+            }
+            exercise(&b);
+            // Truncated somewhere.
+            b.truncate(cut.index(b.len()));
+            exercise(&b);
+        }
+    }
+}

@@ -352,3 +352,68 @@ mod tests {
         assert_eq!(a.dropped, 10);
     }
 }
+
+/// Property tests: any maps text parses without panicking, and any sequence of
+/// mappings keeps the address space consistent and bounded.
+#[cfg(test)]
+mod fuzz {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    fn mapping() -> impl Strategy<Value = Mapping> {
+        (0u64..64, 1u64..16, 0u64..8, 0u64..4, prop::bool::ANY).prop_map(
+            |(page, pages, off, inode, exec)| Mapping {
+                start: page * 0x1000,
+                end: (page + pages) * 0x1000,
+                offset: off * 0x1000,
+                dev: "fd:01".into(),
+                inode,
+                path: if inode == 0 {
+                    String::new()
+                } else {
+                    format!("/lib/{inode}.so")
+                },
+                executable: exec,
+            },
+        )
+    }
+
+    proptest! {
+        #[test]
+        fn any_text_parses(text in ".{0,400}") {
+            let _ = parse_maps(&text);
+        }
+
+        #[test]
+        fn lines_that_look_like_maps_parse(
+            lines in prop::collection::vec(
+                ("[0-9a-f]{1,16}", "[0-9a-f]{1,16}", "[rwxp-]{4}", "[0-9a-f]{1,16}",
+                 "[0-9a-f]{2}:[0-9a-f]{2}", "[0-9]{1,19}", "[ -~]{0,30}"),
+                0..20,
+            )
+        ) {
+            let text: String = lines
+                .iter()
+                .map(|(s, e, p, o, d, i, path)| format!("{s}-{e} {p} {o} {d} {i} {path}\n"))
+                .collect();
+            // Every well-formed line is a mapping, whatever its path holds.
+            prop_assert_eq!(parse_mappings(&text).len(), lines.len());
+            let _ = parse_maps(&text);
+        }
+
+        #[test]
+        fn mappings_never_overlap(ms in prop::collection::vec(mapping(), 0..60)) {
+            let mut a = AddressSpace::default();
+            for m in ms {
+                a.map(m);
+            }
+            let v: Vec<&Mapping> = a.mappings.values().collect();
+            for w in v.windows(2) {
+                prop_assert!(w[0].end <= w[1].start, "{:?}", w);
+            }
+            prop_assert!(v.iter().all(|m| m.start < m.end));
+            let _ = a.modules();
+        }
+    }
+}

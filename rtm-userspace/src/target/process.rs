@@ -315,3 +315,20 @@ mod tests {
         ));
     }
 }
+
+/// Property tests: /proc/PID/stat text of any shape parses without panicking.
+#[cfg(test)]
+mod fuzz {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    proptest! {
+        #[test]
+        fn any_stat_line_parses(comm in ".{0,20}", rest in "[ -~]{0,80}") {
+            let line = format!("12 ({comm}) {rest}");
+            let _ = stat_fields(&line);
+            let _ = stat_state(&line);
+        }
+    }
+}

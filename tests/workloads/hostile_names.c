@@ -1,0 +1,43 @@
+/* A program that names everything a tracer prints with terminal escapes: its command
+ * name (prctl), its threads (pthread_setname_np) and a global mutex (its symbol). A
+ * tracer that prints them raw retitles or clears root's terminal and forges report
+ * lines; rtm-trace's text outputs must show them escaped.
+ *
+ *   hostile_names ITERS     each of two threads takes the mutex ITERS times
+ */
+#define _GNU_SOURCE
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/prctl.h>
+#include <unistd.h>
+
+/* The assembler takes any bytes in a quoted symbol name. */
+pthread_mutex_t evil_lock __asm__("\"evil\x1b[2J\x07lock\"") = PTHREAD_MUTEX_INITIALIZER;
+
+static int iters = 2000;
+
+static void *worker(void *arg) {
+    (void)arg;
+    for (int i = 0; i < iters; i++) {
+        pthread_mutex_lock(&evil_lock);
+        usleep(20);
+        pthread_mutex_unlock(&evil_lock);
+    }
+    return NULL;
+}
+
+int main(int argc, char **argv) {
+    if (argc > 1)
+        iters = atoi(argv[1]);
+    pthread_t t[2];
+    prctl(PR_SET_NAME, "\x1b]0;pwned\x07", 0, 0, 0);
+    for (int i = 0; i < 2; i++)
+        pthread_create(&t[i], NULL, worker, NULL);
+    pthread_setname_np(t[0], "a\rb\nc\x1b[2J");
+    pthread_setname_np(t[1], "\x9b" "31m\xe2\x80\xaered");
+    for (int i = 0; i < 2; i++)
+        pthread_join(t[i], NULL);
+    printf("hostile_names: %d acquisitions\n", 2 * iters);
+    return 0;
+}
