@@ -6,7 +6,9 @@ fn main() {
     let out = PathBuf::from(env::var_os("OUT_DIR").expect("OUT_DIR"));
     let src =
         PathBuf::from(env::var_os("CARGO_MANIFEST_DIR").expect("manifest dir")).join("workloads");
-    let builds: [(&str, &[&str]); 8] = [
+    let builds: [(&str, &[&str]); 10] = [
+        ("fork_children", &["-O2", "-g", "-pthread"]),
+        ("pingpong", &["-O2", "-g", "-pthread"]),
         ("hostile_names", &["-O2", "-g", "-pthread"]),
         ("main_exits", &["-O2", "-g", "-pthread"]),
         ("load_workload", &["-O2", "-g", "-pthread"]),

@@ -218,7 +218,7 @@ mod tests {
             ret: -11,
             waker: 44,
             unslept: 3,
-            pad: 0,
+            waker_pid: 41,
         };
         let Event::Sync(s) = decode(encode(&wait)).unwrap() else {
             panic!("not a sync event")
@@ -237,7 +237,7 @@ mod tests {
         );
         assert_eq!(
             (s.raw.ret, s.raw.extra, s.raw.caller, s.raw.flags),
-            (-11, 44, 0, 0)
+            (-11, 44, 41, 0)
         );
         assert_eq!(
             decode(&encode(&wait)[..50]),

@@ -144,8 +144,10 @@ pub const SYNC_FLAG_BEGIN: u32 = 4;
 /// An operation on a synchronization object (kind [`EventKind::Sync`]).
 ///
 /// For [`Primitive::Futex`] waits, `aux` is the futex op in its low 32 bits and the value
-/// the caller expected in the word in its high 32 bits, and `extra` the tid whose
-/// FUTEX_WAKE on the same word ended the wait (0 when unknown).
+/// the caller expected in the word in its high 32 bits, `extra` the tid whose
+/// FUTEX_WAKE on the same word ended the wait (0 when unknown), and `caller` (a futex wait
+/// has no call site) that thread's process id, which may be another process's for a
+/// process-shared word (0 when unknown).
 /// For [`Primitive::Cond`] waits, `aux` is the mutex the wait released.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -200,8 +202,9 @@ pub struct FutexWaitEvent {
     /// Earlier waits by the thread on the same word, since its last record, that
     /// returned without sleeping (the word had changed before it could sleep).
     pub unslept: u32,
-    /// Zero.
-    pub pad: u32,
+    /// The process (tgid) of the thread that woke it: the waiter's own, another traced
+    /// process's, or one not traced at all (a process-shared word); 0 when unknown.
+    pub waker_pid: u32,
 }
 const _: () = assert!(size_of::<FutexWaitEvent>() == 64);
 
@@ -215,7 +218,7 @@ impl FutexWaitEvent {
             },
             object: self.uaddr,
             aux: self.aux,
-            caller: 0,
+            caller: u64::from(self.waker_pid),
             wait_ns: self.wait_ns,
             primitive: Primitive::Futex as u32,
             op: SyncOp::Wait as u32,
@@ -339,6 +342,12 @@ pub struct PendingFutex {
     pub uaddr: u64,
     /// bpf_ktime_get_ns at entry.
     pub start_ns: u64,
+    /// When a timed wait times out, on bpf_ktime_get_ns's clock (0: untimed, or the
+    /// timeout could not be read).
+    pub deadline_ns: u64,
+    /// Full mode: the thread whose wake ended the wait, as `tgid << 32 | tid`, recorded
+    /// at the wake (0: none yet); the record is made at the return.
+    pub waker: u64,
     /// The futex op (with its flags).
     pub op: u32,
     /// The value the caller expected in the word (for pthread_join: the joined tid).
@@ -349,7 +358,7 @@ pub struct PendingFutex {
     /// sleeping, not yet sent ([`FutexWaitEvent::unslept`]).
     pub unslept: u32,
 }
-const _: () = assert!(size_of::<PendingFutex>() == 32);
+const _: () = assert!(size_of::<PendingFutex>() == 48);
 
 impl PendingFutex {
     /// The `aux` of the wait's record: the op in the low 32 bits, the value expected in
@@ -369,7 +378,7 @@ impl PendingFutex {
             ret: -11,
             waker: 0,
             unslept: earlier,
-            pad: 0,
+            waker_pid: 0,
         }
     }
 }
@@ -381,6 +390,34 @@ pub const WAIT_IN_PROGRESS: i32 = -115;
 /// [`PendingFutex::flags`]: the wait has a timeout (a wake from no thread ends it as
 /// timed out).
 pub const PENDING_TIMED: u32 = 1;
+
+/// `ret` of a futex wait that a futex wake did not end and whose deadline had not come
+/// (-EINTR): a signal, or the kernel (contention mode, where waits end at their wake).
+pub const WAIT_INTERRUPTED: i32 = -4;
+
+/// How far before its deadline a wake still counts as the timeout (timers fire at or
+/// after the deadline; this covers a realtime deadline's conversion).
+pub const DEADLINE_SLACK_NS: u64 = 1_000_000;
+
+/// Futex flag: the word is private to its process (its wakes come from that process).
+pub const FUTEX_PRIVATE_FLAG: u32 = 128;
+/// Futex flag: an absolute timeout is on CLOCK_REALTIME.
+pub const FUTEX_CLOCK_REALTIME: u32 = 256;
+
+/// How a futex wait's timeout argument is to be read: None for no timeout (or a command
+/// without one), Some(true) when absolute on CLOCK_REALTIME, Some(false) when
+/// absolute on CLOCK_MONOTONIC; relative timeouts (FUTEX_WAIT) are `Some(false)` with
+/// [`futex_timeout_relative`].
+pub const fn futex_timeout_realtime(op: u32) -> bool {
+    let cmd = op & FUTEX_CMD_MASK;
+    // FUTEX_LOCK_PI's timeout is always on CLOCK_REALTIME.
+    cmd == 6 || op & FUTEX_CLOCK_REALTIME != 0
+}
+
+/// Whether a futex command's timeout is relative to the call (FUTEX_WAIT), not absolute.
+pub const fn futex_timeout_relative(op: u32) -> bool {
+    op & FUTEX_CMD_MASK == 0
+}
 
 /// A thread's last futex wait that ended, waiting in its slot to be sent (contention
 /// mode, `names::MAP_FUTEX_DONE`), with what it needs to be finished. The waker's

@@ -91,6 +91,12 @@ pub const GLOBAL_WAKEUP_BYTES: &str = "WAKEUP_BYTES";
 /// ([`PROG_FUTEX_WAKING`], which needs the `GLOBAL_TASK_*` offsets) rather than at the
 /// system call's return.
 pub const GLOBAL_WAKING: &str = "WAKING";
+/// Global in the eBPF object: 1 when [`PROG_FUTEX_WAKING`] runs only to note which thread
+/// woke each futex wait (full mode, whose waits end at their return).
+pub const GLOBAL_NOTE_WAKER: &str = "NOTE_WAKER";
+/// Global in the eBPF object: CLOCK_REALTIME minus CLOCK_MONOTONIC at load, in ns, to
+/// turn a futex wait's absolute realtime deadline into bpf_ktime_get_ns's clock.
+pub const GLOBAL_REALTIME_OFFSET: &str = "REALTIME_OFFSET";
 /// Globals in the eBPF object: offsets in the kernel's `struct task_struct` of `pid`,
 /// `tgid`, `sched_info.pcount` and `sched_info.run_delay`, read from its BTF at load
 /// (the verifier checks each access against the same BTF). 0: unknown, and

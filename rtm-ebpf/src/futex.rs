@@ -15,20 +15,24 @@
 
 use aya_ebpf::{
     EbpfContext,
-    helpers::{bpf_get_current_pid_tgid, bpf_probe_read_kernel},
+    helpers::{bpf_get_current_pid_tgid, bpf_probe_read_kernel, bpf_probe_read_user},
     macros::{btf_tracepoint, raw_tracepoint, tracepoint},
     programs::{BtfTracePointContext, RawTracePointContext, TracePointContext},
 };
 use rtm_common::{
     EventKind, FUTEX_CMD_MASK, FutexWaitEvent, FutexWaker, LossCounter, PENDING_TIMED,
-    PendingFutex, SYNC_FLAG_BLOCKED, futex_cmd_waits, futex_cmd_wakes,
+    PendingFutex, SYNC_FLAG_BLOCKED, futex_cmd_waits, futex_cmd_wakes, futex_timeout_realtime,
+    futex_timeout_relative,
 };
 
 use crate::{
     emit::{self, header, now},
     filter::{is_traced, traced_pid_tgid},
     futex_done::{current_task, keep_done, send_done},
-    maps::{COUNT_WAKES, PENDING_FUTEX, WAKING, count_loss, futex_entry, innermost, waker_slot},
+    maps::{
+        COUNT_WAKES, PENDING_FUTEX, REALTIME_OFFSET, WAKING, count_loss, futex_entry, innermost,
+        waker_slot,
+    },
 };
 
 /// x86-64 system call number of futex.
@@ -56,6 +60,48 @@ const REGS_R10: usize = 56;
 
 /// Offset of `di` (the first syscall argument: the futex word) in struct pt_regs.
 pub const REGS_DI: usize = 112;
+
+/// Offset of `si` (the second syscall argument: the futex op) in struct pt_regs.
+pub const REGS_SI: usize = 104;
+
+/// Offset of `r8` (the fifth syscall argument: FUTEX_WAKE_OP's second word) in struct
+/// pt_regs.
+pub const REGS_R8: usize = 72;
+
+/// A `struct timespec` in the traced program's memory.
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct Timespec {
+    sec: i64,
+    nsec: i64,
+}
+
+/// When a wait started at `start` with the timeout argument `timeout` (a user pointer)
+/// times out, on bpf_ktime_get_ns's clock; 0 when unknown.
+#[inline(always)]
+fn deadline(op: u32, timeout: u64, start: u64) -> u64 {
+    if timeout == 0 {
+        return 0;
+    }
+    // SAFETY: a read of the traced program's memory through the helper, which fails
+    // cleanly on a bad address.
+    let Ok(t) = (unsafe { bpf_probe_read_user(timeout as *const Timespec) }) else {
+        return 0;
+    };
+    // Seconds past 2^34 (the year 2514) are no deadline to wait for; below, the product
+    // fits (a checked multiply needs a 128-bit helper the BPF target lacks).
+    if !(0..1 << 34).contains(&t.sec) || !(0..1_000_000_000).contains(&t.nsec) {
+        return 0;
+    }
+    let ns = t.sec as u64 * 1_000_000_000 + t.nsec as u64;
+    if futex_timeout_relative(op) {
+        start.saturating_add(ns)
+    } else if futex_timeout_realtime(op) {
+        ns.saturating_sub(REALTIME_OFFSET.load())
+    } else {
+        ns
+    }
+}
 
 /// Reads part of the task's saved registers in one helper call.
 #[inline(always)]
@@ -103,14 +149,7 @@ pub fn futex_enter(ctx: BtfTracePointContext) -> i32 {
         )
     };
     let waking = WAKING.load() != 0;
-    enter(
-        pid_tgid,
-        r.di,
-        r.si as u32,
-        r.dx as u32,
-        timeout != 0,
-        waking,
-    ) as i32
+    enter(pid_tgid, r.di, r.si as u32, r.dx as u32, timeout, waking) as i32
 }
 
 /// The same on a kernel without BTF: raw_syscalls sys_enter, the registers read through
@@ -123,14 +162,15 @@ pub fn futex_enter_raw(ctx: RawTracePointContext) -> u32 {
     let Some(r) = regs::<EnterRegs>(&ctx, ENTER_REGS) else {
         return 0;
     };
-    // Waits end at their return here (sys_exit_futex): the timeout is not needed.
-    enter(pid_tgid, r.di, r.si as u32, r.dx as u32, false, false)
+    // Waits end at their return here (sys_exit_futex), with the kernel's own result.
+    enter(pid_tgid, r.di, r.si as u32, r.dx as u32, 0, false)
 }
 
-/// A futex call's entry. `waking`: contention mode's waits end at their wake
-/// (`waking::futex_waking`), and nothing runs at the return.
+/// A futex call's entry; `timeout` is its timeout argument (a user pointer, 0 for none).
+/// `waking`: contention mode's waits end at their wake (`waking::futex_waking`), and
+/// nothing runs at the return.
 #[inline(always)]
-fn enter(pid_tgid: u64, uaddr: u64, op: u32, val: u32, timed: bool, waking: bool) -> u32 {
+fn enter(pid_tgid: u64, uaddr: u64, op: u32, val: u32, timeout: u64, waking: bool) -> u32 {
     let cmd = op & FUTEX_CMD_MASK;
     // Full mode (uprobes on the pthread functions) is when wakes are counted.
     let full = COUNT_WAKES.load() != 0;
@@ -171,9 +211,18 @@ fn enter(pid_tgid: u64, uaddr: u64, op: u32, val: u32, timed: bool, waking: bool
             return 0;
         }
     }
+    let timed = timeout != 0;
     let mut pending = PendingFutex {
         uaddr,
         start_ns: ts,
+        // Contention mode tells a timeout from a signal by the deadline; at the return
+        // the kernel's result says it.
+        deadline_ns: if waking && waits && timed {
+            deadline(op, timeout, ts)
+        } else {
+            0
+        },
+        waker: 0,
         op,
         val,
         flags: if timed { PENDING_TIMED } else { 0 },
@@ -296,19 +345,25 @@ fn exit(pid_tgid: u64, ret: i64) -> u32 {
         return 0;
     }
     let tgid = (pid_tgid >> 32) as u32;
-    let waker = match waker_slot(tgid, f.uaddr) {
-        // SAFETY: a map value, copied out at once.
-        Some(w) => match unsafe { *w } {
-            w if w.uaddr == f.uaddr
-                && w.tgid == tgid
-                && w.ts_ns >= f.start_ns
-                && w.tid != pid_tgid as u32 =>
-            {
-                w.tid
-            }
-            _ => 0,
-        },
-        None => 0,
+    // The waker noted at the wake (`futex_waking`, with the kernel's BTF), in any
+    // process; else the last FUTEX_WAKE on the word in this process.
+    let (waker, waker_pid) = if f.waker != 0 {
+        (f.waker as u32, (f.waker >> 32) as u32)
+    } else {
+        match waker_slot(tgid, f.uaddr) {
+            // SAFETY: a map value, copied out at once.
+            Some(w) => match unsafe { *w } {
+                w if w.uaddr == f.uaddr
+                    && w.tgid == tgid
+                    && w.ts_ns >= f.start_ns
+                    && w.tid != pid_tgid as u32 =>
+                {
+                    (w.tid, tgid)
+                }
+                _ => (0, 0),
+            },
+            None => (0, 0),
+        }
     };
     let wait = FutexWaitEvent {
         header: header(EventKind::FutexWait, pid_tgid, ts),
@@ -318,7 +373,7 @@ fn exit(pid_tgid: u64, ret: i64) -> u32 {
         ret: ret as i32,
         waker,
         unslept: 0,
-        pad: 0,
+        waker_pid,
     };
     // The thread was just woken, and is on its way to the lock it waited for: in
     // contention mode the record waits in its slot until the thread next waits or exits,

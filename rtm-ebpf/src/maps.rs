@@ -170,6 +170,15 @@ pub static COUNT_WAKES: Global<u32> = Global::new(0);
 #[unsafe(no_mangle)]
 pub static WAKING: Global<u32> = Global::new(0);
 
+/// 1: `futex_waking` only notes the thread that woke each futex wait, in its entry; the
+/// wait ends at its return (full mode).
+#[unsafe(no_mangle)]
+pub static NOTE_WAKER: Global<u32> = Global::new(0);
+
+/// CLOCK_REALTIME minus CLOCK_MONOTONIC at load (see `names::GLOBAL_REALTIME_OFFSET`).
+#[unsafe(no_mangle)]
+pub static REALTIME_OFFSET: Global<u64> = Global::new(0);
+
 /// Offsets in `struct task_struct` (see `names::GLOBAL_TASK_PID`), set by userspace at
 /// load from the kernel's BTF. Constants to the verifier (a frozen read-only map), so
 /// loads through a BTF task pointer at these offsets are checked like fixed fields.

@@ -11,38 +11,70 @@ use aya_ebpf::{
     macros::btf_tracepoint,
     programs::BtfTracePointContext,
 };
-use rtm_common::{EventKind, FutexWaitEvent, PENDING_TIMED};
+use rtm_common::{
+    DEADLINE_SLACK_NS, EventKind, FUTEX_CMD_MASK, FUTEX_PRIVATE_FLAG, FutexWaitEvent,
+    PENDING_TIMED, PendingFutex, WAIT_INTERRUPTED, futex_cmd_wakes,
+};
 
 use crate::{
     emit::{header, now},
     filter::is_traced,
-    futex::{ORIG_AX, REGS_DI, SYS_FUTEX},
+    futex::{ORIG_AX, REGS_DI, REGS_R8, REGS_SI, SYS_FUTEX},
     futex_done::{keep_done, task_field},
-    maps::{TASK_PID, TASK_TGID, futex_done, futex_entry},
+    maps::{NOTE_WAKER, TASK_PID, TASK_TGID, futex_done, futex_entry},
 };
 
 /// -ETIMEDOUT.
 const ETIMEDOUT: i32 = -110;
 
-/// The system call a task is in (its saved `orig_ax`) and its first argument.
+/// FUTEX_WAKE_OP: wakes on its first word and, by the operation's outcome, its second.
+const FUTEX_WAKE_OP: u32 = 5;
+
+/// The system call a task is in (its saved registers): number, then the first, second
+/// and fifth arguments (for a futex call: the word, the op, FUTEX_WAKE_OP's second word).
 ///
 /// # Safety
 /// `task` is a BTF task pointer.
 #[inline(always)]
-unsafe fn syscall_of(task: *const u8) -> (u64, u64) {
+unsafe fn syscall_of(task: *const u8) -> (u64, u64, u64, u64) {
     // SAFETY: the helper returns the task's saved registers as a BTF pointer; the
-    // verifier checks both fields against the kernel's BTF.
+    // verifier checks every field against the kernel's BTF.
     unsafe {
         let regs = bpf_task_pt_regs(task as *mut _) as *const u8;
-        (
-            core::ptr::read_volatile(regs.add(ORIG_AX).cast::<u64>()),
-            core::ptr::read_volatile(regs.add(REGS_DI).cast::<u64>()),
-        )
+        let at = |offset: usize| core::ptr::read_volatile(regs.add(offset).cast::<u64>());
+        (at(ORIG_AX), at(REGS_DI), at(REGS_SI), at(REGS_R8))
     }
 }
 
+/// Whether the current task's futex call (`word`, `op`, `word2`; in process `tgid`)
+/// wakes the wait `f` of process `waiter_tgid`. A private word's wake comes from its own
+/// process, at its address. A process-shared word may be mapped at another address in
+/// the waker's process, but at the same offset in its page (the kernel keys it by page
+/// and offset).
+#[inline(always)]
+fn wakes_it(word: u64, op: u32, word2: u64, tgid: u32, f: &PendingFutex, waiter_tgid: u32) -> bool {
+    let cmd = op & FUTEX_CMD_MASK;
+    if !futex_cmd_wakes(cmd) {
+        return false;
+    }
+    let same = |w: u64| {
+        if tgid == waiter_tgid {
+            w == f.uaddr
+        } else {
+            f.op & FUTEX_PRIVATE_FLAG == 0 && w & 0xfff == f.uaddr & 0xfff
+        }
+    };
+    same(word) || (cmd == FUTEX_WAKE_OP && same(word2))
+}
+
 /// sched_waking (p): `p` is being woken. When it is a thread of a traced process asleep
-/// in a futex wait, its wait ends here.
+/// in a futex wait, the thread waking it is identified here, in its own context: a
+/// thread of any process inside a futex call that wakes that word (a process-shared word
+/// can be woken from another process, traced or not), or a thread of the same process
+/// exiting (its joiners wait on its tid). Anything else (the timer of a timed wait, a
+/// signal, the kernel) has no waker: a wait past its deadline timed out, others were
+/// interrupted. In contention mode the wait ends here; in full mode (`NOTE_WAKER`) the
+/// waker is noted in the thread's entry and the wait ends at its return.
 #[btf_tracepoint(function = "sched_waking")]
 pub fn futex_waking(ctx: BtfTracePointContext) -> i32 {
     let p: *const u8 = ctx.arg(0);
@@ -66,45 +98,58 @@ pub fn futex_waking(ctx: BtfTracePointContext) -> i32 {
     // sleep of the thread (a wait that returned without sleeping leaves its entry) is not
     // this wait.
     // SAFETY: p is the tracepoint's BTF task pointer.
-    let (id, word) = unsafe { syscall_of(p) };
+    let (id, word, _, _) = unsafe { syscall_of(p) };
     if id != SYS_FUTEX || word != f.uaddr {
         return 0;
     }
-    // SAFETY: an aligned field of the entry; the exchange fails when the thread has
-    // already moved on to another call, whose entry is then left alone.
-    let (_, ours) = unsafe {
-        core::intrinsics::atomic_cxchg::<u64, { AtomicOrdering::SeqCst }, { AtomicOrdering::SeqCst }>(
-            core::ptr::addr_of_mut!((*slot).start_ns),
-            f.start_ns,
-            0,
-        )
-    };
-    if !ours {
-        return 0;
+    let note_only = NOTE_WAKER.load() != 0;
+    if !note_only {
+        // SAFETY: an aligned field of the entry; the exchange fails when the thread has
+        // already moved on to another call, whose entry is then left alone.
+        let (_, ours) = unsafe {
+            core::intrinsics::atomic_cxchg::<
+                u64,
+                { AtomicOrdering::SeqCst },
+                { AtomicOrdering::SeqCst },
+            >(core::ptr::addr_of_mut!((*slot).start_ns), f.start_ns, 0)
+        };
+        if !ours {
+            return 0;
+        }
     }
     let current = bpf_get_current_pid_tgid();
-    let cur_tid = current as u32;
-    // The waker: a thread of the same process in a futex call (a wake). A thread's exit
-    // also wakes its joiners (their word holds its tid), unnamed here as at the return:
-    // userspace matches such waits with the exits. A timeout's timer interrupt runs on
-    // whatever thread it interrupted, which is named only in the unlikely case that it
-    // is a thread of the same process inside a futex call.
-    let (waker, exiting) = if (current >> 32) as u32 == tgid && cur_tid != pid {
-        // SAFETY: helper without preconditions; its result is a BTF task pointer.
-        let (cur_call, _) = unsafe { syscall_of(bpf_get_current_task_btf() as *const u8) };
-        (
-            if cur_call == SYS_FUTEX { cur_tid } else { 0 },
-            f.val == cur_tid,
-        )
+    let (cur_tgid, cur_tid) = ((current >> 32) as u32, current as u32);
+    let (woke, exiting) = if cur_tid == pid {
+        (false, false)
     } else {
-        (0, false)
+        // SAFETY: helper without preconditions; its result is a BTF task pointer.
+        let (call, cur_word, cur_op, cur_word2) =
+            unsafe { syscall_of(bpf_get_current_task_btf() as *const u8) };
+        let woke =
+            call == SYS_FUTEX && wakes_it(cur_word, cur_op as u32, cur_word2, cur_tgid, &f, tgid);
+        // A thread's exit wakes its joiners, whose word holds its tid: unnamed here, as
+        // at the return; userspace matches such waits with the exits.
+        (woke, !woke && cur_tgid == tgid && f.val == cur_tid)
     };
-    let ret = if waker == 0 && !exiting && f.flags & PENDING_TIMED != 0 {
+    if note_only {
+        if woke {
+            // SAFETY: the woken thread's entry; it reads this at its return, after this
+            // wake.
+            unsafe { core::ptr::write_volatile(core::ptr::addr_of_mut!((*slot).waker), current) };
+        }
+        return 0;
+    }
+    let ts = now();
+    let ret = if woke || exiting {
+        0
+    } else if f.flags & PENDING_TIMED != 0
+        && (f.deadline_ns == 0 || ts.saturating_add(DEADLINE_SLACK_NS) >= f.deadline_ns)
+    {
         ETIMEDOUT
     } else {
-        0
+        WAIT_INTERRUPTED
     };
-    let ts = now();
+    let (waker, waker_pid) = if woke { (cur_tid, cur_tgid) } else { (0, 0) };
     keep_done(
         FutexWaitEvent {
             header: header(EventKind::FutexWait, pid_tgid, ts),
@@ -114,7 +159,7 @@ pub fn futex_waking(ctx: BtfTracePointContext) -> i32 {
             ret,
             waker,
             unslept: f.unslept,
-            pad: 0,
+            waker_pid,
         },
         p,
     );

@@ -342,6 +342,10 @@ pub struct WaitsForRow<'g> {
     pub pid: u32,
     /// The waiting thread.
     pub waiter: u32,
+    /// The waker's process (`pid`, or another for a process-shared word).
+    pub waker_pid: u32,
+    /// The waker's process was not traced.
+    pub outside: bool,
     /// The thread whose wake ended the waits.
     pub waker: u32,
     /// The futex word.
@@ -363,6 +367,8 @@ impl Row for WaitsForRow<'_> {
         WaitsForView {
             pid: self.pid,
             waiter: self.waiter,
+            waker_pid: self.waker_pid,
+            outside: self.outside,
             waker: self.waker,
             object: self.object,
             object_name: self.object_name.clone(),
@@ -381,7 +387,13 @@ impl<'g> WaitsFors<'g> {
     pub(super) fn new(mut rows: Vec<WaitsForRow<'g>>) -> Self {
         rows.sort_by(|a, b| {
             b.wait.total().cmp(&a.wait.total()).then(
-                (a.pid, a.waiter, a.waker, a.object).cmp(&(b.pid, b.waiter, b.waker, b.object)),
+                (a.pid, a.waiter, a.waker_pid, a.waker, a.object).cmp(&(
+                    b.pid,
+                    b.waiter,
+                    b.waker_pid,
+                    b.waker,
+                    b.object,
+                )),
             )
         });
         Self { rows }

@@ -89,6 +89,8 @@ impl<'g> Snapshot<'g> {
             .map(|(k, w)| WaitsForRow {
                 pid: k.pid,
                 waiter: k.waiter,
+                waker_pid: k.waker_pid,
+                outside: !graph.is_traced(k.waker_pid),
                 waker: k.waker,
                 object: k.object,
                 object_name: name_of(&ObjectKey {
@@ -105,6 +107,8 @@ impl<'g> Snapshot<'g> {
             waits.push(WaitsForRow {
                 pid: *pid,
                 waiter: *waiter,
+                waker_pid: *pid,
+                outside: false,
                 waker: *waker,
                 object: *object,
                 object_name: Some(format!("exit of thread {waker}")),
@@ -131,8 +135,15 @@ impl<'g> Snapshot<'g> {
             waits_for: WaitsFors::new(waits),
             call_sites,
             model: ModelCounters {
-                waits_without_waker: graph.counters().waits_without_waker
-                    - exits.values().map(Dist::count).sum::<u64>(),
+                waits_without_waker: graph
+                    .counters()
+                    .waits_without_waker
+                    .saturating_sub(exits.values().map(Dist::count).sum::<u64>()),
+                waits_woken_from_outside: graph
+                    .waits_for()
+                    .filter(|(k, _)| !graph.is_traced(k.waker_pid))
+                    .map(|(_, w)| w.count)
+                    .sum(),
                 ..graph.counters()
             },
             tasks: None,

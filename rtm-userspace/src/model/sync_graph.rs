@@ -16,7 +16,7 @@ use super::{
 };
 use rtm_common::{
     CLONE_THREAD, Primitive, SYNC_FLAG_BEGIN, SYNC_FLAG_BLOCKED, SYNC_FLAG_CONTENDED, SyncOp,
-    TaskOp, WAIT_IN_PROGRESS,
+    TaskOp, WAIT_IN_PROGRESS, WAIT_INTERRUPTED,
     decode::{Event, SyncRecord, TaskRecord},
 };
 
@@ -47,6 +47,8 @@ pub struct SyncGraph {
     budget: HistogramBudget,
     threads: HashMap<ThreadKey, ThreadNode>,
     pids: HashSet<u32>,
+    /// Processes the session traces (see [`SyncGraph::trace_process`]).
+    traced: HashSet<u32>,
     objects: Arena<ObjectKey, ObjectMeta>,
     edges: Arena<EdgeId, EdgeStats>,
     waits_for: Arena<WaitsForKey, WaitsFor>,
@@ -87,6 +89,7 @@ impl SyncGraph {
             budget: HistogramBudget::new(limits.max_histograms),
             threads: HashMap::default(),
             pids: HashSet::default(),
+            traced: HashSet::default(),
             objects: Arena::default(),
             edges: Arena::default(),
             waits_for: Arena::default(),
@@ -500,9 +503,16 @@ impl SyncGraph {
         self.counters.waits_unslept = self.counters.waits_unslept.saturating_add(unslept);
         if slept {
             if raw.extra != 0 {
+                // The waker's process: in `caller` for futex waits (0: the waiter's own,
+                // as the fallback path knows only those).
+                let waker_pid = match raw.caller {
+                    0 => thread.pid,
+                    p => u32::try_from(p).unwrap_or(u32::MAX),
+                };
                 let key = WaitsForKey {
                     pid: thread.pid,
                     waiter: thread.tid,
+                    waker_pid,
                     waker: raw.extra,
                     object: raw.object,
                 };
@@ -518,6 +528,11 @@ impl SyncGraph {
                 self.counters.waits_in_progress += 1;
             } else {
                 self.counters.waits_without_waker += 1;
+                match raw.ret {
+                    r if r == -ETIMEDOUT => self.counters.waits_timed_out += 1,
+                    WAIT_INTERRUPTED => self.counters.waits_interrupted += 1,
+                    _ => {}
+                }
                 // Woken (not a timeout): perhaps by a thread's exit.
                 if raw.ret == 0 && self.unwoken.len() < MAX_UNWOKEN {
                     self.unwoken.push(UnwokenWait {
@@ -557,6 +572,18 @@ impl SyncGraph {
             SyncOp::Wake => edge.add(Count::Woken, raw.ret.max(0) as u64),
             _ => {}
         }
+    }
+
+    /// Marks a process as traced, whether or not any of its events is seen (a waker of
+    /// a process-shared word may only wake): a wake by one of its threads is not a wake
+    /// from outside.
+    pub fn trace_process(&mut self, pid: u32) {
+        self.traced.insert(pid);
+    }
+
+    /// Whether a process is traced: marked so, or seen in an event.
+    pub fn is_traced(&self, pid: u32) -> bool {
+        self.traced.contains(&pid) || self.pids.contains(&pid)
     }
 
     /// Records what was learnt about a thread outside the event stream (/proc).

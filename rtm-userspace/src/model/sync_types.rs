@@ -130,6 +130,8 @@ pub struct WaitsForKey {
     pub pid: u32,
     /// The thread that waited.
     pub waiter: u32,
+    /// The waker's process: `pid`, or another process for a process-shared word.
+    pub waker_pid: u32,
     /// The thread whose wake ended the wait.
     pub waker: u32,
     /// The futex word.
@@ -308,9 +310,19 @@ pub struct ModelCounters {
     /// Acquisitions of an object another thread held as far as the events showed: a release
     /// was not seen (an event was lost). The earlier hold is discarded, not guessed.
     pub interrupted_holds: u64,
-    /// Futex waits that slept and ended without a wake from another thread of the
-    /// process (timeouts, signals, or a waker in another process).
+    /// Futex waits that slept and ended with no thread known to have woken them: timed
+    /// out, interrupted, or (on the fallback path, waits ended at their return) woken
+    /// from another process. Waits woken by a thread's exit are matched to it and not
+    /// counted here.
     pub waits_without_waker: u64,
+    /// Of those, the waits that timed out (ETIMEDOUT).
+    pub waits_timed_out: u64,
+    /// Of those, the waits ended neither by a wake nor by their timeout: a signal, or
+    /// the kernel (EINTR; contention mode tells them apart by the wait's deadline).
+    pub waits_interrupted: u64,
+    /// Futex waits woken by a thread of a process that was not traced (a process-shared
+    /// word): they have a waker edge to it, which names it.
+    pub waits_woken_from_outside: u64,
     /// Futex waits that returned without sleeping: the word had changed (the lock was
     /// released) between the thread's last look and the kernel's.
     pub waits_unslept: u64,

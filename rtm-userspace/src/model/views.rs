@@ -127,6 +127,10 @@ pub struct WaitsForView {
     pub pid: u32,
     /// The waiting thread.
     pub waiter: u32,
+    /// The waker's process: `pid`, or another process for a process-shared word.
+    pub waker_pid: u32,
+    /// The waker's process was not traced: a wake from outside.
+    pub outside: bool,
     /// The thread whose wake ended the waits.
     pub waker: u32,
     /// The futex word (for a glibc mutex, the mutex).

@@ -334,11 +334,32 @@ fn notes(out: &mut String, run: &RunInfo, s: &Snapshot) {
                 .to_owned(),
         );
     }
-    if m.waits_without_waker > 0 {
+    if m.waits_woken_from_outside > 0 {
         notes.push(format!(
-            "{} waits that slept ended without a wake from another thread (timeouts, \
-             signals, or a waker in another process)",
-            count(m.waits_without_waker)
+            "{} futex waits were woken by a process that is not traced (a process-shared \
+             word): they are in the waits-for table as \"not traced\"",
+            count(m.waits_woken_from_outside)
+        ));
+    }
+    if m.waits_without_waker > 0 {
+        let other = m
+            .waits_without_waker
+            .saturating_sub(m.waits_timed_out + m.waits_interrupted);
+        notes.push(format!(
+            "{} waits that slept ended without a wake from a thread: {} timed out, {} \
+             interrupted (a signal or the kernel){}",
+            count(m.waits_without_waker),
+            count(m.waits_timed_out),
+            count(m.waits_interrupted),
+            if other > 0 {
+                format!(
+                    ", {} with no waker known (a waker in another process is not seen \
+                     where waits end at their return without the kernel's BTF)",
+                    count(other)
+                )
+            } else {
+                String::new()
+            }
         ));
     }
     if m.waits_in_progress > 0 {

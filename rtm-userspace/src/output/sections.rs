@@ -48,9 +48,20 @@ pub(super) fn waits_for(out: &mut String, s: &Snapshot, top: usize) {
         .iter()
         .take(top)
         .map(|w| {
+            let waker = if w.outside {
+                format!("{} (PID {}, not traced)", w.waker, w.waker_pid)
+            } else if w.waker_pid != w.pid {
+                format!(
+                    "{} (PID {})",
+                    thread_label(s, w.waker_pid, w.waker),
+                    w.waker_pid
+                )
+            } else {
+                thread_label(s, w.pid, w.waker)
+            };
             vec![
                 thread_label(s, w.pid, w.waiter),
-                thread_label(s, w.pid, w.waker),
+                waker,
                 w.object_name
                     .clone()
                     .unwrap_or_else(|| format!("{:#x}", w.object)),

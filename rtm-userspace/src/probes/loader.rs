@@ -46,16 +46,21 @@ fn attach_futex_btf(
     ebpf: &mut Ebpf,
     btf: &aya::Btf,
     waking: bool,
+    note_waker: bool,
 ) -> Result<&'static str, ProbeError> {
     let enter = (names::PROG_FUTEX_ENTER, "raw_syscalls", "sys_enter");
+    let waking_prog = (names::PROG_FUTEX_WAKING, "sched", "sched_waking");
+    let exit = (names::PROG_FUTEX_EXIT, "raw_syscalls", "sys_exit");
     let programs = if waking {
         vec![
             enter,
-            (names::PROG_FUTEX_WAKING, "sched", "sched_waking"),
+            waking_prog,
             (names::PROG_FUTEX_WAKEUP, "sched", "sched_wakeup"),
         ]
+    } else if note_waker {
+        vec![enter, waking_prog, exit]
     } else {
-        vec![enter, (names::PROG_FUTEX_EXIT, "raw_syscalls", "sys_exit")]
+        vec![enter, exit]
     };
     for (name, category, event) in programs {
         let prog: &mut BtfTracePoint = program(ebpf, name)?;
@@ -69,6 +74,9 @@ fn attach_futex_btf(
     }
     Ok(if waking {
         "sys_enter, sched_waking and sched_wakeup as BTF tracepoints (waits end at their wake)"
+    } else if note_waker {
+        "sys_enter, sched_waking (names the waker, in any process) and sys_exit as BTF \
+         tracepoints"
     } else {
         "sys_enter and sys_exit as BTF tracepoints"
     })
@@ -279,14 +287,21 @@ impl Probes {
         loader.btf(None);
         // Contention mode ends waits at their wake when the kernel's BTF gives the
         // task_struct offsets that needs (read first, its copy of the file dropped).
-        let task = if count_wakes || layout.fallbacks {
+        // Full mode uses them to name the waker of each wait, in any process.
+        let task = if layout.fallbacks {
             None
         } else {
             kernel_btf::task_offsets()
                 .inspect_err(|e| log::info!("futex waits end at their return: {e}"))
                 .ok()
         };
-        let waking = u32::from(task.is_some());
+        let waking = u32::from(task.is_some() && !count_wakes);
+        let note_waker = u32::from(task.is_some() && count_wakes);
+        // Absolute realtime deadlines of futex waits are turned into the monotonic
+        // clock with the offset now (an NTP step during the trace moves it a little;
+        // DEADLINE_SLACK_NS covers that).
+        let realtime_offset = crate::target::process::clock_ns(libc::CLOCK_REALTIME)
+            .saturating_sub(crate::target::process::monotonic_ns());
         let task = task.unwrap_or_default();
         let btf = (!layout.fallbacks).then(aya::Btf::from_sys_fs);
         loader.map_max_entries(names::MAP_EVENTS, layout.per_ring);
@@ -303,6 +318,8 @@ impl Probes {
             .override_global(names::GLOBAL_WAKEUP_BYTES, &wakeup, true)
             .override_global(names::GLOBAL_COUNT_WAKES, &wakes, true)
             .override_global(names::GLOBAL_WAKING, &waking, true)
+            .override_global(names::GLOBAL_NOTE_WAKER, &note_waker, true)
+            .override_global(names::GLOBAL_REALTIME_OFFSET, &realtime_offset, true)
             .override_global(names::GLOBAL_TASK_PID, &task.pid, true)
             .override_global(names::GLOBAL_TASK_TGID, &task.tgid, true)
             .override_global(names::GLOBAL_TASK_PCOUNT, &task.pcount, true)
@@ -326,9 +343,8 @@ impl Probes {
         }
         let attached = match &btf {
             None => Err(format!("{} is set", layout::FALLBACKS_ENV)),
-            Some(Ok(btf)) => {
-                attach_futex_btf(&mut ebpf, btf, waking != 0).map_err(|e| e.to_string())
-            }
+            Some(Ok(btf)) => attach_futex_btf(&mut ebpf, btf, waking != 0, note_waker != 0)
+                .map_err(|e| e.to_string()),
             Some(Err(e)) => Err(format!("cannot read the kernel's BTF: {e}")),
         };
         drop(btf);

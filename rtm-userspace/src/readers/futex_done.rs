@@ -250,7 +250,7 @@ mod tests {
             ret: 0,
             waker: 12,
             unslept: 0,
-            pad: 0,
+            waker_pid: 0,
         }
     }
 
@@ -304,6 +304,8 @@ mod tests {
         let f = PendingFutex {
             uaddr: 0x1000,
             start_ns: 9_000,
+            deadline_ns: 0,
+            waker: 0,
             op: 128,
             val: 2,
             flags: 0,

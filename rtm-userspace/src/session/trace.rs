@@ -381,6 +381,9 @@ pub(super) async fn trace(
         unprobed: Vec::new(),
         sampler,
     };
+    for &pid in &pids {
+        state.model.trace_process(pid);
+    }
     let mut followed: Vec<u32> = Vec::new();
     let mut catch_up = super::catch_up::CatchUp::new();
     let mut child_exit: Option<ChildExit> = None;
@@ -567,10 +570,16 @@ pub(super) async fn trace(
 /// the fork tracepoint): full mode gives them their own uprobes. Followed processes that
 /// exited leave the filter.
 fn follow(probes: &mut Probes, cli: &Cli, state: &mut State, followed: &mut Vec<u32>) {
+    let spawned = std::mem::take(&mut state.spawned);
+    if cli.follow_forks() {
+        for &pid in &spawned {
+            state.model.trace_process(pid);
+        }
+    }
     full_probes::follow(
         probes,
         cli,
-        std::mem::take(&mut state.spawned),
+        spawned,
         std::mem::take(&mut state.gone),
         &mut state.unprobed,
         followed,
