@@ -92,6 +92,7 @@ fn run_info() -> RunInfo {
         started_unix_ms: 0,
         end_reason: None,
         losses: Losses::default(),
+        unprobed: Vec::new(),
         reader: ReaderStats::default(),
         tracer_max_rss_kib: None,
         bpf: None,

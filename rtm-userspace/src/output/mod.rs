@@ -27,6 +27,21 @@ pub struct TargetInfo {
     pub ended: Option<String>,
 }
 
+/// A followed process whose pthread calls went unprobed for a while (full mode): it ran
+/// a library no probe covered yet (an exec of a statically linked program, or of a
+/// program in another mount namespace), from `since_ns` until its probes were attached.
+#[derive(Debug, Clone, Serialize)]
+pub struct Unprobed {
+    /// The process.
+    pub pid: u32,
+    /// From when (its fork or exec), CLOCK_MONOTONIC ns.
+    pub since_ns: u64,
+    /// Until its probes were attached, or it exited (None: to the end of the trace).
+    pub until_ns: Option<u64>,
+    /// Why.
+    pub why: String,
+}
+
 /// Why tracing stopped.
 #[derive(Debug, Clone, Copy, Serialize, PartialEq, Eq)]
 #[serde(rename_all = "snake_case")]
@@ -56,6 +71,8 @@ pub struct RunInfo {
     pub end_reason: Option<EndReason>,
     /// Kernel-side losses.
     pub losses: Losses,
+    /// Followed processes whose pthread calls went unprobed for a while (full mode).
+    pub unprobed: Vec<Unprobed>,
     /// Reader statistics.
     pub reader: ReaderStats,
     /// The tracer's own peak resident memory (VmHWM) when the results were written, KiB.

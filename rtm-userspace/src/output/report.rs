@@ -301,8 +301,17 @@ fn bpf_stats(out: &mut String, b: &crate::probes::stats::BpfStats) {
 fn losses(out: &mut String, run: &RunInfo) {
     let l = &run.losses;
     let undecodable = run.reader.undecodable();
+    unprobed(out, run);
     if l.lost() == 0 && undecodable == 0 {
-        let _ = writeln!(out, "lost events: none");
+        let _ = writeln!(
+            out,
+            "lost events: none{}",
+            if run.unprobed.is_empty() {
+                ""
+            } else {
+                " (but see the unprobed stretches above)"
+            }
+        );
         return;
     }
     let _ = writeln!(
@@ -314,6 +323,32 @@ fn losses(out: &mut String, run: &RunInfo) {
         count(l.pending_full),
         count(undecodable)
     );
+}
+
+/// Followed processes whose pthread calls went unprobed: said per process, never hidden.
+fn unprobed(out: &mut String, run: &RunInfo) {
+    if run.unprobed.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        out,
+        "PTHREAD CALLS UNPROBED in {} followed process(es); their figures undercount:",
+        run.unprobed.len()
+    );
+    for u in run.unprobed.iter().take(10) {
+        let span = match u.until_ns {
+            Some(until) => format!("for {}", ns(until.saturating_sub(u.since_ns))),
+            None => "to the end".into(),
+        };
+        let _ = writeln!(out, "  PID {} {span}: {}", u.pid, Shown(&u.why));
+    }
+    if run.unprobed.len() > 10 {
+        let _ = writeln!(
+            out,
+            "  ... and {} more (all in the JSON)",
+            run.unprobed.len() - 10
+        );
+    }
 }
 
 fn notes(out: &mut String, run: &RunInfo, s: &Snapshot) {

@@ -204,11 +204,25 @@ pub struct Placed {
     pub placement: placement::Placement,
 }
 
+/// Which processes a set of full-mode probes serves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProbeScope {
+    /// The one process: its children do not inherit them.
+    Process,
+    /// Every process that maps the library, left to the in-kernel filter: the children a
+    /// traced process forks are covered from their first instruction (and, after an
+    /// exec, as long as they run the same library). Other processes pay the trap
+    /// (~0.8 us) on the probed functions while the trace runs.
+    Library,
+}
+
 /// What attaching to one process did.
 #[derive(Debug)]
 pub struct AttachReport {
     /// The library probed (path inside the process's namespace).
     pub library: std::path::PathBuf,
+    /// Probes added: false when the library's every process was already covered.
+    pub added: bool,
     /// Probes placed.
     pub placed: Vec<Placed>,
     /// Functions the library does not define (e.g. an old libc without timedlock).
@@ -240,6 +254,8 @@ pub struct Probes {
     futex_entry: String,
     /// Rings in use (MAP_EVENTS, then MAP_SYNC_RINGS).
     rings: u32,
+    /// Libraries (device, inode) probed for every process that maps them.
+    library_wide: HashMap<(u64, u64), HashSet<&'static str>>,
     /// Slots of MAP_FUTEX_SLOTS and MAP_FUTEX_DONE.
     slots: u32,
 }
@@ -381,6 +397,7 @@ impl Probes {
             loaded: Default::default(),
             traced,
             futex_entry,
+            library_wide: HashMap::new(),
             rings: layout.rings,
             slots: layout.slots,
         })
@@ -483,15 +500,21 @@ impl Probes {
         pid: u32,
         probe_pid: u32,
         used: Option<&HashSet<&'static str>>,
+        scope: ProbeScope,
     ) -> Result<AttachReport, ProbeError> {
         let lib = pthread::find(probe_pid)?;
-        self.attach_library(pid, &lib, used)
+        self.attach_library(pid, &lib, used, scope)
     }
 
     /// Attaches the full-mode probes for `pid` to a statically linked executable.
-    pub fn attach_static(&mut self, pid: u32, exe: &Path) -> Result<AttachReport, ProbeError> {
+    pub fn attach_static(
+        &mut self,
+        pid: u32,
+        exe: &Path,
+        scope: ProbeScope,
+    ) -> Result<AttachReport, ProbeError> {
         let lib = pthread::from_file(pid, exe)?;
-        self.attach_library(pid, &lib, None)
+        self.attach_library(pid, &lib, None, scope)
     }
 
     /// Where each probe of `lib` goes.
@@ -522,13 +545,25 @@ impl Probes {
         pid: u32,
         lib: &PthreadLibrary,
         used: Option<&HashSet<&'static str>>,
+        probe_scope: ProbeScope,
     ) -> Result<AttachReport, ProbeError> {
-        let scope = one_process(pid);
         let mut report = AttachReport {
             library: lib.path.clone(),
+            added: true,
             placed: Vec::new(),
             missing: Vec::new(),
             unused: Vec::new(),
+        };
+        // Probes for every process that maps the library go in once per function: a
+        // process that uses functions not probed yet (a child that exec'd another
+        // program) adds only those.
+        let (scope, links_of, covered) = match probe_scope {
+            ProbeScope::Process => (one_process(pid), pid, HashSet::new()),
+            ProbeScope::Library => (
+                UProbeScope::AllProcesses,
+                0,
+                self.library_wide.get(&lib.id).cloned().unwrap_or_default(),
+            ),
         };
         for spec in FULL_PROBES {
             if lib.symbols.function_offset(spec.function).is_none() {
@@ -538,6 +573,9 @@ impl Probes {
         for (spec, offset, place) in Self::placements(lib)? {
             if used.is_some_and(|u| !u.contains(spec.function)) {
                 report.unused.push(spec.function);
+                continue;
+            }
+            if covered.contains(spec.function) {
                 continue;
             }
             let check = if place.offset == 0 {
@@ -564,7 +602,7 @@ impl Probes {
                         pid,
                         source,
                     })?;
-                self.links.entry(pid).or_default().push((name, link));
+                self.links.entry(links_of).or_default().push((name, link));
             }
             report.placed.push(Placed {
                 function: spec.function,
@@ -572,7 +610,14 @@ impl Probes {
                 function_offset: offset,
                 placement: place,
             });
+            if probe_scope == ProbeScope::Library {
+                self.library_wide
+                    .entry(lib.id)
+                    .or_default()
+                    .insert(spec.function);
+            }
         }
+        report.added = !report.placed.is_empty();
         Ok(report)
     }
 
@@ -643,9 +688,8 @@ impl Probes {
     }
 
     /// Stops event collection for `pids` at once: the in-kernel filter drops them, so the
-    /// programs return before doing any work. The breakpoints stay until [`detach_all`].
-    ///
-    /// [`detach_all`]: Probes::detach_all
+    /// programs return before doing any work. The breakpoints stay until
+    /// [`Probes::release`].
     pub fn stop(&mut self, pids: &[u32]) {
         for pid in pids {
             if let Err(e) = self.set_traced(*pid, false) {
@@ -654,18 +698,94 @@ impl Probes {
         }
     }
 
-    /// Detaches every probe. The kernel unregisters uprobes one at a time, each waiting
-    /// for an RCU grace period (about 0.1 s per probe on this kind of machine).
-    pub fn detach_all(&mut self) {
-        for (pid, links) in std::mem::take(&mut self.links) {
-            for (program, link) in links {
-                if let Some(Ok(prog)) = self.ebpf.program_mut(program).map(<&mut UProbe>::try_from)
-                    && let Err(e) = prog.detach(link)
-                {
-                    log::debug!("detaching {program} for {pid}: {e}");
+    /// Uprobes attached.
+    pub fn uprobe_count(&self) -> usize {
+        self.links.values().map(Vec::len).sum()
+    }
+
+    /// Releases every program, map and probe, without waiting for the kernel.
+    ///
+    /// The kernel removes uprobes one at a time, each after an RCU grace period (about
+    /// 0.1 s per probe here, and serialized: closing them from several threads does not
+    /// help), so a run with 60 probes would take 6 s to exit. Instead a background
+    /// process (a grandchild, so nobody has to reap it) takes over the descriptors and
+    /// lets them go after this process has dropped its own: rtm-trace exits at once, and
+    /// the probes, which already do nothing (the filter is empty), disappear a few
+    /// seconds later, even if either process is killed. Returns that process's pid, or
+    /// None when there were no uprobes (tracepoints go at once) or it could not be
+    /// started (then the release happens here, slowly).
+    pub fn release(self) -> Option<u32> {
+        if self.uprobe_count() == 0 {
+            drop(self);
+            return None;
+        }
+        // `go`: rtm-trace to the background process (release now); `told`: its pid back.
+        let (mut go, mut told) = ([0i32; 2], [0i32; 2]);
+        // SAFETY: valid two-element arrays.
+        if unsafe { libc::pipe2(go.as_mut_ptr(), libc::O_CLOEXEC) } != 0
+            || unsafe { libc::pipe2(told.as_mut_ptr(), libc::O_CLOEXEC) } != 0
+        {
+            drop(self);
+            return None;
+        }
+        let [read_end, write_end] = go;
+        // SAFETY: fork in a process whose other threads (if any) do not hold locks the
+        // children need: they only make raw system calls before _exit.
+        let child = unsafe { libc::fork() };
+        if child == 0 {
+            // SAFETY: async-signal-safe calls only.
+            unsafe {
+                let grandchild = libc::fork();
+                if grandchild != 0 {
+                    libc::write(told[1], (&raw const grandchild).cast(), 4);
+                    libc::_exit(0);
                 }
+                libc::close(told[0]);
+                libc::close(told[1]);
+                // Off the terminal: no output, and a Ctrl-C meant for the next command
+                // does not reach it (were it killed, its exit would release all the same).
+                libc::setsid();
+                for fd in 0..3 {
+                    libc::close(fd);
+                }
+                libc::close(write_end);
+                // This process's copies of the descriptors are released when it exits,
+                // once rtm-trace dropped its own (a byte) or exited (end of file).
+                let mut b = 0u8;
+                while libc::read(read_end, (&raw mut b).cast(), 1) < 0
+                    && *libc::__errno_location() == libc::EINTR
+                {}
+                libc::_exit(0);
             }
         }
+        // SAFETY: closing our copies of the ends we do not use.
+        unsafe {
+            libc::close(read_end);
+            libc::close(told[1]);
+        }
+        let mut helper = None;
+        if child > 0 {
+            let (mut status, mut pid) = (0, 0i32);
+            // SAFETY: reading 4 bytes into a valid i32, then reaping the intermediate
+            // child, which exits at once.
+            unsafe {
+                if libc::read(told[0], (&raw mut pid).cast(), 4) == 4 && pid > 0 {
+                    helper = Some(pid as u32);
+                }
+                libc::waitpid(child, &mut status, 0);
+            }
+        }
+        // SAFETY: our read end of `told`.
+        unsafe { libc::close(told[0]) };
+        // Our copies go now; the background process still holds the files open.
+        drop(self);
+        let b = 1u8;
+        // SAFETY: one byte from a valid buffer, then our end closes.
+        unsafe {
+            libc::write(write_end, (&raw const b).cast(), 1);
+            libc::close(write_end);
+        }
+        helper
     }
 
     /// Current loss counters, summed over CPUs, in `LossCounter` order.

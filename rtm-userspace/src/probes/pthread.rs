@@ -207,6 +207,14 @@ pub struct PthreadLibrary {
     pub symbols: ElfSymbols,
     /// Its bytes (the code the probes are placed in).
     pub bytes: Vec<u8>,
+    /// Its device and inode: the file every process that maps it shares.
+    pub id: (u64, u64),
+}
+
+/// The (device, inode) of a file the tracer can open at `path`.
+fn file_id(path: &std::path::Path) -> (u64, u64) {
+    use std::os::unix::fs::MetadataExt as _;
+    std::fs::metadata(path).map_or((0, 0), |m| (m.dev(), m.ino()))
 }
 
 /// Errors finding the pthread library.
@@ -353,6 +361,7 @@ pub fn from_file(pid: u32, path: &std::path::Path) -> Result<PthreadLibrary, Lib
         host_path: path.to_path_buf(),
         symbols,
         bytes,
+        id: file_id(path),
     })
 }
 
@@ -383,6 +392,7 @@ pub fn find(pid: u32) -> Result<PthreadLibrary, LibraryError> {
         if symbols.function_offset(KEY_FUNCTION).is_some() {
             return Ok(PthreadLibrary {
                 path: m.path.clone(),
+                id: file_id(&host_path),
                 host_path,
                 symbols,
                 bytes,

@@ -4,11 +4,12 @@
 //! exec'd has no pthread library mapped yet.
 
 use super::SessionError;
+use crate::output::Unprobed;
 use crate::{
     cli::{Cli, Mode},
     probes::{
         ProbeError, Probes,
-        loader::AttachReport,
+        loader::{AttachReport, ProbeScope},
         pthread::{self, LibraryError, ProbeKind},
     },
     target::process::monotonic_ns,
@@ -35,6 +36,16 @@ fn verbose_placements(pid: u32, r: &AttachReport) {
     }
 }
 
+/// The scope of the full-mode probes: for every process of the library when children
+/// are followed (they are then covered from their first instruction), else per process.
+fn scope(cli: &Cli) -> ProbeScope {
+    if cli.follow_forks() {
+        ProbeScope::Library
+    } else {
+        ProbeScope::Process
+    }
+}
+
 /// Attaches the full-mode uprobes to `pid` and says what happened. `static_exe` is the
 /// launched program when it is statically linked (the pthread code is inside it);
 /// otherwise the probes go to the pthread library `probe_pid` maps.
@@ -47,8 +58,9 @@ pub(super) fn attach_full(
     launched: Option<&std::path::Path>,
     forked: bool,
 ) -> Result<AttachReport, SessionError> {
+    let scope = scope(cli);
     let r = match static_exe {
-        Some(exe) => probes.attach_static(pid, exe)?,
+        Some(exe) => probes.attach_static(pid, exe, scope)?,
         None => {
             let used = if cli.probe_all {
                 None
@@ -77,16 +89,10 @@ pub(super) fn attach_full(
             // likely a wrapper (env, nice, sh -c, a job launcher) about to exec the real
             // program, which keeps these probes: probe everything rather than nothing.
             let used = used.filter(|u| !(u.is_empty() && (launched.is_some() || forked)));
-            if used.is_none() && !cli.probe_all && cli.verbose {
-                crate::say!(
-                    "rtm-trace: PID {pid} uses no pthread function (a wrapper that will exec \
-                     the real program?): probing them all"
-                );
-            }
-            probes.attach_pthread(pid, probe_pid, used.as_ref())?
+            probes.attach_pthread(pid, probe_pid, used.as_ref(), scope)?
         }
     };
-    if cli.verbose {
+    if cli.verbose && r.added {
         verbose_placements(pid, &r);
         if !r.unused.is_empty() {
             crate::say!(
@@ -101,74 +107,161 @@ pub(super) fn attach_full(
                 r.library.display()
             );
         }
+        if scope == ProbeScope::Library {
+            crate::say!(
+                "rtm-trace: probes in {} serve every process that maps it (the in-kernel \
+                 filter keeps the traced ones), so forked children are seen from birth",
+                r.library.display()
+            );
+        }
     }
     Ok(r)
 }
 
+/// A followed process to probe: one whose program changed (exec) or that was just
+/// forked, waiting for its pthread library to be mapped.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct ToProbe {
+    pid: u32,
+    /// Its fork or exec, CLOCK_MONOTONIC ns (from the kernel's record).
+    since_ns: u64,
+    /// When the tracer first tried.
+    first_try_ns: u64,
+}
+
+/// Full mode's bookkeeping of followed processes.
+#[derive(Debug, Default)]
+pub(super) struct Follow {
+    /// Processes followed (forked by a traced process, traced from birth).
+    pub followed: Vec<u32>,
+    /// Processes to probe.
+    pending: Vec<ToProbe>,
+    /// What went unprobed.
+    pub unprobed: Vec<Unprobed>,
+}
+
+/// Most unprobed stretches listed (a fork storm of statically linked children is
+/// summarized by the count).
+const MAX_UNPROBED: usize = 256;
+
+impl Follow {
+    /// Records a stretch, bounded.
+    fn note(&mut self, u: Unprobed) {
+        if self.unprobed.len() < MAX_UNPROBED {
+            self.unprobed.push(u);
+        }
+    }
+}
+
 /// Handles processes the targets forked (already in the in-kernel filter, put there by
-/// the fork tracepoint): full mode gives them their own uprobes, retried in `pending`
-/// (pid, first try) while a child is between its exec and its libc. Followed processes
-/// that exited leave the filter.
+/// the fork tracepoint) and followed processes that exec'd: in full mode, a process
+/// whose library no probe covers gets its probes, retried while one that has just
+/// exec'd has no pthread library mapped yet; the time until then is recorded as
+/// unprobed. Followed processes that exited leave the filter.
 pub(super) fn follow(
     probes: &mut Probes,
     cli: &Cli,
-    spawned: Vec<u32>,
+    spawned: Vec<(u32, u64)>,
+    execd: Vec<(u32, u64)>,
     gone: Vec<u32>,
-    pending: &mut Vec<(u32, u64)>,
-    followed: &mut Vec<u32>,
+    f: &mut Follow,
 ) {
     let now = monotonic_ns();
-    let mut unprobed = std::mem::take(pending);
-    for pid in spawned {
-        if !cli.follow_forks() || followed.contains(&pid) {
+    for (pid, ts) in spawned {
+        if !cli.follow_forks() || f.followed.contains(&pid) {
             continue;
         }
-        followed.push(pid);
+        f.followed.push(pid);
         if cli.verbose {
             crate::say!("rtm-trace: following forked process {pid}");
         }
         if cli.mode == Mode::Full {
-            unprobed.push((pid, now));
+            f.pending.push(ToProbe {
+                pid,
+                since_ns: ts,
+                first_try_ns: now,
+            });
+        }
+    }
+    if cli.mode == Mode::Full {
+        for (pid, ts) in execd {
+            if f.followed.contains(&pid) && !f.pending.iter().any(|p| p.pid == pid) {
+                f.pending.push(ToProbe {
+                    pid,
+                    since_ns: ts,
+                    first_try_ns: now,
+                });
+            }
         }
     }
     for pid in gone {
-        if let Some(i) = followed.iter().position(|p| *p == pid) {
-            followed.swap_remove(i);
+        if let Some(i) = f.followed.iter().position(|p| *p == pid) {
+            f.followed.swap_remove(i);
             probes.stop(&[pid]);
+        }
+        // Exited before it could be probed: unprobed from its start to its end.
+        if let Some(i) = f.pending.iter().position(|p| p.pid == pid) {
+            let p = f.pending.swap_remove(i);
+            f.note(Unprobed {
+                pid,
+                since_ns: p.since_ns,
+                until_ns: Some(now),
+                why: "it exited before its pthread library could be probed".into(),
+            });
         }
     }
     // A child that has just exec'd may not have its libc mapped yet: it is tried again
     // at each wake-up for a while (its exec and its first mappings wake the reader).
-    unprobed.retain(|&(pid, since)| {
-        if !followed.contains(&pid) {
-            return false;
-        }
-        match attach_full(probes, cli, pid, pid, None, None, true) {
-            Ok(_) => false,
-            Err(SessionError::Probe(e))
-                if matches!(*e, ProbeError::Library(LibraryError::NotFound { .. }))
-                    && now.saturating_sub(since) < UNPROBED_RETRY_NS =>
-            {
-                true
-            }
-            Err(_) if !std::path::Path::new(&format!("/proc/{pid}")).exists() => {
-                // Gone before its libc could be probed (a program that forks short
-                // children by the thousand): its futex waits were still seen. Said once.
-                static TOLD: std::sync::atomic::AtomicBool =
-                    std::sync::atomic::AtomicBool::new(false);
-                if !TOLD.swap(true, std::sync::atomic::Ordering::Relaxed) || cli.verbose {
-                    crate::say!(
-                        "rtm-trace: forked process {pid} exited before its pthread calls could \
-                         be probed; only its futex waits are seen (said once; --verbose for each)"
-                    );
+    let mut pending = std::mem::take(&mut f.pending);
+    pending.retain(|p| {
+        match attach_full(probes, cli, p.pid, p.pid, None, None, true) {
+            Ok(r) => {
+                // New probes for it: its calls to those functions until now were not
+                // seen.
+                if r.added && scope(cli) == ProbeScope::Library {
+                    let functions: Vec<&str> = r.placed.iter().map(|p| p.function).collect();
+                    f.note(Unprobed {
+                        pid: p.pid,
+                        since_ns: p.since_ns,
+                        until_ns: Some(monotonic_ns()),
+                        why: format!(
+                            "its calls to {} in {} were not probed until then",
+                            functions.join(", "),
+                            r.library.display()
+                        ),
+                    });
                 }
                 false
             }
+            Err(SessionError::Probe(e))
+                if matches!(*e, ProbeError::Library(LibraryError::NotFound { .. }))
+                    && now.saturating_sub(p.first_try_ns) < UNPROBED_RETRY_NS =>
+            {
+                true
+            }
+            Err(_) if !crate::target::process::alive(p.pid) => {
+                f.note(Unprobed {
+                    pid: p.pid,
+                    since_ns: p.since_ns,
+                    until_ns: Some(now),
+                    why: "it exited before its pthread library could be probed".into(),
+                });
+                false
+            }
             Err(e) => {
-                crate::say!("rtm-trace: warning: cannot probe forked process {pid}: {e}");
+                crate::say!(
+                    "rtm-trace: warning: cannot probe followed process {}: {e}",
+                    p.pid
+                );
+                f.note(Unprobed {
+                    pid: p.pid,
+                    since_ns: p.since_ns,
+                    until_ns: None,
+                    why: format!("it cannot be probed: {e}"),
+                });
                 false
             }
         }
     });
-    *pending = unprobed;
+    f.pending.extend(pending);
 }

@@ -77,8 +77,10 @@ struct State {
     code: CodeNamer,
     /// Command names read when each process's first event arrived (after any exec).
     comms: std::collections::HashMap<u32, String>,
-    /// Processes forked by traced processes, not yet handled by the loop.
-    spawned: Vec<u32>,
+    /// Processes forked by traced processes, not yet handled by the loop, with when.
+    spawned: Vec<(u32, u64)>,
+    /// Traced processes that exec'd, not yet handled by the loop, with when.
+    execd: Vec<(u32, u64)>,
     /// Followed processes that exited, not yet dropped from the filter.
     gone: Vec<u32>,
     /// Processes that exec'd or were forked: their maps are read at their next sync
@@ -86,9 +88,8 @@ struct State {
     stale_maps: std::collections::HashSet<u32>,
     /// Read a new process's maps at once: no mapping records follow its fork.
     eager_maps: bool,
-    /// Forked processes full mode could not probe yet (caught between exec and the
-    /// loader mapping libc), with when they were first tried.
-    unprobed: Vec<(u32, u64)>,
+    /// Followed processes, and full mode's probing of them.
+    follow: full_probes::Follow,
     /// System statistics and performance counters.
     sampler: Sampler,
 }
@@ -103,13 +104,15 @@ impl State {
             self.tasks.apply(m);
         }
         let a = self.model.apply(ev);
-        self.spawned.extend(a.spawned_process);
+        let ts = ev.header().ts_ns;
+        self.spawned.extend(a.spawned_process.map(|p| (p, ts)));
         if let Some(pid) = a.process_exited {
             self.stale_maps.remove(&pid);
             self.namer.exited(pid);
         }
         self.gone.extend(a.process_exited);
         if let Some(pid) = a.exec {
+            self.execd.push((pid, ts));
             // A rank's environment names its job and rank; read it while the process
             // is young (a short rank may be gone by the time its MPI records are read).
             let env = process::mpi_env(pid);
@@ -375,16 +378,16 @@ pub(super) async fn trace(
         code: CodeNamer::default(),
         comms: Default::default(),
         spawned: Vec::new(),
+        execd: Vec::new(),
         gone: Vec::new(),
         stale_maps: Default::default(),
         eager_maps: mappings.is_none(),
-        unprobed: Vec::new(),
+        follow: Default::default(),
         sampler,
     };
     for &pid in &pids {
         state.model.trace_process(pid);
     }
-    let mut followed: Vec<u32> = Vec::new();
     let mut catch_up = super::catch_up::CatchUp::new();
     let mut child_exit: Option<ChildExit> = None;
     let mut live = pids.len();
@@ -410,17 +413,13 @@ pub(super) async fn trace(
                 follow_mappings(&mut mappings, &probes, &mut state.namer);
                 reader.drain(BATCH, &mut |ev| state.apply(ev));
                 catch_up.update(reader.behind());
-                follow(&mut probes, &cli, &mut state, &mut followed);
+                follow(&mut probes, &cli, &mut state);
             }
             Wake::Tick => {
                 follow_mappings(&mut mappings, &probes, &mut state.namer);
                 reader.drain_now(&mut |ev| state.apply(ev));
-                take_left(
-                    &mut left,
-                    pids.iter().chain(&followed).copied(),
-                    false,
-                    &mut state,
-                );
+                let alive: Vec<u32> = pids.iter().chain(&state.follow.followed).copied().collect();
+                take_left(&mut left, alive.into_iter(), false, &mut state);
                 let mut run = run_info(
                     &cli,
                     &targets,
@@ -430,6 +429,7 @@ pub(super) async fn trace(
                     &reader,
                 );
                 run.losses.mapping_records = mapping_losses(&mappings, &state.namer);
+                run.unprobed = state.follow.unprobed.clone();
                 let snap = snapshot(&mut state, start_ns, monotonic_ns());
                 let secs = (monotonic_ns() - start_ns) as f64 / 1e9;
                 if report_failed.is_none() {
@@ -448,15 +448,15 @@ pub(super) async fn trace(
                 }
             }
             Wake::Sample => {
-                let alive = pids.iter().chain(&followed).copied();
-                state.sampler.sample(monotonic_ns(), alive.clone());
-                take_left(&mut left, alive, false, &mut state);
+                let alive: Vec<u32> = pids.iter().chain(&state.follow.followed).copied().collect();
+                state.sampler.sample(monotonic_ns(), alive.iter().copied());
+                take_left(&mut left, alive.into_iter(), false, &mut state);
             }
             Wake::Stop(r) => break r,
             Wake::Exited(pid) => {
                 // Its last events are already in the ring buffer; its usage is still
                 // readable until it is reaped.
-                let alive = pids.iter().chain(&followed).copied();
+                let alive = pids.iter().chain(&state.follow.followed).copied();
                 state.sampler.sample(monotonic_ns(), alive);
                 follow_mappings(&mut mappings, &probes, &mut state.namer);
                 reader.drain_now(&mut |ev| state.apply(ev));
@@ -486,21 +486,17 @@ pub(super) async fn trace(
     // Stop collecting at once, take what is in flight, and write the results; the
     // breakpoints themselves go afterwards, since unregistering them is slow.
     probes.stop(&pids);
-    probes.stop(&followed);
+    probes.stop(&state.follow.followed);
     let end_ns = monotonic_ns();
     state
         .sampler
-        .sample(end_ns, pids.iter().chain(&followed).copied());
+        .sample(end_ns, pids.iter().chain(&state.follow.followed).copied());
     follow_mappings(&mut mappings, &probes, &mut state.namer);
     reader.drain_now(&mut |ev| state.apply(ev));
     // The threads' last waits: exited threads sent theirs; the programs no longer run
     // for the others.
-    take_left(
-        &mut left,
-        pids.iter().chain(&followed).copied(),
-        true,
-        &mut state,
-    );
+    let all: Vec<u32> = pids.iter().chain(&state.follow.followed).copied().collect();
+    take_left(&mut left, all.into_iter(), true, &mut state);
     let losses = probes.losses()?;
 
     for t in targets.iter_mut() {
@@ -517,6 +513,7 @@ pub(super) async fn trace(
         &reader,
     );
     run.losses.mapping_records = mapping_losses(&mappings, &state.namer);
+    run.unprobed = state.follow.unprobed.clone();
     if cli.bpf_stats {
         run.bpf = Some(probes.bpf_stats());
     }
@@ -535,8 +532,15 @@ pub(super) async fn trace(
             );
         })
     });
-    probes.detach_all();
-    drop(probes);
+    let uprobes = probes.uprobe_count();
+    if let Some(helper) = probes.release()
+        && cli.verbose
+    {
+        crate::say!(
+            "rtm-trace: {uprobes} uprobes are removed in the background by PID {helper} \
+             (about 0.1 s each; they no longer trace anything)"
+        );
+    }
     if let Some(e) = report_failed {
         return Err(e.into());
     }
@@ -569,10 +573,10 @@ pub(super) async fn trace(
 /// Handles processes the targets forked (already in the in-kernel filter, put there by
 /// the fork tracepoint): full mode gives them their own uprobes. Followed processes that
 /// exited leave the filter.
-fn follow(probes: &mut Probes, cli: &Cli, state: &mut State, followed: &mut Vec<u32>) {
+fn follow(probes: &mut Probes, cli: &Cli, state: &mut State) {
     let spawned = std::mem::take(&mut state.spawned);
     if cli.follow_forks() {
-        for &pid in &spawned {
+        for &(pid, _) in &spawned {
             state.model.trace_process(pid);
         }
     }
@@ -580,9 +584,9 @@ fn follow(probes: &mut Probes, cli: &Cli, state: &mut State, followed: &mut Vec<
         probes,
         cli,
         spawned,
+        std::mem::take(&mut state.execd),
         std::mem::take(&mut state.gone),
-        &mut state.unprobed,
-        followed,
+        &mut state.follow,
     );
 }
 
@@ -624,6 +628,7 @@ fn run_info(
         started_unix_ms,
         end_reason,
         losses: Losses::from_counters(losses),
+        unprobed: Vec::new(),
         reader: reader.stats(),
         tracer_max_rss_kib: None,
         bpf: None,
