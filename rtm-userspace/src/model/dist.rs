@@ -134,7 +134,15 @@ impl Dist {
 
     /// The summary shown in reports and JSON.
     pub fn summary(&self) -> DistSummary {
-        let pct = |q: f64| self.hist.as_ref().map(|h| h.value_at_quantile(q));
+        // A histogram bucket's value is the highest it holds (1% wide) and zero is
+        // recorded as 1: kept within the exact min and max, a percentile never says
+        // more than the largest value seen, nor 1 ns of a distribution of zeros.
+        let pct = |q: f64| {
+            self.hist
+                .as_ref()
+                .filter(|_| self.count > 0)
+                .map(|h| h.value_at_quantile(q).clamp(self.min, self.max))
+        };
         DistSummary {
             count: self.count,
             total_ns: self.total,
@@ -177,6 +185,35 @@ pub struct DistSummary {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn percentiles_stay_within_min_and_max() {
+        let mut b = HistogramBudget::new(8);
+        // One sample: every percentile is that sample, not its bucket's upper edge.
+        let mut one = Dist::default();
+        one.record(1_234_567, &mut b);
+        let s = one.summary();
+        assert_eq!((s.p50_ns, s.p99_ns, s.max_ns), (Some(1_234_567), Some(1_234_567), Some(1_234_567)));
+        // Only zeros: zero, not 1 ns.
+        let mut zeros = Dist::default();
+        for _ in 0..100 {
+            zeros.record(0, &mut b);
+        }
+        let s = zeros.summary();
+        assert_eq!((s.p50_ns, s.p99_ns, s.max_ns, s.mean_ns), (Some(0), Some(0), Some(0), Some(0.0)));
+        // Mostly small values and a few large: p99 between min and max.
+        let mut mixed = Dist::default();
+        for i in 0..1000u64 {
+            mixed.record(if i % 100 == 0 { 25_000_000 } else { 1_000 + i }, &mut b);
+        }
+        let s = mixed.summary();
+        let (min, max) = (s.min_ns.unwrap(), s.max_ns.unwrap());
+        for p in [s.p50_ns, s.p90_ns, s.p99_ns] {
+            let p = p.unwrap();
+            assert!(min <= p && p <= max, "{p} outside [{min}, {max}]");
+        }
+        assert!(Dist::default().summary().p99_ns.is_none());
+    }
 
     #[test]
     fn exact_moments_and_percentiles() {

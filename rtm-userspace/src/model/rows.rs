@@ -172,7 +172,8 @@ pub struct ObjectRow<'g> {
     /// Its edges: `Objects::grouped[first..first + len]`.
     first: u32,
     len: u32,
-    /// Whether it was acquired, waited on, or failed a trylock or a timed call.
+    /// Whether it was acquired, waited on, or failed a trylock or a timed call (a futex
+    /// word: whether a wait on it slept or timed out).
     pub active: bool,
 }
 
@@ -223,11 +224,18 @@ impl<'g> Objects<'g> {
                     meta,
                     first: first as u32,
                     len: len as u32,
-                    active: counts.acquisitions
-                        + counts.waits
-                        + counts.failed_trylocks
-                        + counts.timeouts
-                        > 0,
+                    // A futex word whose waits all returned without sleeping kept
+                    // nobody waiting: it is not in the tables of contention.
+                    active: if key.primitive == Primitive::Futex {
+                        counts.contended.saturating_add(counts.timeouts) > 0
+                    } else {
+                        counts
+                            .acquisitions
+                            .saturating_add(counts.waits)
+                            .saturating_add(counts.failed_trylocks)
+                            .saturating_add(counts.timeouts)
+                            > 0
+                    },
                 }
             })
             .collect();

@@ -434,11 +434,15 @@ impl SyncGraph {
             return;
         }
         edge.add(Count::Acquisitions, 1);
-        if raw.flags & (SYNC_FLAG_CONTENDED | SYNC_FLAG_BLOCKED) != 0 {
+        // The wait distribution is over the acquisitions that waited: its total is the
+        // time waited, and an uncontended call's few hundred ns in the probe do not
+        // drown its percentiles.
+        let contended = raw.flags & (SYNC_FLAG_CONTENDED | SYNC_FLAG_BLOCKED) != 0;
+        if contended {
             edge.add(Count::Contended, 1);
             edge.add(Count::ContendedWaitNs, raw.wait_ns);
         }
-        if !is_try {
+        if contended && !is_try {
             edge.record(Span::Wait, raw.wait_ns, budget);
         }
         if s.primitive != Primitive::Sem {
@@ -584,6 +588,15 @@ impl SyncGraph {
     /// Whether a process is traced: marked so, or seen in an event.
     pub fn is_traced(&self, pid: u32) -> bool {
         self.traced.contains(&pid) || self.pids.contains(&pid)
+    }
+
+    /// Records a thread that exists without any event of its own yet (a thread of an
+    /// attached process, idle since before the attach), seen at `ts_ns`. Returns what is
+    /// new, as [`SyncGraph::apply`] does.
+    pub fn thread_seen(&mut self, thread: ThreadKey, ts_ns: u64) -> Applied {
+        let mut applied = Applied::default();
+        self.touch_thread(thread, ts_ns, &mut applied);
+        applied
     }
 
     /// Records what was learnt about a thread outside the event stream (/proc).

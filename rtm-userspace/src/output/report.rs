@@ -138,9 +138,14 @@ pub fn render(title: &str, run: &RunInfo, s: &Snapshot, top: usize) -> String {
     };
     let _ = writeln!(
         out,
-        "\nMost contended {what} (top {} of {})",
+        "\nMost contended {what} (top {} of {}; wait avg, p99 and max are over the {} that \
+         waited)",
         objects.len(),
-        total
+        total,
+        match run.mode {
+            Mode::Contention => "sleeps",
+            Mode::Full => "acquisitions",
+        }
     );
     if objects.is_empty() {
         let _ = writeln!(out, "  (no contended waits seen)");

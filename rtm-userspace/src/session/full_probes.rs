@@ -134,6 +134,9 @@ pub(super) struct ToProbe {
 pub(super) struct Follow {
     /// Processes followed (forked by a traced process, traced from birth).
     pub followed: Vec<u32>,
+    /// The processes traced from the start (given or launched): an exec of theirs is
+    /// probed like a followed one's.
+    pub targets: Vec<u32>,
     /// Processes to probe.
     pending: Vec<ToProbe>,
     /// What went unprobed.
@@ -185,7 +188,8 @@ pub(super) fn follow(
     }
     if cli.mode == Mode::Full {
         for (pid, ts) in execd {
-            if f.followed.contains(&pid) && !f.pending.iter().any(|p| p.pid == pid) {
+            let ours = f.followed.contains(&pid) || f.targets.contains(&pid);
+            if ours && !f.pending.iter().any(|p| p.pid == pid) {
                 f.pending.push(ToProbe {
                     pid,
                     since_ns: ts,

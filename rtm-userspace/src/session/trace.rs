@@ -95,6 +95,20 @@ struct State {
 }
 
 impl State {
+    /// The threads of an attached process, idle or not: each counts from the attach.
+    fn add_threads(&mut self, pid: u32, now_ns: u64) {
+        for tid in process::thread_ids(pid) {
+            let key = crate::model::sync_graph::ThreadKey { pid, tid };
+            if self.model.thread_seen(key, now_ns).new_thread.is_some() {
+                self.model.set_thread_info(
+                    key,
+                    process::thread_name(pid, tid),
+                    process::thread_start_ns(pid, tid),
+                );
+            }
+        }
+    }
+
     fn apply(&mut self, ev: &rtm_common::decode::Event) {
         if let rtm_common::decode::Event::Mpi(m) = ev {
             let pid = m.raw.header.pid;
@@ -297,6 +311,9 @@ pub(super) async fn trace(
         mpi_attach::attach(&mut probes, &cli, &pids, launched)?;
     }
     let start_ns = monotonic_ns();
+    // The trace lasts --duration from here, however long the setup below takes (per-
+    // thread counters for a process with thousands of threads take seconds).
+    let started = Instant::now();
     let mut sampler = Sampler::new(&cli, thresholds, start_ns);
     for &pid in &pids {
         sampler.add_process(pid);
@@ -356,7 +373,7 @@ pub(super) async fn trace(
     for &pid in &pids {
         exits::watch(pid, exit_tx.clone());
     }
-    let deadline = cli.duration.map(|d| Instant::now() + d);
+    let deadline = cli.duration.map(|d| started + d);
     // The kernel wakes the reader only when the ring fills up; the rest of the time the
     // reader comes by on this timer, so records wait at most DRAIN_EVERY.
     let mut drain = tokio::time::interval(DRAIN_EVERY);
@@ -387,7 +404,11 @@ pub(super) async fn trace(
     };
     for &pid in &pids {
         state.model.trace_process(pid);
+        if child.as_ref().is_none_or(|c| c.pid != pid) {
+            state.add_threads(pid, start_ns);
+        }
     }
+    state.follow.targets = pids.clone();
     let mut catch_up = super::catch_up::CatchUp::new();
     let mut child_exit: Option<ChildExit> = None;
     let mut live = pids.len();

@@ -92,12 +92,22 @@ impl ObjectNamer {
     }
 
     /// The symbol naming `addr` in `pid`, if it is inside a global or static variable.
+    /// A condition variable's futex word is named as the condition variable.
     pub fn name(&mut self, pid: u32, addr: u64) -> Option<String> {
         let (_, elf, vaddr) = self.resolve(pid, addr)?;
         if !elf.contains(vaddr) {
             return None;
         }
-        elf.data_symbol(vaddr)
+        let (name, off, size) = elf.data_symbol_parts(vaddr)?;
+        // glibc's condition variable has two groups of waiters, each waiting on its own
+        // word: both are the condition variable.
+        let group = (off % 48 == 44) as u8;
+        Some(match condvar_of(off, size) {
+            Some(None) => format!("{name} (condvar, group {group})"),
+            Some(Some(i)) => format!("{name}[{i}] (condvar, group {group})"),
+            None if off == 0 => name.to_owned(),
+            None => format!("{name}+{off:#x}"),
+        })
     }
 
     /// The module covering `addr` in `pid`, its symbols, and the address's virtual
@@ -153,8 +163,37 @@ impl ObjectNamer {
     }
 }
 
+/// glibc's pthread_cond_t (48 bytes) is waited on at its `__g_signals` words, 40 and 44
+/// bytes in: a futex word there in a variable made of condition variables is that
+/// condition variable (Some(None) for a single one, Some(Some(i)) for element i of an
+/// array). An array of mutexes (40 bytes each, waited on at their start) whose size is
+/// also a multiple of 48 keeps its element offsets as they are.
+fn condvar_of(off: u64, size: u64) -> Option<Option<u64>> {
+    const COND: u64 = 48;
+    const MUTEX: u64 = 40;
+    if size == 0 || size % COND != 0 || !matches!(off % COND, 40 | 44) {
+        return None;
+    }
+    if size % MUTEX == 0 && off % MUTEX == 0 {
+        return None;
+    }
+    Some((size > COND).then_some(off / COND))
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn condition_variables_are_named_at_their_futex_words() {
+        use super::condvar_of;
+        assert_eq!(condvar_of(40, 48), Some(None));
+        assert_eq!(condvar_of(44, 48), Some(None));
+        assert_eq!(condvar_of(0, 48), None);
+        assert_eq!(condvar_of(88, 96), Some(Some(1)));
+        // A mutex at 40 in an array of six (240 bytes): a mutex, not a condvar.
+        assert_eq!(condvar_of(40, 240), None);
+        assert_eq!(condvar_of(0x28, 40 * 16), None);
+    }
+
     use super::*;
 
     /// A static in this test binary is named through the same path a traced process's is.

@@ -241,18 +241,22 @@ impl ElfSymbols {
             .any(|s| vaddr >= s.vaddr && vaddr < s.vaddr + s.mem_size.max(s.file_size))
     }
 
-    /// The data symbol covering `vaddr`, as `name` or `name+0xOFF`.
-    pub fn data_symbol(&self, vaddr: u64) -> Option<String> {
+    /// The data symbol covering `vaddr`: its name, the offset in it, and its size.
+    pub fn data_symbol_parts(&self, vaddr: u64) -> Option<(&str, u64, u64)> {
         let i = self.data.partition_point(|(a, _, _)| *a <= vaddr);
         let (start, size, name) = self.data.get(i.checked_sub(1)?)?;
         let off = vaddr - start;
-        if off == 0 {
-            Some(name.clone())
-        } else if off < *size {
-            Some(format!("{name}+{off:#x}"))
+        (off == 0 || off < *size).then_some((name.as_str(), off, *size))
+    }
+
+    /// The data symbol covering `vaddr`, as `name` or `name+0xOFF`.
+    pub fn data_symbol(&self, vaddr: u64) -> Option<String> {
+        let (name, off, _) = self.data_symbol_parts(vaddr)?;
+        Some(if off == 0 {
+            name.to_owned()
         } else {
-            None
-        }
+            format!("{name}+{off:#x}")
+        })
     }
 }
 

@@ -77,7 +77,8 @@ fn lock_unlock_pairs_give_counts_waits_and_holds() {
     let e1 = edge(&g, 1, M1);
     assert_eq!((e1.counts().acquisitions, e1.counts().contended), (2, 0));
     assert_eq!((e1.hold().count(), e1.hold().total()), (2, 200));
-    assert_eq!(e1.wait().total(), 20);
+    // The wait distribution is over the acquisitions that waited: none here.
+    assert_eq!((e1.wait().count(), e1.wait().total()), (0, 0));
     let e2 = edge(&g, 2, M1);
     assert_eq!(
         (
@@ -88,6 +89,7 @@ fn lock_unlock_pairs_give_counts_waits_and_holds() {
         (1, 1, 50)
     );
     assert_eq!(e2.hold().total(), 250);
+    assert_eq!((e2.wait().count(), e2.wait().total()), (1, 50));
     assert_eq!(g.counters().events, 6);
     assert_eq!(g.counters().unmatched_releases, 0);
 }
@@ -157,7 +159,7 @@ fn caps_bound_memory_and_count_what_they_drop() {
     };
     let mut g = SyncGraph::new(limits, false);
     for obj in 0..10u64 {
-        g.apply(&ev(1, obj, SyncOp::Lock, obj, 1, 0, false));
+        g.apply(&ev(1, obj, SyncOp::Lock, obj, 1, 0, true));
     }
     g.apply(&ev(3, 100, SyncOp::Lock, 0, 1, 0, false));
     g.apply(&ev(4, 101, SyncOp::Lock, 0, 1, 0, false)); // third thread: over the cap
@@ -490,7 +492,9 @@ fn snapshot_rows_total_each_object_over_its_edges_and_serialize_in_order() {
     assert_eq!(m1.threads, 2);
     assert_eq!(m1.counts.acquisitions, 3);
     assert_eq!(m1.counts.contended, 1);
-    assert_eq!(m1.wait.total_ns, 70);
+    // Over the acquisitions that waited: thread 2's 50 ns, not the uncontended 10s.
+    assert_eq!(m1.wait.total_ns, 50);
+    assert_eq!(m1.wait.total_ns, m1.counts.contended_wait_ns);
     assert_eq!(m1.hold.total_ns, 450);
     assert_eq!((m1.hold.min_ns, m1.hold.max_ns), (Some(100), Some(250)));
     assert_eq!(objects[1].addr, M2);
@@ -502,7 +506,7 @@ fn snapshot_rows_total_each_object_over_its_edges_and_serialize_in_order() {
     assert_eq!(edges.len(), 3);
     assert_eq!((edges[0].tid, edges[0].wait.total_ns), (2, 50));
     assert_eq!(snap.threads[0].tid, 2);
-    assert_eq!(snap.threads[0].wait.total_ns, 55);
+    assert_eq!(snap.threads[0].wait.total_ns, 50);
     assert_eq!(snap.threads[0].hold.total_ns, 270);
     // The lazy lists serialize as the arrays of views they stand for.
     let json = serde_json::to_value(&snap).unwrap();

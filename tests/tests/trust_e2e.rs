@@ -1,0 +1,156 @@
+//! End-to-end: what rtm-trace reports is true, or says where it is not complete:
+//! forked children counted from their first call, wakes across processes named, timeouts
+//! told from other wakes, and nothing unprobed hidden.
+
+use std::{
+    io::Write as _,
+    path::Path,
+    process::Command,
+    time::{Duration, Instant},
+};
+
+use rtm_tests::*;
+
+const T: Duration = Duration::from_secs(120);
+
+fn model(doc: &Value) -> &Value {
+    &doc["sync_graph"]["model"]
+}
+
+fn waits_for(doc: &Value) -> Vec<&Value> {
+    doc["sync_graph"]["waits_for"]
+        .as_array()
+        .map(|a| a.iter().collect())
+        .unwrap_or_default()
+}
+
+#[test]
+fn forked_children_are_counted_from_their_first_call() {
+    if !can_trace("forked_children_are_counted_from_their_first_call") {
+        return;
+    }
+    let (stdout, doc) = trace_json(
+        &["--mode", "full", "--ring-size", "67108864"],
+        &workload("fork_children"),
+        &["4", "20000"],
+    );
+    assert_eq!(doc["run"]["losses"]["ring_full"], 0, "a bigger ring is needed");
+    let truths: Vec<(u64, u64)> = stdout
+        .lines()
+        .filter_map(|l| l.strip_prefix("truth "))
+        .map(|l| {
+            let f = |k: &str| {
+                l.split_whitespace()
+                    .find_map(|kv| kv.strip_prefix(k))
+                    .unwrap()
+                    .parse::<u64>()
+                    .unwrap()
+            };
+            (f("pid="), f("locks="))
+        })
+        .collect();
+    assert_eq!(truths.len(), 4, "{stdout}");
+    for (pid, locks) in truths {
+        let lock = doc["sync_graph"]["objects"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|o| o["pid"].as_u64() == Some(pid) && o["name"] == "child_lock")
+            .unwrap_or_else(|| panic!("child {pid}: child_lock not seen"));
+        println!("child {pid}: {} of {locks}", lock["acquisitions"]);
+        assert_eq!(lock["acquisitions"].as_u64(), Some(locks), "child {pid}");
+    }
+    assert_eq!(doc["run"]["unprobed"].as_array().unwrap().len(), 0);
+}
+
+#[test]
+fn a_child_running_a_library_no_probe_covered_is_reported_as_unprobed() {
+    if !can_trace("a_child_running_a_library_no_probe_covered_is_reported_as_unprobed") {
+        return;
+    }
+    let script = format!(
+        "sleep 0.05; exec {} spin 2 5000 5",
+        workload("sync_workload_static").display()
+    );
+    let (report, doc) = trace_json(&["--mode", "full"], Path::new("/bin/sh"), &["-c", &script]);
+    let unprobed = doc["run"]["unprobed"].as_array().unwrap();
+    assert_eq!(unprobed.len(), 1, "{report}");
+    let u = &unprobed[0];
+    let ms = (u["until_ns"].as_u64().unwrap() - u["since_ns"].as_u64().unwrap()) as f64 / 1e6;
+    println!("unprobed for {ms:.2} ms: {}", u["why"]);
+    assert!(u["why"].as_str().unwrap().contains("pthread_spin_lock"), "{u}");
+    assert!(report.contains("PTHREAD CALLS UNPROBED"), "{report}");
+    assert!(!report.contains("lost events: none\n"), "{report}");
+    // Probed from then on: the spin lock's calls are (nearly all) seen.
+    let spin = object(&doc, "counter_spin").expect("counter_spin traced after the exec");
+    assert!(spin["acquisitions"].as_u64().unwrap() > 0, "{spin}");
+}
+
+
+
+/// Checks the waits of a pingpong run: every wait that slept was woken by the other
+/// process's thread (`outside` when it was not traced), but for one timeout.
+fn check_pingpong(doc: &Value, outside: bool) {
+    let m = model(doc);
+    println!("{m}");
+    assert_eq!(m["waits_timed_out"], 1, "{m}");
+    assert_eq!(m["waits_interrupted"], 0, "{m}");
+    assert_eq!(m["waits_without_waker"], 1, "{m}");
+    let edges = waits_for(doc);
+    assert!(!edges.is_empty());
+    let mut woken = 0;
+    for e in &edges {
+        assert_ne!(e["waker_pid"], e["pid"], "{e}");
+        assert_eq!(e["outside"], outside, "{e}");
+        woken += e["count"].as_u64().unwrap();
+    }
+    let from_outside = m["waits_woken_from_outside"].as_u64().unwrap();
+    assert_eq!(from_outside, if outside { woken } else { 0 }, "{m}");
+    println!("{woken} waits woken across processes");
+    assert!(woken > 0);
+}
+
+#[test]
+fn wakes_from_another_traced_process_are_wakes_not_timeouts() {
+    if !can_trace("wakes_from_another_traced_process_are_wakes_not_timeouts") {
+        return;
+    }
+    for mode in ["contention", "full"] {
+        let (stdout, doc) = trace_json(
+            &["--mode", mode],
+            &workload("pingpong"),
+            &["20000", "--timed"],
+        );
+        assert!(stdout.contains("truth rounds=20000 timeouts=1"), "{stdout}");
+        println!("{mode}:");
+        check_pingpong(&doc, false);
+    }
+}
+
+#[test]
+fn wakes_from_an_untraced_process_are_wakes_from_outside() {
+    if !can_trace("wakes_from_an_untraced_process_are_wakes_from_outside") {
+        return;
+    }
+    let mut p = spawn(Command::new(workload("pingpong")).args(["20000", "--timed", "--wait-stdin"]));
+    let mut lines = LineWatch::new(p.child.stdout.take().unwrap());
+    lines.wait_for("ready", T);
+    let dir = TempDir::new("outside");
+    let json = dir.join("out.json");
+    // Only the parent is traced: the child was forked before the trace and is not followed.
+    let mut tracer = spawn(
+        Command::new(rtm_bin())
+            .args(["-p", &p.pid().to_string(), "--json"])
+            .arg(&json),
+    );
+    let mut err = LineWatch::new(tracer.child.stderr.take().unwrap());
+    err.wait_for("attached", T);
+    writeln!(p.child.stdin.as_mut().unwrap(), "go").unwrap();
+    lines.wait_for("truth rounds=20000 timeouts=1", T);
+    let started = Instant::now();
+    let out = tracer.wait_output(T);
+    assert!(out.status.success(), "{:?}", err.rest(Duration::from_secs(1)));
+    println!("rtm-trace exited {:?} after its target", started.elapsed());
+    let doc = read_json(&json);
+    check_pingpong(&doc, true);
+}
