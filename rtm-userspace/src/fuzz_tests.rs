@@ -93,6 +93,7 @@ fn run_info() -> RunInfo {
         end_reason: None,
         losses: Losses::default(),
         unprobed: Vec::new(),
+        missing_symbols: vec!["x\x1b".into()],
         reader: ReaderStats::default(),
         tracer_max_rss_kib: None,
         bpf: None,

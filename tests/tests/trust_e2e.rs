@@ -34,7 +34,10 @@ fn forked_children_are_counted_from_their_first_call() {
         &workload("fork_children"),
         &["4", "20000"],
     );
-    assert_eq!(doc["run"]["losses"]["ring_full"], 0, "a bigger ring is needed");
+    assert_eq!(
+        doc["run"]["losses"]["ring_full"], 0,
+        "a bigger ring is needed"
+    );
     let truths: Vec<(u64, u64)> = stdout
         .lines()
         .filter_map(|l| l.strip_prefix("truth "))
@@ -78,15 +81,16 @@ fn a_child_running_a_library_no_probe_covered_is_reported_as_unprobed() {
     let u = &unprobed[0];
     let ms = (u["until_ns"].as_u64().unwrap() - u["since_ns"].as_u64().unwrap()) as f64 / 1e6;
     println!("unprobed for {ms:.2} ms: {}", u["why"]);
-    assert!(u["why"].as_str().unwrap().contains("pthread_spin_lock"), "{u}");
+    assert!(
+        u["why"].as_str().unwrap().contains("sync_workload_static"),
+        "{u}"
+    );
     assert!(report.contains("PTHREAD CALLS UNPROBED"), "{report}");
     assert!(!report.contains("lost events: none\n"), "{report}");
     // Probed from then on: the spin lock's calls are (nearly all) seen.
     let spin = object(&doc, "counter_spin").expect("counter_spin traced after the exec");
     assert!(spin["acquisitions"].as_u64().unwrap() > 0, "{spin}");
 }
-
-
 
 /// Checks the waits of a pingpong run: every wait that slept was woken by the other
 /// process's thread (`outside` when it was not traced), but for one timeout.
@@ -132,7 +136,8 @@ fn wakes_from_an_untraced_process_are_wakes_from_outside() {
     if !can_trace("wakes_from_an_untraced_process_are_wakes_from_outside") {
         return;
     }
-    let mut p = spawn(Command::new(workload("pingpong")).args(["20000", "--timed", "--wait-stdin"]));
+    let mut p =
+        spawn(Command::new(workload("pingpong")).args(["20000", "--timed", "--wait-stdin"]));
     let mut lines = LineWatch::new(p.child.stdout.take().unwrap());
     lines.wait_for("ready", T);
     let dir = TempDir::new("outside");
@@ -149,8 +154,90 @@ fn wakes_from_an_untraced_process_are_wakes_from_outside() {
     lines.wait_for("truth rounds=20000 timeouts=1", T);
     let started = Instant::now();
     let out = tracer.wait_output(T);
-    assert!(out.status.success(), "{:?}", err.rest(Duration::from_secs(1)));
+    assert!(
+        out.status.success(),
+        "{:?}",
+        err.rest(Duration::from_secs(1))
+    );
     println!("rtm-trace exited {:?} after its target", started.elapsed());
     let doc = read_json(&json);
     check_pingpong(&doc, true);
+}
+
+/// A copy of the demo, stripped, with its debug information split off; returns the
+/// stripped program, the debug file and the build id (hex).
+fn stripped_demo(dir: &TempDir) -> (std::path::PathBuf, std::path::PathBuf, String) {
+    let exe = dir.join("demo_stripped");
+    let debug = dir.join("demo_stripped.debug");
+    std::fs::copy(workload("demo"), &exe).unwrap();
+    let ok = |c: &mut Command| assert!(c.status().unwrap().success(), "{c:?}");
+    ok(Command::new("objcopy")
+        .arg("--only-keep-debug")
+        .arg(&exe)
+        .arg(&debug));
+    ok(Command::new("strip").arg("--strip-all").arg(&exe));
+    let notes = Command::new("readelf")
+        .arg("-n")
+        .arg(&exe)
+        .output()
+        .unwrap();
+    let id = String::from_utf8_lossy(&notes.stdout)
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("Build ID: ").map(str::to_owned))
+        .expect("the workloads are built with a build id");
+    (exe, debug, id)
+}
+
+#[test]
+fn a_stripped_program_is_named_from_its_debug_file_by_build_id() {
+    if !can_trace("a_stripped_program_is_named_from_its_debug_file_by_build_id") {
+        return;
+    }
+    let dir = TempDir::new("dbgsym");
+    let (exe, debug, id) = stripped_demo(&dir);
+    // Without debug symbols: addresses, and the hint, once.
+    let out = run(
+        Command::new(rtm_bin())
+            .args(["--mode", "full", "--"])
+            .arg(&exe),
+        T,
+    );
+    let (report, err) = (
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    );
+    assert!(out.status.success(), "{err}");
+    assert!(!report.contains("audit_lock"), "{report}");
+    let hints = err
+        .matches("is stripped and no debug symbols were found")
+        .count();
+    assert_eq!(hints, 1, "{err}");
+    assert!(err.contains("-dbgsym"), "{err}");
+    // With the debug file where Linux keeps them, in the target's own mount namespace
+    // (a tmpfs over /usr/lib/debug that only it sees).
+    let script = format!(
+        "mount -t tmpfs rtm-test /usr/lib/debug && mkdir -p /usr/lib/debug/.build-id/{a} && \
+         cp {debug} /usr/lib/debug/.build-id/{a}/{b}.debug && exec {exe}",
+        a = &id[..2],
+        b = &id[2..],
+        debug = debug.display(),
+        exe = exe.display()
+    );
+    let out = run(
+        Command::new(rtm_bin())
+            .args(["--mode", "full", "--", "unshare", "-m", "sh", "-c"])
+            .arg(&script),
+        T,
+    );
+    let (report, err) = (
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    );
+    assert!(out.status.success(), "{err}");
+    assert!(report.contains("mutex audit_lock"), "{report}");
+    assert!(
+        report.contains("worker+0x") && report.contains("(demo.c:"),
+        "{report}"
+    );
+    assert!(!err.contains("demo_stripped is stripped"), "{err}");
 }

@@ -193,14 +193,20 @@ mod tests {
         let mut one = Dist::default();
         one.record(1_234_567, &mut b);
         let s = one.summary();
-        assert_eq!((s.p50_ns, s.p99_ns, s.max_ns), (Some(1_234_567), Some(1_234_567), Some(1_234_567)));
+        assert_eq!(
+            (s.p50_ns, s.p99_ns, s.max_ns),
+            (Some(1_234_567), Some(1_234_567), Some(1_234_567))
+        );
         // Only zeros: zero, not 1 ns.
         let mut zeros = Dist::default();
         for _ in 0..100 {
             zeros.record(0, &mut b);
         }
         let s = zeros.summary();
-        assert_eq!((s.p50_ns, s.p99_ns, s.max_ns, s.mean_ns), (Some(0), Some(0), Some(0), Some(0.0)));
+        assert_eq!(
+            (s.p50_ns, s.p99_ns, s.max_ns, s.mean_ns),
+            (Some(0), Some(0), Some(0), Some(0.0))
+        );
         // Mostly small values and a few large: p99 between min and max.
         let mut mixed = Dist::default();
         for i in 0..1000u64 {

@@ -73,6 +73,9 @@ pub struct RunInfo {
     pub losses: Losses,
     /// Followed processes whose pthread calls went unprobed for a while (full mode).
     pub unprobed: Vec<Unprobed>,
+    /// Stripped files met without debug symbols, each with what to install.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub missing_symbols: Vec<String>,
     /// Reader statistics.
     pub reader: ReaderStats,
     /// The tracer's own peak resident memory (VmHWM) when the results were written, KiB.

@@ -5,6 +5,7 @@ use std::fmt::Write as _;
 use super::{
     format::{count, ns, pct},
     report::table,
+    text::Shown,
 };
 use crate::model::{TaskView, task_view::TrafficView};
 
@@ -180,6 +181,6 @@ pub(super) fn render(out: &mut String, t: &TaskView, top: usize) {
         ));
     }
     for n in notes {
-        let _ = writeln!(out, "  - {n}");
+        let _ = writeln!(out, "  - {}", Shown(&n));
     }
 }

@@ -359,6 +359,7 @@ fn unprobed(out: &mut String, run: &RunInfo) {
 fn notes(out: &mut String, run: &RunInfo, s: &Snapshot) {
     let m = &s.model;
     let mut notes = Vec::new();
+    notes.extend(run.missing_symbols.iter().cloned());
     if run.losses.mapping_records > 0 {
         notes.push(format!(
             "{} mapping records were dropped: objects and code in processes that exited \
@@ -444,7 +445,7 @@ fn notes(out: &mut String, run: &RunInfo, s: &Snapshot) {
     if !notes.is_empty() {
         let _ = writeln!(out, "\nNotes");
         for n in notes {
-            let _ = writeln!(out, "  - {n}");
+            let _ = writeln!(out, "  - {}", Shown(&n));
         }
     }
 }

@@ -698,6 +698,11 @@ impl Probes {
         }
     }
 
+    /// Whether the file (device, inode) has probes for every process that maps it.
+    pub fn covers(&self, id: (u64, u64)) -> bool {
+        self.library_wide.get(&id).is_some_and(|f| !f.is_empty())
+    }
+
     /// Uprobes attached.
     pub fn uprobe_count(&self) -> usize {
         self.links.values().map(Vec::len).sum()

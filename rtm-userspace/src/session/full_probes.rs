@@ -5,6 +5,7 @@
 
 use super::SessionError;
 use crate::output::Unprobed;
+use crate::target::{Module, files};
 use crate::{
     cli::{Cli, Mode},
     probes::{
@@ -65,8 +66,16 @@ pub(super) fn attach_full(
             let used = if cli.probe_all {
                 None
             } else if let Some(program) = launched {
-                // Launch mode: what the program and the libraries it needs import.
-                Some(pthread::used_by_program(program))
+                // Launch mode: what the program and the libraries it needs import, and
+                // for a wrapper (env, nice, unshare, mpirun ...) what the programs named
+                // in its arguments import, which it will exec.
+                let mut used = pthread::used_by_program(program);
+                for arg in cli.command.iter().skip(1) {
+                    if let Ok(p) = crate::target::launch::resolve_program(arg) {
+                        used.extend(pthread::used_by_program(&p));
+                    }
+                }
+                Some(used)
             } else {
                 let lib = pthread::find(pid).map_err(ProbeError::from)?;
                 let used = pthread::used_in_process(pid, &lib);
@@ -116,6 +125,49 @@ pub(super) fn attach_full(
         }
     }
     Ok(r)
+}
+
+/// Why a process that exited before the tracer could probe it ran unprobed, from the
+/// files it mapped; None when its pthread library was covered, when it could not have
+/// called one yet (a dynamic program whose libc was not loaded), or when nothing is
+/// known of it.
+fn uncovered(probes: &Probes, modules: &[Module]) -> Option<String> {
+    let id = |m: &Module| (files::parse_dev(&m.dev).unwrap_or(0), m.inode);
+    let name = |m: &Module| {
+        m.path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default()
+    };
+    let libcs: Vec<&Module> = modules
+        .iter()
+        .filter(|m| {
+            let n = name(m);
+            m.executable
+                && (n.starts_with("libc.so")
+                    || n.starts_with("libc-")
+                    || n.starts_with("libpthread"))
+        })
+        .collect();
+    if let Some(m) = libcs.first() {
+        return (!libcs.iter().any(|m| probes.covers(id(m)))).then(|| {
+            format!(
+                "it ran {}, which no probe covered, and exited before it could be probed",
+                m.path.display()
+            )
+        });
+    }
+    if modules.iter().any(|m| name(m).starts_with("ld-")) {
+        return None;
+    }
+    let exe = modules.iter().find(|m| m.executable)?;
+    (!probes.covers(id(exe))).then(|| {
+        format!(
+            "it ran {} (statically linked), which no probe covered, and exited before it \
+             could be probed",
+            exe.path.display()
+        )
+    })
 }
 
 /// A followed process to probe: one whose program changed (exec) or that was just
@@ -168,6 +220,7 @@ pub(super) fn follow(
     execd: Vec<(u32, u64)>,
     gone: Vec<u32>,
     f: &mut Follow,
+    modules: &dyn Fn(u32) -> Vec<Module>,
 ) {
     let now = monotonic_ns();
     for (pid, ts) in spawned {
@@ -203,15 +256,18 @@ pub(super) fn follow(
             f.followed.swap_remove(i);
             probes.stop(&[pid]);
         }
-        // Exited before it could be probed: unprobed from its start to its end.
+        // Exited before the tracer could look: unprobed only if what it ran was not
+        // covered (the kernel's mapping records tell what that was).
         if let Some(i) = f.pending.iter().position(|p| p.pid == pid) {
             let p = f.pending.swap_remove(i);
-            f.note(Unprobed {
-                pid,
-                since_ns: p.since_ns,
-                until_ns: Some(now),
-                why: "it exited before its pthread library could be probed".into(),
-            });
+            if let Some(why) = uncovered(probes, &modules(pid)) {
+                f.note(Unprobed {
+                    pid,
+                    since_ns: p.since_ns,
+                    until_ns: Some(now),
+                    why,
+                });
+            }
         }
     }
     // A child that has just exec'd may not have its libc mapped yet: it is tried again
@@ -224,13 +280,17 @@ pub(super) fn follow(
                 // seen.
                 if r.added && scope(cli) == ProbeScope::Library {
                     let functions: Vec<&str> = r.placed.iter().map(|p| p.function).collect();
+                    let which = if functions.len() <= 4 {
+                        functions.join(", ")
+                    } else {
+                        format!("{} pthread functions", functions.len())
+                    };
                     f.note(Unprobed {
                         pid: p.pid,
                         since_ns: p.since_ns,
                         until_ns: Some(monotonic_ns()),
                         why: format!(
-                            "its calls to {} in {} were not probed until then",
-                            functions.join(", "),
+                            "its calls to {which} in {} were not probed until then",
                             r.library.display()
                         ),
                     });
@@ -244,14 +304,28 @@ pub(super) fn follow(
                 true
             }
             Err(_) if !crate::target::process::alive(p.pid) => {
-                f.note(Unprobed {
-                    pid: p.pid,
-                    since_ns: p.since_ns,
-                    until_ns: Some(now),
-                    why: "it exited before its pthread library could be probed".into(),
-                });
+                if let Some(why) = uncovered(probes, &modules(p.pid)) {
+                    f.note(Unprobed {
+                        pid: p.pid,
+                        since_ns: p.since_ns,
+                        until_ns: Some(now),
+                        why,
+                    });
+                }
                 false
             }
+            Err(SessionError::Probe(e))
+                if matches!(*e, ProbeError::Library(LibraryError::NotFound { .. })) =>
+            {
+                // No pthread library after a while: a program that does not use them.
+                if cli.verbose {
+                    crate::say!("rtm-trace: PID {}: {e}; not probed", p.pid);
+                }
+                false
+            }
+            // Its program may have changed under the attach (an exec in between): tried
+            // again while the window lasts.
+            Err(_) if now.saturating_sub(p.first_try_ns) < UNPROBED_RETRY_NS => true,
             Err(e) => {
                 crate::say!(
                     "rtm-trace: warning: cannot probe followed process {}: {e}",

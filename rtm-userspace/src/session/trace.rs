@@ -451,7 +451,8 @@ pub(super) async fn trace(
                 );
                 run.losses.mapping_records = mapping_losses(&mappings, &state.namer);
                 run.unprobed = state.follow.unprobed.clone();
-                let snap = snapshot(&mut state, start_ns, monotonic_ns());
+                let (snap, missing) = snapshot(&mut state, start_ns, monotonic_ns());
+                run.missing_symbols = missing;
                 let secs = (monotonic_ns() - start_ns) as f64 / 1e9;
                 if report_failed.is_none() {
                     let text = report::render(
@@ -539,7 +540,8 @@ pub(super) async fn trace(
         run.bpf = Some(probes.bpf_stats());
     }
     state.model.settle_pending();
-    let snap = snapshot(&mut state, start_ns, end_ns);
+    let (snap, missing) = snapshot(&mut state, start_ns, end_ns);
+    run.missing_symbols = missing;
     // The report, then the JSON whatever became of the report: a failure of one must
     // not cost the other. Either failing makes the run fail.
     let text = report::render("final report", &run, &snap, cli.top);
@@ -601,6 +603,7 @@ fn follow(probes: &mut Probes, cli: &Cli, state: &mut State) {
             state.model.trace_process(pid);
         }
     }
+    let namer = &state.namer;
     full_probes::follow(
         probes,
         cli,
@@ -608,6 +611,7 @@ fn follow(probes: &mut Probes, cli: &Cli, state: &mut State) {
         std::mem::take(&mut state.execd),
         std::mem::take(&mut state.gone),
         &mut state.follow,
+        &|pid| namer.modules(pid),
     );
 }
 
@@ -650,14 +654,16 @@ fn run_info(
         end_reason,
         losses: Losses::from_counters(losses),
         unprobed: Vec::new(),
+        missing_symbols: Vec::new(),
         reader: reader.stats(),
         tracer_max_rss_kib: None,
         bpf: None,
     }
 }
 
-/// Marks gone threads as exited, refreshes names of live ones, and builds the views.
-fn snapshot(state: &mut State, start_ns: u64, end_ns: u64) -> Snapshot<'_> {
+/// Marks gone threads as exited, refreshes names of live ones, and builds the views;
+/// also returns what to tell about stripped files met (see [`ObjectNamer`]).
+fn snapshot(state: &mut State, start_ns: u64, end_ns: u64) -> (Snapshot<'_>, Vec<String>) {
     let threads: Vec<_> = state
         .model
         .threads()
@@ -693,5 +699,10 @@ fn snapshot(state: &mut State, start_ns: u64, end_ns: u64) -> Snapshot<'_> {
     }
     snap.ambient = Some(ambient);
     snap.counters = Some(counters);
-    snap
+    let objects = objects.into_inner();
+    // Each stripped file is said once on stderr, and every time in the report.
+    for hint in objects.take_missing_symbols() {
+        crate::say!("rtm-trace: note: {hint}");
+    }
+    (snap, objects.missing_symbols())
 }

@@ -47,11 +47,24 @@ impl CodeNamer {
         if let Some(hit) = self.cache.get(&(pid, addr)) {
             return hit.clone();
         }
-        let named = objects.locate(pid, addr).map(|(file, vaddr)| {
-            let opened = file.open(MAX_OBJECT_BYTES).map_err(|e| {
-                log::debug!("{}: {e}", file.path.display());
-            });
-            self.symbolize(&file.path, opened.ok().map(|(f, _)| f).as_ref(), vaddr)
+        let named = objects.locate(pid, addr).map(|at| {
+            // A stripped file is named from its debug file (same addresses).
+            match &at.debug {
+                Some(debug) => self.symbolize(&at.file.path, Some(debug), at.vaddr),
+                None => {
+                    if at.stripped {
+                        objects.note_missing(&at.file.path);
+                    }
+                    let opened = at.file.open(MAX_OBJECT_BYTES).map_err(|e| {
+                        log::debug!("{}: {e}", at.file.path.display());
+                    });
+                    self.symbolize(
+                        &at.file.path,
+                        opened.ok().map(|(f, _)| f).as_ref(),
+                        at.vaddr,
+                    )
+                }
+            }
         });
         self.cache.insert((pid, addr), named.clone());
         named

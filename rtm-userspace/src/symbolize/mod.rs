@@ -1,6 +1,7 @@
 //! Turning addresses of traced processes into names.
 
 pub mod code;
+pub mod debuginfo;
 pub mod objects;
 
 pub use code::CodeNamer;

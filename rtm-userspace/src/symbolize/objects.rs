@@ -3,6 +3,7 @@
 
 use std::{
     collections::{HashMap, HashSet, VecDeque},
+    path::PathBuf,
     rc::Rc,
 };
 
@@ -29,6 +30,28 @@ pub struct ObjectNamer {
     /// Processes that exited, oldest first: their address spaces are kept for naming,
     /// at most [`MAX_EXITED_SPACES`] of them.
     exited: VecDeque<u32>,
+    /// The debug files found for stripped files, open, by (device, inode) of the file.
+    debug_files: HashMap<(String, u64), Rc<std::fs::File>>,
+    /// Stripped files without debug symbols, by (device, inode).
+    stripped: HashSet<(String, u64)>,
+    /// Those of them in which a name was wanted, each with what to tell the user (once).
+    missing: std::collections::BTreeMap<PathBuf, String>,
+}
+
+/// Most stripped files remembered for the hint.
+const MAX_MISSING: usize = 64;
+
+/// A code address located in the file mapped there.
+#[derive(Debug)]
+pub struct Located {
+    /// The file the process maps there.
+    pub file: MappedFile,
+    /// The address's virtual address in that file.
+    pub vaddr: u64,
+    /// The file's separate debug file, open, when it is stripped and one was found.
+    pub debug: Option<Rc<std::fs::File>>,
+    /// The file is stripped and no debug file was found.
+    pub stripped: bool,
 }
 
 /// Most address spaces kept for processes that have exited. A program that forks
@@ -48,9 +71,32 @@ impl ObjectNamer {
                 if !space.holds(&m) {
                     Rc::make_mut(space).replace(m);
                 }
+                self.preload(pid);
             }
             Err(e) => log::debug!("maps of {pid}: {e}"),
         }
+    }
+
+    /// Reads the symbols of the files `pid` runs now, while it lives: a stripped file's
+    /// debug file may be only in its mount namespace, which is gone with it. Each file
+    /// is read once, whichever process maps it.
+    fn preload(&mut self, pid: u32) {
+        let Some(space) = self.spaces.get(&pid).cloned() else {
+            return;
+        };
+        for m in space.modules().iter().filter(|m| m.executable) {
+            if !self.files.contains_key(&(m.dev.clone(), m.inode)) {
+                let _ = self.symbols(pid, m);
+            }
+        }
+    }
+
+    /// The files `pid` maps, as far as known (from /proc or the kernel's records).
+    pub fn modules(&self, pid: u32) -> Vec<Module> {
+        self.spaces
+            .get(&pid)
+            .map(|s| s.modules().to_vec())
+            .unwrap_or_default()
     }
 
     /// The kernel reported a new mapping in `pid`.
@@ -94,11 +140,16 @@ impl ObjectNamer {
     /// The symbol naming `addr` in `pid`, if it is inside a global or static variable.
     /// A condition variable's futex word is named as the condition variable.
     pub fn name(&mut self, pid: u32, addr: u64) -> Option<String> {
-        let (_, elf, vaddr) = self.resolve(pid, addr)?;
+        let (module, elf, vaddr) = self.resolve(pid, addr)?;
         if !elf.contains(vaddr) {
             return None;
         }
-        let (name, off, size) = elf.data_symbol_parts(vaddr)?;
+        let Some((name, off, size)) = elf.data_symbol_parts(vaddr) else {
+            if self.stripped.contains(&(module.dev.clone(), module.inode)) {
+                self.note_missing(&module.path);
+            }
+            return None;
+        };
         // glibc's condition variable has two groups of waiters, each waiting on its own
         // word: both are the condition variable.
         let group = (off % 48 == 44) as u8;
@@ -140,26 +191,82 @@ impl ObjectNamer {
 
     /// The file mapped at `addr` in `pid` (how to open it as the process runs it) and
     /// the address's virtual address inside that file, from the remembered maps.
-    pub fn locate(&mut self, pid: u32, addr: u64) -> Option<(MappedFile, u64)> {
+    pub fn locate(&mut self, pid: u32, addr: u64) -> Option<Located> {
         let (module, _, vaddr) = self.resolve(pid, addr)?;
-        Some((module.mapped_file(pid), vaddr))
+        Some(Located {
+            stripped: self.stripped.contains(&(module.dev.clone(), module.inode)),
+            debug: self
+                .debug_files
+                .get(&(module.dev.clone(), module.inode))
+                .cloned(),
+            file: module.mapped_file(pid),
+            vaddr,
+        })
+    }
+
+    /// A name was wanted in `path`, a stripped file without debug symbols: the user is
+    /// told what to install.
+    pub fn note_missing(&mut self, path: &std::path::Path) {
+        if self.missing.len() < MAX_MISSING {
+            self.missing
+                .entry(path.to_path_buf())
+                .or_insert_with(|| super::debuginfo::hint(path));
+        }
+    }
+
+    /// What to tell the user about stripped files without debug symbols (each once).
+    pub fn take_missing_symbols(&mut self) -> Vec<String> {
+        let mut out = Vec::new();
+        for hint in self.missing.values_mut() {
+            if !hint.is_empty() {
+                out.push(std::mem::take(hint));
+            }
+        }
+        out
+    }
+
+    /// The stripped files without debug symbols met so far, with the hint.
+    pub fn missing_symbols(&self) -> Vec<String> {
+        self.missing
+            .keys()
+            .map(|p| super::debuginfo::hint(p))
+            .collect()
     }
 
     fn symbols(&mut self, pid: u32, m: &Module) -> Option<Rc<ElfSymbols>> {
-        self.files
-            .entry((m.dev.clone(), m.inode))
-            .or_insert_with(|| {
-                // The running image (through the mapping), else the path through the
-                // process's root or here, if it still names the same inode.
-                match ElfSymbols::open_mapped(&m.mapped_file(pid)) {
-                    Ok((symbols, _, _)) => Some(Rc::new(symbols)),
-                    Err(e) => {
-                        log::debug!("symbols of {}: {e}", m.path.display());
-                        None
+        let key = (m.dev.clone(), m.inode);
+        if let Some(s) = self.files.get(&key) {
+            return s.clone();
+        }
+        // The running image (through the mapping), else the path through the process's
+        // root or here, if it still names the same inode.
+        let symbols = match ElfSymbols::open_mapped(&m.mapped_file(pid)) {
+            Ok((mut symbols, _, _)) => {
+                if !symbols.has_symtab() {
+                    match super::debuginfo::find(pid, &m.path, &symbols) {
+                        Some(d) => {
+                            log::debug!(
+                                "symbols of {} from {}",
+                                m.path.display(),
+                                d.path.display()
+                            );
+                            symbols.add_debug_symbols(d.symbols);
+                            self.debug_files.insert(key.clone(), Rc::new(d.file));
+                        }
+                        None => {
+                            self.stripped.insert(key.clone());
+                        }
                     }
                 }
-            })
-            .clone()
+                Some(Rc::new(symbols))
+            }
+            Err(e) => {
+                log::debug!("symbols of {}: {e}", m.path.display());
+                None
+            }
+        };
+        self.files.insert(key, symbols.clone());
+        symbols
     }
 }
 
@@ -171,10 +278,10 @@ impl ObjectNamer {
 fn condvar_of(off: u64, size: u64) -> Option<Option<u64>> {
     const COND: u64 = 48;
     const MUTEX: u64 = 40;
-    if size == 0 || size % COND != 0 || !matches!(off % COND, 40 | 44) {
+    if size == 0 || !size.is_multiple_of(COND) || !matches!(off % COND, 40 | 44) {
         return None;
     }
-    if size % MUTEX == 0 && off % MUTEX == 0 {
+    if size.is_multiple_of(MUTEX) && off.is_multiple_of(MUTEX) {
         return None;
     }
     Some((size > COND).then_some(off / COND))

@@ -67,6 +67,12 @@ pub struct ElfSymbols {
     imports: std::collections::HashSet<String>,
     /// Its DT_NEEDED libraries.
     needed: Vec<String>,
+    /// Whether it has a static symbol table (.symtab): not stripped.
+    has_symtab: bool,
+    /// Its GNU build id.
+    build_id: Option<Vec<u8>>,
+    /// Its .gnu_debuglink: the debug file's name and CRC32.
+    debuglink: Option<(String, u32)>,
 }
 
 impl ElfSymbols {
@@ -95,8 +101,28 @@ impl ElfSymbols {
 
     /// Parses ELF bytes.
     pub fn parse(bytes: &[u8]) -> Result<Self, object::Error> {
-        let file = object::File::parse(bytes)?;
-        let mut out = ElfSymbols::default();
+        Self::parse_from(bytes)
+    }
+
+    /// Parses an ELF file read on demand (a debug file: only its symbol tables and
+    /// notes are read, not its DWARF).
+    pub fn parse_file(file: &std::fs::File) -> Result<Self, object::Error> {
+        let cache = object::ReadCache::new(file);
+        Self::parse_from(&cache)
+    }
+
+    fn parse_from<'d, R: object::ReadRef<'d>>(data: R) -> Result<Self, object::Error> {
+        let file = object::File::parse(data)?;
+        let mut out = ElfSymbols {
+            has_symtab: file.symbol_table().is_some(),
+            build_id: file.build_id().ok().flatten().map(<[u8]>::to_vec),
+            debuglink: file
+                .gnu_debuglink()
+                .ok()
+                .flatten()
+                .map(|(n, crc)| (String::from_utf8_lossy(n).into_owned(), crc)),
+            ..ElfSymbols::default()
+        };
         // Which dynamic symbols are compatibility versions (`name@VER`, not `name@@VER`):
         // glibc keeps old pthread_cond_wait & co. beside the current ones.
         let hidden: Vec<bool> = match &file {
@@ -195,6 +221,33 @@ impl ElfSymbols {
                 || file.dynamic_symbols().next().is_none()))
     }
 
+    /// Whether the file has its static symbol table (is not stripped).
+    pub fn has_symtab(&self) -> bool {
+        self.has_symtab
+    }
+
+    /// Its GNU build id.
+    pub fn build_id(&self) -> Option<&[u8]> {
+        self.build_id.as_deref()
+    }
+
+    /// Its .gnu_debuglink: the debug file's name and CRC32.
+    pub fn debuglink(&self) -> Option<(&str, u32)> {
+        self.debuglink.as_ref().map(|(n, c)| (n.as_str(), *c))
+    }
+
+    /// Takes the static symbols of `debug`, the separate debug file of this (stripped)
+    /// file: same addresses, the symbol table the strip removed.
+    pub fn add_debug_symbols(&mut self, debug: ElfSymbols) {
+        for (name, f) in debug.functions {
+            self.functions.entry(name).or_insert(f);
+        }
+        self.data.extend(debug.data);
+        self.data.sort();
+        self.data.dedup_by(|a, b| a.0 == b.0);
+        self.has_symtab |= debug.has_symtab;
+    }
+
     /// Whether the file imports `name` from a shared library.
     pub fn imports(&self, name: &str) -> bool {
         self.imports.contains(name)
@@ -261,7 +314,7 @@ impl ElfSymbols {
 }
 
 /// DT_NEEDED names from the `.dynamic` section (64-bit little-endian files).
-fn needed_libraries(file: &object::File<'_>) -> Vec<String> {
+fn needed_libraries<'d, R: object::ReadRef<'d>>(file: &object::File<'d, R>) -> Vec<String> {
     use object::ObjectSection;
     let (Some(dynamic), Some(dynstr)) = (
         file.section_by_name(".dynamic"),
