@@ -111,8 +111,13 @@ pub struct Cli {
     #[arg(long)]
     pub no_follow: bool,
 
-    /// Do not probe MPI libraries (by default the MPI library each traced process maps,
-    /// or a launched command's ranks will load, is probed).
+    /// Probe the MPI library each traced process maps (or a launched command's ranks
+    /// will load) in contention mode too: the task graph, at about 2 us per MPI call
+    /// (full mode probes MPI unless --no-mpi).
+    #[arg(long, conflicts_with = "no_mpi")]
+    pub mpi: bool,
+
+    /// Do not probe MPI libraries in full mode.
     #[arg(long)]
     pub no_mpi: bool,
 
@@ -253,6 +258,16 @@ impl Cli {
         Ok(())
     }
 
+    /// Whether MPI libraries are probed: in full mode unless --no-mpi, in contention mode
+    /// (which must stay cheap for programs that poll MPI a million times a second) only
+    /// with --mpi.
+    pub fn probe_mpi(&self) -> bool {
+        match self.mode {
+            Mode::Full => !self.no_mpi,
+            Mode::Contention => self.mpi,
+        }
+    }
+
     /// Whether forked processes are traced: on by default when launching.
     pub fn follow_forks(&self) -> bool {
         !self.no_follow && (self.follow || !self.command.is_empty())
@@ -324,8 +339,17 @@ mod tests {
         assert_eq!(c.mode, Mode::Contention);
         assert!(!c.follow_forks());
         assert!(parse(&["-p", "1", "--follow"]).unwrap().follow_forks());
+        assert!(!c.probe_mpi(), "contention mode probes MPI only with --mpi");
+        assert!(parse(&["-p", "1", "--mpi"]).unwrap().probe_mpi());
+        assert!(parse(&["-p", "1", "--mpi", "--no-mpi"]).is_err());
         let c = parse(&["--mode", "full", "--", "ls"]).unwrap();
         assert_eq!(c.mode, Mode::Full);
+        assert!(c.probe_mpi());
+        assert!(
+            !parse(&["-m", "full", "--no-mpi", "-p", "1"])
+                .unwrap()
+                .probe_mpi()
+        );
         assert!(c.follow_forks());
         assert!(!parse(&["--no-follow", "--", "ls"]).unwrap().follow_forks());
     }

@@ -79,7 +79,7 @@ fn ranks_of_job() -> BTreeMap<i64, u32> {
 fn tracer(args: &[String], json: &std::path::Path, started: Instant) -> rtm_tests::Proc {
     let mut p = spawn(
         Command::new(rtm_bin())
-            .args(["-o", "/dev/null", "--json"])
+            .args(["--mpi", "-o", "/dev/null", "--json"])
             .arg(json)
             .args(args),
     );

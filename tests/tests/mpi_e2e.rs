@@ -102,7 +102,7 @@ fn ring_is_exact(l: &Launch) {
     let json = dir.join("o.json");
     let traced = run(
         Command::new(rtm_bin())
-            .args(["-o", "/dev/null", "--json"])
+            .args(["--mpi", "-o", "/dev/null", "--json"])
             .arg(&json)
             .arg("--")
             .args(argv),

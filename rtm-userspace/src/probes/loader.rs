@@ -3,6 +3,7 @@
 use std::{
     collections::{HashMap, HashSet},
     num::NonZeroU32,
+    os::fd::OwnedFd,
     path::Path,
 };
 
@@ -21,7 +22,9 @@ use rtm_common::{Cookie, LossCounter, MpiLayout, mpi_cookie, names};
 use super::{
     kernel_btf,
     layout::{self, Layout},
-    mpi, placement,
+    mpi,
+    multi_uprobe::MultiPrograms,
+    placement,
     pthread::{self, FULL_PROBES, LibraryError, ProbeKind, ProbeSpec, PthreadLibrary},
     traced::TracedBytes,
 };
@@ -254,6 +257,10 @@ pub struct Probes {
     futex_entry: String,
     /// Rings in use (MAP_EVENTS, then MAP_SYNC_RINGS).
     rings: u32,
+    /// The uprobe programs loaded for uprobe_multi links (None: the kernel has none).
+    multi: Option<MultiPrograms>,
+    /// uprobe_multi links per process (0: every process), each many uprobes.
+    multi_links: HashMap<u32, Vec<(OwnedFd, usize)>>,
     /// Libraries (device, inode) probed for every process that maps them.
     library_wide: HashMap<(u64, u64), HashSet<&'static str>>,
     /// Slots of MAP_FUTEX_SLOTS and MAP_FUTEX_DONE.
@@ -382,6 +389,15 @@ impl Probes {
                 format!("{how} (no BTF tracepoints: {why})")
             }
         };
+        // Before any map is taken out: the programs for uprobe_multi links are relocated
+        // against all of them.
+        let multi = if std::env::var_os(layout::FALLBACKS_ENV).is_some() {
+            None
+        } else {
+            MultiPrograms::load(object, &ebpf, &UPROBES)
+                .inspect_err(|e| log::info!("uprobes one by one (no uprobe_multi): {e}"))
+                .ok()
+        };
         let traced = match ebpf.take_map(names::MAP_TRACED) {
             Some(aya::maps::Map::Array(data)) => {
                 TracedBytes::new(data, layout.words).map_err(|source| ProbeError::Mmap {
@@ -397,6 +413,8 @@ impl Probes {
             loaded: Default::default(),
             traced,
             futex_entry,
+            multi,
+            multi_links: HashMap::new(),
             library_wide: HashMap::new(),
             rings: layout.rings,
             slots: layout.slots,
@@ -570,6 +588,9 @@ impl Probes {
                 report.missing.push(spec.function);
             }
         }
+        // Program -> (offset, cookie, function) of each probe to attach.
+        let mut points: std::collections::BTreeMap<&'static str, Vec<(u64, u64, &'static str)>> =
+            Default::default();
         for (spec, offset, place) in Self::placements(lib)? {
             if used.is_some_and(|u| !u.contains(spec.function)) {
                 report.unused.push(spec.function);
@@ -589,20 +610,11 @@ impl Probes {
                 ProbeKind::Mark | ProbeKind::Begin => &[names::PROG_CALL_MARK],
             };
             for &name in programs {
-                let prog = self.uprobe(name)?;
-                let point = UProbeAttachPoint {
-                    location: UProbeAttachLocation::AbsoluteOffset(offset + place.offset),
-                    cookie: Some(cookie),
-                };
-                let link = prog
-                    .attach(point, Path::new(&lib.host_path), scope)
-                    .map_err(|source| ProbeError::Attach {
-                        function: spec.function,
-                        path: lib.path.display().to_string(),
-                        pid,
-                        source,
-                    })?;
-                self.links.entry(links_of).or_default().push((name, link));
+                points.entry(name).or_default().push((
+                    offset + place.offset,
+                    cookie,
+                    spec.function,
+                ));
             }
             report.placed.push(Placed {
                 function: spec.function,
@@ -610,12 +622,35 @@ impl Probes {
                 function_offset: offset,
                 placement: place,
             });
-            if probe_scope == ProbeScope::Library {
-                self.library_wide
-                    .entry(lib.id)
-                    .or_default()
-                    .insert(spec.function);
+        }
+        // One uprobe_multi link per program where the kernel has them, else one perf
+        // event per probe.
+        let multi_pid = (probe_scope == ProbeScope::Process).then_some(pid);
+        for (name, pts) in points {
+            let pairs: Vec<(u64, u64)> = pts.iter().map(|p| (p.0, p.1)).collect();
+            if self.attach_multi(name, Path::new(&lib.host_path), &pairs, multi_pid) {
+                continue;
             }
+            for (at, cookie, function) in pts {
+                let prog = self.uprobe(name)?;
+                let point = UProbeAttachPoint {
+                    location: UProbeAttachLocation::AbsoluteOffset(at),
+                    cookie: Some(cookie),
+                };
+                let link = prog
+                    .attach(point, Path::new(&lib.host_path), scope)
+                    .map_err(|source| ProbeError::Attach {
+                        function,
+                        path: lib.path.display().to_string(),
+                        pid,
+                        source,
+                    })?;
+                self.links.entry(links_of).or_default().push((name, link));
+            }
+        }
+        if probe_scope == ProbeScope::Library {
+            let set = self.library_wide.entry(lib.id).or_default();
+            set.extend(report.placed.iter().map(|p| p.function));
         }
         report.added = !report.placed.is_empty();
         Ok(report)
@@ -653,6 +688,7 @@ impl Probes {
             Register::R9,
         ];
         let mut probed = Vec::new();
+        let mut points: Vec<(u64, u64, &'static str)> = Vec::new();
         for &(function, op) in mpi::MPI_FUNCTIONS {
             let Some(offset) = lib.symbols.function_offset(function) else {
                 continue;
@@ -663,11 +699,23 @@ impl Probes {
                 .get(start..start.saturating_add(size).min(bytes.len()))
                 .unwrap_or(&[]);
             let place = placement::place(code, offset, &keep, false);
-            for name in [names::PROG_MPI_ENTER, names::PROG_MPI_RETURN] {
+            points.push((
+                offset + place.offset,
+                mpi_cookie(op, lib.implementation),
+                function,
+            ));
+            probed.push((function, place));
+        }
+        for name in [names::PROG_MPI_ENTER, names::PROG_MPI_RETURN] {
+            let pairs: Vec<(u64, u64)> = points.iter().map(|p| (p.0, p.1)).collect();
+            if self.attach_multi(name, Path::new(&lib.host_path), &pairs, pid) {
+                continue;
+            }
+            for &(at, cookie, function) in &points {
                 let prog = self.uprobe(name)?;
                 let point = UProbeAttachPoint {
-                    location: UProbeAttachLocation::AbsoluteOffset(offset + place.offset),
-                    cookie: Some(mpi_cookie(op, lib.implementation)),
+                    location: UProbeAttachLocation::AbsoluteOffset(at),
+                    cookie: Some(cookie),
                 };
                 let link = prog
                     .attach(point, Path::new(&lib.host_path), scope)
@@ -682,7 +730,6 @@ impl Probes {
                     .or_default()
                     .push((name, link));
             }
-            probed.push((function, place));
         }
         Ok(probed)
     }
@@ -705,7 +752,49 @@ impl Probes {
 
     /// Uprobes attached.
     pub fn uprobe_count(&self) -> usize {
-        self.links.values().map(Vec::len).sum()
+        self.links.values().map(Vec::len).sum::<usize>()
+            + self
+                .multi_links
+                .values()
+                .flatten()
+                .map(|(_, n)| n)
+                .sum::<usize>()
+    }
+
+    /// Attaches program `name` at `points` (offset, cookie) of `path` through one
+    /// uprobe_multi link, for `pid` (its live task) or every process; false when the
+    /// kernel refused it (the caller attaches one by one).
+    fn attach_multi(
+        &mut self,
+        name: &'static str,
+        path: &Path,
+        points: &[(u64, u64)],
+        pid: Option<u32>,
+    ) -> bool {
+        let Some(multi) = &self.multi else {
+            return false;
+        };
+        if points.is_empty() {
+            return true;
+        }
+        let offsets: Vec<u64> = points.iter().map(|p| p.0).collect();
+        let cookies: Vec<u64> = points.iter().map(|p| p.1).collect();
+        let ret = matches!(name, names::PROG_CALL_RETURN | names::PROG_MPI_RETURN);
+        let task = pid.map(|p| process::live_task(p).unwrap_or(p));
+        match multi.attach(name, path, &offsets, &cookies, task, ret) {
+            Ok(link) => {
+                self.multi_links
+                    .entry(pid.unwrap_or(0))
+                    .or_default()
+                    .push((link, points.len()));
+                true
+            }
+            Err(e) => {
+                log::info!("uprobe_multi link for {name} refused ({e}): uprobes one by one");
+                self.multi = None;
+                false
+            }
+        }
     }
 
     /// Releases every program, map and probe, without waiting for the kernel.

@@ -4,6 +4,7 @@ pub mod kernel_btf;
 pub mod layout;
 pub mod loader;
 pub mod mpi;
+pub mod multi_uprobe;
 pub mod placement;
 pub mod pthread;
 pub mod stats;

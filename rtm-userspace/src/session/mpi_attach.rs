@@ -9,10 +9,6 @@ use crate::{
 
 use super::SessionError;
 
-/// Probes the MPI library each traced process maps (`pids`), or, for a launched
-/// `command`, the ones its ranks will load, for every process (the in-kernel filter keeps
-/// the launched tree, whose forks are traced from birth). Nothing found is not an error:
-/// the processes' threads are still traced.
 /// Whether two libraries are the same file (the same inode, whatever the path).
 fn same_file(a: &mpi::MpiLibrary, b: &mpi::MpiLibrary) -> bool {
     use std::os::unix::fs::MetadataExt as _;
@@ -25,6 +21,26 @@ fn same_file(a: &mpi::MpiLibrary, b: &mpi::MpiLibrary) -> bool {
     }
 }
 
+/// Contention mode without --mpi: says once when the targets use MPI, and how to see it.
+pub(super) fn hint(pids: &[u32], command: Option<&[OsString]>) {
+    let lib = match command {
+        Some(argv) => mpi::for_command(argv).into_iter().next(),
+        None => pids.iter().find_map(|&pid| mpi::find(pid).ok().flatten()),
+    };
+    if let Some(lib) = lib {
+        crate::say!(
+            "rtm-trace: the targets use MPI ({}): contention mode does not probe it, to stay \
+             cheap for programs that poll MPI; add --mpi for the ranks' task graph (about 2 us \
+             per MPI call, see BENCHMARKS.md)",
+            lib.version
+        );
+    }
+}
+
+/// Probes the MPI library each traced process maps (`pids`), or, for a launched
+/// `command`, the ones its ranks will load, for every process (the in-kernel filter keeps
+/// the launched tree, whose forks are traced from birth). Nothing found is not an error:
+/// the processes' threads are still traced.
 pub(super) fn attach(
     probes: &mut Probes,
     cli: &Cli,

@@ -306,9 +306,11 @@ pub(super) async fn trace(
 
     // MPI probes go in before a launched command runs: a rank may call MPI_Init within
     // milliseconds of its start.
-    if !cli.no_mpi {
-        let launched = child.as_ref().map(|_| cli.command.as_slice());
+    let launched = child.as_ref().map(|_| cli.command.as_slice());
+    if cli.probe_mpi() {
         mpi_attach::attach(&mut probes, &cli, &pids, launched)?;
+    } else if cli.mode == Mode::Contention && !cli.no_mpi {
+        mpi_attach::hint(&pids, launched);
     }
     let start_ns = monotonic_ns();
     // The trace lasts --duration from here, however long the setup below takes (per-
