@@ -71,6 +71,7 @@ fn run_one(rtm: &Path, rtm_args: Option<&[&str]>, argv: &[String], key: &str) ->
     if !out.status.success() {
         bail!("{argv:?} failed: {}", String::from_utf8_lossy(&out.stderr));
     }
+    crate::measure::wait_for_probes_gone();
     figure(&out, key)
 }
 

@@ -143,13 +143,14 @@ pub fn attach(root: &Path, dir: &Path, plan: Plan) -> Result<()> {
     println!(
         "\n### Attach and detach on {} ({} rounds; median [min-max] ms)\n\nTargets: `bench_rate 1 \
          100 600` processes (pthread programs, idle). Attach: from starting rtm-trace to \
-         its \"attached\" line (probes live). Detach: from SIGINT to rtm-trace's exit, \
-         results written.\n",
+         its \"attached\" line (probes live). Exit: from SIGINT to rtm-trace's exit, \
+         results written. Probes gone: from SIGINT until the background process that \
+         removes the uprobes has finished (they trace nothing after the exit).\n",
         host(),
         plan.rounds
     );
-    println!("| processes | mode | attach ms | detach ms |");
-    println!("|---|---|---|---|");
+    println!("| processes | mode | attach ms | exit ms | probes gone ms |");
+    println!("|---|---|---|---|---|");
     let counts: &[(usize, &str)] = if plan.smoke {
         &[(1, "contention"), (1, "full"), (10, "contention")]
     } else {
@@ -173,15 +174,8 @@ pub fn attach(root: &Path, dir: &Path, plan: Plan) -> Result<()> {
             })
             .collect::<Result<_>>()?;
         std::thread::sleep(Duration::from_millis(300));
-        let (mut att, mut det) = (Vec::new(), Vec::new());
-        // Removing uprobes one by one is slow (~0.1 s each): full mode on 100 processes
-        // takes about a minute to detach, so it gets a single round.
-        let rounds = if mode == "full" && n >= 100 {
-            1
-        } else {
-            plan.rounds
-        };
-        for _ in 0..rounds {
+        let (mut att, mut det, mut gone) = (Vec::new(), Vec::new(), Vec::new());
+        for _ in 0..plan.rounds {
             let mut cmd = Command::new(&rtm);
             cmd.args(["--mode", mode, "--no-mpi", "-o", "/dev/null"]);
             for t in &targets {
@@ -204,20 +198,24 @@ pub fn attach(root: &Path, dir: &Path, plan: Plan) -> Result<()> {
                 bail!("rtm-trace exited with {st}");
             }
             det.push(stop.elapsed().as_secs_f64() * 1e3);
+            crate::measure::wait_for_probes_gone();
+            gone.push(stop.elapsed().as_secs_f64() * 1e3);
         }
         for t in &mut targets {
             let _ = t.kill();
             let _ = t.wait();
         }
         println!(
-            "| {n} | {mode} | {} | {} |",
+            "| {n} | {mode} | {} | {} | {} |",
             Spread::of(&att).show(0),
-            Spread::of(&det).show(0)
+            Spread::of(&det).show(0),
+            Spread::of(&gone).show(0)
         );
     }
     println!(
-        "\nFull mode places uprobes in each process's libc; removing each one costs the \
-         kernel about 0.1 s (see Known limits in the README).\n"
+        "\nFull mode attached with --pid places uprobes for each process (uprobe_multi \
+         links: one per program and process); rtm-trace exits once the results are written, \
+         and a background process removes the probes.\n"
     );
     Ok(())
 }
@@ -287,6 +285,73 @@ pub fn memory(root: &Path, dir: &Path, plan: Plan) -> Result<()> {
          round's. The caps (`--max-objects`, default 200,000 objects and 400,000 edges; \
          `--max-histograms`, 2,048 distributions with percentiles) bound memory whatever \
          the target does; what is over them is counted in `dropped_over_limits`.\n"
+    );
+    over_time(root, dir, plan)
+}
+
+/// The tracer's resident memory over a long run: attached to a process taking locks a
+/// thousand times a second, sampling the system 100 times a second
+/// (`-i 0.01`), so that a minute holds the samples of 100 minutes at the default
+/// interval. The model keeps at most 1,024 samples (coarser as the run goes on).
+fn over_time(root: &Path, dir: &Path, plan: Plan) -> Result<()> {
+    let rate = workload(root, dir, "bench_rate")?;
+    let rtm = root.join("target/release/rtm-trace");
+    let secs: u64 = if plan.smoke { 12 } else { 60 };
+    let mut target = Command::new(&rate)
+        .args(["2", "500", &(secs + 30).to_string()])
+        .stdout(Stdio::null())
+        .spawn()
+        .context("starting bench_rate")?;
+    std::thread::sleep(Duration::from_millis(300));
+    let mut tracer = Command::new(&rtm)
+        .args([
+            "-p",
+            &target.id().to_string(),
+            "-i",
+            "0.01",
+            "-o",
+            "/dev/null",
+        ])
+        .args(["-d", &secs.to_string()])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .context("starting rtm-trace")?;
+    let rss = |pid: u32| -> Option<f64> {
+        std::fs::read_to_string(format!("/proc/{pid}/status"))
+            .ok()?
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))?
+            .split_whitespace()
+            .next()?
+            .parse::<f64>()
+            .ok()
+            .map(|k| k / 1024.0)
+    };
+    let mut marks = Vec::new();
+    let started = Instant::now();
+    for at in [secs / 10, secs / 2, secs - 2] {
+        std::thread::sleep(Duration::from_secs(at).saturating_sub(started.elapsed()));
+        marks.push((at * 100, rss(tracer.id()).unwrap_or(f64::NAN)));
+    }
+    tracer.wait()?;
+    let _ = target.kill();
+    let _ = target.wait();
+    println!(
+        "\n### Memory over time on {} (`rtm-trace -p PID -i 0.01 -d {secs}` on `bench_rate 2 \
+         500`: 100 samples a second)\n\n| samples taken (the default 1 s interval: minutes) | \
+         rtm-trace RSS MiB |\n|---|---|",
+        host()
+    );
+    for (n, m) in &marks {
+        println!("| {n} ({:.0} min) | {m:.1} |", *n as f64 / 60.0);
+    }
+    let growth = marks.last().map_or(0.0, |l| l.1) - marks[0].1;
+    println!(
+        "\nFrom {} to {} samples the RSS changed by {growth:+.1} MiB: the model keeps at most \
+         1,024 samples (thinned by half when full), whose interrupt names are shared.\n",
+        marks[0].0,
+        marks.last().map_or(0, |l| l.0)
     );
     Ok(())
 }

@@ -151,3 +151,27 @@ pub fn host() -> String {
         .trim()
         .to_owned()
 }
+
+/// Waits (up to 20 s) until no rtm-trace process is left: the one that removes a run's
+/// probes in the background after it exited, so that the next measurement does not
+/// meet them.
+pub fn wait_for_probes_gone() {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while std::time::Instant::now() < deadline {
+        let busy = std::fs::read_dir("/proc")
+            .into_iter()
+            .flatten()
+            .flatten()
+            .any(|e| {
+                e.file_name()
+                    .to_str()
+                    .is_some_and(|p| p.bytes().all(|b| b.is_ascii_digit()))
+                    && std::fs::read_to_string(e.path().join("comm"))
+                        .is_ok_and(|c| c.trim() == "rtm-trace")
+            });
+        if !busy {
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}

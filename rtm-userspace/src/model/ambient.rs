@@ -165,12 +165,7 @@ pub fn interval(a: &RawSample, b: &RawSample, t0_ns: u64, hz: u64) -> Interval {
     let mut top_interrupts: Vec<(String, f64)> = b
         .irq_sources
         .iter()
-        .map(|(k, v)| {
-            (
-                k.clone(),
-                rate(a.irq_sources.get(k).copied().unwrap_or(*v), *v),
-            )
-        })
+        .map(|(k, v)| (k.to_owned(), rate(a.irq_sources.get(k).unwrap_or(v), v)))
         .filter(|(_, r)| *r > 0.0)
         .collect();
     top_interrupts.sort_by(|x, y| y.1.total_cmp(&x.1));

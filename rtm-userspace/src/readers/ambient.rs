@@ -86,8 +86,49 @@ pub struct ProcRaw {
     pub threads: u64,
 }
 
+/// Interrupt counts by source, the names shared with the samples before while they do
+/// not change: a long trace keeps hundreds of samples, and the names are most of one.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct IrqCounts {
+    /// The sources, sorted.
+    names: std::sync::Arc<[Box<str>]>,
+    /// Their counts, in the same order.
+    counts: Vec<u64>,
+}
+
+impl IrqCounts {
+    /// Counts from `m`, sharing the names of `prev` when they are the same.
+    pub fn new(m: BTreeMap<String, u64>, prev: Option<&IrqCounts>) -> Self {
+        let same = prev.is_some_and(|p| {
+            p.names.len() == m.len() && p.names.iter().zip(m.keys()).all(|(a, b)| **a == **b)
+        });
+        let names = match prev {
+            Some(p) if same => p.names.clone(),
+            _ => m.keys().map(|k| k.as_str().into()).collect(),
+        };
+        Self {
+            names,
+            counts: m.into_values().collect(),
+        }
+    }
+
+    /// (source, count) pairs.
+    pub fn iter(&self) -> impl Iterator<Item = (&str, u64)> {
+        self.names
+            .iter()
+            .map(|n| &**n)
+            .zip(self.counts.iter().copied())
+    }
+
+    /// The count of one source.
+    pub fn get(&self, name: &str) -> Option<u64> {
+        let i = self.names.binary_search_by(|n| (**n).cmp(name)).ok()?;
+        self.counts.get(i).copied()
+    }
+}
+
 /// Everything read at one instant.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct RawSample {
     /// CLOCK_MONOTONIC, ns.
     pub t_ns: u64,
@@ -113,8 +154,8 @@ pub struct RawSample {
     pub disks: Vec<DiskRaw>,
     pub nets: Vec<NetRaw>,
     pub psi: Option<PsiRaw>,
-    /// Interrupt sources summed over CPUs (/proc/interrupts), by name.
-    pub irq_sources: BTreeMap<String, u64>,
+    /// Interrupt sources summed over CPUs (/proc/interrupts).
+    pub irq_sources: IrqCounts,
     pub procs: Vec<ProcRaw>,
 }
 
@@ -122,6 +163,8 @@ pub struct RawSample {
 #[derive(Default)]
 pub struct AmbientReader {
     failed: BTreeSet<String>,
+    /// The last interrupt counts, whose names the next sample shares.
+    irq_names: Option<IrqCounts>,
     /// Messages not yet shown to the user.
     pub new_problems: Vec<String>,
 }
@@ -194,7 +237,10 @@ impl AmbientReader {
         }
         s.psi = self.psi();
         match std::fs::read_to_string("/proc/interrupts") {
-            Ok(t) => s.irq_sources = parse_interrupts(&t),
+            Ok(t) => {
+                s.irq_sources = IrqCounts::new(parse_interrupts(&t), self.irq_names.as_ref());
+                self.irq_names = Some(s.irq_sources.clone());
+            }
             Err(e) => self.problem("/proc/interrupts", e),
         }
         s.procs = pids.iter().filter_map(|&p| process(p)).collect();

@@ -193,6 +193,21 @@ pub(super) struct Follow {
     pending: Vec<ToProbe>,
     /// What went unprobed.
     pub unprobed: Vec<Unprobed>,
+    /// Executables (device, inode) whose pthread functions probes cover for every
+    /// process (full mode following children).
+    handled: std::collections::HashSet<(u64, u64)>,
+}
+
+/// The (device, inode) of the program `pid` runs, from its maps.
+fn exe_id(pid: u32) -> Option<(u64, u64)> {
+    let exe = std::fs::read_link(crate::target::process::proc_dir(pid).join("exe")).ok()?;
+    let exe = exe.to_string_lossy();
+    let exe = exe.strip_suffix(" (deleted)").unwrap_or(&exe);
+    crate::target::process::modules(pid)
+        .ok()?
+        .into_iter()
+        .find(|m| m.path.as_os_str() == std::ffi::OsStr::new(exe))
+        .map(|m| (files::parse_dev(&m.dev).unwrap_or(0), m.inode))
 }
 
 /// Most unprobed stretches listed (a fork storm of statically linked children is
@@ -231,7 +246,10 @@ pub(super) fn follow(
         if cli.verbose {
             crate::say!("rtm-trace: following forked process {pid}");
         }
-        if cli.mode == Mode::Full {
+        // A forked child runs its parent's program: probes for every process of its
+        // library already cover it (a fork storm costs no work here). Per-process
+        // probes do not: it gets its own.
+        if cli.mode == Mode::Full && scope(cli) == ProbeScope::Process {
             f.pending.push(ToProbe {
                 pid,
                 since_ns: ts,
@@ -274,8 +292,17 @@ pub(super) fn follow(
     // at each wake-up for a while (its exec and its first mappings wake the reader).
     let mut pending = std::mem::take(&mut f.pending);
     pending.retain(|p| {
+        // An exec of a program whose needs were met already (a script running the same
+        // commands over and over) costs a read of its maps, not of its files.
+        let exe = exe_id(p.pid);
+        if exe.is_some_and(|id| f.handled.contains(&id)) {
+            return false;
+        }
         match attach_full(probes, cli, p.pid, p.pid, None, None, true) {
             Ok(r) => {
+                if let Some(id) = exe.filter(|_| scope(cli) == ProbeScope::Library) {
+                    f.handled.insert(id);
+                }
                 // New probes for it: its calls to those functions until now were not
                 // seen.
                 if r.added && scope(cli) == ProbeScope::Library {

@@ -160,13 +160,23 @@ pub struct AddressSpace {
 }
 
 impl AddressSpace {
+    /// The mappings of a snapshot worth keeping: files, and anonymous memory right after
+    /// a file's last mapping (its .bss). Thread stacks and heaps are not (a process with
+    /// thousands of threads has thousands of them).
+    fn kept(all: Vec<Mapping>) -> impl Iterator<Item = Mapping> {
+        let mut prev_file_end = None;
+        all.into_iter()
+            .filter(move |m| {
+                let keep = m.is_file() || (m.path.is_empty() && prev_file_end == Some(m.start));
+                prev_file_end = m.is_file().then_some(m.end);
+                keep
+            })
+            .take(MAX_MAPPINGS)
+    }
+
     /// Replaces everything with a full snapshot.
     pub fn replace(&mut self, all: Vec<Mapping>) {
-        self.mappings = all
-            .into_iter()
-            .take(MAX_MAPPINGS)
-            .map(|m| (m.start, m))
-            .collect();
+        self.mappings = Self::kept(all).map(|m| (m.start, m)).collect();
         self.modules = Default::default();
     }
 
@@ -236,10 +246,12 @@ impl AddressSpace {
             .get_or_init(|| modules_of(self.mappings.values()))
     }
 
-    /// Whether a snapshot would change nothing.
+    /// Whether a snapshot would change nothing (a forked child's, whose files are its
+    /// parent's, keeps sharing the parent's copy).
     pub fn holds(&self, all: &[Mapping]) -> bool {
-        all.len().min(MAX_MAPPINGS) == self.mappings.len()
-            && all.iter().zip(self.mappings.values()).all(|(a, b)| a == b)
+        let kept: Vec<Mapping> = Self::kept(all.to_vec()).collect();
+        kept.len() == self.mappings.len()
+            && kept.iter().zip(self.mappings.values()).all(|(a, b)| a == b)
     }
 
     /// Whether nothing is known.
