@@ -41,7 +41,19 @@ fn a_spinning_thread_shows_one_cpu_and_its_task_clock() {
     if !can_trace("a_spinning_thread_shows_one_cpu_and_its_task_clock") {
         return;
     }
-    let (_, doc) = trace(&["spin", "3"], &[]);
+    let (stdout, doc) = trace(&["spin", "3"], &[]);
+    // What the spinner itself got: on a loaded machine less than a whole CPU. rtm-trace
+    // is compared with that, not with an assumed 100%.
+    let truth = truths(&stdout)
+        .into_iter()
+        .find(|t| t.fields.contains_key("spin_cpu_ns"))
+        .expect("the spinner's own clocks");
+    let (cpu_ns, wall_ns) = (
+        truth.get("spin_cpu_ns") as f64,
+        truth.get("spin_wall_ns") as f64,
+    );
+    let own_share = 100.0 * cpu_ns / wall_ns;
+    println!("the spinner got {own_share:.1}% of a CPU by its own clocks");
     let ivs = doc["ambient"]["intervals"].as_array().unwrap();
     // Whole intervals inside the 3 s of spinning (it starts 1.2 s in).
     let busy: Vec<&Value> = ivs
@@ -54,14 +66,11 @@ fn a_spinning_thread_shows_one_cpu_and_its_task_clock() {
         "no whole interval inside the spin: {ivs:?}"
     );
     let cpus = busy[0]["per_cpu_busy"].as_array().unwrap().len() as f64;
-    for iv in busy {
+    let mut shares = Vec::new();
+    for iv in &busy {
         let p = &iv["procs"][0];
-        within(
-            f(&p["user_pct"]) + f(&p["system_pct"]),
-            100.0,
-            0.05,
-            "process CPU share",
-        );
+        shares.push(f(&p["user_pct"]) + f(&p["system_pct"]));
+        // The spinner's CPU is busy all the time, with it or with whatever shares it.
         let top = iv["per_cpu_busy"]
             .as_array()
             .unwrap()
@@ -71,11 +80,18 @@ fn a_spinning_thread_shows_one_cpu_and_its_task_clock() {
         assert!(top >= 95.0, "busiest CPU {top}% in {iv}");
         assert!(f(&iv["cpu"]["busy"]) >= 100.0 / cpus * 0.95, "{iv}");
     }
+    let mean = shares.iter().sum::<f64>() / shares.len() as f64;
     within(
-        counter(&doc, "task-clock") / 1e9,
-        3.0,
-        0.05,
-        "task-clock seconds",
+        mean,
+        own_share,
+        0.08,
+        "process CPU share, vs its own clocks",
+    );
+    // The process's task-clock over the whole run: the spin and a little around it.
+    let task_clock = counter(&doc, "task-clock");
+    assert!(
+        task_clock >= cpu_ns * 0.99 && task_clock <= cpu_ns * 1.05 + 20e6,
+        "task-clock {task_clock} ns for {cpu_ns} ns spun"
     );
 }
 
