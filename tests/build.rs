@@ -6,7 +6,8 @@ fn main() {
     let out = PathBuf::from(env::var_os("OUT_DIR").expect("OUT_DIR"));
     let src =
         PathBuf::from(env::var_os("CARGO_MANIFEST_DIR").expect("manifest dir")).join("workloads");
-    let builds: [(&str, &[&str]); 10] = [
+    let builds: [(&str, &[&str]); 11] = [
+        ("idle_threads", &["-O2", "-g", "-pthread"]),
         ("fork_children", &["-O2", "-g", "-pthread"]),
         ("pingpong", &["-O2", "-g", "-pthread"]),
         ("hostile_names", &["-O2", "-g", "-pthread"]),

@@ -241,3 +241,55 @@ fn a_stripped_program_is_named_from_its_debug_file_by_build_id() {
     );
     assert!(!err.contains("demo_stripped is stripped"), "{err}");
 }
+
+#[test]
+fn idle_threads_count_and_a_duration_is_that_long() {
+    if !can_trace("idle_threads_count_and_a_duration_is_that_long") {
+        return;
+    }
+    let mut p = spawn(Command::new(workload("idle_threads")).arg("1000"));
+    let mut lines = LineWatch::new(p.child.stdout.take().unwrap());
+    lines.wait_for("ready", T);
+    let dir = TempDir::new("idle");
+    let json = dir.join("out.json");
+    let started = Instant::now();
+    let out = run(
+        Command::new(rtm_bin())
+            .args(["-p", &p.pid().to_string(), "-d", "2", "--json"])
+            .arg(&json),
+        T,
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    println!("rtm-trace ran {:?}", started.elapsed());
+    let doc = read_json(&json);
+    let threads = doc["sync_graph"]["threads"].as_array().unwrap().len();
+    assert_eq!(threads, 1001, "the main thread and 1,000 idle ones");
+    let w = &doc["sync_graph"]["window"];
+    let secs = (w["end_ns"].as_u64().unwrap() - w["start_ns"].as_u64().unwrap()) as f64 / 1e9;
+    println!("traced for {secs:.3} s with -d 2");
+    assert!((2.0..2.3).contains(&secs), "{secs} s");
+}
+
+#[test]
+fn a_condition_variable_is_named_the_same_in_both_modes() {
+    if !can_trace("a_condition_variable_is_named_the_same_in_both_modes") {
+        return;
+    }
+    for mode in ["contention", "full"] {
+        let (report, _) = trace_json(
+            &["--mode", mode],
+            &workload("sync_workload"),
+            &["cond", "5", "10", "0"],
+        );
+        let row = report
+            .lines()
+            .find(|l| l.contains("ready_cond"))
+            .unwrap_or_else(|| panic!("{mode}: {report}"));
+        println!("{mode}: {row}");
+        assert!(!row.contains("ready_cond+0x"), "{mode}: {row}");
+    }
+}

@@ -559,3 +559,119 @@ fn the_snapshot_lists_the_call_sites_with_most_wait_first() {
     // The 500 largest of 700 distinct waits (one moved up): the smallest kept is 201 us.
     assert_eq!(waits[499], 201_000);
 }
+
+#[test]
+fn futex_words_that_never_slept_are_not_active() {
+    // Contention mode: word M1 had waits that all returned without sleeping (-EAGAIN),
+    // M2 one that slept. Only M2 belongs in the tables of contention.
+    let mut g = SyncGraph::new(Limits::default(), true);
+    let wait = |ts, obj, wait_ns, ret| {
+        evp(
+            Primitive::Futex,
+            1,
+            ts,
+            SyncOp::Wait,
+            obj,
+            wait_ns,
+            ret,
+            0,
+            128,
+            0,
+        )
+    };
+    g.apply(&wait(1_000, M1, 0, -11));
+    g.apply(&wait(2_000, M1, 0, -11));
+    g.apply(&wait(3_000, M2, 500, 0));
+    let snap = crate::model::Snapshot::build(
+        &g,
+        crate::model::Window {
+            start_ns: 0,
+            end_ns: 10_000,
+        },
+        &mut |_| None,
+        &mut |_, _| None,
+    );
+    let active: Vec<(u64, bool)> = snap
+        .objects
+        .rows()
+        .iter()
+        .map(|r| (r.key.addr, r.active))
+        .collect();
+    assert!(active.contains(&(M1, false)), "{active:?}");
+    assert!(active.contains(&(M2, true)), "{active:?}");
+    assert_eq!(g.counters().waits_unslept, 2);
+}
+
+#[test]
+fn wakes_from_other_processes_and_interrupted_waits_are_told_apart() {
+    let mut g = SyncGraph::new(Limits::default(), true);
+    // Woken by thread 7 of process 200 (a process-shared word).
+    let mut from_other = evp(
+        Primitive::Futex,
+        1,
+        1_000,
+        SyncOp::Wait,
+        M1,
+        300,
+        0,
+        0,
+        128,
+        7,
+    );
+    if let Event::Sync(s) = &mut from_other {
+        s.raw.caller = 200;
+    }
+    g.apply(&from_other);
+    g.apply(&evp(
+        Primitive::Futex,
+        1,
+        2_000,
+        SyncOp::Wait,
+        M1,
+        300,
+        -110,
+        0,
+        128,
+        0,
+    ));
+    g.apply(&evp(
+        Primitive::Futex,
+        1,
+        3_000,
+        SyncOp::Wait,
+        M1,
+        300,
+        -4,
+        0,
+        128,
+        0,
+    ));
+    let (k, w) = g.waits_for().next().unwrap();
+    assert_eq!((k.pid, k.waker_pid, k.waker, w.count), (100, 200, 7, 1));
+    let c = g.counters();
+    assert_eq!(
+        (
+            c.waits_without_waker,
+            c.waits_timed_out,
+            c.waits_interrupted
+        ),
+        (2, 1, 1)
+    );
+    let window = crate::model::Window {
+        start_ns: 0,
+        end_ns: 10_000,
+    };
+    // Process 200 not traced: a wake from outside; once traced, a cross-process edge.
+    let snap = crate::model::Snapshot::build(&g, window, &mut |_| None, &mut |_, _| None);
+    assert_eq!(snap.model.waits_woken_from_outside, 1);
+    assert!(snap.waits_for.iter().all(|w| w.outside));
+    drop(snap);
+    g.trace_process(200);
+    let snap = crate::model::Snapshot::build(&g, window, &mut |_| None, &mut |_, _| None);
+    assert_eq!(snap.model.waits_woken_from_outside, 0);
+    assert!(
+        snap.waits_for
+            .iter()
+            .all(|w| !w.outside && w.waker_pid == 200)
+    );
+}
