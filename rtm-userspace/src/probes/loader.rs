@@ -750,6 +750,14 @@ impl Probes {
         self.library_wide.get(&id).is_some_and(|f| !f.is_empty())
     }
 
+    /// The uprobe programs loaded for uprobe_multi links, by name.
+    pub fn multi_programs(&self) -> Vec<(&'static str, std::os::fd::BorrowedFd<'_>)> {
+        self.multi
+            .as_ref()
+            .map(|m| m.programs().collect())
+            .unwrap_or_default()
+    }
+
     /// Uprobes attached.
     pub fn uprobe_count(&self) -> usize {
         self.links.values().map(Vec::len).sum::<usize>()

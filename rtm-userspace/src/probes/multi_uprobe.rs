@@ -133,6 +133,11 @@ impl MultiPrograms {
         Ok(Self { fds: out })
     }
 
+    /// The programs, by name.
+    pub fn programs(&self) -> impl Iterator<Item = (&'static str, std::os::fd::BorrowedFd<'_>)> {
+        self.fds.iter().map(|(n, fd)| (*n, fd.as_fd()))
+    }
+
     /// Attaches program `name` at `offsets` of the file `path` (each with its cookie),
     /// as return probes with `ret`, for process `pid` only or (None) for every process
     /// that maps the file. The link lives as long as the returned descriptor.

@@ -64,6 +64,32 @@ impl Probes {
                 jited_bytes: info.size_jitted(),
             });
         }
+        // The uprobe programs loaded for uprobe_multi links: their descriptors' fdinfo.
+        for (name, fd) in self.multi_programs() {
+            use std::os::fd::AsRawFd as _;
+            let Ok(info) = std::fs::read_to_string(format!("/proc/self/fdinfo/{}", fd.as_raw_fd()))
+            else {
+                continue;
+            };
+            let field = |k: &str| -> u64 {
+                info.lines()
+                    .find_map(|l| l.strip_prefix(k))
+                    .and_then(|v| v.trim().parse().ok())
+                    .unwrap_or(0)
+            };
+            let (runs, run_ns) = (field("run_cnt:"), field("run_time_ns:"));
+            s.programs.push(ProgramStats {
+                name: name.to_owned(),
+                runs,
+                run_ns,
+                ns_per_run: if runs > 0 {
+                    run_ns as f64 / runs as f64
+                } else {
+                    0.0
+                },
+                jited_bytes: 0,
+            });
+        }
         s.programs.sort_by_key(|p| std::cmp::Reverse(p.run_ns));
         // Map descriptors of this process: their fdinfo has the charged memory.
         if let Ok(dir) = std::fs::read_dir("/proc/self/fd") {

@@ -191,6 +191,20 @@ pub(super) async fn trace(
     let mut sigterm = signal(SignalKind::terminate()).map_err(io_err("SIGTERM handler"))?;
     // The same signals as a flag for the steps that may wait outside the loop.
     crate::interrupt::install().map_err(io_err("signal handlers"))?;
+    // Descriptors: per-thread counters of a process with thousands of threads, and the
+    // probes, maps and files the tracer holds. The soft limit goes up to the hard one,
+    // here, after a launched command was forked (it keeps the limit it was given).
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit/setrlimit with a valid struct.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 && lim.rlim_cur < lim.rlim_max {
+            lim.rlim_cur = lim.rlim_max;
+            libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
+        }
+    }
     // A bad config file is refused before anything is loaded or run.
     let thresholds = match sampler::thresholds(cli.config.as_deref()) {
         Ok(t) => t,

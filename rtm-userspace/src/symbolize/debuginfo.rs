@@ -8,12 +8,16 @@
 use std::{
     fs::File,
     io::Read,
+    os::fd::AsFd as _,
     path::{Path, PathBuf},
     process::{Command, Stdio},
     time::{Duration, Instant},
 };
 
-use crate::target::{elf::ElfSymbols, files, process};
+use crate::target::{
+    elf::ElfSymbols,
+    files::{self, ProcRoot},
+};
 
 /// Largest debug file opened (only its symbol tables are read).
 const MAX_DEBUG_BYTES: u64 = 16 << 30;
@@ -89,9 +93,16 @@ fn crc32(file: &mut File) -> Option<u32> {
     }
 }
 
-/// Opens and checks one candidate.
-fn try_open(path: &Path, elf: &ElfSymbols) -> Option<DebugFile> {
-    let mut file = files::open_regular(path, MAX_DEBUG_BYTES).ok()?;
+/// Opens and checks one candidate: `path` in a process's tree `root`, or in this one.
+fn try_open(root: Option<&ProcRoot>, path: &Path, elf: &ElfSymbols) -> Option<DebugFile> {
+    let mut file = match root {
+        Some(r) => match (&r.debug, path.strip_prefix("/usr/lib/debug")) {
+            (Some(debug), Ok(rel)) => files::open_regular_in(debug.as_fd(), rel, MAX_DEBUG_BYTES),
+            _ => files::open_regular_in(r.root.as_fd(), path, MAX_DEBUG_BYTES),
+        }
+        .ok()?,
+        None => files::open_regular(path, MAX_DEBUG_BYTES).ok()?,
+    };
     let len = file.metadata().ok()?.len();
     // Read whole when small enough (its symbol strings are read one by one: from memory
     // that is fast, through reads it is not), else on demand.
@@ -112,20 +123,20 @@ fn try_open(path: &Path, elf: &ElfSymbols) -> Option<DebugFile> {
     })
 }
 
-/// The debug file of `binary` (its path in process `pid`), whose own symbols are `elf`.
-pub fn find(pid: u32, binary: &Path, elf: &ElfSymbols) -> Option<DebugFile> {
-    let roots = [process::proc_dir(pid).join("root"), PathBuf::from("/")];
+/// The debug file of `binary` (its path in the process whose root directory is `root`,
+/// held open so that this works after it exited), whose own symbols are `elf`.
+pub fn find(root: Option<&ProcRoot>, binary: &Path, elf: &ElfSymbols) -> Option<DebugFile> {
     for cand in candidates(binary, elf) {
-        for root in &roots {
-            let rel = cand.strip_prefix("/").unwrap_or(&cand);
-            if let Some(d) = try_open(&root.join(rel), elf) {
-                return Some(d);
-            }
+        if let Some(d) = root.and_then(|r| try_open(Some(r), &cand, elf)) {
+            return Some(d);
+        }
+        if let Some(d) = try_open(None, &cand, elf) {
+            return Some(d);
         }
     }
     let id = elf.build_id()?;
     let path = debuginfod(&hex(id))?;
-    try_open(&path, elf)
+    try_open(None, &path, elf)
 }
 
 /// Whether a debuginfod server is configured.

@@ -10,7 +10,7 @@ use std::{
 use crate::target::{
     Module,
     elf::ElfSymbols,
-    files::MappedFile,
+    files::{self, MappedFile},
     maps::{AddressSpace, Mapping},
     process::{self},
 };
@@ -30,6 +30,10 @@ pub struct ObjectNamer {
     /// Processes that exited, oldest first: their address spaces are kept for naming,
     /// at most [`MAX_EXITED_SPACES`] of them.
     exited: VecDeque<u32>,
+    /// Each process's root directory, held open (see [`ObjectNamer::keep_root`]).
+    roots: HashMap<u32, Rc<files::ProcRoot>>,
+    /// The same, by mount namespace and the identities of its / and /usr/lib/debug.
+    root_of_ns: HashMap<RootKey, Rc<files::ProcRoot>>,
     /// The debug files found for stripped files, open, by (device, inode) of the file.
     debug_files: HashMap<(String, u64), Rc<std::fs::File>>,
     /// Stripped files without debug symbols, by (device, inode).
@@ -37,6 +41,9 @@ pub struct ObjectNamer {
     /// Those of them in which a name was wanted, each with what to tell the user (once).
     missing: std::collections::BTreeMap<PathBuf, String>,
 }
+
+/// A mount namespace ("mnt:[N]") and the (device, inode) of its / and /usr/lib/debug.
+type RootKey = (PathBuf, (u64, u64), (u64, u64));
 
 /// Most stripped files remembered for the hint.
 const MAX_MISSING: usize = 64;
@@ -71,24 +78,48 @@ impl ObjectNamer {
                 if !space.holds(&m) {
                     Rc::make_mut(space).replace(m);
                 }
-                self.preload(pid);
+                self.keep_root(pid);
             }
             Err(e) => log::debug!("maps of {pid}: {e}"),
         }
     }
 
-    /// Reads the symbols of the files `pid` runs now, while it lives: a stripped file's
-    /// debug file may be only in its mount namespace, which is gone with it. Each file
-    /// is read once, whichever process maps it.
-    fn preload(&mut self, pid: u32) {
-        let Some(space) = self.spaces.get(&pid).cloned() else {
+    /// Holds `pid`'s root directory open: a stripped file's debug file may be only in
+    /// its mount namespace, looked up when a name is wanted, perhaps after it exited.
+    /// Processes of one mount namespace share one descriptor.
+    fn keep_root(&mut self, pid: u32) {
+        if self.roots.contains_key(&pid) {
+            return;
+        }
+        // What the process sees now: its mount namespace ("mnt:[N]") and which file
+        // systems its / and /usr/lib/debug are (something may be mounted there since).
+        let dir = process::proc_dir(pid);
+        let id = |p: std::path::PathBuf| {
+            std::fs::metadata(p).map_or((0, 0), |m| {
+                use std::os::unix::fs::MetadataExt as _;
+                (m.dev(), m.ino())
+            })
+        };
+        let key = std::fs::read_link(dir.join("ns/mnt"))
+            .ok()
+            .map(|ns| (ns, id(dir.join("root")), id(dir.join("root/usr/lib/debug"))));
+        if let Some(shared) = key.as_ref().and_then(|k| self.root_of_ns.get(k)) {
+            let shared = shared.clone();
+            self.roots.insert(pid, shared);
+            return;
+        }
+        let Ok(fd) = files::open_root(pid) else {
             return;
         };
-        for m in space.modules().iter().filter(|m| m.executable) {
-            if !self.files.contains_key(&(m.dev.clone(), m.inode)) {
-                let _ = self.symbols(pid, m);
+        let fd = Rc::new(fd);
+        if let Some(k) = key {
+            // Bounded: namespaces no remembered process uses any more are let go.
+            if self.root_of_ns.len() >= 256 {
+                self.root_of_ns.retain(|_, r| Rc::strong_count(r) > 1);
             }
+            self.root_of_ns.insert(k, fd.clone());
         }
+        self.roots.insert(pid, fd);
     }
 
     /// The files `pid` maps, as far as known (from /proc or the kernel's records).
@@ -107,6 +138,8 @@ impl ObjectNamer {
     /// `pid` runs a new program: its old mappings are gone.
     pub fn exec(&mut self, pid: u32) {
         self.spaces.insert(pid, Rc::default());
+        // A new program may run in another mount namespace (unshare -m, then exec).
+        self.roots.remove(&pid);
         self.refreshed.remove(&pid);
     }
 
@@ -127,6 +160,7 @@ impl ObjectNamer {
         while self.exited.len() > MAX_EXITED_SPACES {
             if let Some(old) = self.exited.pop_front() {
                 self.spaces.remove(&old);
+                self.roots.remove(&old);
                 self.refreshed.remove(&old);
             }
         }
@@ -243,7 +277,8 @@ impl ObjectNamer {
         let symbols = match ElfSymbols::open_mapped(&m.mapped_file(pid)) {
             Ok((mut symbols, _, _)) => {
                 if !symbols.has_symtab() {
-                    match super::debuginfo::find(pid, &m.path, &symbols) {
+                    let root = self.roots.get(&pid).cloned();
+                    match super::debuginfo::find(root.as_deref(), &m.path, &symbols) {
                         Some(d) => {
                             log::debug!(
                                 "symbols of {} from {}",

@@ -96,6 +96,74 @@ fn read_at_most(mut file: impl Read, max: usize, what: &Path) -> io::Result<Vec<
     Ok(out)
 }
 
+/// Opens `path` inside the directory tree `root` (a process's root, held open), resolved
+/// as if `root` were `/`: no symbolic link or `..` leads out of it. A regular file of at
+/// most `max` bytes, as [`open_regular`].
+pub fn open_regular_in(
+    root: std::os::fd::BorrowedFd<'_>,
+    path: &Path,
+    max: u64,
+) -> io::Result<File> {
+    use rustix::fs::{Mode, OFlags, ResolveFlags};
+    let rel = path.strip_prefix("/").unwrap_or(path);
+    let fd = rustix::fs::openat2(
+        root,
+        rel,
+        OFlags::RDONLY | OFlags::NONBLOCK | OFlags::NOCTTY | OFlags::CLOEXEC,
+        Mode::empty(),
+        ResolveFlags::IN_ROOT | ResolveFlags::NO_MAGICLINKS,
+    )?;
+    let file = File::from(fd);
+    let meta = file.metadata()?;
+    if !meta.is_file() {
+        return Err(invalid(format!(
+            "{} is {}",
+            path.display(),
+            type_name(meta.file_type())
+        )));
+    }
+    if meta.len() > max {
+        return Err(invalid(format!(
+            "{} is {} bytes, more than the {max} read at most",
+            path.display(),
+            meta.len()
+        )));
+    }
+    Ok(file)
+}
+
+/// Directories of a process's mount namespace held open, to open files there later, even
+/// after it has exited: its root, and its `/usr/lib/debug` (when the namespace goes
+/// away the mounts under the root are detached from it, but a mount whose directory is
+/// held open stays reachable through it).
+#[derive(Debug)]
+pub struct ProcRoot {
+    /// Its root directory.
+    pub root: std::os::fd::OwnedFd,
+    /// Its /usr/lib/debug, when it has one.
+    pub debug: Option<std::os::fd::OwnedFd>,
+}
+
+/// The directories of `pid`'s mount namespace (see [`ProcRoot`]).
+pub fn open_root(pid: u32) -> io::Result<ProcRoot> {
+    use rustix::fs::{Mode, OFlags, ResolveFlags};
+    let path = super::process::proc_dir(pid).join("root");
+    let root = rustix::fs::open(
+        &path,
+        OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )?;
+    let debug = rustix::fs::openat2(
+        &root,
+        "usr/lib/debug",
+        OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        Mode::empty(),
+        ResolveFlags::IN_ROOT | ResolveFlags::NO_MAGICLINKS,
+    )
+    .ok();
+    Ok(ProcRoot { root, debug })
+}
+
 /// Reads a whole regular file of at most `max` bytes.
 pub fn read_regular(path: &Path, max: u64) -> io::Result<Vec<u8>> {
     let file = open_regular(path, max)?;
