@@ -398,6 +398,7 @@ impl Probes {
                 .inspect_err(|e| log::info!("uprobes one by one (no uprobe_multi): {e}"))
                 .ok()
         };
+        // (Relocated now, loaded into the kernel when first attached.)
         let traced = match ebpf.take_map(names::MAP_TRACED) {
             Some(aya::maps::Map::Array(data)) => {
                 TracedBytes::new(data, layout.words).map_err(|source| ProbeError::Mmap {
@@ -751,10 +752,10 @@ impl Probes {
     }
 
     /// The uprobe programs loaded for uprobe_multi links, by name.
-    pub fn multi_programs(&self) -> Vec<(&'static str, std::os::fd::BorrowedFd<'_>)> {
+    pub fn multi_programs(&self) -> Vec<(&'static str, std::rc::Rc<OwnedFd>)> {
         self.multi
             .as_ref()
-            .map(|m| m.programs().collect())
+            .map(|m| m.programs())
             .unwrap_or_default()
     }
 

@@ -65,10 +65,15 @@ fn bpf(cmd: u32, attr: &mut bpf_attr) -> io::Result<OwnedFd> {
     Ok(unsafe { OwnedFd::from_raw_fd(r as i32) })
 }
 
-/// The uprobe programs, loaded for uprobe_multi links.
+/// The uprobe programs for uprobe_multi links: relocated when rtm-trace loads, loaded
+/// into the kernel on first use (the verifier takes tens of ms for each, and a run
+/// without uprobes should not wait for them).
 #[derive(Debug)]
 pub struct MultiPrograms {
-    fds: HashMap<&'static str, OwnedFd>,
+    /// Relocated instructions, by program name.
+    insns: HashMap<&'static str, Vec<aya_obj::generated::bpf_insn>>,
+    license: CString,
+    fds: std::cell::RefCell<HashMap<&'static str, std::rc::Rc<OwnedFd>>>,
 }
 
 /// Why the programs could not be loaded for uprobe_multi links.
@@ -118,7 +123,7 @@ impl MultiPrograms {
         obj.relocate_calls(&text_sections)
             .map_err(|e| MultiError::Object(e.to_string()))?;
         let license = obj.license.clone();
-        let mut out = HashMap::new();
+        let mut insns = HashMap::new();
         for &name in names {
             let prog = obj
                 .programs
@@ -128,14 +133,36 @@ impl MultiPrograms {
                 .functions
                 .get(&prog.function_key())
                 .ok_or_else(|| MultiError::Object(format!("no function for {name}")))?;
-            out.insert(name, load_one(name, &f.instructions, &license)?);
+            insns.insert(name, f.instructions.clone());
         }
-        Ok(Self { fds: out })
+        Ok(Self {
+            insns,
+            license,
+            fds: Default::default(),
+        })
     }
 
-    /// The programs, by name.
-    pub fn programs(&self) -> impl Iterator<Item = (&'static str, std::os::fd::BorrowedFd<'_>)> {
-        self.fds.iter().map(|(n, fd)| (*n, fd.as_fd()))
+    /// The program `name`, loaded on first use.
+    fn program(&self, name: &'static str) -> Result<std::rc::Rc<OwnedFd>, MultiError> {
+        if let Some(fd) = self.fds.borrow().get(name) {
+            return Ok(fd.clone());
+        }
+        let insns = self
+            .insns
+            .get(name)
+            .ok_or_else(|| MultiError::Object(format!("no program {name}")))?;
+        let fd = std::rc::Rc::new(load_one(name, insns, &self.license)?);
+        self.fds.borrow_mut().insert(name, fd.clone());
+        Ok(fd)
+    }
+
+    /// The programs loaded so far, by name.
+    pub fn programs(&self) -> Vec<(&'static str, std::rc::Rc<OwnedFd>)> {
+        self.fds
+            .borrow()
+            .iter()
+            .map(|(n, fd)| (*n, fd.clone()))
+            .collect()
     }
 
     /// Attaches program `name` at `offsets` of the file `path` (each with its cookie),
@@ -150,10 +177,7 @@ impl MultiPrograms {
         pid: Option<u32>,
         ret: bool,
     ) -> io::Result<OwnedFd> {
-        let prog = self
-            .fds
-            .get(name)
-            .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, name))?;
+        let prog = self.program(name).map_err(io::Error::other)?;
         let path = CString::new(path.as_os_str().as_bytes())
             .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
         // SAFETY: plain data, zeroed.

@@ -67,7 +67,8 @@ impl Probes {
         // The uprobe programs loaded for uprobe_multi links: their descriptors' fdinfo.
         for (name, fd) in self.multi_programs() {
             use std::os::fd::AsRawFd as _;
-            let Ok(info) = std::fs::read_to_string(format!("/proc/self/fdinfo/{}", fd.as_raw_fd()))
+            let Ok(info) =
+                std::fs::read_to_string(format!("/proc/self/fdinfo/{}", fd.as_ref().as_raw_fd()))
             else {
                 continue;
             };

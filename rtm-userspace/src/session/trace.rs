@@ -99,7 +99,16 @@ impl State {
     fn add_threads(&mut self, pid: u32, now_ns: u64) {
         for tid in process::thread_ids(pid) {
             let key = crate::model::sync_graph::ThreadKey { pid, tid };
-            if self.model.thread_seen(key, now_ns).new_thread.is_some() {
+            let a = self.model.thread_seen(key, now_ns);
+            if a.new_process.is_some() {
+                // Its maps now, while it lives (names resolve after it exits); its
+                // events will not say it is new any more.
+                self.namer.remember(pid);
+                if let Some(c) = process::comm(pid) {
+                    self.comms.insert(pid, c);
+                }
+            }
+            if a.new_thread.is_some() {
                 self.model.set_thread_info(
                     key,
                     process::thread_name(pid, tid),
