@@ -462,3 +462,37 @@ fn full_mode_follows_a_program_started_through_a_wrapper() {
         }
     }
 }
+
+#[test]
+fn full_mode_counts_exactly_on_its_fallback_paths() {
+    if !can_trace("full_mode_counts_exactly_on_its_fallback_paths") {
+        return;
+    }
+    // RTM_TRACE_FALLBACKS=1: no BTF tracepoints and one perf-event uprobe per probe (no
+    // uprobe_multi links), as on kernels that have neither.
+    let dir = TempDir::new("full-fallbacks");
+    let json = dir.join("o.json");
+    let out = run(
+        Command::new(rtm_bin())
+            .env("RTM_TRACE_FALLBACKS", "1")
+            .args(["--mode", "full", "-v", "-o", "/dev/null", "--json"])
+            .arg(&json)
+            .arg("--")
+            .arg(workload("mutex_workload"))
+            .args(ARGS),
+        T,
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    let truth: u64 = truths(&String::from_utf8_lossy(&out.stdout))
+        .iter()
+        .map(|t| t.get("shared"))
+        .sum();
+    let doc = read_json(&json);
+    let lock = object(&doc, "mutex", "shared_lock");
+    assert_eq!(lock["acquisitions"].as_u64(), Some(truth), "{lock}");
+    assert!(
+        err.contains("uprobes are removed in the background"),
+        "{err}"
+    );
+}
