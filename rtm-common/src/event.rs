@@ -557,11 +557,17 @@ mod user_impls {
     use super::*;
     // SAFETY: plain-old-data, #[repr(C)], every bit pattern valid, no padding.
     unsafe impl aya::Pod for EventHeader {}
+    // SAFETY: as above.
     unsafe impl aya::Pod for SyncEvent {}
+    // SAFETY: as above.
     unsafe impl aya::Pod for FutexWaitEvent {}
+    // SAFETY: as above.
     unsafe impl aya::Pod for PendingFutex {}
+    // SAFETY: as above.
     unsafe impl aya::Pod for TaskEvent {}
+    // SAFETY: as above.
     unsafe impl aya::Pod for PendingCall {}
+    // SAFETY: as above.
     unsafe impl aya::Pod for ThreadCalls {}
 
     impl core::fmt::Display for Primitive {

@@ -143,3 +143,51 @@ pub const MAX_PENDING: u32 = 16384;
 pub const MAX_WAKERS: u32 = 32768;
 /// Default ring buffer size in bytes (a power of two, a multiple of the page size).
 pub const DEFAULT_RING_BYTES: u32 = 8 * 1024 * 1024;
+
+/// Every map the loader asks the object for by name (the sync rings are listed in
+/// [`MAP_SYNC_RINGS`]).
+pub const ALL_MAPS: &[&str] = &[
+    MAP_EVENTS,
+    MAP_TRACED_TGIDS,
+    MAP_PENDING,
+    MAP_LOSSES,
+    MAP_TRACED,
+    MAP_FUTEX_SLOTS,
+    MAP_FUTEX_DONE,
+    MAP_PENDING_FUTEX,
+    MAP_WAKERS,
+    MAP_MPI_PENDING,
+    MAP_MPI_LAYOUT,
+];
+/// Every program the loader asks the object for by name.
+pub const ALL_PROGRAMS: &[&str] = &[
+    PROG_MPI_ENTER,
+    PROG_MPI_RETURN,
+    PROG_CALL_ENTER,
+    PROG_CALL_RETURN,
+    PROG_CALL_MARK,
+    PROG_FUTEX_ENTER,
+    PROG_FUTEX_ENTER_RAW,
+    PROG_FUTEX_EXIT,
+    PROG_FUTEX_WAKING,
+    PROG_FUTEX_WAKEUP,
+    PROG_FUTEX_EXIT_TP,
+    PROG_TASK_NEW,
+    PROG_TASK_EXIT,
+    PROG_TASK_EXEC,
+];
+/// Every global the loader sets at load.
+pub const ALL_GLOBALS: &[&str] = &[
+    GLOBAL_SYNC_RING_MASK,
+    GLOBAL_FOLLOW_FORKS,
+    GLOBAL_COUNT_WAKES,
+    GLOBAL_WAKEUP_BYTES,
+    GLOBAL_WAKING,
+    GLOBAL_NOTE_WAKER,
+    GLOBAL_REALTIME_OFFSET,
+    GLOBAL_TASK_PID,
+    GLOBAL_TASK_TGID,
+    GLOBAL_TASK_PCOUNT,
+    GLOBAL_TASK_RUN_DELAY,
+    GLOBAL_FUTEX_SLOT_MASK,
+];

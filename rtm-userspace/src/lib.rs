@@ -20,3 +20,30 @@ pub static EBPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DI
 
 #[cfg(test)]
 mod fuzz_tests;
+
+#[cfg(test)]
+mod object_tests {
+    use object::{Object as _, ObjectSymbol as _};
+    use rtm_common::names;
+
+    /// Every map, program and global the loader names is in the object built here: a
+    /// name changed on one side only is caught without loading anything.
+    #[test]
+    fn the_ebpf_object_has_every_name_the_loader_asks_for() {
+        if super::EBPF_OBJECT.is_empty() {
+            panic!("built without the eBPF object (bpf-linker missing): run cargo xtask setup");
+        }
+        let obj = object::File::parse(super::EBPF_OBJECT).expect("the eBPF object parses");
+        let symbols: std::collections::HashSet<&str> =
+            obj.symbols().filter_map(|s| s.name().ok()).collect();
+        let wanted = names::ALL_MAPS
+            .iter()
+            .chain(names::MAP_SYNC_RINGS.iter())
+            .chain(names::ALL_PROGRAMS)
+            .chain(names::ALL_GLOBALS);
+        let missing: Vec<&&str> = wanted.filter(|n| !symbols.contains(**n)).collect();
+        assert!(missing.is_empty(), "not in the eBPF object: {missing:?}");
+        // The check can fail: a name that is not there is not found.
+        assert!(!symbols.contains("no_such_program_rtm"));
+    }
+}

@@ -140,6 +140,12 @@ pub enum ProbeError {
         #[source]
         source: ProgramError,
     },
+    /// This binary was built without its eBPF programs (bpf-linker was missing).
+    #[error(
+        "this rtm-trace was built without its eBPF programs (bpf-linker was not on PATH at \
+         build time): run `cargo xtask build` (or `cargo xtask setup` and build again)"
+    )]
+    NoObject,
     /// The object lacks a program or map this binary expects (build mismatch).
     #[error("the eBPF object has no {0}: rebuild rtm-trace")]
     Missing(&'static str),
@@ -293,6 +299,9 @@ impl Probes {
         follow_forks: bool,
         count_wakes: bool,
     ) -> Result<Self, ProbeError> {
+        if object.is_empty() {
+            return Err(ProbeError::NoObject);
+        }
         let follow: u32 = follow_forks.into();
         let wakes: u32 = count_wakes.into();
         let layout = Layout::new(ring_bytes, !count_wakes);
@@ -824,10 +833,12 @@ impl Probes {
         }
         // `go`: rtm-trace to the background process (release now); `told`: its pid back.
         let (mut go, mut told) = ([0i32; 2], [0i32; 2]);
-        // SAFETY: valid two-element arrays.
-        if unsafe { libc::pipe2(go.as_mut_ptr(), libc::O_CLOEXEC) } != 0
-            || unsafe { libc::pipe2(told.as_mut_ptr(), libc::O_CLOEXEC) } != 0
-        {
+        // SAFETY: valid two-element arrays for the two new descriptors each.
+        let made = unsafe {
+            libc::pipe2(go.as_mut_ptr(), libc::O_CLOEXEC) == 0
+                && libc::pipe2(told.as_mut_ptr(), libc::O_CLOEXEC) == 0
+        };
+        if !made {
             drop(self);
             return None;
         }

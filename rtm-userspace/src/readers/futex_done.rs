@@ -98,9 +98,9 @@ impl LeftWaits {
     /// The futex entry of thread `tid` of `pid`.
     fn entry(&self, pid: u32, tid: u32) -> Option<PendingFutex> {
         match futex_slot_index(tid, self.mask) {
-            // SAFETY: a slot of the FUTEX_SLOTS mapping, read once the programs are
-            // detached.
             Some(slot) => {
+                // SAFETY: a slot of the FUTEX_SLOTS mapping, read once the programs are
+                // detached.
                 Some(unsafe { slot_at::<PendingFutex>(&self.entries, slot).read_volatile() })
             }
             None => self
