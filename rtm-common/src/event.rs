@@ -245,6 +245,12 @@ abi_enum! {
 /// Linux `CLONE_THREAD`: a [`TaskOp::Spawn`] that created a thread, not a process.
 pub const CLONE_THREAD: u64 = 0x0001_0000;
 
+/// A process's value in the in-kernel filter (its byte in the TRACED array, its value
+/// in TRACED_TGIDS): traced.
+pub const TRACED_ON: u8 = 1;
+/// Traced, and the processes it forks are traced from birth with this same value.
+pub const TRACED_FOLLOW: u8 = 2;
+
 /// A thread or process lifecycle event from the sched/task tracepoints.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

@@ -78,8 +78,6 @@ pub const PROG_TASK_EXIT: &str = "task_exit";
 /// sched/sched_process_exec.
 pub const PROG_TASK_EXEC: &str = "task_exec";
 
-/// Global in the eBPF object: 1 to add processes forked by a traced process to the filter.
-pub const GLOBAL_FOLLOW_FORKS: &str = "FOLLOW_FORKS";
 /// Global in the eBPF object: 1 to follow futex wakes to their return (full mode: the
 /// threads a pthread_cond_signal/broadcast woke); 0 skips that work.
 pub const GLOBAL_COUNT_WAKES: &str = "COUNT_WAKES";
@@ -179,7 +177,6 @@ pub const ALL_PROGRAMS: &[&str] = &[
 /// Every global the loader sets at load.
 pub const ALL_GLOBALS: &[&str] = &[
     GLOBAL_SYNC_RING_MASK,
-    GLOBAL_FOLLOW_FORKS,
     GLOBAL_COUNT_WAKES,
     GLOBAL_WAKEUP_BYTES,
     GLOBAL_WAKING,

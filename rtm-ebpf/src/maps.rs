@@ -34,14 +34,15 @@ pub static EVENTS_3: RingBuf = RingBuf::with_byte_size(4096, 0);
 #[unsafe(no_mangle)]
 pub static SYNC_RING_MASK: Global<u32> = Global::new(0);
 
-/// One byte per tgid, nonzero for a traced process, eight to an element: the filter every
+/// One byte per tgid, nonzero for a traced process (TRACED_FOLLOW: its forks are traced
+/// too), eight to an element: the filter every
 /// hot path reads (an array element costs a fraction of a hash lookup). Userspace sizes
 /// it to pid_max and writes its bytes through a shared mapping; programs write only the
 /// byte of a tgid they add. A tgid past its end falls back to TRACED_TGIDS.
 #[map(name = "TRACED")]
 pub static TRACED: Array<u64> = Array::with_max_entries(DEFAULT_TRACED_WORDS, BPF_F_MMAPABLE);
 
-/// tgid -> 1 for each traced process: the whole set, which TRACED mirrors.
+/// tgid -> its filter value for each traced process: the whole set, which TRACED mirrors.
 #[map(name = "TRACED_TGIDS")]
 pub static TRACED_TGIDS: HashMap<u32, u32> = HashMap::with_max_entries(MAX_TRACED_TGIDS, 0);
 
@@ -190,10 +191,6 @@ pub static TASK_TGID: Global<u32> = Global::new(0);
 pub static TASK_PCOUNT: Global<u32> = Global::new(0);
 #[unsafe(no_mangle)]
 pub static TASK_RUN_DELAY: Global<u32> = Global::new(0);
-
-/// 1: processes forked by a traced process are traced too (set by userspace at load).
-#[unsafe(no_mangle)]
-pub static FOLLOW_FORKS: Global<u32> = Global::new(0);
 
 /// Bytes waiting in EVENTS before a record wakes the reader (set by userspace at load).
 #[unsafe(no_mangle)]

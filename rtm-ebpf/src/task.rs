@@ -1,14 +1,15 @@
 //! Thread and process lifecycle from the task and sched tracepoints: who created whom,
-//! exits and execs. Processes forked by a traced process join the filter when
-//! `FOLLOW_FORKS` is set, before the child runs.
+//! exits and execs. Processes forked by a process traced with `TRACED_FOLLOW` join the
+//! filter with the same value, before the child runs.
 
+use aya_ebpf::helpers::bpf_get_current_pid_tgid;
 use aya_ebpf::{helpers::bpf_get_current_comm, macros::tracepoint, programs::TracePointContext};
-use rtm_common::{CLONE_THREAD, EventKind, Primitive, SyncOp, TaskEvent, TaskOp};
+use rtm_common::{CLONE_THREAD, EventKind, Primitive, SyncOp, TRACED_FOLLOW, TaskEvent, TaskOp};
 
 use crate::{
     emit::{self, header, now},
     filter::{self, traced_pid_tgid},
-    maps::{FOLLOW_FORKS, forget_thread, innermost},
+    maps::{forget_thread, innermost},
 };
 
 /// task/task_newtask fields.
@@ -37,17 +38,19 @@ fn send(pid_tgid: u64, op: TaskOp, child: u32, clone_flags: u64, comm: [u8; 16])
 /// task_newtask: runs in the parent, before the child is scheduled.
 #[tracepoint]
 pub fn task_new(ctx: TracePointContext) -> u32 {
-    let Some(pid_tgid) = traced_pid_tgid() else {
+    let pid_tgid = bpf_get_current_pid_tgid();
+    let value = filter::traced_value((pid_tgid >> 32) as u32);
+    if value == 0 {
         return 0;
-    };
+    }
     // SAFETY: offsets of the tracepoint's fixed fields.
     let child = unsafe { ctx.read_at::<i32>(NEW_PID) }.unwrap_or(0) as u32;
     // SAFETY: as above.
     let flags = unsafe { ctx.read_at::<u64>(NEW_FLAGS) }.unwrap_or(0);
     // SAFETY: as above.
     let comm = unsafe { ctx.read_at::<[u8; 16]>(NEW_COMM) }.unwrap_or([0; 16]);
-    if flags & CLONE_THREAD == 0 && FOLLOW_FORKS.load() != 0 && child != 0 {
-        filter::trace(child);
+    if flags & CLONE_THREAD == 0 && value == TRACED_FOLLOW && child != 0 {
+        filter::trace(child, TRACED_FOLLOW);
     }
     if let Some(call) = innermost(pid_tgid) {
         // SAFETY: this thread's own entry; only this thread writes it.

@@ -1,23 +1,30 @@
-//! Command line. Validated up front so mistakes are reported before anything attaches.
+//! Command line: parsed and checked by clap, then turned into a [`TraceConfig`] (over
+//! the one `--config` gives, if any). Nothing below the front end sees these types.
 
 use std::{ffi::OsString, path::PathBuf, time::Duration};
 
 use clap::Parser;
 
-use crate::model::Limits;
+use crate::config::{self, CounterList, Mode, TraceConfig};
 
-/// What the probes watch.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Mode {
-    /// Only contended waits, from the futex system calls: nothing on the fast path,
-    /// cheap enough for production. Waits are keyed by the futex word (for a mutex, its
-    /// address) and name the thread whose wake ended them. Uncontended acquisitions,
-    /// hold times and which pthread call waited are not seen.
-    Contention,
-    /// Every pthread call, with uprobes: exact counts, hold times, condition variables,
-    /// barriers, rwlocks, spinlocks, semaphores, create/join. About a microsecond per call.
-    Full,
+impl clap::ValueEnum for Mode {
+    fn value_variants<'a>() -> &'a [Self] {
+        &[Mode::Contention, Mode::Full]
+    }
+
+    fn to_possible_value(&self) -> Option<clap::builder::PossibleValue> {
+        use clap::builder::PossibleValue;
+        Some(match self {
+            Mode::Contention => PossibleValue::new("contention").help(
+                "Only contended waits, from the futex system calls: nothing on the fast \
+                 path, cheap enough for production",
+            ),
+            Mode::Full => PossibleValue::new("full").help(
+                "Every pthread call, with uprobes: exact counts, hold times, condition \
+                 variables, barriers, rwlocks, create/join. About a microsecond per call",
+            ),
+        })
+    }
 }
 
 /// Attach to running processes (or launch one) and show where their threads wait on each
@@ -55,14 +62,14 @@ pub struct Cli {
     #[arg(short, long, value_name = "SECS", value_parser = parse_interval)]
     pub interval: Option<Duration>,
 
-    /// Performance counters to read, by `perf list` name, comma-separated ("default"
-    /// for all known, "none" for none). Ones this machine cannot count are reported.
-    #[arg(long, value_name = "LIST", default_value = "default",
-          value_parser = parse_counters)]
-    pub counters: CounterList,
+    /// Performance counters to read, by `perf list` name, comma-separated ("default",
+    /// the default, for all known; "none" for none). Ones this machine cannot count are
+    /// reported.
+    #[arg(long, value_name = "LIST", value_parser = parse_counters)]
+    pub counters: Option<CounterList>,
 
-    /// A TOML file overriding the thresholds that flag trouble in the system
-    /// (docs/config.md).
+    /// A TOML file describing the trace (docs/config.md): thresholds that flag trouble
+    /// in the system, and any option below; the command line overrides it.
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
 
@@ -74,28 +81,29 @@ pub struct Cli {
     #[arg(short, long, value_name = "FILE")]
     pub output: Option<PathBuf>,
 
-    /// Rows per table in the report.
-    #[arg(long, value_name = "N", default_value_t = 10)]
-    pub top: usize,
+    /// Rows per table in the report (default 10).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=config::MAX_TOP as u64))]
+    pub top: Option<u64>,
 
-    /// Ring buffer size in bytes (a power of two, at least 4096; in contention mode shared by
-    /// a ring per CPU, up to 4); raise it if events are lost.
-    #[arg(long, value_name = "BYTES", default_value_t = rtm_common::names::DEFAULT_RING_BYTES,
-          value_parser = parse_ring_size)]
-    pub ring_size: u32,
+    /// Ring buffer size in bytes (a power of two, at least 4096; default 8 MiB; in
+    /// contention mode shared by a ring per CPU, up to 4); raise it if events are lost.
+    #[arg(long, value_name = "BYTES", value_parser = parse_ring_size)]
+    pub ring_size: Option<u32>,
 
-    /// Most distinct mutexes tracked; events beyond are counted, not recorded.
-    #[arg(long, value_name = "N", default_value_t = Limits::default().max_objects)]
-    pub max_objects: usize,
+    /// Most distinct objects tracked (default 200000); events beyond are counted, not
+    /// recorded.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    pub max_objects: Option<u64>,
 
-    /// Most distributions that keep percentiles (1-16 KiB each); beyond, exact counts,
-    /// totals, min and max only.
-    #[arg(long, value_name = "N", default_value_t = Limits::default().max_histograms)]
-    pub max_histograms: usize,
+    /// Most distributions that keep percentiles (1-16 KiB each; default 2048); beyond,
+    /// exact counts, totals, min and max only.
+    #[arg(long, value_name = "N")]
+    pub max_histograms: Option<usize>,
 
-    /// What to trace: contended waits only (near-zero overhead), or every pthread call.
-    #[arg(short, long, value_enum, default_value_t = Mode::Contention)]
-    pub mode: Mode,
+    /// What to trace (default: contention): contended waits only (near-zero overhead),
+    /// or every pthread call.
+    #[arg(short, long, value_enum)]
+    pub mode: Option<Mode>,
 
     /// Full mode: probe every pthread function, not only those the program and its
     /// libraries import (each probe costs ~0.1 s to remove at exit). Use it when the
@@ -108,7 +116,7 @@ pub struct Cli {
     pub follow: bool,
 
     /// Do not trace processes the targets fork.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "follow")]
     pub no_follow: bool,
 
     /// Probe the MPI library each traced process maps (or a launched command's ranks
@@ -166,45 +174,31 @@ pub struct MergeCli {
     pub top: usize,
 }
 
-/// Longest --duration: a year (a tracer meant to run longer is the agent's job).
-pub const MAX_DURATION_SECS: f64 = 366.0 * 86_400.0;
-
 /// Seconds in `[min, max]`, refused otherwise (never a panic on 1e30, NaN or -0).
 fn parse_secs_in(s: &str, min: f64, max: f64) -> Result<Duration, String> {
     let v: f64 = s
         .trim()
         .parse()
         .map_err(|_| format!("`{s}` is not a number of seconds"))?;
-    if !v.is_finite() || v <= 0.0 {
-        return Err("must be a positive number of seconds".into());
-    }
-    if v < min || v > max {
-        return Err(format!("must be between {min} and {max} seconds"));
-    }
-    Duration::try_from_secs_f64(v).map_err(|e| e.to_string())
+    config::secs_in(v, min, max)
 }
 
 fn parse_duration(s: &str) -> Result<Duration, String> {
-    parse_secs_in(s, 0.000_001, MAX_DURATION_SECS)
+    parse_secs_in(s, 0.000_001, config::MAX_DURATION_SECS)
 }
 
 fn parse_interval(s: &str) -> Result<Duration, String> {
-    parse_secs_in(s, 0.01, 86_400.0)
+    parse_secs_in(s, config::INTERVAL_SECS.0, config::INTERVAL_SECS.1)
 }
 
-/// Largest --ring-size: 1 GiB.
-const MAX_RING_BYTES: u32 = 1 << 30;
-
 fn parse_ring_size(s: &str) -> Result<u32, String> {
-    let v: u32 = s
-        .parse()
-        .map_err(|_| format!("`{s}` is not a byte count (at most {MAX_RING_BYTES})"))?;
-    if !(4096..=MAX_RING_BYTES).contains(&v) || !v.is_power_of_two() {
-        return Err(format!(
-            "must be a power of two from 4096 to {MAX_RING_BYTES} (e.g. 16777216)"
-        ));
-    }
-    Ok(v)
+    let v: u32 = s.parse().map_err(|_| {
+        format!(
+            "`{s}` is not a byte count (at most {})",
+            config::MAX_RING_BYTES
+        )
+    })?;
+    config::check_ring_bytes(v)
 }
 
 /// Usage errors found after parsing.
@@ -224,63 +218,72 @@ pub enum UsageError {
     BadPid(u32),
 }
 
-/// The counters `--counters` named.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CounterList(pub Vec<&'static str>);
-
 fn parse_counters(s: &str) -> Result<CounterList, String> {
-    crate::readers::counters::parse_list(s)
-        .map(CounterList)
-        .map_err(|e| e.to_string())
+    s.parse()
 }
 
 impl Cli {
-    /// How often system statistics and counters are sampled.
-    pub fn sample_every(&self) -> Duration {
-        self.interval.unwrap_or(Duration::from_secs(1))
-    }
-
-    /// Checks combinations clap cannot express.
-    pub fn validate(&self) -> Result<(), UsageError> {
-        match (
-            self.pids.is_empty() && self.comms.is_empty(),
-            self.command.is_empty(),
-        ) {
-            (true, true) => return Err(UsageError::NoTarget),
-            (false, false) => return Err(UsageError::BothTargets),
-            _ => {}
+    /// The trace this command line describes, over `base` (what `--config` gave, or
+    /// the defaults): what the command line says wins.
+    pub fn into_config(self, base: TraceConfig) -> TraceConfig {
+        let mut c = base;
+        c.targets.pids.extend(self.pids);
+        c.targets.comms.extend(self.comms);
+        if !self.command.is_empty() {
+            c.targets.command = self.command;
         }
-        for (i, &p) in self.pids.iter().enumerate() {
-            if p == 0 || self.pids[..i].contains(&p) {
-                return Err(UsageError::BadPid(p));
-            }
+        c.mode = self.mode.unwrap_or(c.mode);
+        c.duration = self.duration.or(c.duration);
+        c.interval = self.interval.or(c.interval);
+        c.counters = self.counters.unwrap_or(c.counters);
+        if self.follow {
+            c.follow = Some(true);
+        } else if self.no_follow {
+            c.follow = Some(false);
         }
-        Ok(())
+        if self.mpi {
+            c.mpi = Some(true);
+        } else if self.no_mpi {
+            c.mpi = Some(false);
+        }
+        c.probe_all |= self.probe_all;
+        c.bpf_stats |= self.bpf_stats;
+        c.verbose |= self.verbose;
+        if let Some(r) = self.ring_size {
+            c.limits.ring_bytes = r;
+        }
+        if let Some(n) = self.max_objects {
+            c.limits.max_objects = n as usize;
+        }
+        if let Some(n) = self.max_histograms {
+            c.limits.max_histograms = n;
+        }
+        if let Some(t) = self.top {
+            c.output.top = t as usize;
+        }
+        c.output.report = self.output.or(c.output.report);
+        c.output.json = self.json.or(c.output.json);
+        c
     }
+}
 
-    /// Whether MPI libraries are probed: in full mode unless --no-mpi, in contention mode
-    /// (which must stay cheap for programs that poll MPI a million times a second) only
-    /// with --mpi.
-    pub fn probe_mpi(&self) -> bool {
-        match self.mode {
-            Mode::Full => !self.no_mpi,
-            Mode::Contention => self.mpi,
+/// Checks what a one-shot trace needs: something to trace, given one way.
+pub fn check_targets(c: &TraceConfig) -> Result<(), UsageError> {
+    let t = &c.targets;
+    match (
+        t.pids.is_empty() && t.comms.is_empty(),
+        t.command.is_empty(),
+    ) {
+        (true, true) => return Err(UsageError::NoTarget),
+        (false, false) => return Err(UsageError::BothTargets),
+        _ => {}
+    }
+    for (i, &p) in t.pids.iter().enumerate() {
+        if p == 0 || t.pids[..i].contains(&p) {
+            return Err(UsageError::BadPid(p));
         }
     }
-
-    /// Whether forked processes are traced: on by default when launching.
-    pub fn follow_forks(&self) -> bool {
-        !self.no_follow && (self.follow || !self.command.is_empty())
-    }
-
-    /// The model's caps.
-    pub fn limits(&self) -> Limits {
-        Limits {
-            max_objects: self.max_objects,
-            max_histograms: self.max_histograms,
-            ..Limits::default()
-        }
-    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -291,29 +294,34 @@ mod tests {
         Cli::try_parse_from(std::iter::once("rtm-trace").chain(args.iter().copied()))
     }
 
+    fn config(args: &[&str]) -> TraceConfig {
+        parse(args).unwrap().into_config(TraceConfig::default())
+    }
+
     #[test]
     fn pid_and_command_forms() {
-        let c = parse(&["-p", "12", "--pid", "13", "-d", "1.5"]).unwrap();
-        assert_eq!(c.pids, vec![12, 13]);
+        let c = config(&["-p", "12", "--pid", "13", "-d", "1.5"]);
+        assert_eq!(c.targets.pids, vec![12, 13]);
         assert_eq!(c.duration, Some(Duration::from_millis(1500)));
+        check_targets(&c).unwrap();
         c.validate().unwrap();
-        let c = parse(&["-i", "2", "--", "./app", "--flag", "-x"]).unwrap();
-        assert_eq!(c.command, vec!["./app", "--flag", "-x"]);
-        c.validate().unwrap();
+        let c = config(&["-i", "2", "--", "./app", "--flag", "-x"]);
+        assert_eq!(c.targets.command, vec!["./app", "--flag", "-x"]);
+        check_targets(&c).unwrap();
     }
 
     #[test]
     fn bad_combinations_and_values_are_refused() {
         assert!(matches!(
-            parse(&[]).unwrap().validate(),
+            check_targets(&config(&[])),
             Err(UsageError::NoTarget)
         ));
         assert!(matches!(
-            parse(&["-p", "1", "--", "ls"]).unwrap().validate(),
+            check_targets(&config(&["-p", "1", "--", "ls"])),
             Err(UsageError::BothTargets)
         ));
         assert!(matches!(
-            parse(&["-p", "5", "-p", "5"]).unwrap().validate(),
+            check_targets(&config(&["-p", "5", "-p", "5"])),
             Err(UsageError::BadPid(5))
         ));
         assert!(parse(&["-p", "abc"]).is_err());
@@ -331,26 +339,61 @@ mod tests {
         assert!(parse(&["-p", "1", "--ring-size", "2147483648"]).is_err());
         assert!(parse(&["-p", "1", "--ring-size", "99999999999"]).is_err());
         assert!(parse(&["-p", "1", "--mode", "fast"]).is_err());
+        assert!(parse(&["-p", "1", "--top", "0"]).is_err());
+        assert!(parse(&["-p", "1", "--follow", "--no-follow"]).is_err());
+        // Whatever clap lets through, the config takes.
+        config(&[
+            "-p",
+            "1",
+            "-d",
+            "31622400",
+            "-i",
+            "86400",
+            "--ring-size",
+            "4096",
+        ])
+        .validate()
+        .unwrap();
     }
 
     #[test]
     fn mode_and_follow_defaults() {
-        let c = parse(&["-p", "1"]).unwrap();
+        let c = config(&["-p", "1"]);
         assert_eq!(c.mode, Mode::Contention);
         assert!(!c.follow_forks());
-        assert!(parse(&["-p", "1", "--follow"]).unwrap().follow_forks());
+        assert!(config(&["-p", "1", "--follow"]).follow_forks());
         assert!(!c.probe_mpi(), "contention mode probes MPI only with --mpi");
-        assert!(parse(&["-p", "1", "--mpi"]).unwrap().probe_mpi());
+        assert!(config(&["-p", "1", "--mpi"]).probe_mpi());
         assert!(parse(&["-p", "1", "--mpi", "--no-mpi"]).is_err());
-        let c = parse(&["--mode", "full", "--", "ls"]).unwrap();
+        let c = config(&["--mode", "full", "--", "ls"]);
         assert_eq!(c.mode, Mode::Full);
         assert!(c.probe_mpi());
-        assert!(
-            !parse(&["-m", "full", "--no-mpi", "-p", "1"])
-                .unwrap()
-                .probe_mpi()
-        );
+        assert!(!config(&["-m", "full", "--no-mpi", "-p", "1"]).probe_mpi());
         assert!(c.follow_forks());
-        assert!(!parse(&["--no-follow", "--", "ls"]).unwrap().follow_forks());
+        assert!(!config(&["--no-follow", "--", "ls"]).follow_forks());
+    }
+
+    #[test]
+    fn the_command_line_wins_over_the_config_file() {
+        let file = TraceConfig::from_toml(
+            "mode = \"full\"\ninterval = 5\n[output]\ntop = 3\n[targets]\ncomms = [\"app\"]\n",
+        )
+        .unwrap();
+        let c = parse(&["-i", "2", "-p", "7"])
+            .unwrap()
+            .into_config(file.clone());
+        assert_eq!(c.mode, Mode::Full, "kept from the file");
+        assert_eq!(c.output.top, 3, "kept from the file");
+        assert_eq!(
+            c.interval,
+            Some(Duration::from_secs(2)),
+            "the command line's"
+        );
+        assert_eq!(c.targets.comms, vec!["app"]);
+        assert_eq!(c.targets.pids, vec![7]);
+        let c = parse(&["-m", "contention", "--top", "7"])
+            .unwrap()
+            .into_config(file);
+        assert_eq!((c.mode, c.output.top), (Mode::Contention, 7));
     }
 }

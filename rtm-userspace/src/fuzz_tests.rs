@@ -85,7 +85,7 @@ fn any_record() -> impl Strategy<Value = Vec<u8>> {
 
 fn run_info() -> RunInfo {
     RunInfo {
-        mode: crate::cli::Mode::Full,
+        mode: crate::config::Mode::Full,
         command: Some(vec!["app\x1b[2J".into()]),
         targets: Vec::new(),
         host: "host".into(),

@@ -3,9 +3,14 @@
 //!
 //! Data flows one way: `target` finds and launches processes, `probes` loads the eBPF
 //! object and attaches it, `readers` decode what the kernel sends, `model` aggregates it
-//! (pure, no aya), `symbolize` names addresses, and `output` renders snapshots.
+//! (pure, no aya), `symbolize` names addresses, and `output` renders snapshots through
+//! sinks. The `engine` drives them: it owns the source of events, the model and the
+//! sinks, and runs the loop. Front ends build a [`config::TraceConfig`] and drive the
+//! engine: `session` is the one-shot command (`cli` is its command line).
 
 pub mod cli;
+pub mod config;
+pub mod engine;
 pub mod interrupt;
 pub mod model;
 pub mod output;

@@ -9,8 +9,10 @@ use serde::Serialize;
 use super::{
     RunInfo,
     dest::{Dest, DestError},
+    sink::{Moment, Sink},
+    text::Shown,
 };
-use crate::model::Snapshot;
+use crate::{config::TraceConfig, model::Snapshot};
 
 /// Format name, the first field of every document.
 pub const FORMAT: &str = "rtm-trace";
@@ -58,6 +60,42 @@ pub fn write(dest: &mut Dest, run: &RunInfo, snapshot: &Snapshot) -> Result<(), 
         serde_json::to_writer_pretty(&mut *w, &document(run, snapshot)).map_err(io::Error::from)?;
         w.write_all(b"\n")
     })
+}
+
+/// The JSON document as a sink, written once at the end to `output.json`.
+pub struct JsonSink {
+    dest: Dest,
+}
+
+/// The JSON document, when the config names a file for it (checked now).
+pub fn sink(c: &TraceConfig) -> Result<Option<Box<dyn Sink>>, DestError> {
+    c.output
+        .json
+        .as_deref()
+        .map(|path| {
+            Ok(Box::new(JsonSink {
+                dest: Dest::check(path)?,
+            }) as Box<dyn Sink>)
+        })
+        .transpose()
+}
+
+impl Sink for JsonSink {
+    fn name(&self) -> String {
+        "the JSON".into()
+    }
+
+    fn finish(&mut self, at: &Moment) -> Result<(), DestError> {
+        // The tracer's peak memory, up to the moment the document is written.
+        let mut run = at.run.clone();
+        run.tracer_max_rss_kib = crate::target::process::peak_rss_kib();
+        write(&mut self.dest, &run, at.snapshot)?;
+        crate::say!(
+            "rtm-trace: wrote {}",
+            Shown(&self.dest.path().display().to_string())
+        );
+        Ok(())
+    }
 }
 
 #[derive(Serialize)]

@@ -7,12 +7,33 @@ pub mod merged;
 mod mpi_report;
 pub mod report;
 mod sections;
+pub mod sink;
 mod system_report;
 pub mod text;
 
 use serde::Serialize;
 
-use crate::readers::{Losses, ReaderStats};
+use crate::{
+    config::TraceConfig,
+    readers::{Losses, ReaderStats},
+};
+
+/// Builds an output from the config, when the config asks for it; checks its
+/// destination before anything is traced.
+pub type MakeSink = fn(&TraceConfig) -> Result<Option<Box<dyn sink::Sink>>, dest::DestError>;
+
+/// Every output a trace writes, one line each, in the order they are written at the
+/// end (the report first, then the JSON whatever became of the report).
+pub const SINKS: &[MakeSink] = &[report::sink, json::sink];
+
+/// The outputs `config` asks for, their destinations checked.
+pub fn sinks(config: &TraceConfig) -> Result<Vec<Box<dyn sink::Sink>>, dest::DestError> {
+    let mut out = Vec::new();
+    for make in SINKS {
+        out.extend(make(config)?);
+    }
+    Ok(out)
+}
 
 /// One traced process.
 #[derive(Debug, Clone, Serialize)]
@@ -58,7 +79,7 @@ pub enum EndReason {
 #[derive(Debug, Clone, Serialize)]
 pub struct RunInfo {
     /// What was traced: `contention` (futex waits only) or `full` (every pthread call).
-    pub mode: crate::cli::Mode,
+    pub mode: crate::config::Mode,
     /// The launched command, in launch mode.
     pub command: Option<Vec<String>>,
     /// The traced processes.
@@ -83,5 +104,5 @@ pub struct RunInfo {
     pub tracer_max_rss_kib: Option<u64>,
     /// The eBPF programs' run counts and times and the maps' memory (`--bpf-stats`).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub bpf: Option<crate::probes::stats::BpfStats>,
+    pub bpf: Option<crate::readers::bpf_stats::BpfStats>,
 }

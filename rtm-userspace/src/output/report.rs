@@ -6,11 +6,17 @@ use std::fmt::Write as _;
 
 use super::{
     EndReason, RunInfo,
+    dest::{Dest, DestError},
     format::{count, mean_ns, ns, opt_ns, pct},
-    mpi_report, sections, system_report,
+    mpi_report, sections,
+    sink::{Moment, Sink},
+    system_report,
     text::{Shown, escape},
 };
-use crate::{cli::Mode, model::Snapshot};
+use crate::{
+    config::{Mode, TraceConfig},
+    model::Snapshot,
+};
 
 /// Renders rows as aligned columns; the first column is left-aligned, the rest right.
 /// Every cell is escaped (names in them come from the traced program).
@@ -276,7 +282,7 @@ pub fn render(title: &str, run: &RunInfo, s: &Snapshot, top: usize) -> String {
     out
 }
 
-fn bpf_stats(out: &mut String, b: &crate::probes::stats::BpfStats) {
+fn bpf_stats(out: &mut String, b: &crate::readers::bpf_stats::BpfStats) {
     let _ = writeln!(
         out,
         "\neBPF programs (kernel run-time statistics; maps: {} KiB locked)",
@@ -447,5 +453,53 @@ fn notes(out: &mut String, run: &RunInfo, s: &Snapshot) {
         for n in notes {
             let _ = writeln!(out, "  - {}", Shown(&n));
         }
+    }
+}
+
+/// The report as a sink: a summary at each interval (when asked for), the final report
+/// at the end, to standard output or a file.
+pub struct ReportSink {
+    dest: Dest,
+    top: usize,
+    summaries: bool,
+}
+
+/// The report, from the config: standard output unless `output.report` names a file
+/// (checked now, before anything is traced).
+pub fn sink(c: &TraceConfig) -> Result<Option<Box<dyn Sink>>, DestError> {
+    let dest = match &c.output.report {
+        Some(path) => Dest::check(path)?,
+        None => Dest::stdout(),
+    };
+    Ok(Some(Box::new(ReportSink {
+        dest,
+        top: c.output.top,
+        summaries: c.interval.is_some(),
+    })))
+}
+
+impl Sink for ReportSink {
+    fn name(&self) -> String {
+        "the report".into()
+    }
+
+    fn wants_intervals(&self) -> bool {
+        self.summaries
+    }
+
+    fn interval(&mut self, at: &Moment) -> Result<(), DestError> {
+        let secs = at.elapsed_ns as f64 / 1e9;
+        let text = render(
+            &format!("summary at +{secs:.1} s (cumulative)"),
+            at.run,
+            at.snapshot,
+            self.top.min(5),
+        );
+        self.dest.write(&mut |w| w.write_all(text.as_bytes()))
+    }
+
+    fn finish(&mut self, at: &Moment) -> Result<(), DestError> {
+        let text = render("final report", at.run, at.snapshot, self.top);
+        self.dest.write(&mut |w| w.write_all(text.as_bytes()))
     }
 }

@@ -7,7 +7,20 @@ use std::{
     path::Path,
 };
 
-use crate::{readers::LeftWaits, target::process};
+use crate::target::process;
+
+/// The maps that hold the threads' ended futex waits not yet sent (contention mode),
+/// taken out of the object for the reader to map.
+pub struct LeftWaitMaps {
+    /// FUTEX_DONE: each slot's last ended wait.
+    pub done: MapData,
+    /// FUTEX_SLOTS: each slot's wait in progress.
+    pub entries: MapData,
+    /// PENDING_FUTEX: waits of threads without a slot.
+    pub pending: MapData,
+    /// Slots in each array (a power of two).
+    pub slots: u32,
+}
 use aya::{
     Ebpf, EbpfLoader,
     maps::{Array, HashMap as BpfHashMap, MapData, MapError, PerCpuArray},
@@ -26,7 +39,7 @@ use super::{
     multi_uprobe::MultiPrograms,
     placement,
     pthread::{self, FULL_PROBES, LibraryError, ProbeKind, ProbeSpec, PthreadLibrary},
-    traced::TracedBytes,
+    traced::{Traced, TracedBytes},
 };
 
 const UPROBES: [&str; 5] = [
@@ -290,19 +303,12 @@ where
 
 impl Probes {
     /// Loads the object with a ring buffer of `ring_bytes` and loads every program.
-    /// With `follow_forks`, processes a traced process forks are traced from birth.
     /// `count_wakes` follows futex wakes to their return (full mode: threads woken per
     /// condition-variable signal).
-    pub fn load(
-        object: &[u8],
-        ring_bytes: u32,
-        follow_forks: bool,
-        count_wakes: bool,
-    ) -> Result<Self, ProbeError> {
+    pub fn load(object: &[u8], ring_bytes: u32, count_wakes: bool) -> Result<Self, ProbeError> {
         if object.is_empty() {
             return Err(ProbeError::NoObject);
         }
-        let follow: u32 = follow_forks.into();
         let wakes: u32 = count_wakes.into();
         let layout = Layout::new(ring_bytes, !count_wakes);
         let ring_mask = layout.rings - 1;
@@ -346,7 +352,6 @@ impl Probes {
             .map_max_entries(names::MAP_FUTEX_DONE, layout.slots)
             .override_global(names::GLOBAL_FUTEX_SLOT_MASK, &slot_mask, true)
             .override_global(names::GLOBAL_SYNC_RING_MASK, &ring_mask, true)
-            .override_global(names::GLOBAL_FOLLOW_FORKS, &follow, true)
             .override_global(names::GLOBAL_WAKEUP_BYTES, &wakeup, true)
             .override_global(names::GLOBAL_COUNT_WAKES, &wakes, true)
             .override_global(names::GLOBAL_WAKING, &waking, true)
@@ -448,8 +453,8 @@ impl Probes {
         &self.futex_entry
     }
 
-    /// Takes the ended futex waits not yet sent (once), mapped.
-    pub fn take_left_waits(&mut self) -> Result<LeftWaits, ProbeError> {
+    /// Takes the maps of the ended futex waits not yet sent (once).
+    pub fn take_left_wait_maps(&mut self) -> Result<LeftWaitMaps, ProbeError> {
         let mut take = |name: &'static str| {
             self.ebpf
                 .take_map(name)
@@ -462,9 +467,11 @@ impl Probes {
         let done = take(names::MAP_FUTEX_DONE)?;
         let entries = take(names::MAP_FUTEX_SLOTS)?;
         let pending = take(names::MAP_PENDING_FUTEX)?;
-        LeftWaits::new(done, entries, pending, self.slots).map_err(|source| ProbeError::Mmap {
-            name: names::MAP_FUTEX_SLOTS,
-            source,
+        Ok(LeftWaitMaps {
+            done,
+            entries,
+            pending,
+            slots: self.slots,
         })
     }
 
@@ -481,7 +488,7 @@ impl Probes {
     }
 
     /// Adds or removes a process from the in-kernel filter.
-    pub fn set_traced(&mut self, pid: u32, traced: bool) -> Result<(), ProbeError> {
+    pub fn set_traced(&mut self, pid: u32, traced: Traced) -> Result<(), ProbeError> {
         let map = self
             .ebpf
             .map_mut(names::MAP_TRACED_TGIDS)
@@ -490,14 +497,15 @@ impl Probes {
             BpfHashMap::try_from(map).map_err(map_err(names::MAP_TRACED_TGIDS))?;
         // The byte goes in after the set entry and out before it: the array never says
         // traced where the set does not.
-        if traced {
+        let value = traced.value();
+        if value != 0 {
             tgids
-                .insert(pid, 1, 0)
+                .insert(pid, u32::from(value), 0)
                 .map_err(map_err(names::MAP_TRACED_TGIDS))?;
-            self.traced.set(pid, true);
+            self.traced.set(pid, value);
             Ok(())
         } else {
-            self.traced.set(pid, false);
+            self.traced.set(pid, 0);
             match tgids.remove(&pid) {
                 Err(MapError::KeyNotFound) => Ok(()),
                 r => r,
@@ -507,7 +515,7 @@ impl Probes {
     }
 
     /// The loaded object.
-    pub(super) fn ebpf(&self) -> &Ebpf {
+    pub(crate) fn ebpf(&self) -> &Ebpf {
         &self.ebpf
     }
 
@@ -749,7 +757,7 @@ impl Probes {
     /// [`Probes::release`].
     pub fn stop(&mut self, pids: &[u32]) {
         for pid in pids {
-            if let Err(e) = self.set_traced(*pid, false) {
+            if let Err(e) = self.set_traced(*pid, Traced::No) {
                 log::debug!("untracing {pid}: {e}");
             }
         }

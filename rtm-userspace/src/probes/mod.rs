@@ -7,7 +7,7 @@ pub mod mpi;
 pub mod multi_uprobe;
 pub mod placement;
 pub mod pthread;
-pub mod stats;
 pub mod traced;
 
 pub use loader::{ProbeError, Probes};
+pub use traced::Traced;

@@ -37,8 +37,9 @@ impl TracedBytes {
         })
     }
 
-    /// Sets `tgid`'s byte; false when the array does not cover it.
-    pub fn set(&self, tgid: u32, traced: bool) -> bool {
+    /// Sets `tgid`'s byte to `value` (0: not traced); false when the array does not
+    /// cover it.
+    pub fn set(&self, tgid: u32, value: u8) -> bool {
         if tgid >= self.len {
             return false;
         }
@@ -49,8 +50,39 @@ impl TracedBytes {
                 .ptr()
                 .as_ptr()
                 .add(tgid as usize)
-                .write_volatile(u8::from(traced));
+                .write_volatile(value);
         }
         true
+    }
+}
+
+/// How a process stands in the in-kernel filter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Traced {
+    /// Not traced.
+    No,
+    /// Traced; the processes it forks are not.
+    Alone,
+    /// Traced, and so are the processes it forks, from birth (and theirs).
+    WithForks,
+}
+
+impl Traced {
+    /// Traced, following forks or not.
+    pub fn new(follow_forks: bool) -> Self {
+        if follow_forks {
+            Traced::WithForks
+        } else {
+            Traced::Alone
+        }
+    }
+
+    /// The filter's value.
+    pub fn value(self) -> u8 {
+        match self {
+            Traced::No => 0,
+            Traced::Alone => rtm_common::TRACED_ON,
+            Traced::WithForks => rtm_common::TRACED_FOLLOW,
+        }
     }
 }

@@ -28,6 +28,7 @@ use rtm_common::{
 };
 
 use super::ring_map::Mapping;
+use crate::probes::loader::LeftWaitMaps;
 use crate::target::{files::read_proc_text, process::monotonic_ns};
 
 /// The FUTEX_DONE map, mapped into this process, and the futex entries in flight.
@@ -45,9 +46,14 @@ pub struct LeftWaits {
 }
 
 impl LeftWaits {
-    /// Maps the arrays `done` (FUTEX_DONE) and `entries` (FUTEX_SLOTS) of `slots`
-    /// elements (a power of two); `pending` is PENDING_FUTEX.
-    pub fn new(done: MapData, entries: MapData, pending: MapData, slots: u32) -> io::Result<Self> {
+    /// Maps the arrays the probes hand over.
+    pub fn new(maps: LeftWaitMaps) -> io::Result<Self> {
+        let LeftWaitMaps {
+            done,
+            entries,
+            pending,
+            slots,
+        } = maps;
         debug_assert!(slots.is_power_of_two());
         let pending = aya::maps::Map::HashMap(pending)
             .try_into()

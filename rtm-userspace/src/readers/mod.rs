@@ -4,6 +4,7 @@
 //! the futex reader takes waits the programs have not sent yet.
 
 pub mod ambient;
+pub mod bpf_stats;
 pub mod counters;
 pub mod futex_done;
 pub mod losses;

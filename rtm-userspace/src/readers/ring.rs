@@ -27,7 +27,8 @@ impl ReaderStats {
         self.short_records + self.unknown_records
     }
 
-    fn count(&mut self, e: DecodeError) {
+    /// Counts a record that could not be decoded.
+    pub fn count(&mut self, e: DecodeError) {
         match e {
             DecodeError::Short { .. } => self.short_records += 1,
             DecodeError::UnknownKind(_)

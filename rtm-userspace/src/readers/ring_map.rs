@@ -16,7 +16,7 @@ use std::{
 
 use aya::maps::MapData;
 
-use super::mappings::page_size;
+use crate::target::host::page_size;
 
 /// Set in a record's length word while the producer still writes it.
 const BUSY_BIT: u32 = 1 << 31;

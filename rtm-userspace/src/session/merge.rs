@@ -7,7 +7,7 @@ use std::path::Path;
 use crate::{
     cli::MergeCli,
     model::task_merge::{self, Part},
-    output::{json, merged, text::Shown},
+    output::{dest::Dest, json, merged, text::Shown},
 };
 
 use super::SessionError;
@@ -89,7 +89,12 @@ pub fn merge(cli: MergeCli) -> Result<i32, SessionError> {
         what: "signal handlers".into(),
         source,
     })?;
-    let mut outputs = super::Outputs::check(cli.output.as_deref(), cli.json.as_deref())?;
+    // Destinations are checked before anything is read.
+    let mut report_to = match &cli.output {
+        Some(p) => Dest::check(p)?,
+        None => Dest::stdout(),
+    };
+    let mut json_to = cli.json.as_deref().map(Dest::check).transpose()?;
     let parts = cli
         .parts
         .iter()
@@ -99,8 +104,8 @@ pub fn merge(cli: MergeCli) -> Result<i32, SessionError> {
     let infos = merged::part_infos(&parts);
     let text = merged::render(&infos, &view, cli.top);
     // The report first, then the JSON, whatever became of the report.
-    let report = outputs.report.write(&mut |w| w.write_all(text.as_bytes()));
-    if let Some(dest) = &mut outputs.json {
+    let report = report_to.write(&mut |w| w.write_all(text.as_bytes()));
+    if let Some(dest) = &mut json_to {
         json::write_merged(dest, &infos, &view)?;
         crate::say!(
             "rtm-trace: wrote {}",

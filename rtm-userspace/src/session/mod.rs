@@ -1,19 +1,17 @@
-//! A tracing session: checks, launch, attach, the event loop, and the final outputs.
+//! The one-shot command, a front end over the engine: checks, launch, attach, the
+//! trace until the targets exit, the duration passes or a signal comes, and the final
+//! outputs; also `rtm-trace merge`.
 
-mod catch_up;
-mod exits;
-mod full_probes;
 mod input;
 mod merge;
-mod mpi_attach;
+mod oneshot;
 mod preflight;
-mod sampler;
-mod trace;
 
 use crate::{
-    cli::{Cli, UsageError},
-    output::dest::{Dest, DestError},
-    probes::ProbeError,
+    cli::{self, Cli, UsageError},
+    config::TraceConfig,
+    engine::EngineError,
+    output::dest::DestError,
     target::{
         launch::{self, LaunchError},
         process::{self, ProcessError},
@@ -35,9 +33,9 @@ pub enum SessionError {
     /// The command could not be launched.
     #[error(transparent)]
     Launch(#[from] LaunchError),
-    /// Probes could not be loaded or attached (boxed: it is large).
+    /// The engine could not trace (probes, ring buffers, reaping the command).
     #[error(transparent)]
-    Probe(Box<ProbeError>),
+    Engine(#[from] EngineError),
     /// A result could not be written (the report or the JSON).
     #[error(transparent)]
     Output(#[from] DestError),
@@ -50,9 +48,7 @@ pub enum SessionError {
         problem: String,
     },
     /// The config file is not valid.
-    #[error(
-        "config file {path}: {message}\n(the thresholds it may set are listed in docs/config.md)"
-    )]
+    #[error("config file {path}: {message}\n(what it may set is listed in docs/config.md)")]
     Config {
         /// The file.
         path: String,
@@ -73,12 +69,6 @@ pub enum SessionError {
     },
 }
 
-impl From<ProbeError> for SessionError {
-    fn from(e: ProbeError) -> Self {
-        SessionError::Probe(Box::new(e))
-    }
-}
-
 impl SessionError {
     /// The exit code for this error: 127 when a command could not be run (as a shell
     /// does), 2 for usage errors, 1 otherwise.
@@ -93,55 +83,56 @@ impl SessionError {
 
 pub use merge::merge;
 
-/// Where a session's results go, checked before anything is traced.
-pub(crate) struct Outputs {
-    /// The report: standard output or --output.
-    pub report: Dest,
-    /// --json.
-    pub json: Option<Dest>,
-}
-
-impl Outputs {
-    /// Checks every destination the command line names.
-    pub fn check(
-        report: Option<&std::path::Path>,
-        json: Option<&std::path::Path>,
-    ) -> Result<Self, DestError> {
-        Ok(Self {
-            report: report
-                .map(Dest::check)
-                .transpose()?
-                .unwrap_or_else(Dest::stdout),
-            json: json.map(Dest::check).transpose()?,
-        })
-    }
+/// The config file `path` (TOML), read with a bound and checked.
+fn read_config(path: &std::path::Path) -> Result<TraceConfig, SessionError> {
+    let config_err = |message: String| SessionError::Config {
+        path: path.display().to_string(),
+        message,
+    };
+    let text = input::read_text(path, input::MAX_CONFIG_BYTES)
+        .map_err(|e| config_err(format!("cannot read it: {e}")))?;
+    TraceConfig::from_toml(&text).map_err(config_err)
 }
 
 /// Runs a session; returns the exit code (the launched command's, or 0).
-pub fn run(mut cli: Cli) -> Result<i32, SessionError> {
-    cli.validate()?;
+pub fn run(cli: Cli) -> Result<i32, SessionError> {
+    // The config file first: the command line goes over it. A bad one is refused
+    // before anything is loaded or run.
+    let file = cli.config.clone();
+    let base = match &file {
+        Some(path) => read_config(path)?,
+        None => TraceConfig::default(),
+    };
+    let mut config = cli.into_config(base);
+    config.validate().map_err(|e| SessionError::Config {
+        path: file
+            .as_ref()
+            .map_or_else(|| "(none)".into(), |p| p.display().to_string()),
+        message: e.to_string(),
+    })?;
+    cli::check_targets(&config)?;
     // A destination that cannot be written is said before the trace, not after it.
-    let outputs = Outputs::check(cli.output.as_deref(), cli.json.as_deref())?;
-    for name in &cli.comms {
-        let found = process::named(name);
+    let sinks = crate::output::sinks(&config)?;
+    for name in config.targets.comms.clone() {
+        let found = process::named(&name);
         if found.is_empty() {
-            return Err(UsageError::NoSuchComm(name.clone()).into());
+            return Err(UsageError::NoSuchComm(name).into());
         }
         for pid in found {
-            if !cli.pids.contains(&pid) {
-                cli.pids.push(pid);
+            if !config.targets.pids.contains(&pid) {
+                config.targets.pids.push(pid);
             }
         }
     }
     preflight::check()?;
-    for &pid in &cli.pids {
+    for &pid in &config.targets.pids {
         process::check(pid)?;
     }
     // Fork before the runtime starts any thread.
-    let child = if cli.command.is_empty() {
+    let child = if config.targets.command.is_empty() {
         None
     } else {
-        Some(launch::spawn_gated(&cli.command)?)
+        Some(launch::spawn_gated(&config.targets.command)?)
     };
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -150,5 +141,5 @@ pub fn run(mut cli: Cli) -> Result<i32, SessionError> {
             what: "starting the async runtime".into(),
             source,
         })?;
-    rt.block_on(trace::trace(cli, child, outputs))
+    rt.block_on(oneshot::trace(config, child, sinks))
 }

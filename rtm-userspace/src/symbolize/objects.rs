@@ -66,11 +66,65 @@ pub struct Located {
 /// objects of the processes forgotten show as addresses.
 pub const MAX_EXITED_SPACES: usize = 1024;
 
+/// What was read of a live process's address space and root directory, on any thread
+/// (see [`ObjectNamer::learn`]).
+#[derive(Debug)]
+pub struct SpaceRead {
+    pid: u32,
+    mappings: Result<Vec<Mapping>, String>,
+    /// Its mount namespace and what its / and /usr/lib/debug are, and its root open.
+    root: Option<(Option<RootKey>, files::ProcRoot)>,
+}
+
+impl SpaceRead {
+    /// Reads `pid`'s mappings and opens its root directory: the /proc reads of
+    /// [`ObjectNamer::remember`], done apart from the namer (a worker thread does them
+    /// off the event path).
+    pub fn read(pid: u32) -> Self {
+        let mappings = process::mappings(pid).map_err(|e| e.to_string());
+        let root = match &mappings {
+            Ok(m) if !m.is_empty() => {
+                // What the process sees now: its mount namespace ("mnt:[N]") and which
+                // file systems its / and /usr/lib/debug are (something may be mounted
+                // there since).
+                let dir = process::proc_dir(pid);
+                let id = |p: std::path::PathBuf| {
+                    std::fs::metadata(p).map_or((0, 0), |m| {
+                        use std::os::unix::fs::MetadataExt as _;
+                        (m.dev(), m.ino())
+                    })
+                };
+                let key = std::fs::read_link(dir.join("ns/mnt"))
+                    .ok()
+                    .map(|ns| (ns, id(dir.join("root")), id(dir.join("root/usr/lib/debug"))));
+                files::open_root(pid).ok().map(|fd| (key, fd))
+            }
+            _ => None,
+        };
+        Self {
+            pid,
+            mappings,
+            root,
+        }
+    }
+
+    /// The process read.
+    pub fn pid(&self) -> u32 {
+        self.pid
+    }
+}
+
 impl ObjectNamer {
     /// Takes (or refreshes) a snapshot of `pid`'s mappings; keeps what is known when
     /// the process is gone.
     pub fn remember(&mut self, pid: u32) {
-        match process::mappings(pid) {
+        self.learn(SpaceRead::read(pid));
+    }
+
+    /// Takes in what [`SpaceRead::read`] found.
+    pub fn learn(&mut self, read: SpaceRead) {
+        let pid = read.pid;
+        match read.mappings {
             // An exiting process (a zombie) reads as empty: keep what the records say.
             Ok(m) if m.is_empty() => log::debug!("maps of {pid}: empty, the process is exiting"),
             Ok(m) => {
@@ -78,7 +132,9 @@ impl ObjectNamer {
                 if !space.holds(&m) {
                     Rc::make_mut(space).replace(m);
                 }
-                self.keep_root(pid);
+                if let Some((key, fd)) = read.root {
+                    self.keep_root(pid, key, fd);
+                }
             }
             Err(e) => log::debug!("maps of {pid}: {e}"),
         }
@@ -87,30 +143,15 @@ impl ObjectNamer {
     /// Holds `pid`'s root directory open: a stripped file's debug file may be only in
     /// its mount namespace, looked up when a name is wanted, perhaps after it exited.
     /// Processes of one mount namespace share one descriptor.
-    fn keep_root(&mut self, pid: u32) {
+    fn keep_root(&mut self, pid: u32, key: Option<RootKey>, fd: files::ProcRoot) {
         if self.roots.contains_key(&pid) {
             return;
         }
-        // What the process sees now: its mount namespace ("mnt:[N]") and which file
-        // systems its / and /usr/lib/debug are (something may be mounted there since).
-        let dir = process::proc_dir(pid);
-        let id = |p: std::path::PathBuf| {
-            std::fs::metadata(p).map_or((0, 0), |m| {
-                use std::os::unix::fs::MetadataExt as _;
-                (m.dev(), m.ino())
-            })
-        };
-        let key = std::fs::read_link(dir.join("ns/mnt"))
-            .ok()
-            .map(|ns| (ns, id(dir.join("root")), id(dir.join("root/usr/lib/debug"))));
         if let Some(shared) = key.as_ref().and_then(|k| self.root_of_ns.get(k)) {
             let shared = shared.clone();
             self.roots.insert(pid, shared);
             return;
         }
-        let Ok(fd) = files::open_root(pid) else {
-            return;
-        };
         let fd = Rc::new(fd);
         if let Some(k) = key {
             // Bounded: namespaces no remembered process uses any more are let go.

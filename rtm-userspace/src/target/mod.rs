@@ -3,6 +3,7 @@
 
 pub mod elf;
 pub mod files;
+pub mod host;
 pub mod launch;
 pub mod maps;
 pub mod process;

@@ -3,11 +3,9 @@
 use std::ffi::OsString;
 
 use crate::{
-    cli::Cli,
+    engine::EngineError,
     probes::{Probes, mpi, placement::Placement},
 };
-
-use super::SessionError;
 
 /// Whether two libraries are the same file (the same inode, whatever the path).
 fn same_file(a: &mpi::MpiLibrary, b: &mpi::MpiLibrary) -> bool {
@@ -43,10 +41,10 @@ pub(super) fn hint(pids: &[u32], command: Option<&[OsString]>) {
 /// the processes' threads are still traced.
 pub(super) fn attach(
     probes: &mut Probes,
-    cli: &Cli,
+    verbose: bool,
     pids: &[u32],
     command: Option<&[OsString]>,
-) -> Result<Vec<String>, SessionError> {
+) -> Result<Vec<String>, EngineError> {
     let mut attached = Vec::new();
     let mut report = |lib: &mpi::MpiLibrary, probed: Vec<(&str, Placement)>, whom: String| {
         if lib.layout.valid == 0 {
@@ -59,7 +57,7 @@ pub(super) fn attach(
                 lib.path.display()
             );
         }
-        if cli.verbose {
+        if verbose {
             crate::say!(
                 "rtm-trace: {whom}: {} MPI functions probed in {} ({})",
                 probed.len(),

@@ -3,17 +3,17 @@
 //! fork, once the tracer has seen the fork, and again while a child that has just
 //! exec'd has no pthread library mapped yet.
 
-use super::SessionError;
-use crate::output::Unprobed;
-use crate::target::{Module, files};
+use super::Settings;
 use crate::{
-    cli::{Cli, Mode},
+    config::Mode,
+    engine::{EngineError, Launched, source::ProcessChanges},
+    output::Unprobed,
     probes::{
         ProbeError, Probes,
         loader::{AttachReport, ProbeScope},
         pthread::{self, LibraryError, ProbeKind},
     },
-    target::process::monotonic_ns,
+    target::{Module, files, process::monotonic_ns},
 };
 
 /// How long full mode keeps trying to probe a forked process whose pthread library is
@@ -39,38 +39,50 @@ fn verbose_placements(pid: u32, r: &AttachReport) {
 
 /// The scope of the full-mode probes: for every process of the library when children
 /// are followed (they are then covered from their first instruction), else per process.
-fn scope(cli: &Cli) -> ProbeScope {
-    if cli.follow_forks() {
+fn scope(follow_forks: bool) -> ProbeScope {
+    if follow_forks {
         ProbeScope::Library
     } else {
         ProbeScope::Process
     }
 }
 
-/// Attaches the full-mode uprobes to `pid` and says what happened. `static_exe` is the
-/// launched program when it is statically linked (the pthread code is inside it);
-/// otherwise the probes go to the pthread library `probe_pid` maps.
-pub(super) fn attach_full(
+/// Which process to probe, and how.
+pub(super) struct Wanted<'a> {
+    /// The process.
+    pub pid: u32,
+    /// The process whose pthread library is probed (the tracer's own for a launched
+    /// command that has not exec'd yet).
+    pub probe_pid: u32,
+    /// The launched program when it is statically linked (the pthread code is inside).
+    pub static_exe: Option<&'a std::path::Path>,
+    /// What a launched target will run.
+    pub launched: Option<&'a Launched>,
+    /// Its forks are followed.
+    pub follow_forks: bool,
+    /// It was forked by a followed process.
+    pub forked: bool,
+}
+
+/// Attaches the full-mode uprobes to a process and says what happened.
+pub(super) fn attach(
     probes: &mut Probes,
-    cli: &Cli,
-    pid: u32,
-    probe_pid: u32,
-    static_exe: Option<&std::path::Path>,
-    launched: Option<&std::path::Path>,
-    forked: bool,
-) -> Result<AttachReport, SessionError> {
-    let scope = scope(cli);
-    let r = match static_exe {
+    settings: &Settings,
+    w: &Wanted,
+) -> Result<AttachReport, EngineError> {
+    let (pid, launched, forked) = (w.pid, w.launched, w.forked);
+    let scope = scope(w.follow_forks);
+    let r = match w.static_exe {
         Some(exe) => probes.attach_static(pid, exe, scope)?,
         None => {
-            let used = if cli.probe_all {
+            let used = if settings.probe_all {
                 None
-            } else if let Some(program) = launched {
+            } else if let Some(l) = launched {
                 // Launch mode: what the program and the libraries it needs import, and
                 // for a wrapper (env, nice, unshare, mpirun ...) what the programs named
                 // in its arguments import, which it will exec.
-                let mut used = pthread::used_by_program(program);
-                for arg in cli.command.iter().skip(1) {
+                let mut used = pthread::used_by_program(&l.program);
+                for arg in l.argv.iter().skip(1) {
                     if let Ok(p) = crate::target::launch::resolve_program(arg) {
                         used.extend(pthread::used_by_program(&p));
                     }
@@ -98,10 +110,10 @@ pub(super) fn attach_full(
             // likely a wrapper (env, nice, sh -c, a job launcher) about to exec the real
             // program, which keeps these probes: probe everything rather than nothing.
             let used = used.filter(|u| !(u.is_empty() && (launched.is_some() || forked)));
-            probes.attach_pthread(pid, probe_pid, used.as_ref(), scope)?
+            probes.attach_pthread(pid, w.probe_pid, used.as_ref(), scope)?
         }
     };
-    if cli.verbose && r.added {
+    if settings.verbose && r.added {
         verbose_placements(pid, &r);
         if !r.unused.is_empty() {
             crate::say!(
@@ -184,11 +196,8 @@ pub(super) struct ToProbe {
 /// Full mode's bookkeeping of followed processes.
 #[derive(Debug, Default)]
 pub(super) struct Follow {
-    /// Processes followed (forked by a traced process, traced from birth).
-    pub followed: Vec<u32>,
-    /// The processes traced from the start (given or launched): an exec of theirs is
-    /// probed like a followed one's.
-    pub targets: Vec<u32>,
+    /// The targets attached, each with whether its forks are followed.
+    pub targets: Vec<(u32, bool)>,
     /// Processes to probe.
     pending: Vec<ToProbe>,
     /// What went unprobed.
@@ -224,32 +233,25 @@ impl Follow {
 }
 
 /// Handles processes the targets forked (already in the in-kernel filter, put there by
-/// the fork tracepoint) and followed processes that exec'd: in full mode, a process
-/// whose library no probe covers gets its probes, retried while one that has just
-/// exec'd has no pthread library mapped yet; the time until then is recorded as
-/// unprobed. Followed processes that exited leave the filter.
+/// the fork tracepoint) and traced processes that exec'd: in full mode, a process whose
+/// library no probe covers gets its probes, retried while one that has just exec'd has
+/// no pthread library mapped yet; the time until then is recorded as unprobed.
 pub(super) fn follow(
     probes: &mut Probes,
-    cli: &Cli,
-    spawned: Vec<(u32, u64)>,
-    execd: Vec<(u32, u64)>,
-    gone: Vec<u32>,
+    settings: &Settings,
+    changes: ProcessChanges,
     f: &mut Follow,
     modules: &dyn Fn(u32) -> Vec<Module>,
 ) {
+    if settings.mode != Mode::Full {
+        return;
+    }
     let now = monotonic_ns();
-    for (pid, ts) in spawned {
-        if !cli.follow_forks() || f.followed.contains(&pid) {
-            continue;
-        }
-        f.followed.push(pid);
-        if cli.verbose {
-            crate::say!("rtm-trace: following forked process {pid}");
-        }
-        // A forked child runs its parent's program: probes for every process of its
-        // library already cover it (a fork storm costs no work here). Per-process
-        // probes do not: it gets its own.
-        if cli.mode == Mode::Full && scope(cli) == ProbeScope::Process {
+    // A forked child runs its parent's program: followed processes are probed for every
+    // process of their library, which covers it already (a fork storm costs no work
+    // here).
+    for (pid, ts) in changes.execd {
+        if !f.pending.iter().any(|p| p.pid == pid) {
             f.pending.push(ToProbe {
                 pid,
                 since_ns: ts,
@@ -257,23 +259,7 @@ pub(super) fn follow(
             });
         }
     }
-    if cli.mode == Mode::Full {
-        for (pid, ts) in execd {
-            let ours = f.followed.contains(&pid) || f.targets.contains(&pid);
-            if ours && !f.pending.iter().any(|p| p.pid == pid) {
-                f.pending.push(ToProbe {
-                    pid,
-                    since_ns: ts,
-                    first_try_ns: now,
-                });
-            }
-        }
-    }
-    for pid in gone {
-        if let Some(i) = f.followed.iter().position(|p| *p == pid) {
-            f.followed.swap_remove(i);
-            probes.stop(&[pid]);
-        }
+    for pid in changes.gone {
         // Exited before the tracer could look: unprobed only if what it ran was not
         // covered (the kernel's mapping records tell what that was).
         if let Some(i) = f.pending.iter().position(|p| p.pid == pid) {
@@ -292,20 +278,32 @@ pub(super) fn follow(
     // at each wake-up for a while (its exec and its first mappings wake the reader).
     let mut pending = std::mem::take(&mut f.pending);
     pending.retain(|p| {
+        // A target that does not follow its forks keeps probes of its own; followed
+        // processes (and following targets) share probes with their library.
+        let follow_forks = f.targets.iter().find(|t| t.0 == p.pid).is_none_or(|t| t.1);
+        let library_wide = scope(follow_forks) == ProbeScope::Library;
         // An exec of a program whose needs were met already (a script running the same
         // commands over and over) costs a read of its maps, not of its files.
         let exe = exe_id(p.pid);
         if exe.is_some_and(|id| f.handled.contains(&id)) {
             return false;
         }
-        match attach_full(probes, cli, p.pid, p.pid, None, None, true) {
+        let wanted = Wanted {
+            pid: p.pid,
+            probe_pid: p.pid,
+            static_exe: None,
+            launched: None,
+            follow_forks,
+            forked: true,
+        };
+        match attach(probes, settings, &wanted) {
             Ok(r) => {
-                if let Some(id) = exe.filter(|_| scope(cli) == ProbeScope::Library) {
+                if let Some(id) = exe.filter(|_| library_wide) {
                     f.handled.insert(id);
                 }
                 // New probes for it: its calls to those functions until now were not
                 // seen.
-                if r.added && scope(cli) == ProbeScope::Library {
+                if r.added && library_wide {
                     let functions: Vec<&str> = r.placed.iter().map(|p| p.function).collect();
                     let which = if functions.len() <= 4 {
                         functions.join(", ")
@@ -324,7 +322,7 @@ pub(super) fn follow(
                 }
                 false
             }
-            Err(SessionError::Probe(e))
+            Err(EngineError::Probe(e))
                 if matches!(*e, ProbeError::Library(LibraryError::NotFound { .. }))
                     && now.saturating_sub(p.first_try_ns) < UNPROBED_RETRY_NS =>
             {
@@ -341,11 +339,11 @@ pub(super) fn follow(
                 }
                 false
             }
-            Err(SessionError::Probe(e))
+            Err(EngineError::Probe(e))
                 if matches!(*e, ProbeError::Library(LibraryError::NotFound { .. })) =>
             {
                 // No pthread library after a while: a program that does not use them.
-                if cli.verbose {
+                if settings.verbose {
                     crate::say!("rtm-trace: PID {}: {e}; not probed", p.pid);
                 }
                 false

@@ -6,7 +6,7 @@ use std::os::fd::OwnedFd;
 
 use serde::Serialize;
 
-use super::Probes;
+use crate::probes::Probes;
 
 /// One eBPF program.
 #[derive(Debug, Clone, Serialize)]
@@ -44,11 +44,11 @@ pub fn enable() -> Result<OwnedFd, String> {
     aya::sys::enable_stats(aya::sys::Stats::RunTime).map_err(|e| e.to_string())
 }
 
-impl Probes {
-    /// Reads the statistics of this tracer's programs and maps now.
-    pub fn bpf_stats(&self) -> BpfStats {
+/// Reads the statistics of this tracer's programs and maps now.
+pub fn read(probes: &Probes) -> BpfStats {
+    {
         let mut s = BpfStats::default();
-        for (name, p) in self.ebpf().programs() {
+        for (name, p) in probes.ebpf().programs() {
             let Ok(info) = p.info() else { continue };
             let runs = info.run_count();
             let run_ns = info.run_time().as_nanos() as u64;
@@ -65,7 +65,7 @@ impl Probes {
             });
         }
         // The uprobe programs loaded for uprobe_multi links: their descriptors' fdinfo.
-        for (name, fd) in self.multi_programs() {
+        for (name, fd) in probes.multi_programs() {
             use std::os::fd::AsRawFd as _;
             let Ok(info) =
                 std::fs::read_to_string(format!("/proc/self/fdinfo/{}", fd.as_ref().as_raw_fd()))

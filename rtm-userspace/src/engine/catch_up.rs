@@ -23,11 +23,6 @@ pub struct CatchUp {
 }
 
 impl CatchUp {
-    /// Nothing raised yet.
-    pub fn new() -> Self {
-        Self::default()
-    }
-
     /// Called with whether records were left in the ring (or the kernel signalled a
     /// backlog); the first time they were, raises the calling thread's priority.
     pub fn update(&mut self, behind: bool) {

@@ -1,0 +1,363 @@
+//! The kernel as the engine's source: the eBPF programs, loaded when the first target
+//! is attached and released when the engine has nothing left to trace; the ring
+//! buffers; the address-space records; the waits left in the threads' slots.
+
+mod full;
+mod mpi;
+
+use std::{future::Future, io, os::fd::OwnedFd, pin::Pin};
+
+use rtm_common::{LossCounter, decode::Event};
+
+use super::{
+    EngineError, Target,
+    source::{ProcessChanges, Source},
+};
+use crate::{
+    EBPF_OBJECT,
+    config::{Mode, TraceConfig},
+    output::{TargetInfo, Unprobed},
+    probes::{Probes, Traced},
+    readers::{
+        EventReader, LeftWaits, Losses, MappingReader, MappingRecord, ReaderStats,
+        bpf_stats::{self, BpfStats},
+        ring_map::MappedRing,
+    },
+    symbolize::ObjectNamer,
+    target::{Module, elf::ElfSymbols, process},
+};
+
+/// What the kernel source needs of the trace's description.
+#[derive(Debug, Clone)]
+pub(super) struct Settings {
+    pub mode: Mode,
+    pub ring_bytes: u32,
+    pub probe_all: bool,
+    pub probe_mpi: bool,
+    /// MPI neither asked for nor refused: say when the targets use it.
+    pub hint_mpi: bool,
+    pub verbose: bool,
+    pub bpf_stats: bool,
+}
+
+impl Settings {
+    fn new(c: &TraceConfig) -> Self {
+        Self {
+            mode: c.mode,
+            ring_bytes: c.limits.ring_bytes,
+            probe_all: c.probe_all,
+            probe_mpi: c.probe_mpi(),
+            hint_mpi: c.mode == Mode::Contention && c.mpi.is_none(),
+            verbose: c.verbose,
+            bpf_stats: c.bpf_stats,
+        }
+    }
+}
+
+/// The programs while loaded, and what reads from them.
+struct Live {
+    probes: Probes,
+    reader: EventReader,
+    /// Contention mode leaves the threads' last waits in their slots.
+    left: Option<LeftWaits>,
+    mappings: Option<MappingReader>,
+    /// The kernel's run-time statistics, on while this is held (`--bpf-stats`).
+    _bpf_stats: Option<OwnedFd>,
+}
+
+/// The eBPF side, loaded on demand.
+pub struct KernelSource {
+    settings: Settings,
+    live: Option<Live>,
+    /// Counts of earlier loads (a daemon's targets came and went).
+    carried: Carried,
+    follow: full::Follow,
+}
+
+#[derive(Debug, Default)]
+struct Carried {
+    losses: [u64; LossCounter::COUNT as usize],
+    reader: ReaderStats,
+    mapping_lost: u64,
+}
+
+fn io_err(what: &'static str) -> impl FnOnce(io::Error) -> EngineError {
+    move |source| EngineError::Io {
+        what: what.to_owned(),
+        source,
+    }
+}
+
+impl KernelSource {
+    /// A source for traces like `config`; nothing is loaded until the first target.
+    pub fn new(config: &TraceConfig) -> Self {
+        Self {
+            settings: Settings::new(config),
+            live: None,
+            carried: Carried::default(),
+            follow: full::Follow::default(),
+        }
+    }
+
+    fn load(&self) -> Result<Live, EngineError> {
+        let s = &self.settings;
+        let mut probes = Probes::load(EBPF_OBJECT, s.ring_bytes, s.mode == Mode::Full)?;
+        if s.verbose {
+            crate::say!("rtm-trace: futex calls seen at {}", probes.futex_entry());
+        }
+        let rings = probes
+            .take_rings()?
+            .into_iter()
+            .map(MappedRing::new)
+            .collect::<io::Result<Vec<_>>>()
+            .map_err(io_err("ring buffer"))?;
+        let reader = EventReader::new(rings).map_err(io_err("ring buffer"))?;
+        let left = match s.mode {
+            Mode::Contention => Some(
+                LeftWaits::new(probes.take_left_wait_maps()?)
+                    .map_err(io_err("futex wait slots"))?,
+            ),
+            Mode::Full => None,
+        };
+        // The kernel's per-program run-time statistics cost every probe a little: on
+        // only when asked for, and only while loaded.
+        let bpf_stats = s
+            .bpf_stats
+            .then(|| {
+                bpf_stats::enable()
+                    .map_err(|e| crate::say!("rtm-trace: warning: --bpf-stats: {e}"))
+                    .ok()
+            })
+            .flatten();
+        // Before anything runs: the records of a launched program's exec must be caught.
+        let mappings = match MappingReader::open() {
+            Ok(m) => Some(m),
+            Err(e) => {
+                crate::say!(
+                    "rtm-trace: warning: cannot follow address spaces through perf events \
+                     ({e}); objects of processes that exit quickly may be shown by address"
+                );
+                None
+            }
+        };
+        Ok(Live {
+            probes,
+            reader,
+            left,
+            mappings,
+            _bpf_stats: bpf_stats,
+        })
+    }
+}
+
+impl Source for KernelSource {
+    fn attach(&mut self, targets: &[Target]) -> Result<Vec<TargetInfo>, EngineError> {
+        if self.live.is_none() {
+            self.live = Some(self.load()?);
+        }
+        let settings = &self.settings;
+        let live = self.live.as_mut().expect("loaded above");
+        let mut infos = Vec::new();
+        for t in targets {
+            // Ctrl-C while attaching to many processes: the loop stops at its first turn.
+            if crate::interrupt::requested() {
+                break;
+            }
+            let pid = t.pid;
+            live.probes.set_traced(pid, Traced::new(t.follow_forks))?;
+            let launched = t.launched.as_ref();
+            // A launched child has not exec'd yet: the tracer's own libc is the one its
+            // program will load (same mount namespace, same loader).
+            let probe_pid = if launched.is_some() {
+                std::process::id()
+            } else {
+                pid
+            };
+            // A statically linked program carries its own pthread code.
+            let static_exe = launched
+                .filter(|l| ElfSymbols::is_static_executable(&l.program).unwrap_or(false))
+                .map(|l| l.program.clone());
+            let library = match settings.mode {
+                Mode::Full => Some(
+                    full::attach(
+                        &mut live.probes,
+                        settings,
+                        &full::Wanted {
+                            pid,
+                            probe_pid,
+                            static_exe: static_exe.as_deref(),
+                            launched,
+                            follow_forks: t.follow_forks,
+                            forked: false,
+                        },
+                    )?
+                    .library
+                    .display()
+                    .to_string(),
+                ),
+                Mode::Contention => None,
+            };
+            self.follow.targets.push((pid, t.follow_forks));
+            infos.push(TargetInfo {
+                pid,
+                // A launched child still runs the tracer's image: its name comes after
+                // exec.
+                comm: if launched.is_some() {
+                    None
+                } else {
+                    process::comm(pid)
+                },
+                library,
+                ended: None,
+            });
+        }
+        // MPI probes go in before a launched command runs: a rank may call MPI_Init
+        // within milliseconds of its start.
+        let pids: Vec<u32> = infos.iter().map(|i| i.pid).collect();
+        let command = targets
+            .iter()
+            .find_map(|t| t.launched.as_ref().map(|l| l.argv.as_slice()));
+        if settings.probe_mpi {
+            mpi::attach(&mut live.probes, settings.verbose, &pids, command)?;
+        } else if settings.hint_mpi {
+            mpi::hint(&pids, command);
+        }
+        Ok(infos)
+    }
+
+    fn stop(&mut self, pids: &[u32]) {
+        if let Some(l) = &mut self.live {
+            l.probes.stop(pids);
+        }
+    }
+
+    fn release(&mut self) -> Option<u32> {
+        let live = self.live.take()?;
+        if let Ok(l) = live.probes.losses() {
+            for (c, n) in self.carried.losses.iter_mut().zip(l) {
+                *c += n;
+            }
+        }
+        let r = live.reader.stats();
+        let c = &mut self.carried.reader;
+        c.records += r.records;
+        c.bytes += r.bytes;
+        c.short_records += r.short_records;
+        c.unknown_records += r.unknown_records;
+        self.carried.mapping_lost += live.mappings.as_ref().map_or(0, MappingReader::lost);
+        self.follow = full::Follow::default();
+        let uprobes = live.probes.uprobe_count();
+        let helper = live.probes.release();
+        if let Some(helper) = helper
+            && self.settings.verbose
+        {
+            crate::say!(
+                "rtm-trace: {uprobes} uprobes are removed in the background by PID {helper} \
+                 (about 0.1 s each; they no longer trace anything)"
+            );
+        }
+        helper
+    }
+
+    fn ready(&mut self) -> Pin<Box<dyn Future<Output = io::Result<()>> + '_>> {
+        match &mut self.live {
+            Some(l) => Box::pin(l.reader.ready()),
+            None => Box::pin(std::future::pending()),
+        }
+    }
+
+    fn is_live(&self) -> bool {
+        self.live.is_some()
+    }
+
+    fn records_mappings(&self) -> bool {
+        self.live.as_ref().is_none_or(|l| l.mappings.is_some())
+    }
+
+    fn mappings(&mut self, namer: &mut ObjectNamer) {
+        let Some(live) = &mut self.live else {
+            return;
+        };
+        if let Some(m) = &mut live.mappings {
+            let probes = &live.probes;
+            m.drain(&mut |pid| probes.is_traced(pid), &mut |r| match r {
+                MappingRecord::Map { pid, mapping } => namer.mapped(pid, mapping),
+                MappingRecord::Exec { pid } => namer.exec(pid),
+                MappingRecord::Fork { parent, child } => namer.forked(parent, child),
+            });
+        }
+    }
+
+    fn drain(&mut self, max: usize, sink: &mut dyn FnMut(&Event)) -> usize {
+        self.live.as_mut().map_or(0, |l| l.reader.drain(max, sink))
+    }
+
+    fn behind(&self) -> bool {
+        self.live.as_ref().is_some_and(|l| l.reader.behind())
+    }
+
+    fn take_left(
+        &mut self,
+        threads: &mut dyn Iterator<Item = (u32, u32)>,
+        before: Option<u64>,
+        sink: &mut dyn FnMut(&Event),
+    ) {
+        if let Some(left) = self.live.as_ref().and_then(|l| l.left.as_ref()) {
+            left.take(threads, before, sink);
+        }
+    }
+
+    fn changes(&mut self, changes: ProcessChanges, modules: &dyn Fn(u32) -> Vec<Module>) {
+        if let Some(live) = &mut self.live {
+            full::follow(
+                &mut live.probes,
+                &self.settings,
+                changes,
+                &mut self.follow,
+                modules,
+            );
+        }
+    }
+
+    fn unprobed(&self) -> Vec<Unprobed> {
+        self.follow.unprobed.clone()
+    }
+
+    fn losses(&self) -> Losses {
+        let mut all = self.carried.losses;
+        if let Some(now) = self.live.as_ref().and_then(|l| l.probes.losses().ok()) {
+            for (a, n) in all.iter_mut().zip(now) {
+                *a += n;
+            }
+        }
+        Losses::from_counters(all)
+    }
+
+    fn reader_stats(&self) -> ReaderStats {
+        let mut r = self.carried.reader;
+        if let Some(l) = &self.live {
+            let s = l.reader.stats();
+            r.records += s.records;
+            r.bytes += s.bytes;
+            r.short_records += s.short_records;
+            r.unknown_records += s.unknown_records;
+        }
+        r
+    }
+
+    fn mapping_losses(&self) -> u64 {
+        self.carried.mapping_lost
+            + self
+                .live
+                .as_ref()
+                .and_then(|l| l.mappings.as_ref())
+                .map_or(0, MappingReader::lost)
+    }
+
+    fn bpf_stats(&self) -> Option<BpfStats> {
+        let live = self.live.as_ref()?;
+        self.settings
+            .bpf_stats
+            .then(|| bpf_stats::read(&live.probes))
+    }
+}

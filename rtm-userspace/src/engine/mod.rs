@@ -1,0 +1,802 @@
+//! The tracing engine: it owns the event source (the kernel's probes and rings, or a
+//! list of records), the model, the sampler of system statistics and counters, and the
+//! sinks, and runs the event loop. Front ends drive it: the one-shot command
+//! (`session`) adds its targets, runs until the targets exit, the duration passes or a
+//! signal comes, and finishes; a daemon adds and removes targets while it runs (through
+//! an [`EngineHandle`] from any thread) and reads the [`Summary`] published on every
+//! tick.
+//!
+//! The kernel side is loaded when the first target is added and released when none is
+//! left (a daemon between targets holds no probes); the model stays.
+
+mod catch_up;
+pub mod exits;
+mod kernel;
+mod naming;
+mod sampler;
+pub mod source;
+mod state;
+pub mod summary;
+
+use std::{
+    collections::HashSet,
+    ffi::OsString,
+    future::Future,
+    io,
+    path::PathBuf,
+    sync::Arc,
+    time::{Duration, SystemTime, UNIX_EPOCH},
+};
+
+pub use kernel::KernelSource;
+use rtm_common::decode::Event;
+pub use source::{EventList, ProcessChanges, Source};
+pub use summary::Summary;
+use tokio::{
+    sync::{mpsc, oneshot, watch},
+    time::{Instant, MissedTickBehavior},
+};
+
+use self::{catch_up::CatchUp, sampler::Sampler, state::State};
+use crate::{
+    config::TraceConfig,
+    model::{SyncGraph, Window, sync_graph::ThreadKey},
+    output::{
+        EndReason, RunInfo, TargetInfo,
+        dest::DestError,
+        sink::{Moment, Sink},
+    },
+    probes::ProbeError,
+    target::{
+        launch::{ChildExit, LaunchError, wait_child},
+        process::{self, monotonic_ns},
+    },
+};
+
+/// How often the reader drains the ring buffer without being woken.
+const DRAIN_EVERY: Duration = Duration::from_millis(20);
+
+/// Records decoded per wake-up before the loop looks at its other sources again.
+const BATCH: usize = 16_384;
+
+/// A thread's last futex wait is sent when it next waits or exits; one that has not
+/// waited again for this long has its last wait taken by the reader (when it samples).
+const QUIET_WAIT_NS: u64 = 1_000_000_000;
+
+/// A process to trace.
+#[derive(Debug, Clone)]
+pub struct Target {
+    /// Its id.
+    pub pid: u32,
+    /// Trace the processes it forks too, from birth (and theirs).
+    pub follow_forks: bool,
+    /// Set when the front end launched it: it waits at a gate, not yet exec'd, and the
+    /// engine reaps it when it exits.
+    pub launched: Option<Launched>,
+}
+
+impl Target {
+    /// A running process.
+    pub fn running(pid: u32, follow_forks: bool) -> Self {
+        Self {
+            pid,
+            follow_forks,
+            launched: None,
+        }
+    }
+}
+
+/// What a launched target will run.
+#[derive(Debug, Clone)]
+pub struct Launched {
+    /// The program it will execute.
+    pub program: PathBuf,
+    /// The command line (the program's name first).
+    pub argv: Vec<OsString>,
+}
+
+/// Why the engine could not do what it was asked.
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError {
+    /// Probes could not be loaded or attached (boxed: it is large).
+    #[error(transparent)]
+    Probe(Box<ProbeError>),
+    /// A result could not be written.
+    #[error(transparent)]
+    Output(#[from] DestError),
+    /// A launched target could not be reaped.
+    #[error(transparent)]
+    Launch(#[from] LaunchError),
+    /// Other I/O (ring buffers, signals).
+    #[error("{what}: {source}")]
+    Io {
+        /// What was being done.
+        what: String,
+        /// Why it failed.
+        #[source]
+        source: io::Error,
+    },
+    /// The engine is gone (a handle's command was not taken).
+    #[error("the tracing engine has stopped")]
+    Stopped,
+}
+
+impl From<ProbeError> for EngineError {
+    fn from(e: ProbeError) -> Self {
+        EngineError::Probe(Box::new(e))
+    }
+}
+
+/// What a handle asks of the running engine.
+enum Command {
+    Add(
+        Vec<Target>,
+        oneshot::Sender<Result<Vec<TargetInfo>, EngineError>>,
+    ),
+    Remove(u32),
+    Stop(EndReason),
+}
+
+/// Drives a running engine from anywhere (another task or thread): add and remove
+/// targets, stop it, watch its summary.
+#[derive(Clone)]
+pub struct EngineHandle {
+    commands: mpsc::UnboundedSender<Command>,
+    summary: watch::Receiver<Arc<Summary>>,
+}
+
+impl EngineHandle {
+    /// Starts tracing `targets`; resolves once they are attached.
+    pub async fn add(&self, targets: Vec<Target>) -> Result<Vec<TargetInfo>, EngineError> {
+        let (tx, rx) = oneshot::channel();
+        self.commands
+            .send(Command::Add(targets, tx))
+            .map_err(|_| EngineError::Stopped)?;
+        rx.await.map_err(|_| EngineError::Stopped)?
+    }
+
+    /// Stops tracing `pid` (and the processes followed from it).
+    pub fn remove(&self, pid: u32) -> Result<(), EngineError> {
+        self.commands
+            .send(Command::Remove(pid))
+            .map_err(|_| EngineError::Stopped)
+    }
+
+    /// Ends [`Engine::run`] with `reason`.
+    pub fn stop(&self, reason: EndReason) -> Result<(), EngineError> {
+        self.commands
+            .send(Command::Stop(reason))
+            .map_err(|_| EngineError::Stopped)
+    }
+
+    /// The summary published on every tick.
+    pub fn summary(&self) -> watch::Receiver<Arc<Summary>> {
+        self.summary.clone()
+    }
+}
+
+/// How a trace ended.
+#[derive(Debug)]
+pub struct Outcome {
+    /// Why tracing stopped.
+    pub reason: EndReason,
+    /// How the launched targets that exited during the trace ended.
+    pub exits: Vec<(u32, ChildExit)>,
+}
+
+/// A target and what became of it.
+struct Traced {
+    info: TargetInfo,
+    launched: Option<Launched>,
+    live: bool,
+    exit: Option<ChildExit>,
+}
+
+/// A sink and whether its intervals failed.
+struct SinkSlot {
+    sink: Box<dyn Sink>,
+    failed: Option<DestError>,
+}
+
+/// When tracing started.
+#[derive(Clone, Copy)]
+struct Start {
+    ns: u64,
+    instant: Instant,
+    unix_ms: u64,
+}
+
+enum Wake {
+    /// The source has records: `backlog` when it said so, not the drain timer.
+    Events {
+        backlog: bool,
+    },
+    Tick,
+    Sample,
+    Stop(EndReason),
+    Exited(u32),
+    Command(Command),
+}
+
+/// The engine.
+pub struct Engine {
+    config: TraceConfig,
+    source: Box<dyn Source>,
+    state: State,
+    sampler: Option<Sampler>,
+    sinks: Vec<SinkSlot>,
+    /// Whether some sink wants every event.
+    event_sinks: bool,
+    targets: Vec<Traced>,
+    /// Processes forked by following processes, traced from birth, each with the
+    /// target it descends from.
+    followed: Vec<(u32, u32)>,
+    /// Processes whose forks are followed.
+    following: HashSet<u32>,
+    exits: (mpsc::UnboundedSender<u32>, mpsc::UnboundedReceiver<u32>),
+    commands: (
+        mpsc::UnboundedSender<Command>,
+        mpsc::UnboundedReceiver<Command>,
+    ),
+    summary: watch::Sender<Arc<Summary>>,
+    start: Option<Start>,
+    catch_up: CatchUp,
+    seq: u64,
+    stop_when_targets_exit: bool,
+}
+
+fn io_err(what: &'static str) -> impl FnOnce(io::Error) -> EngineError {
+    move |source| EngineError::Io {
+        what: what.to_owned(),
+        source,
+    }
+}
+
+impl Engine {
+    /// An engine for traces like `config`, reading `source` and writing `sinks` (in
+    /// this order at the end). Nothing is traced until targets are added.
+    pub fn new(config: TraceConfig, source: Box<dyn Source>, sinks: Vec<Box<dyn Sink>>) -> Self {
+        let model = SyncGraph::new(
+            config.model_limits(),
+            config.mode == crate::config::Mode::Contention,
+        );
+        let event_sinks = sinks.iter().any(|s| s.wants_events());
+        Self {
+            state: State::new(model),
+            sampler: None,
+            event_sinks,
+            sinks: sinks
+                .into_iter()
+                .map(|sink| SinkSlot { sink, failed: None })
+                .collect(),
+            source,
+            targets: Vec::new(),
+            followed: Vec::new(),
+            following: HashSet::new(),
+            exits: mpsc::unbounded_channel(),
+            commands: mpsc::unbounded_channel(),
+            summary: watch::Sender::new(Arc::new(Summary::default())),
+            start: None,
+            catch_up: CatchUp::default(),
+            seq: 0,
+            stop_when_targets_exit: false,
+            config,
+        }
+    }
+
+    /// Ends [`Engine::run`] when every target has exited (the one-shot command); by
+    /// default the engine keeps running with nothing attached, ready for more.
+    pub fn stop_when_targets_exit(&mut self, yes: bool) {
+        self.stop_when_targets_exit = yes;
+    }
+
+    /// A handle to drive the engine while it runs.
+    pub fn handle(&self) -> EngineHandle {
+        EngineHandle {
+            commands: self.commands.0.clone(),
+            summary: self.summary.subscribe(),
+        }
+    }
+
+    /// The trace's description.
+    pub fn config(&self) -> &TraceConfig {
+        &self.config
+    }
+
+    /// Starts tracing `targets`: loads the kernel side if nothing was traced, attaches,
+    /// and counts their threads from now. Must run inside the tokio runtime (exits are
+    /// watched there).
+    pub fn add_targets(&mut self, targets: Vec<Target>) -> Result<Vec<TargetInfo>, EngineError> {
+        let first_load = self.targets.iter().all(|t| !t.live) && self.followed.is_empty();
+        let infos = self.source.attach(&targets)?;
+        let now = monotonic_ns();
+        let start = *self.start.get_or_insert_with(|| Start {
+            ns: now,
+            // The trace lasts the duration from here, however long the setup below
+            // takes (per-thread counters of thousands of threads take seconds).
+            instant: Instant::now(),
+            unix_ms: SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map(|d| d.as_millis() as u64)
+                .unwrap_or(0),
+        });
+        let config = &self.config;
+        let sampler = self
+            .sampler
+            .get_or_insert_with(|| Sampler::new(config, start.ns));
+        for info in &infos {
+            sampler.add_process(info.pid);
+        }
+        sampler.sample(now, infos.iter().map(|i| i.pid));
+        if first_load {
+            // Loading the programs parsed the kernel's BTF and the target's libraries:
+            // several MiB freed but still resident in the heap. Hand them back before
+            // tracing. From here blocks up to 4 MiB come from the heap, about where
+            // glibc's own threshold stood after one BTF parse: the model's many
+            // mid-sized blocks each mapped afresh (and faulted in page by page) slowed
+            // the reader enough to lose events in a 64-thread burst, while its largest
+            // tables, mapped, go back to the system when they grow.
+            // SAFETY: malloc_trim only releases free memory; mallopt only tunes the
+            // allocator.
+            unsafe {
+                libc::malloc_trim(0);
+                libc::mallopt(libc::M_MMAP_THRESHOLD, 4 * 1024 * 1024);
+            }
+        }
+        self.state.eager_maps = !self.source.records_mappings();
+        for info in &infos {
+            let Some(t) = targets.iter().find(|t| t.pid == info.pid) else {
+                continue;
+            };
+            self.state.model.trace_process(t.pid);
+            if t.launched.is_none() {
+                self.state.add_threads(t.pid, now);
+            }
+            if t.follow_forks {
+                self.following.insert(t.pid);
+            }
+            exits::watch(t.pid, self.exits.0.clone());
+            self.targets.retain(|old| old.info.pid != t.pid);
+            self.targets.push(Traced {
+                info: info.clone(),
+                launched: t.launched.clone(),
+                live: true,
+                exit: None,
+            });
+        }
+        Ok(infos)
+    }
+
+    /// Stops tracing `pid` and the processes followed from it; with nothing left, the
+    /// kernel side is released.
+    pub fn remove_target(&mut self, pid: u32) {
+        let mut pids = vec![pid];
+        pids.extend(
+            self.followed
+                .iter()
+                .filter(|(_, root)| *root == pid)
+                .map(|(p, _)| *p),
+        );
+        self.source.stop(&pids);
+        self.drain(usize::MAX);
+        self.take_left(pids.clone(), true);
+        self.followed.retain(|(p, _)| !pids.contains(p));
+        for p in &pids {
+            self.following.remove(p);
+        }
+        for t in self.targets.iter_mut().filter(|t| t.info.pid == pid) {
+            if t.live {
+                t.live = false;
+                t.info.ended.get_or_insert_with(|| "removed".into());
+            }
+        }
+        self.release_if_idle();
+    }
+
+    fn idle(&self) -> bool {
+        self.targets.iter().all(|t| !t.live) && self.followed.is_empty()
+    }
+
+    /// With nothing left to trace (and more to come), the kernel side goes: what is in
+    /// flight is read first.
+    fn release_if_idle(&mut self) {
+        if !self.idle() || self.stop_when_targets_exit || !self.source.is_live() {
+            return;
+        }
+        let all = self.all_pids();
+        self.source.stop(&all);
+        self.drain(usize::MAX);
+        self.take_left(all, true);
+        self.source.release();
+    }
+
+    /// Every process traced: the targets (live or not) and the followed processes.
+    fn all_pids(&self) -> Vec<u32> {
+        self.targets
+            .iter()
+            .map(|t| t.info.pid)
+            .chain(self.followed.iter().map(|(p, _)| *p))
+            .collect()
+    }
+
+    /// Reads up to `max` records into the model (and the sinks that want them).
+    fn drain(&mut self, max: usize) -> usize {
+        self.source.mappings(&mut self.state.namer);
+        let state = &mut self.state;
+        let n = if self.event_sinks {
+            let sinks = &mut self.sinks;
+            self.source.drain(max, &mut |ev| {
+                state.apply(ev);
+                for s in sinks.iter_mut() {
+                    if s.sink.wants_events() {
+                        s.sink.event(ev);
+                    }
+                }
+            })
+        } else {
+            self.source.drain(max, &mut |ev| state.apply(ev))
+        };
+        self.after_batch();
+        n
+    }
+
+    /// Between batches: the answers of the naming worker, counters for new threads.
+    fn after_batch(&mut self) {
+        self.state.take_answers();
+        let new = std::mem::take(&mut self.state.changes.new_threads);
+        if let Some(s) = &mut self.sampler {
+            for ThreadKey { pid, tid } in new {
+                s.add_thread(pid, tid);
+            }
+        }
+    }
+
+    /// Takes the ended futex waits the threads of `pids` have not sent: those older
+    /// than QUIET_WAIT_NS, or all of them (`all`, once the programs no longer run for
+    /// them).
+    fn take_left(&mut self, pids: Vec<u32>, all: bool) {
+        let before = (!all).then(|| monotonic_ns().saturating_sub(QUIET_WAIT_NS));
+        let mut threads = pids
+            .into_iter()
+            .flat_map(|p| process::thread_ids(p).into_iter().map(move |t| (p, t)));
+        let state = &mut self.state;
+        self.source
+            .take_left(&mut threads, before, &mut |ev: &Event| state.apply(ev));
+        self.after_batch();
+    }
+
+    /// Acts on processes the followed ones forked, exec'd or lost.
+    fn follow(&mut self) {
+        let c = std::mem::take(&mut self.state.changes);
+        self.state.changes.new_threads = c.new_threads;
+        let mut spawned = Vec::new();
+        for (child, parent, ts) in c.spawned {
+            if !self.following.contains(&parent) || self.followed.iter().any(|f| f.0 == child) {
+                continue;
+            }
+            let root = self
+                .followed
+                .iter()
+                .find(|f| f.0 == parent)
+                .map_or(parent, |f| f.1);
+            self.followed.push((child, root));
+            self.following.insert(child);
+            self.state.model.trace_process(child);
+            if self.config.verbose {
+                crate::say!("rtm-trace: following forked process {child}");
+            }
+            spawned.push((child, ts));
+        }
+        let ours: HashSet<u32> = self.all_pids().into_iter().collect();
+        let execd = c
+            .execd
+            .into_iter()
+            .filter(|(p, _)| ours.contains(p))
+            .collect();
+        let mut gone_followed = Vec::new();
+        for pid in &c.gone {
+            if let Some(i) = self.followed.iter().position(|f| f.0 == *pid) {
+                self.followed.swap_remove(i);
+                self.following.remove(pid);
+                gone_followed.push(*pid);
+            }
+        }
+        // Followed processes that exited leave the filter.
+        self.source.stop(&gone_followed);
+        let namer = &self.state.namer;
+        self.source.changes(
+            ProcessChanges {
+                spawned,
+                execd,
+                gone: c.gone,
+            },
+            &|pid| namer.modules(pid),
+        );
+        self.release_if_idle();
+    }
+
+    /// Facts about the run so far.
+    fn run_info(&self, end_reason: Option<EndReason>) -> RunInfo {
+        let mut losses = self.source.losses();
+        losses.mapping_records = self.source.mapping_losses() + self.state.namer.dropped_mappings();
+        let command = self
+            .targets
+            .iter()
+            .find_map(|t| t.launched.as_ref())
+            .map(|l| {
+                l.argv
+                    .iter()
+                    .map(|a| a.to_string_lossy().into_owned())
+                    .collect()
+            });
+        RunInfo {
+            mode: self.config.mode,
+            command,
+            targets: self.targets.iter().map(|t| t.info.clone()).collect(),
+            host: process::host_name(),
+            started_unix_ms: self.start.map_or(0, |s| s.unix_ms),
+            end_reason,
+            losses,
+            unprobed: self.source.unprobed(),
+            missing_symbols: Vec::new(),
+            reader: self.source.reader_stats(),
+            tracer_max_rss_kib: None,
+            bpf: None,
+        }
+    }
+
+    fn window(&self, end_ns: u64) -> Window {
+        Window {
+            start_ns: self.start.map_or(end_ns, |s| s.ns),
+            end_ns,
+        }
+    }
+
+    /// Builds a snapshot for the interval sinks (`interval`) and the summary's
+    /// watchers, when any wants one.
+    fn publish(&mut self, interval: bool) {
+        let to_sinks = interval
+            && self
+                .sinks
+                .iter()
+                .any(|s| s.failed.is_none() && s.sink.wants_intervals());
+        let watched = self.summary.receiver_count() > 0;
+        if !to_sinks && !watched {
+            return;
+        }
+        let mut run = self.run_info(None);
+        let now = monotonic_ns();
+        let window = self.window(now);
+        let followed = self.followed.len();
+        let (views, system) = match &self.sampler {
+            Some(s) => (Some(s.views()), s.latest()),
+            None => (None, None),
+        };
+        let (mut snap, missing) = self.state.snapshot(window);
+        run.missing_symbols = missing;
+        if let Some((ambient, counters)) = views {
+            snap.ambient = Some(ambient);
+            snap.counters = Some(counters);
+        }
+        let at = Moment {
+            elapsed_ns: window.end_ns - window.start_ns,
+            run: &run,
+            snapshot: &snap,
+        };
+        if to_sinks {
+            for s in self.sinks.iter_mut() {
+                if s.failed.is_some() || !s.sink.wants_intervals() {
+                    continue;
+                }
+                // An output that cannot be written (stdout closed) stops its intervals,
+                // not the trace: the results still go where they can.
+                if let Err(e) = s.sink.interval(&at) {
+                    crate::say!(
+                        "rtm-trace: error: {e}; no more intervals to {}, tracing goes on",
+                        s.sink.name()
+                    );
+                    s.failed = Some(e);
+                }
+            }
+        }
+        if watched {
+            self.seq += 1;
+            let top = self.config.output.top;
+            let summary = Summary::build(self.seq, &run, &snap, followed, system, top);
+            self.summary.send_replace(Arc::new(summary));
+        }
+    }
+
+    /// Runs the loop until `stop` resolves, a handle says stop, the duration passes,
+    /// or (with [`Engine::stop_when_targets_exit`]) every target has exited. Events
+    /// still in flight are read by [`Engine::finish`].
+    pub async fn run(
+        &mut self,
+        stop: impl Future<Output = EndReason>,
+    ) -> Result<EndReason, EngineError> {
+        let mut stop = std::pin::pin!(stop);
+        let started = self.start.map_or_else(Instant::now, |s| s.instant);
+        let deadline = self.config.duration.map(|d| started + d);
+        // The kernel wakes the reader only when the ring fills up; the rest of the time
+        // the reader comes by on this timer, so records wait at most DRAIN_EVERY.
+        let mut drain = tokio::time::interval(DRAIN_EVERY);
+        drain.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        let mut ticker = self.config.interval.map(|i| {
+            let mut t = tokio::time::interval_at(Instant::now() + i, i);
+            t.set_missed_tick_behavior(MissedTickBehavior::Delay);
+            t
+        });
+        let every = self.config.sample_every();
+        let mut sampling = tokio::time::interval_at(Instant::now() + every, every);
+        sampling.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        if self.stop_when_targets_exit && !self.targets.is_empty() && self.idle() {
+            return Ok(EndReason::TargetsExited);
+        }
+        loop {
+            let wake = tokio::select! {
+                r = self.source.ready() => {
+                    r.map_err(io_err("reading the ring buffer"))?;
+                    Wake::Events { backlog: true }
+                }
+                _ = drain.tick() => Wake::Events { backlog: false },
+                _ = sampling.tick() => Wake::Sample,
+                _ = async { ticker.as_mut().expect("guarded").tick().await }, if ticker.is_some() => Wake::Tick,
+                _ = async { tokio::time::sleep_until(deadline.expect("guarded")).await }, if deadline.is_some() => Wake::Stop(EndReason::Duration),
+                r = &mut stop => Wake::Stop(r),
+                Some(pid) = self.exits.1.recv() => Wake::Exited(pid),
+                Some(c) = self.commands.1.recv() => Wake::Command(c),
+            };
+            match wake {
+                Wake::Events { backlog } => {
+                    // Raised before draining: a reader starved by the target's threads
+                    // would otherwise take its time over the very drain that must
+                    // catch up.
+                    if backlog {
+                        self.catch_up.update(true);
+                    }
+                    self.drain(BATCH);
+                    self.catch_up.update(self.source.behind());
+                    self.follow();
+                }
+                Wake::Tick => {
+                    self.drain(usize::MAX);
+                    self.take_left(self.all_pids(), false);
+                    self.publish(true);
+                }
+                Wake::Sample => {
+                    let alive = self.all_pids();
+                    if let Some(s) = &mut self.sampler {
+                        s.sample(monotonic_ns(), alive.iter().copied());
+                    }
+                    self.take_left(alive, false);
+                    if ticker.is_none() {
+                        self.publish(false);
+                    }
+                }
+                Wake::Stop(r) => return Ok(r),
+                Wake::Exited(pid) => {
+                    if self.exited(pid)? {
+                        return Ok(EndReason::TargetsExited);
+                    }
+                }
+                Wake::Command(Command::Add(targets, reply)) => {
+                    let _ = reply.send(self.add_targets(targets));
+                }
+                Wake::Command(Command::Remove(pid)) => self.remove_target(pid),
+                Wake::Command(Command::Stop(r)) => return Ok(r),
+            }
+        }
+    }
+
+    /// A target exited; returns whether the run is over.
+    fn exited(&mut self, pid: u32) -> Result<bool, EngineError> {
+        // Its last events are already in the ring buffer; its usage is still readable
+        // until it is reaped.
+        let alive = self.all_pids();
+        if let Some(s) = &mut self.sampler {
+            s.sample(monotonic_ns(), alive.into_iter());
+        }
+        self.drain(usize::MAX);
+        let Some(t) = self
+            .targets
+            .iter_mut()
+            .find(|t| t.info.pid == pid && t.live)
+        else {
+            return Ok(false);
+        };
+        let ended = if t.launched.is_some() {
+            let e = wait_child(pid)?;
+            t.exit = Some(e);
+            match e {
+                ChildExit::Code(c) => format!("exit {c}"),
+                ChildExit::Signal(s) => format!("signal {s}"),
+            }
+        } else {
+            "exited".to_owned()
+        };
+        t.info.ended = Some(ended);
+        // Its address space is gone, and its probes with it; the links are released
+        // with the others at the end.
+        t.live = false;
+        if self.stop_when_targets_exit {
+            return Ok(self.targets.iter().all(|t| !t.live));
+        }
+        self.release_if_idle();
+        Ok(false)
+    }
+
+    /// Stops collecting, takes what is in flight, writes every sink's results, and
+    /// detaches. The run's error is the first sink failure (an interval's, then a
+    /// final one's); every sink is written either way.
+    pub fn finish(mut self, reason: EndReason) -> Result<Outcome, EngineError> {
+        // Stop collecting at once, take what is in flight, and write the results; the
+        // breakpoints themselves go afterwards, since unregistering them is slow.
+        let all = self.all_pids();
+        self.source.stop(&all);
+        let end_ns = monotonic_ns();
+        if let Some(s) = &mut self.sampler {
+            s.sample(end_ns, all.iter().copied());
+        }
+        self.drain(usize::MAX);
+        // The threads' last waits: exited threads sent theirs; the programs no longer
+        // run for the others.
+        self.take_left(all, true);
+        for t in &mut self.targets {
+            if t.info.comm.is_none() {
+                t.info.comm = self.state.comms.get(&t.info.pid).cloned().or_else(|| {
+                    t.launched.as_ref().and_then(|l| {
+                        l.program
+                            .file_name()
+                            .map(|n| n.to_string_lossy().into_owned())
+                    })
+                });
+            }
+        }
+        let mut run = self.run_info(Some(reason));
+        if self.config.bpf_stats {
+            run.bpf = self.source.bpf_stats();
+        }
+        self.state.model.settle_pending();
+        let window = self.window(end_ns);
+        let views = self.sampler.as_ref().map(Sampler::views);
+        let (mut snap, missing) = self.state.snapshot(window);
+        run.missing_symbols = missing;
+        if let Some((ambient, counters)) = views {
+            snap.ambient = Some(ambient);
+            snap.counters = Some(counters);
+        }
+        let at = Moment {
+            elapsed_ns: window.end_ns - window.start_ns,
+            run: &run,
+            snapshot: &snap,
+        };
+        // Each sink whatever became of the others: a failure of one must not cost
+        // another.
+        let mut first_error = None;
+        let mut final_error = None;
+        for s in self.sinks.iter_mut() {
+            if let Err(e) = s.sink.finish(&at) {
+                final_error.get_or_insert(e);
+            }
+            if let Some(e) = s.failed.take() {
+                first_error.get_or_insert(e);
+            }
+        }
+        drop(snap);
+        self.source.release();
+        if let Some(e) = first_error.or(final_error) {
+            return Err(e.into());
+        }
+        Ok(Outcome {
+            reason,
+            exits: self
+                .targets
+                .iter()
+                .filter_map(|t| t.exit.map(|e| (t.info.pid, e)))
+                .collect(),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests;

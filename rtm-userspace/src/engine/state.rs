@@ -1,0 +1,263 @@
+//! What the engine knows: the sync graph, the MPI task graph, the names of things, and
+//! what happened to processes that the engine acts on between batches. Applying an
+//! event touches memory only; what must be read from /proc is asked of the naming
+//! worker ([`super::naming`]) and taken in between batches.
+
+use std::collections::{HashMap, HashSet};
+
+use rtm_common::decode::Event;
+
+use super::naming::{Answer, Ask, Naming};
+use crate::{
+    model::{RankEnv, Snapshot, SyncGraph, TaskGraph, TaskView, Window, sync_graph::ThreadKey},
+    symbolize::{CodeNamer, ObjectNamer},
+    target::process,
+};
+
+/// What happened to processes, for the engine to act on after a batch.
+#[derive(Debug, Default)]
+pub(super) struct Changes {
+    /// Processes forked by traced processes: (child, parent, when).
+    pub spawned: Vec<(u32, u32, u64)>,
+    /// Traced processes that exec'd, with when.
+    pub execd: Vec<(u32, u64)>,
+    /// Traced processes that exited.
+    pub gone: Vec<u32>,
+    /// Threads seen for the first time (they get counters of their own).
+    pub new_threads: Vec<ThreadKey>,
+}
+
+/// The model and the names.
+pub(super) struct State {
+    pub model: SyncGraph,
+    pub tasks: TaskGraph,
+    /// What each MPI process's environment said.
+    pub rank_env: HashMap<u32, RankEnv>,
+    pub namer: ObjectNamer,
+    pub code: CodeNamer,
+    /// Command names, read when each process's first event arrived (after any exec).
+    pub comms: HashMap<u32, String>,
+    pub changes: Changes,
+    /// Processes that exec'd or were forked: their maps are read at their next sync
+    /// event (after the loader has mapped the libraries).
+    stale_maps: HashSet<u32>,
+    /// Read a new process's maps at once: no mapping records follow its fork.
+    pub eager_maps: bool,
+    /// Processes whose environment was asked for at their first MPI call.
+    env_asked: HashSet<u32>,
+    /// Execs seen per process: an answer about an older program is dropped.
+    generation: HashMap<u32, u32>,
+    naming: Naming,
+}
+
+impl State {
+    /// An empty model; `futex_objects` in contention mode.
+    pub fn new(model: SyncGraph) -> Self {
+        Self {
+            model,
+            tasks: TaskGraph::default(),
+            rank_env: HashMap::new(),
+            namer: ObjectNamer::default(),
+            code: CodeNamer::default(),
+            comms: HashMap::new(),
+            changes: Changes::default(),
+            stale_maps: HashSet::new(),
+            eager_maps: false,
+            env_asked: HashSet::new(),
+            generation: HashMap::new(),
+            naming: Naming::start(),
+        }
+    }
+
+    fn ask(&mut self, ask: Ask) {
+        if let Some(a) = self.naming.ask(ask) {
+            self.answer(a);
+        }
+    }
+
+    fn ask_space(&mut self, pid: u32) {
+        let generation = self.generation.get(&pid).copied().unwrap_or(0);
+        self.ask(Ask::Space { pid, generation });
+    }
+
+    /// The threads of an attached process, idle or not: each counts from the attach.
+    /// (At attach, not on the event path: read here.)
+    pub fn add_threads(&mut self, pid: u32, now_ns: u64) {
+        for tid in process::thread_ids(pid) {
+            let key = ThreadKey { pid, tid };
+            let a = self.model.thread_seen(key, now_ns);
+            if a.new_process.is_some() {
+                // Its maps now, while it lives (names resolve after it exits); its
+                // events will not say it is new any more.
+                self.namer.remember(pid);
+                if let Some(c) = process::comm(pid) {
+                    self.comms.insert(pid, c);
+                }
+            }
+            if a.new_thread.is_some() {
+                self.model.set_thread_info(
+                    key,
+                    process::thread_name(pid, tid),
+                    process::thread_start_ns(pid, tid),
+                );
+            }
+        }
+    }
+
+    /// One decoded event into the model.
+    pub fn apply(&mut self, ev: &Event) {
+        if let Event::Mpi(m) = ev {
+            let pid = m.raw.header.pid;
+            if !self.rank_env.contains_key(&pid) && self.env_asked.insert(pid) {
+                self.ask(Ask::Env {
+                    pid,
+                    at_exec: false,
+                });
+            }
+            self.tasks.apply(m);
+        }
+        let a = self.model.apply(ev);
+        let ts = ev.header().ts_ns;
+        let parent = ev.header().pid;
+        self.changes
+            .spawned
+            .extend(a.spawned_process.map(|p| (p, parent, ts)));
+        if let Some(pid) = a.process_exited {
+            self.stale_maps.remove(&pid);
+            self.namer.exited(pid);
+        }
+        self.changes.gone.extend(a.process_exited);
+        if let Some(pid) = a.exec {
+            self.changes.execd.push((pid, ts));
+            *self.generation.entry(pid).or_default() += 1;
+            // A rank's environment names its job and rank; read it while the process
+            // is young (a short rank may be gone by the time its MPI records are read).
+            self.ask(Ask::Env { pid, at_exec: true });
+            // The new program and the dynamic loader are mapped already: read them now
+            // (the reader is woken at once for an exec), then again at the process's
+            // first sync event, when its libraries are in.
+            self.ask_space(pid);
+            self.stale_maps.insert(pid);
+            self.comms.remove(&pid);
+        } else if !self.stale_maps.is_empty()
+            && matches!(ev, Event::Sync(_))
+            && self.stale_maps.remove(&ev.header().pid)
+        {
+            let pid = ev.header().pid;
+            self.ask_space(pid);
+            self.ask(Ask::Comm(pid));
+        }
+        if let Some(pid) = a.new_process {
+            // Its maps are read at its first sync event, while it is alive, so names
+            // resolve after it exits; until then the copy of its parent's that the fork
+            // made and the kernel's mapping records stand in. A program that forks
+            // thousands of children that never synchronize costs nothing per child.
+            if self.eager_maps {
+                self.ask_space(pid);
+            } else {
+                self.stale_maps.insert(pid);
+            }
+            self.ask(Ask::Comm(pid));
+        }
+        if let Some(t) = a.new_thread {
+            self.changes.new_threads.push(t);
+            self.ask(Ask::Thread {
+                pid: t.pid,
+                tid: t.tid,
+            });
+        }
+    }
+
+    fn answer(&mut self, a: Answer) {
+        match a {
+            Answer::Space { read, generation } => {
+                let now = self.generation.get(&read.pid()).copied().unwrap_or(0);
+                if generation == now {
+                    self.namer.learn(read);
+                }
+            }
+            Answer::Comm { pid, comm } => {
+                if let Some(c) = comm {
+                    self.comms.insert(pid, c);
+                }
+            }
+            Answer::Thread {
+                pid,
+                tid,
+                name,
+                start_ns,
+            } => self
+                .model
+                .set_thread_info(ThreadKey { pid, tid }, name, start_ns),
+            Answer::Env { pid, env, at_exec } => {
+                if !at_exec {
+                    self.rank_env.entry(pid).or_insert(env);
+                } else if env.rank.is_some() {
+                    self.rank_env.insert(pid, env);
+                }
+            }
+        }
+    }
+
+    /// Takes the answers in so far (between batches).
+    pub fn take_answers(&mut self) {
+        let mut answers = Vec::new();
+        self.naming.take(&mut |a| answers.push(a));
+        for a in answers {
+            self.answer(a);
+        }
+    }
+
+    /// Takes every answer still due (before a snapshot).
+    pub fn flush_answers(&mut self) {
+        let mut answers = Vec::new();
+        self.naming.flush(&mut |a| answers.push(a));
+        for a in answers {
+            self.answer(a);
+        }
+    }
+
+    /// Marks gone threads as exited, refreshes names of live ones, and builds the
+    /// views; also returns what to tell about stripped files met (see
+    /// [`ObjectNamer`]). `views` adds the system statistics and counters.
+    pub fn snapshot(&mut self, window: Window) -> (Snapshot<'_>, Vec<String>) {
+        self.flush_answers();
+        let threads: Vec<_> = self
+            .model
+            .threads()
+            .map(|(k, n)| (*k, n.last_event_ns))
+            .collect();
+        for (k, last) in threads {
+            if process::thread_alive(k.pid, k.tid) {
+                self.model
+                    .set_thread_info(k, process::thread_name(k.pid, k.tid), None);
+            } else {
+                self.model.mark_thread_exited(k, last);
+            }
+        }
+        let State {
+            model,
+            namer,
+            code,
+            tasks,
+            rank_env,
+            ..
+        } = self;
+        let objects = std::cell::RefCell::new(namer);
+        let mut snap = Snapshot::build(
+            model,
+            window,
+            &mut |o| objects.borrow_mut().name(o.pid, o.addr),
+            &mut |pid, addr| code.name(&mut objects.borrow_mut(), pid, addr),
+        );
+        if !tasks.is_empty() {
+            snap.tasks = Some(TaskView::build(tasks, rank_env, &process::host_name()));
+        }
+        let objects = objects.into_inner();
+        // Each stripped file is said once on stderr, and every time in the report.
+        for hint in objects.take_missing_symbols() {
+            crate::say!("rtm-trace: note: {hint}");
+        }
+        (snap, objects.missing_symbols())
+    }
+}

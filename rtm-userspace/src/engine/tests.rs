@@ -1,0 +1,343 @@
+//! The engine without root: a synthetic source of records, the real report and JSON
+//! sinks, a test sink built the way registered outputs are, and the watch summary.
+
+use std::{cell::RefCell, rc::Rc, time::Duration};
+
+use rtm_common::{
+    EventHeader, EventKind, LossCounter, Primitive, SYNC_FLAG_CONTENDED, SyncEvent, SyncOp,
+    decode::encode,
+};
+
+use super::*;
+use crate::{
+    config::{CounterList, Mode},
+    output::{self, MakeSink, SINKS},
+};
+
+const M1: u64 = 0x1000;
+
+/// A mutex operation of thread `tid` of `pid`, as the full-mode probes send it.
+fn record(pid: u32, tid: u32, ts: u64, op: SyncOp, wait: u64, contended: bool) -> Vec<u8> {
+    let raw = SyncEvent {
+        header: EventHeader {
+            kind: EventKind::Sync as u32,
+            cpu: 0,
+            ts_ns: ts,
+            pid,
+            tid,
+        },
+        object: M1,
+        aux: 0,
+        caller: 0,
+        wait_ns: wait,
+        primitive: Primitive::Mutex as u32,
+        op: op as u32,
+        ret: 0,
+        flags: if contended { SYNC_FLAG_CONTENDED } else { 0 },
+        extra: 0,
+        repeats: 0,
+    };
+    encode(&raw).to_vec()
+}
+
+/// `n` lock/unlock pairs by two threads taking turns; every other one waited `wait`.
+fn workload(pid: u32, n: u64, wait: u64) -> Vec<Vec<u8>> {
+    let mut out = Vec::new();
+    for i in 0..n {
+        let (tid, ts) = (pid + 1 + (i % 2) as u32, 1_000 + i * 10_000);
+        let contended = i % 2 == 1;
+        out.push(record(pid, tid, ts, SyncOp::Lock, wait, contended));
+        out.push(record(pid, tid, ts + 1_000, SyncOp::Unlock, 0, false));
+    }
+    out
+}
+
+/// What the test sink saw.
+#[derive(Debug, Default)]
+struct Seen {
+    events: u64,
+    intervals: u64,
+    last_interval_acquisitions: u64,
+    finished: u64,
+    final_acquisitions: u64,
+    final_ring_full: u64,
+}
+
+thread_local! {
+    static SEEN: RefCell<Rc<RefCell<Seen>>> = RefCell::default();
+}
+
+/// An output as a new file under output/ would add one: it counts what it is shown.
+struct CountingSink(Rc<RefCell<Seen>>);
+
+/// How the test sink is registered: the same kind of constructor as [`SINKS`]' own.
+fn counting_sink(_: &TraceConfig) -> Result<Option<Box<dyn Sink>>, DestError> {
+    Ok(Some(Box::new(CountingSink(
+        SEEN.with(|s| s.borrow().clone()),
+    ))))
+}
+
+fn acquisitions(snap: &crate::model::Snapshot) -> u64 {
+    snap.objects.iter().map(|o| o.counts.acquisitions).sum()
+}
+
+impl Sink for CountingSink {
+    fn name(&self) -> String {
+        "the test sink".into()
+    }
+
+    fn wants_events(&self) -> bool {
+        true
+    }
+
+    fn event(&mut self, _event: &Event) {
+        self.0.borrow_mut().events += 1;
+    }
+
+    fn wants_intervals(&self) -> bool {
+        true
+    }
+
+    fn interval(&mut self, at: &Moment) -> Result<(), DestError> {
+        let mut s = self.0.borrow_mut();
+        s.intervals += 1;
+        s.last_interval_acquisitions = acquisitions(at.snapshot);
+        Ok(())
+    }
+
+    fn finish(&mut self, at: &Moment) -> Result<(), DestError> {
+        let mut s = self.0.borrow_mut();
+        s.finished += 1;
+        s.final_acquisitions = acquisitions(at.snapshot);
+        s.final_ring_full = at.run.losses.ring_full;
+        Ok(())
+    }
+}
+
+fn config(dir: &std::path::Path) -> TraceConfig {
+    TraceConfig {
+        mode: Mode::Full,
+        interval: Some(Duration::from_millis(30)),
+        counters: CounterList(Vec::new()),
+        output: crate::config::OutputConfig {
+            report: Some(dir.join("report.txt")),
+            json: Some(dir.join("trace.json")),
+            top: 5,
+        },
+        ..TraceConfig::default()
+    }
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+#[test]
+fn a_synthetic_source_reaches_every_sink_and_the_summary() {
+    let dir = std::env::temp_dir().join(format!("rtm-engine-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let seen = Rc::new(RefCell::new(Seen::default()));
+    SEEN.with(|s| *s.borrow_mut() = seen.clone());
+    // The tracer's own process stands in for the target: it is alive, so the engine
+    // watches it like any other.
+    let pid = std::process::id();
+    let (n, wait) = (200, 7_000);
+    let mut records = workload(pid, n, wait);
+    records.push(vec![1, 2, 3]); // too short to be a record: counted, not decoded
+    let mut source = EventList::new(records);
+    source.lose(LossCounter::RingFull, 3);
+    let config = config(&dir);
+    // The registered outputs and the test's, built the same way.
+    let makers: Vec<MakeSink> = SINKS
+        .iter()
+        .copied()
+        .chain([counting_sink as MakeSink])
+        .collect();
+    let mut sinks = Vec::new();
+    for make in makers {
+        sinks.extend(make(&config).unwrap());
+    }
+    assert_eq!(sinks.len(), 3, "report, JSON and the test sink");
+    assert_eq!(output::sinks(&config).unwrap().len(), 2);
+
+    let rt = runtime();
+    let (summary, outcome) = rt.block_on(async {
+        let mut engine = Engine::new(config, Box::new(source), sinks);
+        let handle = engine.handle();
+        let mut watch = handle.summary();
+        let infos = engine
+            .add_targets(vec![Target::running(pid, false)])
+            .unwrap();
+        assert_eq!(infos.len(), 1);
+        // A reader outside the loop: waits for a summary that has every record, then
+        // stops the engine through its handle.
+        let report = dir.join("report.txt");
+        let reader = async {
+            loop {
+                watch.changed().await.expect("the engine publishes");
+                let s = watch.borrow_and_update().clone();
+                if s.objects.first().is_some_and(|o| o.acquisitions == n) {
+                    // The report's interval went out before the summary: a file holds
+                    // the latest one.
+                    let text = std::fs::read_to_string(&report).unwrap();
+                    assert!(text.contains("summary at +"), "{text}");
+                    handle.stop(EndReason::Signal).unwrap();
+                    return s;
+                }
+            }
+        };
+        let stop_never = std::future::pending::<EndReason>();
+        let (summary, reason) = tokio::join!(reader, engine.run(stop_never));
+        assert_eq!(reason.unwrap(), EndReason::Signal);
+        (summary, engine.finish(EndReason::Signal).unwrap())
+    });
+    assert_eq!(outcome.reason, EndReason::Signal);
+    assert!(outcome.exits.is_empty());
+
+    // The summary: owned, bounded, with the totals and losses.
+    assert!(summary.seq >= 1);
+    assert_eq!(summary.mode, Mode::Full);
+    assert_eq!(summary.objects.len(), 1);
+    let o = &summary.objects[0];
+    assert_eq!((o.acquisitions, o.contended), (n, n / 2));
+    assert_eq!(o.wait_ns, n / 2 * wait, "contended acquisitions' waits");
+    assert_eq!(o.hold_ns, n * 1_000, "each held 1 us");
+    assert_eq!(summary.losses.ring_full, 3);
+    assert_eq!(summary.reader.short_records, 1);
+    assert!(summary.top_threads.len() <= 5);
+    assert_eq!(summary.targets[0].pid, pid);
+
+    // The test sink saw every decoded event, intervals and the end.
+    let s = seen.borrow();
+    assert_eq!(s.events, 2 * n);
+    assert!(s.intervals >= 1);
+    assert_eq!(s.last_interval_acquisitions, n);
+    assert_eq!(
+        (s.finished, s.final_acquisitions, s.final_ring_full),
+        (1, n, 3)
+    );
+
+    // The JSON says the same as the model.
+    let doc: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.join("trace.json")).unwrap()).unwrap();
+    let obj = &doc["sync_graph"]["objects"][0];
+    assert_eq!(obj["acquisitions"], n);
+    assert_eq!(obj["contended"], n / 2);
+    assert_eq!(doc["run"]["losses"]["ring_full"], 3);
+    assert_eq!(doc["run"]["reader"]["short_records"], 1);
+    assert_eq!(doc["run"]["end_reason"], "signal");
+    // And the report, replaced by the final one.
+    let report = std::fs::read_to_string(dir.join("report.txt")).unwrap();
+    assert!(report.contains("final report"), "{report}");
+    assert!(
+        report.contains("LOST EVENTS: 4 (ring buffer full: 3"),
+        "{report}"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// A source that says when it loads and releases, around a list of records.
+struct Counted {
+    inner: EventList,
+    live: bool,
+    loads: Rc<RefCell<(u32, u32)>>,
+}
+
+impl Source for Counted {
+    fn attach(&mut self, targets: &[Target]) -> Result<Vec<TargetInfo>, EngineError> {
+        if !self.live {
+            self.live = true;
+            self.loads.borrow_mut().0 += 1;
+        }
+        self.inner.attach(targets)
+    }
+    fn stop(&mut self, pids: &[u32]) {
+        self.inner.stop(pids)
+    }
+    fn release(&mut self) -> Option<u32> {
+        if self.live {
+            self.live = false;
+            self.loads.borrow_mut().1 += 1;
+        }
+        None
+    }
+    fn ready(&mut self) -> std::pin::Pin<Box<dyn Future<Output = io::Result<()>> + '_>> {
+        self.inner.ready()
+    }
+    fn is_live(&self) -> bool {
+        self.live
+    }
+    fn drain(&mut self, max: usize, sink: &mut dyn FnMut(&Event)) -> usize {
+        self.inner.drain(max, sink)
+    }
+    fn behind(&self) -> bool {
+        self.inner.behind()
+    }
+    fn take_left(
+        &mut self,
+        threads: &mut dyn Iterator<Item = (u32, u32)>,
+        before: Option<u64>,
+        sink: &mut dyn FnMut(&Event),
+    ) {
+        self.inner.take_left(threads, before, sink)
+    }
+    fn changes(&mut self, c: ProcessChanges, m: &dyn Fn(u32) -> Vec<crate::target::Module>) {
+        self.inner.changes(c, m)
+    }
+    fn unprobed(&self) -> Vec<crate::output::Unprobed> {
+        self.inner.unprobed()
+    }
+    fn losses(&self) -> crate::readers::Losses {
+        self.inner.losses()
+    }
+    fn reader_stats(&self) -> crate::readers::ReaderStats {
+        self.inner.reader_stats()
+    }
+    fn mapping_losses(&self) -> u64 {
+        0
+    }
+    fn bpf_stats(&self) -> Option<crate::readers::bpf_stats::BpfStats> {
+        None
+    }
+}
+
+#[test]
+fn programs_load_with_the_first_target_and_go_with_the_last() {
+    let loads = Rc::new(RefCell::new((0, 0)));
+    let source = Counted {
+        inner: EventList::new(workload(std::process::id(), 10, 100)),
+        live: false,
+        loads: loads.clone(),
+    };
+    let config = TraceConfig {
+        counters: CounterList(Vec::new()),
+        ..TraceConfig::default()
+    };
+    let rt = runtime();
+    rt.block_on(async {
+        let mut engine = Engine::new(config, Box::new(source), Vec::new());
+        let handle = engine.handle();
+        assert_eq!(*loads.borrow(), (0, 0), "nothing loaded without a target");
+        let me = std::process::id();
+        let driver = async {
+            // A daemon's moves, through the handle while the engine runs.
+            let infos = handle.add(vec![Target::running(me, true)]).await.unwrap();
+            assert_eq!(infos[0].pid, me);
+            assert_eq!(*loads.borrow(), (1, 0));
+            handle.remove(me).unwrap();
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            assert_eq!(*loads.borrow(), (1, 1), "released with the last target");
+            handle.add(vec![Target::running(me, false)]).await.unwrap();
+            assert_eq!(*loads.borrow(), (2, 1), "loaded again for the next");
+            handle.stop(EndReason::Signal).unwrap();
+        };
+        let (_, reason) = tokio::join!(driver, engine.run(std::future::pending()));
+        assert_eq!(reason.unwrap(), EndReason::Signal);
+        let outcome = engine.finish(EndReason::Signal).unwrap();
+        assert_eq!(outcome.reason, EndReason::Signal);
+    });
+    assert_eq!(*loads.borrow(), (2, 2), "finish releases");
+}

@@ -1,0 +1,51 @@
+//! Sinks: what the engine writes results to. The engine calls a sink for each decoded
+//! event (if it wants them: a timeline), at each interval with a snapshot (if it wants
+//! them: periodic summaries), and once at the end with the final snapshot. Outputs
+//! read the model's snapshot and the run's facts, never the model itself.
+//!
+//! Adding an output is a file under `output/` that implements [`Sink`] and one line in
+//! [`super::SINKS`] that builds it from the config.
+
+use rtm_common::decode::Event;
+
+use super::{RunInfo, dest::DestError};
+use crate::model::Snapshot;
+
+/// One point of the trace at which sinks are shown the state.
+pub struct Moment<'a> {
+    /// Time traced so far, ns.
+    pub elapsed_ns: u64,
+    /// Facts about the run.
+    pub run: &'a RunInfo,
+    /// The model's views.
+    pub snapshot: &'a Snapshot<'a>,
+}
+
+/// An output of the engine.
+pub trait Sink {
+    /// What it writes, for messages ("the report", "the JSON").
+    fn name(&self) -> String;
+
+    /// Whether it wants every decoded event (the engine skips the calls otherwise).
+    fn wants_events(&self) -> bool {
+        false
+    }
+
+    /// A decoded event, in the order read. Must be quick: it runs on the event path.
+    fn event(&mut self, _event: &Event) {}
+
+    /// Whether it wants a snapshot at each interval (the engine builds one only when a
+    /// sink or a watcher of the summary wants it).
+    fn wants_intervals(&self) -> bool {
+        false
+    }
+
+    /// The state at an interval. An error stops this sink's intervals (the trace and
+    /// the other sinks go on) and is the run's error at the end.
+    fn interval(&mut self, _at: &Moment) -> Result<(), DestError> {
+        Ok(())
+    }
+
+    /// The final state, once. Every sink is called even if another failed.
+    fn finish(&mut self, at: &Moment) -> Result<(), DestError>;
+}
