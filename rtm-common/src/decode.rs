@@ -8,7 +8,8 @@ use core::mem::size_of;
 
 use crate::{
     event::{
-        EventHeader, EventKind, FutexWaitEvent, Primitive, SyncEvent, SyncOp, TaskEvent, TaskOp,
+        EventHeader, EventKind, FutexWaitEvent, LifecycleEvent, LifecycleOp, Primitive, SyncEvent,
+        SyncOp,
     },
     mpi::{MpiEvent, MpiImpl, MpiOp},
 };
@@ -19,7 +20,7 @@ pub enum Event {
     /// An operation on a synchronization object, with its enums already validated.
     Sync(SyncRecord),
     /// A thread or process lifecycle event, with its operation validated.
-    Task(TaskRecord),
+    Lifecycle(LifecycleRecord),
     /// An MPI call or completed request, with its operation validated.
     Mpi(MpiRecord),
 }
@@ -35,16 +36,16 @@ pub struct MpiRecord {
     pub implementation: MpiImpl,
 }
 
-/// A [`TaskEvent`] whose operation has been validated.
+/// A [`LifecycleEvent`] whose operation has been validated.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct TaskRecord {
+pub struct LifecycleRecord {
     /// The raw record.
-    pub raw: TaskEvent,
+    pub raw: LifecycleEvent,
     /// The validated operation.
-    pub op: TaskOp,
+    pub op: LifecycleOp,
 }
 
-impl TaskRecord {
+impl LifecycleRecord {
     /// The task name carried by the record, up to its first NUL.
     pub fn comm(&self) -> &str {
         let end = self.raw.comm.iter().position(|&b| b == 0).unwrap_or(16);
@@ -68,7 +69,7 @@ impl Event {
     pub fn header(&self) -> &EventHeader {
         match self {
             Event::Sync(s) => &s.raw.header,
-            Event::Task(t) => &t.raw.header,
+            Event::Lifecycle(t) => &t.raw.header,
             Event::Mpi(m) => &m.raw.header,
         }
     }
@@ -96,7 +97,7 @@ pub enum DecodeError {
     UnknownOp(u32),
     /// A task record names an operation this build does not know.
     #[error("unknown task operation {0}")]
-    UnknownTaskOp(u32),
+    UnknownLifecycleOp(u32),
     /// An MPI record names an operation or implementation this build does not know.
     #[error("unknown MPI operation {0} or implementation {1}")]
     UnknownMpi(u32, u32),
@@ -134,10 +135,11 @@ pub fn decode(bytes: &[u8]) -> Result<Event, DecodeError> {
                 op: SyncOp::Wait,
             }))
         }
-        Some(EventKind::Task) => {
-            let raw: TaskEvent = read(bytes)?;
-            let op = TaskOp::from_u32(raw.op).ok_or(DecodeError::UnknownTaskOp(raw.op))?;
-            Ok(Event::Task(TaskRecord { raw, op }))
+        Some(EventKind::Lifecycle) => {
+            let raw: LifecycleEvent = read(bytes)?;
+            let op =
+                LifecycleOp::from_u32(raw.op).ok_or(DecodeError::UnknownLifecycleOp(raw.op))?;
+            Ok(Event::Lifecycle(LifecycleRecord { raw, op }))
         }
         Some(EventKind::Mpi) => {
             let raw: MpiEvent = read(bytes)?;
@@ -291,32 +293,35 @@ mod tests {
     }
 
     #[test]
-    fn task_records_decode_with_their_name() {
+    fn lifecycle_records_decode_with_their_name() {
         let mut comm = [0u8; 16];
         comm[..8].copy_from_slice(b"worker-1");
-        let ev = TaskEvent {
+        let ev = LifecycleEvent {
             header: EventHeader {
-                kind: EventKind::Task as u32,
+                kind: EventKind::Lifecycle as u32,
                 cpu: 0,
                 ts_ns: 5,
                 pid: 10,
                 tid: 10,
             },
-            op: TaskOp::Spawn as u32,
+            op: LifecycleOp::Spawn as u32,
             child: 11,
             clone_flags: crate::event::CLONE_THREAD,
             comm,
         };
-        let Event::Task(t) = decode(encode(&ev)).unwrap() else {
+        let Event::Lifecycle(t) = decode(encode(&ev)).unwrap() else {
             panic!("not a task event")
         };
         assert_eq!(
             (t.op, t.raw.child, t.comm()),
-            (TaskOp::Spawn, 11, "worker-1")
+            (LifecycleOp::Spawn, 11, "worker-1")
         );
         let mut bad = ev;
         bad.op = 9;
-        assert_eq!(decode(encode(&bad)), Err(DecodeError::UnknownTaskOp(9)));
+        assert_eq!(
+            decode(encode(&bad)),
+            Err(DecodeError::UnknownLifecycleOp(9))
+        );
     }
 }
 

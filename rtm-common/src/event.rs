@@ -35,8 +35,8 @@ abi_enum! {
     pub enum EventKind {
         /// A [`SyncEvent`]: an operation on a synchronization object or a futex.
         Sync = 1,
-        /// A [`TaskEvent`]: a thread or process was created, exited or exec'd.
-        Task = 2,
+        /// A [`LifecycleEvent`]: a thread or process was created, exited or exec'd.
+        Lifecycle = 2,
         /// An [`crate::MpiEvent`]: an MPI call, or a request a wait or test completed.
         Mpi = 3,
         /// A [`FutexWaitEvent`]: a futex wait, in the compact form contention mode sends.
@@ -231,8 +231,8 @@ impl FutexWaitEvent {
 }
 
 abi_enum! {
-    /// What a [`TaskEvent`] records.
-    pub enum TaskOp {
+    /// What a [`LifecycleEvent`] records.
+    pub enum LifecycleOp {
         /// A thread (`CLONE_THREAD`) or a process was created; the header is the parent.
         Spawn = 1,
         /// A thread exited; the header is the thread.
@@ -242,7 +242,7 @@ abi_enum! {
     }
 }
 
-/// Linux `CLONE_THREAD`: a [`TaskOp::Spawn`] that created a thread, not a process.
+/// Linux `CLONE_THREAD`: a [`LifecycleOp::Spawn`] that created a thread, not a process.
 pub const CLONE_THREAD: u64 = 0x0001_0000;
 
 /// A process's value in the in-kernel filter (its byte in the TRACED array, its value
@@ -254,10 +254,10 @@ pub const TRACED_FOLLOW: u8 = 2;
 /// A thread or process lifecycle event from the sched/task tracepoints.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct TaskEvent {
+pub struct LifecycleEvent {
     /// Common header: the task the event happened in (the parent for a spawn).
     pub header: EventHeader,
-    /// A [`TaskOp`] discriminant.
+    /// A [`LifecycleOp`] discriminant.
     pub op: u32,
     /// Spawn: the new task's id. Exit: 1 when the whole process is gone.
     pub child: u32,
@@ -266,7 +266,7 @@ pub struct TaskEvent {
     /// The new task's or the exiting task's name, NUL-padded.
     pub comm: [u8; 16],
 }
-const _: () = assert!(size_of::<TaskEvent>() == 56);
+const _: () = assert!(size_of::<LifecycleEvent>() == 56);
 
 /// Indexes into the per-CPU loss counter map ([`crate::names::MAP_LOSSES`]).
 #[repr(u32)]
@@ -570,7 +570,7 @@ mod user_impls {
     // SAFETY: as above.
     unsafe impl aya::Pod for PendingFutex {}
     // SAFETY: as above.
-    unsafe impl aya::Pod for TaskEvent {}
+    unsafe impl aya::Pod for LifecycleEvent {}
     // SAFETY: as above.
     unsafe impl aya::Pod for PendingCall {}
     // SAFETY: as above.

@@ -72,11 +72,11 @@ pub const PROG_FUTEX_WAKEUP: &str = "futex_wakeup";
 /// syscalls/sys_exit_futex, for kernels without BTF.
 pub const PROG_FUTEX_EXIT_TP: &str = "futex_exit_tp";
 /// task/task_newtask.
-pub const PROG_TASK_NEW: &str = "task_new";
+pub const PROG_LIFECYCLE_NEW: &str = "lifecycle_new";
 /// sched/sched_process_exit.
-pub const PROG_TASK_EXIT: &str = "task_exit";
+pub const PROG_LIFECYCLE_EXIT: &str = "lifecycle_exit";
 /// sched/sched_process_exec.
-pub const PROG_TASK_EXEC: &str = "task_exec";
+pub const PROG_LIFECYCLE_EXEC: &str = "lifecycle_exec";
 
 /// Global in the eBPF object: 1 to follow futex wakes to their return (full mode: the
 /// threads a pthread_cond_signal/broadcast woke); 0 skips that work.
@@ -170,9 +170,9 @@ pub const ALL_PROGRAMS: &[&str] = &[
     PROG_FUTEX_WAKING,
     PROG_FUTEX_WAKEUP,
     PROG_FUTEX_EXIT_TP,
-    PROG_TASK_NEW,
-    PROG_TASK_EXIT,
-    PROG_TASK_EXEC,
+    PROG_LIFECYCLE_NEW,
+    PROG_LIFECYCLE_EXIT,
+    PROG_LIFECYCLE_EXEC,
 ];
 /// Every global the loader sets at load.
 pub const ALL_GLOBALS: &[&str] = &[

@@ -5,7 +5,7 @@ use aya_ebpf::{
     maps::RingBuf,
 };
 use rtm_common::{
-    EventHeader, EventKind, FutexWaitEvent, LossCounter, MpiEvent, SyncEvent, TaskEvent,
+    EventHeader, EventKind, FutexWaitEvent, LifecycleEvent, LossCounter, MpiEvent, SyncEvent,
 };
 
 use crate::maps::{EVENTS, EVENTS_1, EVENTS_2, EVENTS_3, SYNC_RING_MASK, WAKEUP_BYTES, count_loss};
@@ -100,14 +100,14 @@ pub fn futex_wait(event: FutexWaitEvent) {
 /// must have its maps read while it is alive, and a short one may be gone by the time
 /// the reader's timer comes by.
 #[inline(always)]
-pub fn task(event: TaskEvent, urgent: bool) {
-    match EVENTS.reserve::<TaskEvent>(0) {
+pub fn lifecycle(event: LifecycleEvent, urgent: bool) {
+    match EVENTS.reserve::<LifecycleEvent>(0) {
         Some(mut entry) => {
             entry.write(event);
             entry.submit(if urgent {
                 BPF_RB_FORCE_WAKEUP
             } else {
-                wakeup_flags::<TaskEvent>(&EVENTS)
+                wakeup_flags::<LifecycleEvent>(&EVENTS)
             });
         }
         None => count_loss(LossCounter::RingFull),

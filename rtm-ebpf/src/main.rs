@@ -10,9 +10,9 @@ mod emit;
 mod filter;
 mod futex;
 mod futex_done;
+mod lifecycle;
 mod maps;
 mod mpi;
-mod task;
 mod waking;
 
 #[cfg(not(test))]

@@ -8,7 +8,7 @@ use std::{ffi::OsString, path::PathBuf, time::Duration};
 
 use serde::{Deserialize, Serialize};
 
-use crate::model::{Limits, thresholds::Thresholds};
+use crate::model::{Limits, system::thresholds::Thresholds};
 
 /// What the probes watch.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

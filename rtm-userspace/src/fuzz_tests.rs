@@ -6,7 +6,9 @@
 //! PROPTEST_CASES for a longer run.
 
 use proptest::{prelude::*, strategy::ValueTree as _};
-use rtm_common::{EventHeader, EventKind, FutexWaitEvent, MpiEvent, SyncEvent, TaskEvent, decode};
+use rtm_common::{
+    EventHeader, EventKind, FutexWaitEvent, LifecycleEvent, MpiEvent, SyncEvent, decode,
+};
 
 use crate::{
     model::{Limits, Snapshot, SyncGraph, TaskGraph, TaskView, Window},
@@ -59,8 +61,8 @@ fn any_record() -> impl Strategy<Value = Vec<u8>> {
                     r
                 }
                 2 => {
-                    let mut r = record::<TaskEvent>(header, &tail);
-                    set_u32(&mut r, std::mem::offset_of!(TaskEvent, op), 1 + a % 3);
+                    let mut r = record::<LifecycleEvent>(header, &tail);
+                    set_u32(&mut r, std::mem::offset_of!(LifecycleEvent, op), 1 + a % 3);
                     r
                 }
                 3 => {
@@ -168,7 +170,7 @@ fn a_record_of_each_kind_decodes() {
                     4
                 }
                 decode::Event::Sync(_) => 1,
-                decode::Event::Task(_) => 2,
+                decode::Event::Lifecycle(_) => 2,
                 decode::Event::Mpi(_) => 3,
             };
             decoded[k] += 1;

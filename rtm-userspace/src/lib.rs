@@ -27,6 +27,9 @@ pub static EBPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DI
 mod fuzz_tests;
 
 #[cfg(test)]
+mod layering_tests;
+
+#[cfg(test)]
 mod object_tests {
     use object::{Object as _, ObjectSymbol as _};
     use rtm_common::names;

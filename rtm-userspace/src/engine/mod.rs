@@ -40,7 +40,7 @@ use tokio::{
 use self::{catch_up::CatchUp, sampler::Sampler, state::State};
 use crate::{
     config::TraceConfig,
-    model::{SyncGraph, Window, sync_graph::ThreadKey},
+    model::{SyncGraph, Window, sync::ThreadKey},
     output::{
         EndReason, RunInfo, TargetInfo,
         dest::DestError,

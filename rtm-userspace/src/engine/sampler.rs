@@ -3,9 +3,10 @@
 
 use crate::{
     config::TraceConfig,
-    model::{
-        ambient::{Ambient, AmbientView, Interval},
+    model::system::{
+        ambient::{Ambient, AmbientView},
         counters::CountersView,
+        interval::Interval,
     },
     readers::{
         ambient::{AmbientReader, ticks_per_second},

@@ -1,5 +1,5 @@
 //! Where the engine's events come from: the kernel (probes, ring buffers and the
-//! address-space records: [`super::kernel::KernelSource`]) or a list of records
+//! address-space records: the kernel source in `engine::kernel`) or a list of records
 //! ([`EventList`], for tests and replays). The engine drives either the same way.
 
 use std::{collections::VecDeque, future::Future, io, pin::Pin};

@@ -9,7 +9,7 @@ use rtm_common::decode::Event;
 
 use super::naming::{Answer, Ask, Naming};
 use crate::{
-    model::{RankEnv, Snapshot, SyncGraph, TaskGraph, TaskView, Window, sync_graph::ThreadKey},
+    model::{RankEnv, Snapshot, SyncGraph, TaskGraph, TaskView, Window, sync::ThreadKey},
     symbolize::{CodeNamer, ObjectNamer},
     target::process,
 };

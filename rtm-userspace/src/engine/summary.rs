@@ -9,8 +9,8 @@ use serde::Serialize;
 use crate::{
     config::Mode,
     model::{
-        Snapshot, ThreadView, WaitsForView, ambient::Interval, sync_graph::ModelCounters,
-        task_view::TrafficEdge,
+        Snapshot, ThreadView, WaitsForView, mpi::view::TrafficEdge, sync::ModelCounters,
+        system::interval::Interval,
     },
     output::{RunInfo, TargetInfo},
     readers::{Losses, ReaderStats},

@@ -29,9 +29,9 @@ struct Document<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     task_graph: Option<&'a crate::model::TaskView>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    ambient: Option<&'a crate::model::ambient::AmbientView>,
+    ambient: Option<&'a crate::model::system::ambient::AmbientView>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    counters: Option<&'a crate::model::counters::CountersView>,
+    counters: Option<&'a crate::model::system::counters::CountersView>,
 }
 
 fn document<'a>(run: &'a RunInfo, snapshot: &'a Snapshot<'a>) -> Document<'a> {

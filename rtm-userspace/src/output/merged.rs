@@ -5,7 +5,7 @@ use std::fmt::Write as _;
 use serde::Serialize;
 
 use super::{mpi_report, text::Shown};
-use crate::model::{TaskView, task_merge::Part};
+use crate::model::{TaskView, mpi::merge::Part};
 
 /// What each part contributed.
 #[derive(Debug, Clone, Serialize)]

@@ -9,6 +9,7 @@ pub mod report;
 mod sections;
 pub mod sink;
 mod system_report;
+mod table;
 pub mod text;
 
 use serde::Serialize;

@@ -4,10 +4,10 @@ use std::fmt::Write as _;
 
 use super::{
     format::{count, ns, pct},
-    report::table,
+    table::table,
     text::Shown,
 };
-use crate::model::{TaskView, task_view::TrafficView};
+use crate::model::{TaskView, mpi::view::TrafficView};
 
 fn rank(r: Option<i32>) -> String {
     r.map_or_else(|| "?".into(), |r| r.to_string())

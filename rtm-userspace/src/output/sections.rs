@@ -8,9 +8,9 @@ use rtm_common::Primitive;
 
 use super::{
     format::{count, mean_ns, ns, opt_ns, pct},
-    report::table,
+    table::table,
 };
-use crate::model::{ObjectRow, ObjectView, Row, Snapshot, sync_graph::Role};
+use crate::model::{ObjectRow, ObjectView, Row, Snapshot, sync::Role};
 
 /// Objects shown in the main lock table: locks and futex words that were acquired,
 /// waited on, or failed a trylock or a timed call.

@@ -3,8 +3,8 @@
 
 use std::fmt::Write;
 
-use super::{format::count, report::table, text::Shown};
-use crate::model::{
+use super::{format::count, table::table, text::Shown};
+use crate::model::system::{
     ambient::{AmbientView, Stat},
     counters::{CountersView, ScopeCounters},
 };

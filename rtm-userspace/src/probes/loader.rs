@@ -126,9 +126,9 @@ fn attach_futex_fallback(ebpf: &mut Ebpf) -> Result<&'static str, ProbeError> {
 
 /// Tracepoints attached for every mode: (program, category, event).
 const TRACEPOINTS: [(&str, &str, &str); 3] = [
-    (names::PROG_TASK_NEW, "task", "task_newtask"),
-    (names::PROG_TASK_EXIT, "sched", "sched_process_exit"),
-    (names::PROG_TASK_EXEC, "sched", "sched_process_exec"),
+    (names::PROG_LIFECYCLE_NEW, "task", "task_newtask"),
+    (names::PROG_LIFECYCLE_EXIT, "sched", "sched_process_exit"),
+    (names::PROG_LIFECYCLE_EXEC, "sched", "sched_process_exec"),
 ];
 
 /// Errors loading or attaching probes.

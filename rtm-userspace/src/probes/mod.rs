@@ -7,6 +7,7 @@ pub mod mpi;
 pub mod multi_uprobe;
 pub mod placement;
 pub mod pthread;
+pub mod shared_memory;
 pub mod traced;
 
 pub use loader::{ProbeError, Probes};

@@ -13,13 +13,13 @@ use std::io;
 
 use aya::maps::MapData;
 
-use crate::readers::ring_map::Mapping;
+use super::shared_memory::SharedMemory;
 
 use super::layout::PER_WORD;
 
 /// The TRACED map, mapped into this process.
 pub struct TracedBytes {
-    mapping: Mapping,
+    mapping: SharedMemory,
     /// Tgids covered.
     len: u32,
     /// Owns the descriptor; declared last so the mapping goes first.
@@ -29,7 +29,7 @@ pub struct TracedBytes {
 impl TracedBytes {
     /// Maps the array `map` of `words` 8-byte elements.
     pub fn new(map: MapData, words: u32) -> io::Result<Self> {
-        let mapping = Mapping::array(&map, words as usize * PER_WORD as usize)?;
+        let mapping = SharedMemory::array(&map, words as usize * PER_WORD as usize)?;
         Ok(Self {
             mapping,
             len: words * PER_WORD,

@@ -27,15 +27,15 @@ use rtm_common::{
     names::futex_slot_index,
 };
 
-use super::ring_map::Mapping;
 use crate::probes::loader::LeftWaitMaps;
+use crate::probes::shared_memory::SharedMemory;
 use crate::target::{files::read_proc_text, process::monotonic_ns};
 
 /// The FUTEX_DONE map, mapped into this process, and the futex entries in flight.
 pub struct LeftWaits {
-    mapping: Mapping,
+    mapping: SharedMemory,
     /// FUTEX_SLOTS, mapped: read when the trace ends.
-    entries: Mapping,
+    entries: SharedMemory,
     /// PENDING_FUTEX: the entries of threads past the slots.
     pending: BpfHashMap<MapData, u64, PendingFutex>,
     /// Slots minus one.
@@ -59,8 +59,8 @@ impl LeftWaits {
             .try_into()
             .map_err(io::Error::other)?;
         Ok(Self {
-            mapping: Mapping::array(&done, slots as usize * size_of::<FutexDone>())?,
-            entries: Mapping::array(&entries, slots as usize * size_of::<PendingFutex>())?,
+            mapping: SharedMemory::array(&done, slots as usize * size_of::<FutexDone>())?,
+            entries: SharedMemory::array(&entries, slots as usize * size_of::<PendingFutex>())?,
             pending,
             mask: slots - 1,
             _map: done,
@@ -120,7 +120,7 @@ impl LeftWaits {
 /// Slot `slot` of a mapped array of `T`. `slot` is a `futex_slot_index` with the
 /// array's mask, so it lies within the mapping, which holds mask + 1 values of `T`
 /// (8-byte aligned, from a page-aligned start).
-fn slot_at<T>(mapping: &Mapping, slot: u32) -> *mut T {
+fn slot_at<T>(mapping: &SharedMemory, slot: u32) -> *mut T {
     // SAFETY: see above: the offset stays inside the mapping.
     unsafe {
         mapping

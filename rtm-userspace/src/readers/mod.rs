@@ -1,18 +1,20 @@
-//! Readers: everything that brings data from the kernel into the model. The ring-buffer
-//! reader hides aya's ring buffer and counts what could not be decoded; the loss counters
-//! report what the eBPF side could not send; the mapping reader follows address spaces;
-//! the futex reader takes waits the programs have not sent yet.
+//! Readers: everything that brings data from the kernel into the model. The event
+//! reader (`events`, over `ring_buffer`) hides the BPF ring buffers and counts what
+//! could not be decoded; the loss counters report what the eBPF side could not send;
+//! the mmap-record reader follows address spaces; the futex reader takes waits the
+//! programs have not sent yet; `ambient` and `counters` sample procfs and perf
+//! counters; `bpf_stats` measures the eBPF side itself.
 
 pub mod ambient;
 pub mod bpf_stats;
 pub mod counters;
+pub mod events;
 pub mod futex_done;
 pub mod losses;
-pub mod mappings;
-pub mod ring;
-pub mod ring_map;
+pub mod mmap_records;
+pub mod ring_buffer;
 
+pub use events::{EventReader, ReaderStats};
 pub use futex_done::LeftWaits;
 pub use losses::Losses;
-pub use mappings::{MappingReader, MappingRecord};
-pub use ring::{EventReader, ReaderStats};
+pub use mmap_records::{MmapRecord, MmapRecordReader};

@@ -6,7 +6,7 @@ use std::path::Path;
 
 use crate::{
     cli::MergeCli,
-    model::task_merge::{self, Part},
+    model::mpi::merge::{self, Part},
     output::{dest::Dest, json, merged, text::Shown},
 };
 
@@ -59,7 +59,7 @@ fn parse_part(path: &Path, input: impl std::io::Read) -> Result<Part, SessionErr
     if version != json::VERSION {
         // Checked again by the model with the others; said here before parsing a
         // layout this build may not know.
-        return Err(task_merge::MergeError::Version {
+        return Err(merge::MergeError::Version {
             name: path.display().to_string(),
             found: version,
             supported: json::VERSION,
@@ -100,7 +100,7 @@ pub fn merge(cli: MergeCli) -> Result<i32, SessionError> {
         .iter()
         .map(|p| read_part(p))
         .collect::<Result<Vec<_>, _>>()?;
-    let view = task_merge::merge(&parts, json::VERSION)?;
+    let view = merge::merge(&parts, json::VERSION)?;
     let infos = merged::part_infos(&parts);
     let text = merged::render(&infos, &view, cli.top);
     // The report first, then the JSON, whatever became of the report.
@@ -179,7 +179,7 @@ mod fuzz {
                     parts.push(p);
                 }
             }
-            if let Ok(view) = task_merge::merge(&parts, json::VERSION) {
+            if let Ok(view) = merge::merge(&parts, json::VERSION) {
                 let infos = merged::part_infos(&parts);
                 let text = merged::render(&infos, &view, 10);
                 prop_assert!(crate::output::text::is_inert(&text));
@@ -192,7 +192,7 @@ mod fuzz {
         let p = parse_part(Path::new("p"), part(0, 5, 2).as_bytes()).unwrap();
         assert_eq!(p.view.ranks.len(), 1);
         let q = parse_part(Path::new("q"), part(2, u64::MAX, 2).as_bytes()).unwrap();
-        let view = task_merge::merge(&[p, q], json::VERSION).unwrap();
+        let view = merge::merge(&[p, q], json::VERSION).unwrap();
         // Sums saturate instead of wrapping.
         assert_eq!(view.counters.unknown_source, u64::MAX);
         assert_eq!(view.collectives[0].bytes, u64::MAX);

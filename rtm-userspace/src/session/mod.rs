@@ -57,7 +57,7 @@ pub enum SessionError {
     },
     /// The parts given to `merge` do not belong together.
     #[error(transparent)]
-    Merge(#[from] crate::model::task_merge::MergeError),
+    Merge(#[from] crate::model::mpi::merge::MergeError),
     /// Other I/O (runtime, signals, report file).
     #[error("{what}: {source}")]
     Io {

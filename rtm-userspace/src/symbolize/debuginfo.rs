@@ -14,10 +14,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use crate::target::{
-    elf::ElfSymbols,
-    files::{self, ProcRoot},
-};
+use crate::target::{elf::ElfSymbols, files, mapped::ProcRoot};
 
 /// Largest debug file opened (only its symbol tables are read).
 const MAX_DEBUG_BYTES: u64 = 16 << 30;

@@ -9,9 +9,9 @@ use std::{
 
 use crate::target::{
     Module,
+    address_space::{AddressSpace, Mapping},
     elf::ElfSymbols,
-    files::{self, MappedFile},
-    maps::{AddressSpace, Mapping},
+    mapped::{self, MappedFile},
     process::{self},
 };
 
@@ -31,9 +31,9 @@ pub struct ObjectNamer {
     /// at most [`MAX_EXITED_SPACES`] of them.
     exited: VecDeque<u32>,
     /// Each process's root directory, held open (see [`ObjectNamer::keep_root`]).
-    roots: HashMap<u32, Rc<files::ProcRoot>>,
+    roots: HashMap<u32, Rc<mapped::ProcRoot>>,
     /// The same, by mount namespace and the identities of its / and /usr/lib/debug.
-    root_of_ns: HashMap<RootKey, Rc<files::ProcRoot>>,
+    root_of_ns: HashMap<RootKey, Rc<mapped::ProcRoot>>,
     /// The debug files found for stripped files, open, by (device, inode) of the file.
     debug_files: HashMap<(String, u64), Rc<std::fs::File>>,
     /// Stripped files without debug symbols, by (device, inode).
@@ -73,7 +73,7 @@ pub struct SpaceRead {
     pid: u32,
     mappings: Result<Vec<Mapping>, String>,
     /// Its mount namespace and what its / and /usr/lib/debug are, and its root open.
-    root: Option<(Option<RootKey>, files::ProcRoot)>,
+    root: Option<(Option<RootKey>, mapped::ProcRoot)>,
 }
 
 impl SpaceRead {
@@ -97,7 +97,7 @@ impl SpaceRead {
                 let key = std::fs::read_link(dir.join("ns/mnt"))
                     .ok()
                     .map(|ns| (ns, id(dir.join("root")), id(dir.join("root/usr/lib/debug"))));
-                files::open_root(pid).ok().map(|fd| (key, fd))
+                mapped::open_root(pid).ok().map(|fd| (key, fd))
             }
             _ => None,
         };
@@ -143,7 +143,7 @@ impl ObjectNamer {
     /// Holds `pid`'s root directory open: a stripped file's debug file may be only in
     /// its mount namespace, looked up when a name is wanted, perhaps after it exited.
     /// Processes of one mount namespace share one descriptor.
-    fn keep_root(&mut self, pid: u32, key: Option<RootKey>, fd: files::ProcRoot) {
+    fn keep_root(&mut self, pid: u32, key: Option<RootKey>, fd: mapped::ProcRoot) {
         if self.roots.contains_key(&pid) {
             return;
         }

@@ -7,7 +7,10 @@ use std::{
     path::{Path, PathBuf},
 };
 
-use super::files::{self, MAX_OBJECT_BYTES, MappedFile, MappedFileError};
+use super::{
+    files::{self, MAX_OBJECT_BYTES},
+    mapped::{MappedFile, MappedFileError},
+};
 
 use object::{Object, ObjectSegment, ObjectSymbol, SymbolKind, read::elf::VersionTable};
 

@@ -1,11 +1,13 @@
-//! Target processes: finding them, their memory maps and ELF files, and launching them
-//! gated so no user code runs before the probes are live.
+//! Target processes: finding them, their address spaces (the mappings of
+//! /proc/PID/maps) and ELF files, the host they run on, and launching them gated so no
+//! user code runs before the probes are live.
 
+pub mod address_space;
 pub mod elf;
 pub mod files;
 pub mod host;
 pub mod launch;
-pub mod maps;
+pub mod mapped;
 pub mod process;
 
 pub use process::{Module, ProcessError};

@@ -36,8 +36,8 @@ pub enum ProcessError {
     },
 }
 
+pub use super::address_space::{Module, parse_maps};
 use super::files::{MAX_ENVIRON_BYTES, read_proc_prefix, read_proc_text};
-pub use super::maps::{Module, parse_maps};
 
 /// Kernel threads carry this flag in /proc/PID/stat (field 9).
 const PF_KTHREAD: u64 = 0x0020_0000;
@@ -198,11 +198,11 @@ pub fn monotonic_ns() -> u64 {
 
 /// The files mapped into `pid`, in address order.
 pub fn modules(pid: u32) -> Result<Vec<Module>, ProcessError> {
-    Ok(super::maps::modules_of(&mappings(pid)?))
+    Ok(super::address_space::modules_of(&mappings(pid)?))
 }
 
 /// The mappings of `pid`, in address order.
-pub fn mappings(pid: u32) -> Result<Vec<super::maps::Mapping>, ProcessError> {
+pub fn mappings(pid: u32) -> Result<Vec<super::address_space::Mapping>, ProcessError> {
     let path = proc_dir(pid).join("maps").display().to_string();
     let text = read_proc_text(&path).map_err(|source| {
         if source.kind() == std::io::ErrorKind::NotFound {
@@ -211,7 +211,7 @@ pub fn mappings(pid: u32) -> Result<Vec<super::maps::Mapping>, ProcessError> {
             ProcessError::Proc { path, source }
         }
     })?;
-    Ok(super::maps::parse_mappings(&text))
+    Ok(super::address_space::parse_mappings(&text))
 }
 
 /// This process's peak resident memory so far (VmHWM), KiB.

@@ -19,9 +19,9 @@ use crate::{
     output::{TargetInfo, Unprobed},
     probes::{Probes, Traced},
     readers::{
-        EventReader, LeftWaits, Losses, MappingReader, MappingRecord, ReaderStats,
+        EventReader, LeftWaits, Losses, MmapRecord, MmapRecordReader, ReaderStats,
         bpf_stats::{self, BpfStats},
-        ring_map::MappedRing,
+        ring_buffer::RingBuffer,
     },
     symbolize::ObjectNamer,
     target::{Module, elf::ElfSymbols, process},
@@ -60,7 +60,7 @@ struct Live {
     reader: EventReader,
     /// Contention mode leaves the threads' last waits in their slots.
     left: Option<LeftWaits>,
-    mappings: Option<MappingReader>,
+    mappings: Option<MmapRecordReader>,
     /// The kernel's run-time statistics, on while this is held (`--bpf-stats`).
     _bpf_stats: Option<OwnedFd>,
 }
@@ -108,7 +108,7 @@ impl KernelSource {
         let rings = probes
             .take_rings()?
             .into_iter()
-            .map(MappedRing::new)
+            .map(RingBuffer::new)
             .collect::<io::Result<Vec<_>>>()
             .map_err(io_err("ring buffer"))?;
         let reader = EventReader::new(rings).map_err(io_err("ring buffer"))?;
@@ -130,7 +130,7 @@ impl KernelSource {
             })
             .flatten();
         // Before anything runs: the records of a launched program's exec must be caught.
-        let mappings = match MappingReader::open() {
+        let mappings = match MmapRecordReader::open() {
             Ok(m) => Some(m),
             Err(e) => {
                 crate::say!(
@@ -244,7 +244,7 @@ impl Source for KernelSource {
         c.bytes += r.bytes;
         c.short_records += r.short_records;
         c.unknown_records += r.unknown_records;
-        self.carried.mapping_lost += live.mappings.as_ref().map_or(0, MappingReader::lost);
+        self.carried.mapping_lost += live.mappings.as_ref().map_or(0, MmapRecordReader::lost);
         self.follow = full::Follow::default();
         let uprobes = live.probes.uprobe_count();
         let helper = live.probes.release();
@@ -281,9 +281,9 @@ impl Source for KernelSource {
         if let Some(m) = &mut live.mappings {
             let probes = &live.probes;
             m.drain(&mut |pid| probes.is_traced(pid), &mut |r| match r {
-                MappingRecord::Map { pid, mapping } => namer.mapped(pid, mapping),
-                MappingRecord::Exec { pid } => namer.exec(pid),
-                MappingRecord::Fork { parent, child } => namer.forked(parent, child),
+                MmapRecord::Map { pid, mapping } => namer.mapped(pid, mapping),
+                MmapRecord::Exec { pid } => namer.exec(pid),
+                MmapRecord::Fork { parent, child } => namer.forked(parent, child),
             });
         }
     }
@@ -351,7 +351,7 @@ impl Source for KernelSource {
                 .live
                 .as_ref()
                 .and_then(|l| l.mappings.as_ref())
-                .map_or(0, MappingReader::lost)
+                .map_or(0, MmapRecordReader::lost)
     }
 
     fn bpf_stats(&self) -> Option<BpfStats> {

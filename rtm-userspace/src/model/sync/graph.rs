@@ -11,13 +11,16 @@ use foldhash::{HashMap, HashSet};
 
 use super::{
     barrier::Arrival,
-    dist::HistogramBudget,
+    edge::{Count, EdgeStats, Span},
     holds::{Acquired, Holds},
+    semantics::{self, Failure, Hold},
+    types::*,
 };
+use crate::model::dist::HistogramBudget;
 use rtm_common::{
-    CLONE_THREAD, Primitive, SYNC_FLAG_BEGIN, SYNC_FLAG_BLOCKED, SYNC_FLAG_CONTENDED, SyncOp,
-    TaskOp, WAIT_IN_PROGRESS, WAIT_INTERRUPTED,
-    decode::{Event, SyncRecord, TaskRecord},
+    CLONE_THREAD, LifecycleOp, Primitive, SYNC_FLAG_BEGIN, SYNC_FLAG_BLOCKED, SYNC_FLAG_CONTENDED,
+    SyncOp, WAIT_IN_PROGRESS, WAIT_INTERRUPTED,
+    decode::{Event, LifecycleRecord, SyncRecord},
 };
 
 const EAGAIN: i32 = 11;
@@ -35,8 +38,6 @@ const BARRIER_SERIAL: i32 = -1;
 /// the entries themselves keeps a quarter to a half of its slots empty but resident, and
 /// holds the old and the new table at once while it grows.
 type Arena<K, V> = indexmap::IndexMap<K, V, foldhash::fast::RandomState>;
-
-pub use super::sync_types::*;
 
 /// The sync graph.
 #[derive(Debug)]
@@ -69,14 +70,6 @@ struct PendingLock {
     record: SyncRecord,
     /// When the last futex wait on the lock ended (the entry time until one does).
     acquired_ns: u64,
-}
-
-fn role_of(op: SyncOp) -> Role {
-    match op {
-        SyncOp::RdLock | SyncOp::TryRdLock | SyncOp::TimedRdLock => Role::Read,
-        SyncOp::WrLock | SyncOp::TryWrLock | SyncOp::TimedWrLock => Role::Write,
-        _ => Role::Use,
-    }
 }
 
 impl SyncGraph {
@@ -119,7 +112,7 @@ impl SyncGraph {
         }
         match event {
             Event::Sync(s) => self.apply_sync(thread, s),
-            Event::Task(t) => self.apply_task(thread, t, &mut applied),
+            Event::Lifecycle(t) => self.apply_lifecycle(thread, t, &mut applied),
             // MPI calls feed the task graph.
             Event::Mpi(_) => {}
         }
@@ -190,10 +183,10 @@ impl SyncGraph {
         true
     }
 
-    fn apply_task(&mut self, thread: ThreadKey, t: &TaskRecord, applied: &mut Applied) {
+    fn apply_lifecycle(&mut self, thread: ThreadKey, t: &LifecycleRecord, applied: &mut Applied) {
         let ts = t.raw.header.ts_ns;
         match t.op {
-            TaskOp::Spawn => {
+            LifecycleOp::Spawn => {
                 let is_thread = t.raw.clone_flags & CLONE_THREAD != 0;
                 let child = ThreadKey {
                     pid: if is_thread { thread.pid } else { t.raw.child },
@@ -211,7 +204,7 @@ impl SyncGraph {
                     }
                 }
             }
-            TaskOp::Exit => {
+            LifecycleOp::Exit => {
                 let node = self.threads.get_mut(&thread).expect("touched");
                 node.exited_ns.get_or_insert(ts);
                 if !t.comm().is_empty() {
@@ -221,7 +214,7 @@ impl SyncGraph {
                     applied.process_exited = Some(thread.pid);
                 }
             }
-            TaskOp::Exec => {
+            LifecycleOp::Exec => {
                 applied.exec = Some(thread.pid);
                 let node = self.threads.get_mut(&thread).expect("touched");
                 if !t.comm().is_empty() {
@@ -309,7 +302,8 @@ impl SyncGraph {
             }
             return;
         }
-        if s.op == SyncOp::Unlock {
+        let what = semantics::of(s.primitive, s.op);
+        if what.releases {
             return self.release(thread, object, ts);
         }
         let room = self.barrier_calls < self.limits.max_barrier_calls;
@@ -345,7 +339,7 @@ impl SyncGraph {
             Some(false) => self.counters.dropped_over_limits += 1,
             None => {}
         }
-        if raw.caller != 0 && !matches!(s.op, SyncOp::Post | SyncOp::Create) {
+        if raw.caller != 0 && what.has_call_site {
             let site = (object_index as u32, raw.caller);
             if self.call_sites.contains_key(&site) || self.call_sites.len() < self.limits.max_edges
             {
@@ -359,7 +353,7 @@ impl SyncGraph {
                 self.counters.dropped_over_limits += 1;
             }
         }
-        let role = role_of(s.op);
+        let role = what.role;
         let Some(i) = self.edge(EdgeId::new(object_index, thread.tid, role)) else {
             return;
         };
@@ -367,36 +361,32 @@ impl SyncGraph {
         if raw.flags & SYNC_FLAG_BLOCKED != 0 {
             edge.add(Count::Blocked, 1);
         }
-        match s.op {
-            SyncOp::Post => {
-                edge.add(Count::Posts, 1);
-                return;
-            }
-            SyncOp::Signal | SyncOp::Broadcast => {
-                if s.op == SyncOp::Signal {
-                    edge.add(Count::Signals, 1);
-                } else {
-                    edge.add(Count::Broadcasts, 1);
+        if what.wakes {
+            match s.op {
+                SyncOp::Post => edge.add(Count::Posts, 1),
+                SyncOp::Signal | SyncOp::Broadcast => {
+                    if s.op == SyncOp::Signal {
+                        edge.add(Count::Signals, 1);
+                    } else {
+                        edge.add(Count::Broadcasts, 1);
+                    }
+                    edge.add(Count::Woken, raw.extra as u64);
                 }
-                edge.add(Count::Woken, raw.extra as u64);
-                return;
+                _ => {}
             }
-            SyncOp::Create => return,
-            _ => {}
+            return;
         }
-        let is_try = matches!(
-            s.op,
-            SyncOp::TryLock | SyncOp::TryRdLock | SyncOp::TryWrLock | SyncOp::TryWait
-        );
+        let is_try = what.is_try;
+        let minus_one = what.failure == Failure::MinusOne;
         let ok = match raw.ret {
             0 | EOWNERDEAD => true,
             BARRIER_SERIAL if s.primitive == Primitive::Barrier => true,
             // sem_* return -1 and set errno: a failed trywait is "would block".
-            -1 if s.op == SyncOp::TryWait => {
+            -1 if minus_one && is_try => {
                 edge.add(Count::FailedTrylocks, 1);
                 false
             }
-            -1 if s.op == SyncOp::TimedWait && s.primitive == Primitive::Sem => {
+            -1 if minus_one && what.timed => {
                 edge.add(Count::Timeouts, 1);
                 edge.record(Span::Wait, raw.wait_ns, budget);
                 false
@@ -415,11 +405,7 @@ impl SyncGraph {
                 false
             }
         };
-        let acquires = matches!(
-            s.primitive,
-            Primitive::Mutex | Primitive::RwLock | Primitive::Spin | Primitive::Sem
-        );
-        if !acquires {
+        if !what.acquires {
             // Condition variables, barriers, joins: waits (timeouts were recorded above).
             edge.add(Count::Waits, 1);
             if ok {
@@ -445,8 +431,8 @@ impl SyncGraph {
         if contended && !is_try {
             edge.record(Span::Wait, raw.wait_ns, budget);
         }
-        if s.primitive != Primitive::Sem {
-            let exclusive = role != Role::Read;
+        if let Some(hold) = what.holds {
+            let exclusive = hold == Hold::Exclusive;
             if self.holds.acquire(object, thread.tid, ts, role, exclusive) == Acquired::Interrupted
             {
                 self.counters.interrupted_holds += 1;

@@ -4,7 +4,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::ambient::Interval;
+use super::interval::Interval;
 
 /// Limits that flag an interval. Every field may be left out of the config file.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

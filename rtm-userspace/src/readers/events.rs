@@ -6,7 +6,7 @@ use rtm_common::decode::{DecodeError, Event, decode};
 use serde::Serialize;
 use tokio::io::{Interest, unix::AsyncFd};
 
-use super::ring_map::MappedRing;
+use super::ring_buffer::RingBuffer;
 
 /// What the reader saw.
 #[derive(Debug, Clone, Copy, Default, Serialize, PartialEq, Eq)]
@@ -34,7 +34,7 @@ impl ReaderStats {
             DecodeError::UnknownKind(_)
             | DecodeError::UnknownPrimitive(_)
             | DecodeError::UnknownOp(_)
-            | DecodeError::UnknownTaskOp(_)
+            | DecodeError::UnknownLifecycleOp(_)
             | DecodeError::UnknownMpi(..) => self.unknown_records += 1,
         }
     }
@@ -43,7 +43,7 @@ impl ReaderStats {
 /// Reads and decodes records from the ring buffers: the first carries every kind of
 /// record, the others (contention mode) the sync records of some CPUs each.
 pub struct EventReader {
-    rings: Vec<AsyncFd<MappedRing>>,
+    rings: Vec<AsyncFd<RingBuffer>>,
     /// The ring the last drain started at.
     first: usize,
     stats: ReaderStats,
@@ -52,11 +52,11 @@ pub struct EventReader {
 
 impl EventReader {
     /// Wraps the ring buffers for async reading.
-    pub fn new(rings: Vec<MappedRing>) -> io::Result<Self> {
+    pub fn new(rings: Vec<RingBuffer>) -> io::Result<Self> {
         let rings = rings
             .into_iter()
             .map(|ring| {
-                // SAFETY: the MappedRing owns its map descriptor for as long as the
+                // SAFETY: the RingBuffer owns its map descriptor for as long as the
                 // AsyncFd owns it.
                 unsafe { AsyncFd::register_with_interest(ring, Interest::READABLE) }
                     .map_err(|e| e.into_parts().1)
@@ -136,7 +136,7 @@ impl EventReader {
 }
 
 fn drain(
-    ring: &mut MappedRing,
+    ring: &mut RingBuffer,
     max: usize,
     stats: &mut ReaderStats,
     sink: &mut dyn FnMut(&Event),

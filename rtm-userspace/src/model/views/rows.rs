@@ -8,11 +8,10 @@ use std::borrow::Cow;
 use rtm_common::Primitive;
 use serde::{Serialize, Serializer};
 
-use super::{
+use super::{BarrierView, EdgeView, ObjectView, WaitsForView};
+use crate::model::{
     dist::Dist,
-    snapshot::barrier_view,
-    sync_graph::{Counts, EdgeKey, EdgeStats, ObjectKey, ObjectMeta, SyncGraph},
-    views::{EdgeView, ObjectView, WaitsForView},
+    sync::{Counts, EdgeKey, EdgeStats, ObjectKey, ObjectMeta, SyncGraph, barrier},
 };
 
 /// A row of a list that becomes a view when read.
@@ -405,5 +404,30 @@ impl<'g> WaitsFors<'g> {
             )
         });
         Self { rows }
+    }
+}
+
+/// Most barrier rounds listed per barrier (the summary covers all of them).
+const MAX_ROUNDS_LISTED: usize = 1_000;
+
+/// A barrier's rounds, summarized.
+fn barrier_view(calls: &[barrier::Arrival], serial: u64) -> BarrierView {
+    let rounds = barrier::rounds(calls);
+    let mut spread = Dist::default();
+    let mut budget = crate::model::HistogramBudget::new(1);
+    let mut last: std::collections::HashMap<u32, u64> = std::collections::HashMap::new();
+    for r in &rounds {
+        spread.record(r.spread_ns, &mut budget);
+        *last.entry(r.last_tid).or_default() += 1;
+    }
+    let mut last_arrivals: Vec<(u32, u64)> = last.into_iter().collect();
+    last_arrivals.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+    let skip = rounds.len().saturating_sub(MAX_ROUNDS_LISTED);
+    BarrierView {
+        rounds: rounds.len() as u64,
+        spread: spread.summary(),
+        last_arrivals,
+        serial_returns: serial,
+        round_list: rounds.into_iter().skip(skip).collect(),
     }
 }

@@ -4,7 +4,9 @@
 
 use aya_ebpf::helpers::bpf_get_current_pid_tgid;
 use aya_ebpf::{helpers::bpf_get_current_comm, macros::tracepoint, programs::TracePointContext};
-use rtm_common::{CLONE_THREAD, EventKind, Primitive, SyncOp, TRACED_FOLLOW, TaskEvent, TaskOp};
+use rtm_common::{
+    CLONE_THREAD, EventKind, LifecycleEvent, LifecycleOp, Primitive, SyncOp, TRACED_FOLLOW,
+};
 
 use crate::{
     emit::{self, header, now},
@@ -20,12 +22,12 @@ const NEW_FLAGS: usize = 32;
 const EXIT_COMM: usize = 8;
 const EXIT_GROUP_DEAD: usize = 32;
 
-fn send(pid_tgid: u64, op: TaskOp, child: u32, clone_flags: u64, comm: [u8; 16]) {
-    let urgent =
-        matches!(op, TaskOp::Exec) || (op == TaskOp::Spawn && clone_flags & CLONE_THREAD == 0);
-    emit::task(
-        TaskEvent {
-            header: header(EventKind::Task, pid_tgid, now()),
+fn send(pid_tgid: u64, op: LifecycleOp, child: u32, clone_flags: u64, comm: [u8; 16]) {
+    let urgent = matches!(op, LifecycleOp::Exec)
+        || (op == LifecycleOp::Spawn && clone_flags & CLONE_THREAD == 0);
+    emit::lifecycle(
+        LifecycleEvent {
+            header: header(EventKind::Lifecycle, pid_tgid, now()),
             op: op as u32,
             child,
             clone_flags,
@@ -37,7 +39,7 @@ fn send(pid_tgid: u64, op: TaskOp, child: u32, clone_flags: u64, comm: [u8; 16])
 
 /// task_newtask: runs in the parent, before the child is scheduled.
 #[tracepoint]
-pub fn task_new(ctx: TracePointContext) -> u32 {
+pub fn lifecycle_new(ctx: TracePointContext) -> u32 {
     let pid_tgid = bpf_get_current_pid_tgid();
     let value = filter::traced_value((pid_tgid >> 32) as u32);
     if value == 0 {
@@ -60,13 +62,13 @@ pub fn task_new(ctx: TracePointContext) -> u32 {
             unsafe { (*call).extra = child };
         }
     }
-    send(pid_tgid, TaskOp::Spawn, child, flags, comm);
+    send(pid_tgid, LifecycleOp::Spawn, child, flags, comm);
     0
 }
 
 /// sched_process_exit: a thread exits (`child` is 1 when it was the last one).
 #[tracepoint]
-pub fn task_exit(ctx: TracePointContext) -> u32 {
+pub fn lifecycle_exit(ctx: TracePointContext) -> u32 {
     let Some(pid_tgid) = traced_pid_tgid() else {
         return 0;
     };
@@ -78,17 +80,17 @@ pub fn task_exit(ctx: TracePointContext) -> u32 {
     crate::futex_done::send_done(pid_tgid, crate::futex_done::current_task());
     crate::futex::send_last_unslept(pid_tgid);
     forget_thread(pid_tgid);
-    send(pid_tgid, TaskOp::Exit, group_dead as u32, 0, comm);
+    send(pid_tgid, LifecycleOp::Exit, group_dead as u32, 0, comm);
     0
 }
 
 /// sched_process_exec: the process runs a new program.
 #[tracepoint]
-pub fn task_exec(_ctx: TracePointContext) -> u32 {
+pub fn lifecycle_exec(_ctx: TracePointContext) -> u32 {
     let Some(pid_tgid) = traced_pid_tgid() else {
         return 0;
     };
     let comm = bpf_get_current_comm().unwrap_or([0; 16]);
-    send(pid_tgid, TaskOp::Exec, pid_tgid as u32, 0, comm);
+    send(pid_tgid, LifecycleOp::Exec, pid_tgid as u32, 0, comm);
     0
 }

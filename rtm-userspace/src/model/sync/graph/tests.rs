@@ -1,5 +1,5 @@
 use rtm_common::{
-    EventHeader, EventKind, SyncEvent, TaskEvent, TaskOp, decode::decode, decode::encode,
+    EventHeader, EventKind, LifecycleEvent, LifecycleOp, SyncEvent, decode::decode, decode::encode,
 };
 
 use super::*;
@@ -342,12 +342,12 @@ fn futex_waits_that_did_not_sleep_are_counted_apart() {
 #[test]
 fn spawns_build_the_thread_tree_and_report_new_processes() {
     let mut g = SyncGraph::new(Limits::default(), false);
-    let task = |pid, tid, ts, op: TaskOp, child, flags, name: &str| {
+    let task = |pid, tid, ts, op: LifecycleOp, child, flags, name: &str| {
         let mut comm = [0u8; 16];
         comm[..name.len()].copy_from_slice(name.as_bytes());
-        let raw = TaskEvent {
+        let raw = LifecycleEvent {
             header: EventHeader {
-                kind: EventKind::Task as u32,
+                kind: EventKind::Lifecycle as u32,
                 cpu: 0,
                 ts_ns: ts,
                 pid,
@@ -360,10 +360,18 @@ fn spawns_build_the_thread_tree_and_report_new_processes() {
         };
         decode(encode(&raw)).unwrap()
     };
-    g.apply(&task(100, 100, 10, TaskOp::Spawn, 101, CLONE_THREAD, "app"));
-    let a = g.apply(&task(100, 101, 20, TaskOp::Spawn, 200, 0, "app"));
+    g.apply(&task(
+        100,
+        100,
+        10,
+        LifecycleOp::Spawn,
+        101,
+        CLONE_THREAD,
+        "app",
+    ));
+    let a = g.apply(&task(100, 101, 20, LifecycleOp::Spawn, 200, 0, "app"));
     assert_eq!(a.spawned_process, Some(200));
-    let b = g.apply(&task(100, 101, 30, TaskOp::Exit, 0, 0, "worker"));
+    let b = g.apply(&task(100, 101, 30, LifecycleOp::Exit, 0, 0, "worker"));
     assert_eq!(b.process_exited, None);
     let t = |pid, tid| {
         g.threads()

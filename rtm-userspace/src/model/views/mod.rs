@@ -1,13 +1,16 @@
 //! The views every output reads: one thread, object, edge, waiter -> waker edge or call
-//! site, named and summarized, ready to print or serialize.
+//! site, named and summarized, ready to print or serialize; a [`snapshot::Snapshot`]
+//! holds them, its long lists as [`rows`] made into views one at a time.
+
+pub mod rows;
+pub mod snapshot;
 
 use rtm_common::Primitive;
 use serde::Serialize;
 
 use super::{
-    barrier::Round,
     dist::DistSummary,
-    sync_graph::{Counts, Role, ThreadKey},
+    sync::{Counts, Role, ThreadKey, barrier::Round},
 };
 
 /// Serializes an address as a hex string, the way people read them.

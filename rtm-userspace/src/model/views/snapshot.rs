@@ -10,18 +10,16 @@ use rtm_common::Primitive;
 use serde::Serialize;
 
 use super::{
-    barrier,
-    dist::Dist,
+    CallSiteView, ThreadView,
     rows::{EdgeRow, Edges, Objects, WaitsForRow, WaitsFors, totals},
-    sync_graph::{CallSite, ModelCounters, ObjectKey, SyncGraph, ThreadKey},
-    views::{BarrierView, CallSiteView, ThreadView},
+};
+use crate::model::{
+    dist::Dist,
+    sync::{CallSite, ModelCounters, ObjectKey, SyncGraph, ThreadKey},
 };
 
 /// Most call sites listed (by time waited).
 const MAX_CALL_SITES: usize = 500;
-
-/// Most barrier rounds listed per barrier (the summary covers all of them).
-const MAX_ROUNDS_LISTED: usize = 1_000;
 
 /// The trace window a snapshot covers (CLOCK_MONOTONIC ns).
 #[derive(Debug, Clone, Copy, Serialize)]
@@ -51,13 +49,13 @@ pub struct Snapshot<'g> {
     pub model: ModelCounters,
     /// The MPI task graph, when MPI calls were traced (written beside the sync graph).
     #[serde(skip)]
-    pub tasks: Option<super::TaskView>,
+    pub tasks: Option<crate::model::TaskView>,
     /// The system and the traced processes over time (written beside the sync graph).
     #[serde(skip)]
-    pub ambient: Option<super::ambient::AmbientView>,
+    pub ambient: Option<crate::model::system::ambient::AmbientView>,
     /// Performance counters (written beside the sync graph).
     #[serde(skip)]
-    pub counters: Option<super::counters::CountersView>,
+    pub counters: Option<crate::model::system::counters::CountersView>,
 }
 
 impl<'g> Snapshot<'g> {
@@ -234,7 +232,7 @@ fn exit_waits(graph: &SyncGraph) -> HashMap<(u32, u32, u32, u64), Dist> {
         .threads()
         .filter_map(|(k, n)| n.exited_ns.map(|e| (*k, e)))
         .collect();
-    let mut budget = super::HistogramBudget::new(64);
+    let mut budget = crate::model::HistogramBudget::new(64);
     let mut out: HashMap<(u32, u32, u32, u64), Dist> = HashMap::new();
     for w in graph.unwoken() {
         let best = exits
@@ -254,26 +252,4 @@ fn exit_waits(graph: &SyncGraph) -> HashMap<(u32, u32, u32, u64), Dist> {
         }
     }
     out
-}
-
-/// A barrier's rounds, summarized.
-pub(super) fn barrier_view(calls: &[barrier::Arrival], serial: u64) -> BarrierView {
-    let rounds = barrier::rounds(calls);
-    let mut spread = Dist::default();
-    let mut budget = super::HistogramBudget::new(1);
-    let mut last: HashMap<u32, u64> = HashMap::new();
-    for r in &rounds {
-        spread.record(r.spread_ns, &mut budget);
-        *last.entry(r.last_tid).or_default() += 1;
-    }
-    let mut last_arrivals: Vec<(u32, u64)> = last.into_iter().collect();
-    last_arrivals.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
-    let skip = rounds.len().saturating_sub(MAX_ROUNDS_LISTED);
-    BarrierView {
-        rounds: rounds.len() as u64,
-        spread: spread.summary(),
-        last_arrivals,
-        serial_returns: serial,
-        round_list: rounds.into_iter().skip(skip).collect(),
-    }
 }

@@ -1,7 +1,7 @@
 use rtm_common::MpiImpl;
 
 use super::*;
-use crate::model::task_view::{RankView, TrafficEdge, TrafficView};
+use crate::model::mpi::view::{RankView, TrafficEdge, TrafficView};
 
 fn rank(rank: i32, host: &str, job: &str) -> RankView {
     RankView {

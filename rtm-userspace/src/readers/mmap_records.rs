@@ -18,7 +18,7 @@ use perf_event_open_sys::{
     },
 };
 
-use crate::target::maps::Mapping;
+use crate::target::address_space::Mapping;
 
 /// Data pages per CPU (32 KiB with 4 KiB pages): about ten program starts per CPU
 /// between two drains (every 20 ms); a full ring counts what it drops.
@@ -28,7 +28,7 @@ const SAMPLE_ID: usize = 16;
 
 /// What changed in an address space.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum MappingRecord {
+pub enum MmapRecord {
     /// `pid` mapped something.
     Map { pid: u32, mapping: Mapping },
     /// `pid` runs a new program.
@@ -37,7 +37,7 @@ pub enum MappingRecord {
     Fork { parent: u32, child: u32 },
 }
 
-impl MappingRecord {
+impl MmapRecord {
     /// The process the record is about.
     pub fn pid(&self) -> u32 {
         match self {
@@ -107,12 +107,12 @@ impl Ring {
 }
 
 /// Reads mapping, exec and fork records of every process on every CPU.
-pub struct MappingReader {
+pub struct MmapRecordReader {
     rings: Vec<Ring>,
     lost: u64,
 }
 
-impl MappingReader {
+impl MmapRecordReader {
     /// Opens a dummy event with a ring on every online CPU.
     pub fn open() -> io::Result<Self> {
         let page = page_size();
@@ -129,11 +129,7 @@ impl MappingReader {
     }
 
     /// Hands the records about processes `wanted` accepts to `sink`, oldest first.
-    pub fn drain(
-        &mut self,
-        wanted: &mut dyn FnMut(u32) -> bool,
-        sink: &mut dyn FnMut(MappingRecord),
-    ) {
+    pub fn drain(&mut self, wanted: &mut dyn FnMut(u32) -> bool, sink: &mut dyn FnMut(MmapRecord)) {
         let mut raw = Vec::new();
         for r in &mut self.rings {
             r.take(&mut raw);
@@ -156,7 +152,7 @@ impl MappingReader {
 }
 
 enum Parsed {
-    Record(MappingRecord),
+    Record(MmapRecord),
     Lost(u64),
 }
 
@@ -191,7 +187,7 @@ fn parse(rec: &[u8]) -> Option<Parsed> {
             let name = &name[..name.iter().position(|&c| c == 0).unwrap_or(name.len())];
             let path = String::from_utf8_lossy(name);
             let anonymous = path == "//anon" || ino == 0;
-            Some(Parsed::Record(MappingRecord::Map {
+            Some(Parsed::Record(MmapRecord::Map {
                 pid,
                 mapping: Mapping {
                     start: addr,
@@ -209,14 +205,14 @@ fn parse(rec: &[u8]) -> Option<Parsed> {
             }))
         }
         PERF_RECORD_COMM if misc & PERF_RECORD_MISC_COMM_EXEC != 0 => {
-            Some(Parsed::Record(MappingRecord::Exec {
+            Some(Parsed::Record(MmapRecord::Exec {
                 pid: u32_at(rec, 8)?,
             }))
         }
         PERF_RECORD_FORK => {
             let (pid, ppid) = (u32_at(rec, 8)?, u32_at(rec, 12)?);
             // A new thread shares its process's address space.
-            (pid != ppid).then_some(Parsed::Record(MappingRecord::Fork {
+            (pid != ppid).then_some(Parsed::Record(MmapRecord::Fork {
                 parent: ppid,
                 child: pid,
             }))
@@ -315,7 +311,7 @@ mod tests {
             body.extend(v.to_ne_bytes());
         }
         body.extend(b"/usr/bin/app\0\0\0\0");
-        let Some(Parsed::Record(MappingRecord::Map { pid, mapping })) =
+        let Some(Parsed::Record(MmapRecord::Map { pid, mapping })) =
             parse(&record(PERF_RECORD_MMAP2, 0, &body))
         else {
             panic!("not a mapping");
@@ -337,7 +333,7 @@ mod tests {
         let exec = record(PERF_RECORD_COMM, PERF_RECORD_MISC_COMM_EXEC as u16, &comm);
         assert!(matches!(
             parse(&exec),
-            Some(Parsed::Record(MappingRecord::Exec { pid: 7 }))
+            Some(Parsed::Record(MmapRecord::Exec { pid: 7 }))
         ));
         // A thread renaming itself is not an exec.
         assert!(parse(&record(PERF_RECORD_COMM, 0, &comm)).is_none());
@@ -351,7 +347,7 @@ mod tests {
         };
         assert!(matches!(
             fork(9, 8),
-            Some(Parsed::Record(MappingRecord::Fork {
+            Some(Parsed::Record(MmapRecord::Fork {
                 parent: 8,
                 child: 9
             }))
@@ -371,7 +367,7 @@ mod tests {
             );
             return;
         }
-        let mut reader = MappingReader::open().expect("perf dummy events");
+        let mut reader = MmapRecordReader::open().expect("perf dummy events");
         let f = std::fs::File::open("/proc/self/exe").unwrap();
         // SAFETY: mapping a readable file privately; unmapped below.
         let addr = unsafe {
@@ -391,7 +387,7 @@ mod tests {
         // SAFETY: the mapping made above.
         unsafe { libc::munmap(addr, 4096) };
         assert!(
-            seen.iter().any(|r| matches!(r, MappingRecord::Map { mapping, .. }
+            seen.iter().any(|r| matches!(r, MmapRecord::Map { mapping, .. }
                 if mapping.start == addr as u64 && mapping.end == addr as u64 + 4096 && mapping.inode != 0)),
             "{seen:?}"
         );

@@ -51,20 +51,6 @@ pub struct Module {
     pub range: Option<(u64, u64)>,
 }
 
-impl Module {
-    /// How to open the file `pid` maps here (its running image, not what its path
-    /// names now).
-    pub fn mapped_file(&self, pid: u32) -> super::files::MappedFile {
-        super::files::MappedFile {
-            pid,
-            range: self.range,
-            path: self.path.clone(),
-            dev: super::files::parse_dev(&self.dev).unwrap_or(0),
-            inode: self.inode,
-        }
-    }
-}
-
 /// Parses /proc/PID/maps text into mappings (lines that do not parse are skipped).
 pub fn parse_mappings(text: &str) -> Vec<Mapping> {
     text.lines().filter_map(parse_line).collect()

@@ -4,8 +4,8 @@ use serde::Serialize;
 
 use rtm_common::Primitive;
 
-pub use super::edge::{Count, EdgeStats, Span};
-use super::{barrier::Arrival, dist::Dist};
+use super::barrier::Arrival;
+use crate::model::dist::Dist;
 
 /// A thread of a traced process.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]

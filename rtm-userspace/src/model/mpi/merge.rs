@@ -14,8 +14,8 @@ use rtm_common::MpiOp;
 
 use super::{
     TaskView,
-    task_graph::TaskCounters,
-    task_view::{CollectiveView, EdgeMap, add_side, edge, sorted_edges},
+    graph::TaskCounters,
+    view::{CollectiveView, EdgeMap, add_side, edge, sorted_edges},
 };
 
 /// One node's part.

@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, HashMap};
 use rtm_common::{MpiOp, RANK_UNKNOWN};
 use serde::{Deserialize, Serialize};
 
-use super::task_graph::{Arrival, Peer, SIZE_BUCKETS, TaskCounters, TaskGraph, Traffic};
+use super::graph::{Arrival, Peer, SIZE_BUCKETS, TaskCounters, TaskGraph, Traffic};
 
 /// What the launcher's environment says about a rank.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]

@@ -7,7 +7,7 @@
 
 use foldhash::HashMap;
 
-use super::sync_graph::{ObjectKey, Role};
+use super::types::{ObjectKey, Role};
 
 #[derive(Clone, Copy, Debug)]
 struct Hold {

@@ -9,10 +9,8 @@
 
 use std::borrow::Cow;
 
-use super::{
-    dist::{Dist, HistogramBudget},
-    sync_types::Counts,
-};
+use super::types::Counts;
+use crate::model::dist::{Dist, HistogramBudget};
 
 /// A count an edge keeps.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -10,13 +10,12 @@
 use std::{
     io,
     os::fd::{AsFd, AsRawFd, BorrowedFd},
-    ptr::NonNull,
     sync::atomic::{self, AtomicU32, AtomicUsize, Ordering},
 };
 
 use aya::maps::MapData;
 
-use crate::target::host::page_size;
+use crate::{probes::shared_memory::SharedMemory, target::host::page_size};
 
 /// Set in a record's length word while the producer still writes it.
 const BUSY_BIT: u32 = 1 << 31;
@@ -25,66 +24,12 @@ const DISCARD_BIT: u32 = 1 << 30;
 /// Every record starts with an 8-byte header: length word and page offset.
 const HEADER: usize = 8;
 
-/// One shared mapping of a BPF map, unmapped on drop.
-pub(crate) struct Mapping {
-    ptr: NonNull<u8>,
-    len: usize,
-}
-
-impl Mapping {
-    /// The first mapped byte.
-    pub(crate) fn ptr(&self) -> NonNull<u8> {
-        self.ptr
-    }
-
-    /// Maps `len` bytes of the map `fd` at `offset` with protection `prot`.
-    pub(crate) fn new(
-        fd: BorrowedFd<'_>,
-        len: usize,
-        prot: i32,
-        offset: usize,
-    ) -> io::Result<Self> {
-        // SAFETY: a fresh shared mapping of the map's descriptor; the kernel checks the
-        // length, offset and protection against the map's layout.
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                prot,
-                libc::MAP_SHARED,
-                fd.as_raw_fd(),
-                offset as libc::off_t,
-            )
-        };
-        if p == libc::MAP_FAILED {
-            return Err(io::Error::last_os_error());
-        }
-        let ptr = NonNull::new(p.cast()).ok_or_else(|| io::Error::other("mmap returned null"))?;
-        Ok(Self { ptr, len })
-    }
-
-    /// Maps the first `bytes` of the mappable array `map` (whole pages) for reading and
-    /// writing.
-    pub(crate) fn array(map: &MapData, bytes: usize) -> io::Result<Self> {
-        let page = page_size();
-        let len = bytes.div_ceil(page) * page;
-        Self::new(map.fd().as_fd(), len, libc::PROT_READ | libc::PROT_WRITE, 0)
-    }
-}
-
-impl Drop for Mapping {
-    fn drop(&mut self) {
-        // SAFETY: unmaps exactly what `new` mapped; nothing borrows it past `self`.
-        unsafe { libc::munmap(self.ptr.as_ptr().cast(), self.len) };
-    }
-}
-
 /// A BPF ring buffer read from a single mapping of its data pages.
-pub struct MappedRing {
+pub struct RingBuffer {
     /// The consumer position page (read-write).
-    consumer: Mapping,
+    consumer: SharedMemory,
     /// The producer position page, then the data pages once (read-only).
-    producer: Mapping,
+    producer: SharedMemory,
     /// Data bytes: a power of two.
     size: usize,
     /// Our consumer position (the kernel's copy is in `consumer`).
@@ -101,9 +46,9 @@ pub struct MappedRing {
 }
 
 // SAFETY: the mappings are owned by this value and only read through `&mut self`.
-unsafe impl Send for MappedRing {}
+unsafe impl Send for RingBuffer {}
 
-impl MappedRing {
+impl RingBuffer {
     /// Maps the ring buffer map `map`.
     pub fn new(map: MapData) -> io::Result<Self> {
         let size = map
@@ -117,8 +62,8 @@ impl MappedRing {
         }
         let page = page_size();
         let fd = map.fd().as_fd();
-        let consumer = Mapping::new(fd, page, libc::PROT_READ | libc::PROT_WRITE, 0)?;
-        let producer = Mapping::new(fd, page + size, libc::PROT_READ, page)?;
+        let consumer = SharedMemory::new(fd, page, libc::PROT_READ | libc::PROT_WRITE, 0)?;
+        let producer = SharedMemory::new(fd, page + size, libc::PROT_READ, page)?;
         let mut ring = Self {
             consumer,
             producer,
@@ -137,20 +82,20 @@ impl MappedRing {
     fn consumer_pos(&self) -> &AtomicUsize {
         // SAFETY: the consumer page is mapped, aligned and shared with the kernel, which
         // only reads it; all our writes go through this atomic.
-        unsafe { self.consumer.ptr.cast::<AtomicUsize>().as_ref() }
+        unsafe { self.consumer.ptr().cast::<AtomicUsize>().as_ref() }
     }
 
     fn producer_pos(&self) -> usize {
         // SAFETY: the producer position is the first word of the producer page; the
         // kernel writes it with release ordering.
-        unsafe { self.producer.ptr.cast::<AtomicUsize>().as_ref() }.load(Ordering::Acquire)
+        unsafe { self.producer.ptr().cast::<AtomicUsize>().as_ref() }.load(Ordering::Acquire)
     }
 
     fn data(&self) -> &[u8] {
-        let page = self.producer.len - self.size;
+        let page = self.producer.len() - self.size;
         // SAFETY: the data pages follow the producer page in the mapping; the kernel
         // writes only records the consumer position says are free.
-        unsafe { std::slice::from_raw_parts(self.producer.ptr.as_ptr().add(page), self.size) }
+        unsafe { std::slice::from_raw_parts(self.producer.ptr().as_ptr().add(page), self.size) }
     }
 
     /// Whether the producer is ahead of us, refreshing its position when needed.
@@ -218,13 +163,13 @@ impl MappedRing {
     }
 }
 
-impl AsFd for MappedRing {
+impl AsFd for RingBuffer {
     fn as_fd(&self) -> BorrowedFd<'_> {
         self.map.fd().as_fd()
     }
 }
 
-impl AsRawFd for MappedRing {
+impl AsRawFd for RingBuffer {
     fn as_raw_fd(&self) -> std::os::fd::RawFd {
         self.as_fd().as_raw_fd()
     }
