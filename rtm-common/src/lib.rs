@@ -5,6 +5,7 @@
 //! the loss counters. The crate is `no_std` so the eBPF crate can use it; the `user`
 //! feature adds `aya::Pod`, serde and a safe decoder for userspace.
 #![no_std]
+#![deny(missing_docs)]
 
 #[macro_use]
 pub mod event;

@@ -8,6 +8,8 @@
 //! sinks, and runs the loop. Front ends build a [`config::TraceConfig`] and drive the
 //! engine: `session` is the one-shot command (`cli` is its command line).
 
+#![deny(missing_docs)]
+
 pub mod cli;
 pub mod config;
 pub mod engine;

@@ -5,12 +5,24 @@
 //! programs have not sent yet; `ambient` and `counters` sample procfs and perf
 //! counters; `bpf_stats` measures the eBPF side itself.
 
+// Statistics records whose fields are the kernel's own figures (/proc, perf, BPF
+// fdinfo), named as there and described by their type's doc.
+#[allow(missing_docs)]
 pub mod ambient;
+// Statistics records whose fields are the kernel's own figures (/proc, perf, BPF
+// fdinfo), named as there and described by their type's doc.
+#[allow(missing_docs)]
 pub mod bpf_stats;
+// Statistics records whose fields are the kernel's own figures (/proc, perf, BPF
+// fdinfo), named as there and described by their type's doc.
+#[allow(missing_docs)]
 pub mod counters;
 pub mod events;
 pub mod futex_done;
 pub mod losses;
+// Statistics records whose fields are the kernel's own figures (/proc, perf, BPF
+// fdinfo), named as there and described by their type's doc.
+#[allow(missing_docs)]
 pub mod mmap_records;
 pub mod ring_buffer;
 

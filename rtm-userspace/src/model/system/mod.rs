@@ -2,7 +2,19 @@
 //! intervals of rates and shares (`interval`, `ambient`), the thresholds that flag trouble in them
 //! (`thresholds`), and performance counters (`counters`).
 
+// Statistics records whose fields are the kernel's own figures (/proc, perf, BPF
+// fdinfo), named as there and described by their type's doc.
+#[allow(missing_docs)]
 pub mod ambient;
+// Statistics records whose fields are the kernel's own figures (/proc, perf, BPF
+// fdinfo), named as there and described by their type's doc.
+#[allow(missing_docs)]
 pub mod counters;
+// Statistics records whose fields are the kernel's own figures (/proc, perf, BPF
+// fdinfo), named as there and described by their type's doc.
+#[allow(missing_docs)]
 pub mod interval;
+// Statistics records whose fields are the kernel's own figures (/proc, perf, BPF
+// fdinfo), named as there and described by their type's doc.
+#[allow(missing_docs)]
 pub mod thresholds;
