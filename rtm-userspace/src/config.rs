@@ -380,6 +380,22 @@ mod tests {
     }
 
     #[test]
+    fn the_documented_example_is_a_valid_config() {
+        let doc = include_str!("../../docs/config.md");
+        let block = doc
+            .split("```toml\n")
+            .nth(1)
+            .and_then(|b| b.split("```").next())
+            .expect("docs/config.md has a toml block");
+        let c = TraceConfig::from_toml(block).unwrap();
+        assert_eq!(c.targets.comms, vec!["solver"]);
+        assert_eq!(c.limits, LimitsConfig::default());
+        assert_eq!(c.thresholds, Thresholds::default());
+        assert_eq!(c.counters, CounterList::default());
+        assert_eq!(c.interval, Some(Duration::from_secs(1)));
+    }
+
+    #[test]
     fn bad_values_are_refused_by_name() {
         for (text, says) in [
             ("duration = -1", "positive"),
