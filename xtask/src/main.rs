@@ -33,21 +33,22 @@ enum Cmd {
     Demo,
     /// Set up, then run the whole suite: fmt, clippy, unit tests, eBPF tests (needs root).
     Test,
-    /// Benchmarks (needs root): all of them side by side, or one; prints Markdown for
-    /// BENCHMARKS.md.
+    /// Benchmarks (needs root): all of them side by side, or those named (e.g. `bench
+    /// probes ingest memory`); prints Markdown for BENCHMARKS.md.
     Bench {
-        #[command(subcommand)]
-        which: Option<BenchCmd>,
+        /// Which (all when none is named).
+        #[arg(value_enum)]
+        which: Vec<BenchCmd>,
         /// A short run proving the benchmarks work (CI), not figures to quote.
-        #[arg(long, global = true)]
+        #[arg(long)]
         smoke: bool,
         /// Rounds per configuration (default 5; 1 with --smoke).
-        #[arg(long, global = true)]
+        #[arg(long)]
         rounds: Option<usize>,
     },
 }
 
-#[derive(Subcommand, Clone, Copy, PartialEq, Eq)]
+#[derive(clap::ValueEnum, Clone, Copy, PartialEq, Eq, Debug)]
 enum BenchCmd {
     /// What tracing costs a lock/unlock loop: no tracing, contention mode, full mode and
     /// bpftrace, side by side.
@@ -69,8 +70,8 @@ enum BenchCmd {
     Others,
 }
 
-/// Runs the benchmarks `which` selects (all when None).
-fn bench(which: Option<BenchCmd>, smoke: bool, rounds: Option<usize>) -> anyhow::Result<()> {
+/// Runs the benchmarks `which` names (all when it names none), in the usual order.
+fn bench(which: Vec<BenchCmd>, smoke: bool, rounds: Option<usize>) -> anyhow::Result<()> {
     let env = setup::run()?;
     let root = tasks::root();
     let dir = bench::build_release(&env, &root)?;
@@ -89,7 +90,10 @@ fn bench(which: Option<BenchCmd>, smoke: bool, rounds: Option<usize>) -> anyhow:
         BenchCmd::Others,
     ];
     let started = std::time::Instant::now();
-    for b in all.into_iter().filter(|b| which.is_none_or(|w| w == *b)) {
+    for b in all
+        .into_iter()
+        .filter(|b| which.is_empty() || which.contains(b))
+    {
         match b {
             BenchCmd::Probes => bench::probes(&dir, &root, plan)?,
             BenchCmd::Mpi => bench_mpi::mpi(&dir, &root, plan)?,

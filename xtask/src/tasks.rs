@@ -118,5 +118,5 @@ pub fn test(env: &Env) -> Result<()> {
     // Proves every benchmark still runs end to end; its figures are not the ones to
     // quote (BENCHMARKS.md comes from the full `cargo xtask bench`).
     eprintln!("xtask: benchmark smoke run (cargo xtask bench --smoke)");
-    crate::bench(None, true, None)
+    crate::bench(Vec::new(), true, None)
 }
