@@ -278,7 +278,9 @@ pub enum LossCounter {
     RingFull = 0,
     /// The per-thread pending-call map was full: an entry could not be remembered.
     PendingFull = 1,
-    /// A return probe fired without a remembered entry (a call in flight at attach time).
+    /// A call in flight when the probes attached: a return probe fired without a
+    /// remembered entry, or an entry's return was never probed (a later call from the
+    /// same frame found it).
     MissedEntry = 2,
 }
 
@@ -318,8 +320,9 @@ pub struct PendingCall {
     /// probed instruction, as pthread_spin_lock's retry loop does); that many return-probe
     /// firings belong to them and are swallowed.
     pub rehits: u32,
-    /// Zero.
-    pub pad: u32,
+    /// 1 when this entry replaced one of the same frame, object and return address whose
+    /// return was never probed (see `call_enter`): the replaced ones were counted once.
+    pub replaced: u32,
 }
 const _: () = assert!(size_of::<PendingCall>() == 64);
 

@@ -75,7 +75,7 @@ pub fn call_enter(ctx: ProbeContext) -> u32 {
     };
     // SAFETY: this thread's own entry; only this thread writes it.
     let tc = unsafe { &mut *tc };
-    let depth = tc.depth as usize;
+    let mut depth = tc.depth as usize;
     // Indexes are masked so the verifier sees them in bounds (MAX_CALL_DEPTH is a power
     // of two and the comparisons come first).
     if depth > 0
@@ -84,12 +84,43 @@ pub fn call_enter(ctx: ProbeContext) -> u32 {
         && inner.sp == sp
         && inner.cookie == raw
         && inner.object == object
+        && ret_addr != inner.caller
     {
-        // The same call passed its probe again (a retry loop through it). Its return
-        // address now reads as the uretprobe trampoline, so the frame is matched by
-        // stack pointer.
+        // The same call passed its probe again (a retry loop through it). The return
+        // probe, at the same place, swapped its return address for the uretprobe
+        // trampoline after the first hit, so the address differs now. The same frame
+        // with the same return address is a new call: the entry before it never had its
+        // return probed (it was in flight when the return probe attached), and is
+        // dropped below.
         inner.rehits += 1;
         return 0;
+    }
+    // Entries at or below this frame are dead: a live outer call's frame is above it
+    // (a higher stack pointer). Their returns will never be seen (the calls were in
+    // flight when the return probe attached); left in place, every later call from
+    // that frame would read as a repeat hit of theirs. Each is counted once: one of the
+    // same frame, object and return address is the same call looping through its probe
+    // before its return was probed, or the next call of a loop, and replacing it again
+    // and again (each pass of a spin loop) counts nothing more.
+    let mut replaced = 0;
+    for _ in 0..MAX_CALL_DEPTH {
+        if depth == 0 || depth > MAX_CALL_DEPTH {
+            break;
+        }
+        match tc.calls.get((depth - 1) & (MAX_CALL_DEPTH - 1)) {
+            Some(inner) if inner.sp <= sp => {
+                let same = inner.sp == sp && inner.cookie == raw && inner.object == object;
+                if inner.replaced == 0 {
+                    count_loss(LossCounter::MissedEntry);
+                }
+                if same {
+                    replaced = 1;
+                }
+                depth -= 1;
+                tc.depth = depth as u64;
+            }
+            _ => break,
+        }
     }
     let ts = now();
     let call = PendingCall {
@@ -106,7 +137,7 @@ pub fn call_enter(ctx: ProbeContext) -> u32 {
         extra: 0,
         sp,
         rehits: 0,
-        pad: 0,
+        replaced,
     };
     if c.primitive == Primitive::Cond as u32
         && (c.op == SyncOp::Wait as u32 || c.op == SyncOp::TimedWait as u32)

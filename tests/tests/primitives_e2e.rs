@@ -236,3 +236,58 @@ fn a_statically_linked_target_is_traced() {
     let lib = doc["run"]["targets"][0]["library"].as_str().unwrap();
     assert!(lib.ends_with("sync_workload_static"), "{lib}");
 }
+
+#[test]
+fn a_spin_loop_attached_while_it_runs_is_seen_from_its_next_call() {
+    if !can_trace("a_spin_loop_attached_while_it_runs_is_seen_from_its_next_call") {
+        return;
+    }
+    // Two threads contend on a spin lock for a few seconds: most of the time one of them
+    // is inside pthread_spin_lock's retry loop, where the attach finds it.
+    let app = rtm_tests::spawn(
+        std::process::Command::new(workload("sync_workload")).args(["spin", "2", "400000", "2"]),
+    );
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let dir = rtm_tests::TempDir::new("spin-attach");
+    let json = dir.join("o.json");
+    let out = rtm_tests::run(
+        std::process::Command::new(rtm_tests::rtm_bin())
+            .args([
+                "--mode",
+                "full",
+                "-d",
+                "1",
+                "-p",
+                &app.pid().to_string(),
+                "--json",
+            ])
+            .arg(&json),
+        std::time::Duration::from_secs(120),
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let doc = rtm_tests::read_json(&json);
+    let spin = named(&doc, "spinlock", "counter_spin");
+    let spinners: Vec<&Value> = doc["sync_graph"]["threads"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|t| t["name"].as_str().is_some_and(|n| n.starts_with("spinner")))
+        .collect();
+    assert_eq!(spinners.len(), 2, "{}", doc["sync_graph"]["threads"]);
+    // Each thread's calls after the attach are seen: a call that was in flight when the
+    // probes attached (its return never probed) does not hide the ones after it. At
+    // 2 us a hold, a second gives each thread tens of thousands.
+    for t in spinners {
+        let e = edges(&doc, u(&t["tid"]), spin);
+        let n = u(&e[0]["acquisitions"]);
+        println!("spinner {}: {n} acquisitions in 1 s", t["tid"]);
+        assert!(n >= 1_000, "{}", e[0]);
+    }
+    // Those calls in flight are counted, once each, not once per pass of the loop.
+    let missed = u(&doc["run"]["losses"]["missed_entry"]);
+    assert!(missed <= 8, "missed_entry {missed}");
+}

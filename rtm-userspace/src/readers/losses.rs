@@ -10,7 +10,8 @@ pub struct Losses {
     pub ring_full: u64,
     /// Calls not measured because the pending-call map was full.
     pub pending_full: u64,
-    /// Returns seen without their entry (calls already in flight when probes attached).
+    /// Calls already in flight when the probes attached (a return without its entry, or
+    /// an entry whose return was not probed).
     pub missed_entry: u64,
     /// Mapping records the kernel or the tracer dropped: some object and code names
     /// may be missing (no events are lost).
