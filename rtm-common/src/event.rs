@@ -429,54 +429,36 @@ pub const fn futex_timeout_relative(op: u32) -> bool {
 }
 
 /// A thread's last futex wait that ended, waiting in its slot to be sent (contention
-/// mode, `names::MAP_FUTEX_DONE`), with what it needs to be finished. The waker's
-/// CPU records the wait at the wake; the time the woken thread then spent queued for a
-/// CPU is added when the record is sent, from the thread's scheduler statistics (the
-/// same two numbers /proc/PID/task/TID/schedstat shows): while the thread has been
-/// switched in once since the wake, the growth of its run delay is exactly that queueing.
+/// mode, `names::MAP_FUTEX_DONE`), with what it needs to be finished. The waker's CPU
+/// records the wait at the wake; the woken thread's first switch-in after it
+/// (`names::PROG_FUTEX_SWITCH`, on sched_switch) ends it, so the time the thread then
+/// spent getting a CPU (waking an idle one, queueing behind others) is the wait's, and
+/// nothing after (a preemption later in its critical section) is.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct FutexDone {
     /// The wait, ended at its wake; `header.kind` and `header.cpu` (its first 8 bytes)
     /// are the mark of a record not yet sent.
     pub wait: FutexWaitEvent,
-    /// The thread's total run delay (ns queued for a CPU) at the wake.
-    pub run_delay: u64,
-    /// Times the thread had been switched in at the wake.
-    pub pcount: u64,
-    /// When the woken thread was put on a run queue (`names::PROG_FUTEX_WAKEUP`; 0 until
-    /// then). On a virtual machine, waking an idle CPU for it can take tens of
-    /// microseconds, which the run delay does not count: it starts at the enqueue.
-    pub queued_ns: u64,
+    /// When the woken thread was first switched in after the wake; 0 until then (and
+    /// for good when it was woken before it had left its CPU).
+    pub ran_ns: u64,
+    /// 1 when the wait ended at its system call's return (full mode, kernels without
+    /// BTF): nothing to add.
+    pub at_return: u64,
 }
-const _: () = assert!(size_of::<FutexDone>() == 88);
+const _: () = assert!(size_of::<FutexDone>() == 80);
 
 impl FutexDone {
-    /// `pcount` of a wait that ended at its system call's return: nothing to add.
-    pub const AT_RETURN: u64 = u64::MAX;
-
-    /// The wait, ended when its thread got a CPU: from the wake to its enqueue, then
-    /// the queueing, from `run_delay` and `pcount`, the thread's statistics now.
-    /// Queueing after a second switch-in is not the wait's, so then the average per
-    /// switch-in is added.
-    pub fn finished(&self, run_delay: u64, pcount: u64) -> FutexWaitEvent {
+    /// The wait, ended when its thread got a CPU: at its first switch-in after the
+    /// wake. A thread woken before it had left its CPU, or not run yet, ends at the
+    /// wake.
+    pub fn finished(&self) -> FutexWaitEvent {
         let mut w = self.wait;
-        if self.pcount == Self::AT_RETURN {
-            return w;
-        }
         let woken = w.header.ts_ns;
-        // An enqueue more than a second after the wake is not this wake's.
-        if self.queued_ns > woken && self.queued_ns - woken < 1_000_000_000 {
-            w.wait_ns += self.queued_ns - woken;
-            w.header.ts_ns = self.queued_ns;
-        }
-        let switches = pcount.wrapping_sub(self.pcount);
-        let queued = run_delay.wrapping_sub(self.run_delay);
-        // Counters that went backwards (a slot reused by another thread) add nothing.
-        if switches > 0 && switches < 1 << 32 && queued < 1 << 40 {
-            let q = queued / switches;
-            w.wait_ns += q;
-            w.header.ts_ns += q;
+        if self.at_return == 0 && self.ran_ns > woken {
+            w.wait_ns += self.ran_ns - woken;
+            w.header.ts_ns = self.ran_ns;
         }
         w
     }

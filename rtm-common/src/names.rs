@@ -66,9 +66,9 @@ pub const PROG_FUTEX_EXIT: &str = "futex_exit";
 /// sched_waking as a BTF tracepoint: in contention mode, ends a traced thread's futex
 /// wait at its wake, in the waker's context (no program runs at the syscall's return).
 pub const PROG_FUTEX_WAKING: &str = "futex_waking";
-/// sched_wakeup as a BTF tracepoint, with [`PROG_FUTEX_WAKING`]: when the woken thread
-/// of a wait was put on a run queue (`FutexDone::queued_ns`).
-pub const PROG_FUTEX_WAKEUP: &str = "futex_wakeup";
+/// sched_switch as a BTF tracepoint, with [`PROG_FUTEX_WAKING`]: when the woken thread
+/// of a wait first got a CPU after its wake (`FutexDone::ran_ns`).
+pub const PROG_FUTEX_SWITCH: &str = "futex_switch";
 /// syscalls/sys_exit_futex, for kernels without BTF.
 pub const PROG_FUTEX_EXIT_TP: &str = "futex_exit_tp";
 /// task/task_newtask.
@@ -102,10 +102,6 @@ pub const GLOBAL_REALTIME_OFFSET: &str = "REALTIME_OFFSET";
 pub const GLOBAL_TASK_PID: &str = "TASK_PID";
 /// See [`GLOBAL_TASK_PID`].
 pub const GLOBAL_TASK_TGID: &str = "TASK_TGID";
-/// See [`GLOBAL_TASK_PID`].
-pub const GLOBAL_TASK_PCOUNT: &str = "TASK_PCOUNT";
-/// See [`GLOBAL_TASK_PID`].
-pub const GLOBAL_TASK_RUN_DELAY: &str = "TASK_RUN_DELAY";
 
 /// Global in the eBPF object: the size of [`MAP_FUTEX_SLOTS`] minus one (a power of two
 /// minus one); threads with a larger tid use [`MAP_PENDING_FUTEX`].
@@ -168,7 +164,7 @@ pub const ALL_PROGRAMS: &[&str] = &[
     PROG_FUTEX_ENTER_RAW,
     PROG_FUTEX_EXIT,
     PROG_FUTEX_WAKING,
-    PROG_FUTEX_WAKEUP,
+    PROG_FUTEX_SWITCH,
     PROG_FUTEX_EXIT_TP,
     PROG_LIFECYCLE_NEW,
     PROG_LIFECYCLE_EXIT,
@@ -184,7 +180,5 @@ pub const ALL_GLOBALS: &[&str] = &[
     GLOBAL_REALTIME_OFFSET,
     GLOBAL_TASK_PID,
     GLOBAL_TASK_TGID,
-    GLOBAL_TASK_PCOUNT,
-    GLOBAL_TASK_RUN_DELAY,
     GLOBAL_FUTEX_SLOT_MASK,
 ];

@@ -28,7 +28,7 @@ use rtm_common::{
 use crate::{
     emit::{self, header, now},
     filter::{is_traced, traced_pid_tgid},
-    futex_done::{current_task, keep_done, send_done},
+    futex_done::{keep_done, send_done},
     maps::{
         COUNT_WAKES, PENDING_FUTEX, REALTIME_OFFSET, WAKING, count_loss, futex_entry, innermost,
         waker_slot,
@@ -183,7 +183,7 @@ fn enter(pid_tgid: u64, uaddr: u64, op: u32, val: u32, timeout: u64, waking: boo
     if waits {
         // The thread is about to wait: the time its last wait's record costs is time it
         // would spend waiting.
-        send_done(pid_tgid, current_task());
+        send_done(pid_tgid);
         if full && let Some(call) = innermost(pid_tgid) {
             // SAFETY: this thread's own entry; only this thread writes it.
             unsafe { (*call).flags |= SYNC_FLAG_BLOCKED };
@@ -381,7 +381,7 @@ fn exit(pid_tgid: u64, ret: i64) -> u32 {
     // contended lock a tenth of its throughput (BENCHMARKS.md). Full mode's records must
     // stay in order with the thread's uprobe records: sent at once.
     if COUNT_WAKES.load() == 0 {
-        keep_done(wait, core::ptr::null());
+        keep_done(wait, false);
     } else {
         emit::futex_wait(wait);
     }

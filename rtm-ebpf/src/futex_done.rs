@@ -6,13 +6,9 @@
 
 use core::intrinsics::AtomicOrdering;
 
-use aya_ebpf::helpers::bpf_get_current_task_btf;
 use rtm_common::{EventHeader, FutexDone, FutexWaitEvent};
 
-use crate::{
-    emit,
-    maps::{TASK_PCOUNT, TASK_RUN_DELAY, WAKING, futex_done},
-};
+use crate::{emit, maps::futex_done};
 
 /// A field of a `struct task_struct` at an offset from the kernel's BTF.
 ///
@@ -26,40 +22,10 @@ pub unsafe fn task_field<T: Copy>(task: *const u8, offset: u32) -> T {
     unsafe { core::ptr::read_volatile(task.add(offset as usize).cast::<T>()) }
 }
 
-/// The current task as a BTF pointer, when waits end at their wake (the helper needs
-/// the kernel's BTF, which then exists); null otherwise.
+/// Sends the thread's last ended wait if it is still in its slot, finished at the
+/// thread's first switch-in after its wake.
 #[inline(always)]
-pub fn current_task() -> *const u8 {
-    if WAKING.load() == 0 {
-        return core::ptr::null();
-    }
-    // SAFETY: helper without preconditions.
-    unsafe { bpf_get_current_task_btf() as *const u8 }
-}
-
-/// The thread's scheduler statistics (run delay, times switched in) for the queueing
-/// after a wake; `None` without a task.
-///
-/// # Safety
-/// As [`task_field`]: `task` is a BTF task pointer or null.
-#[inline(always)]
-unsafe fn sched_stats(task: *const u8) -> Option<(u64, u64)> {
-    if task.is_null() {
-        return None;
-    }
-    // SAFETY: see above.
-    unsafe {
-        Some((
-            task_field::<u64>(task, TASK_RUN_DELAY.load()),
-            task_field::<u64>(task, TASK_PCOUNT.load()),
-        ))
-    }
-}
-
-/// Sends the thread's last ended wait if it is still in its slot. `task` is the thread's
-/// task_struct (BTF) or null: the record is finished with its statistics.
-#[inline(always)]
-pub fn send_done(pid_tgid: u64, task: *const u8) {
+pub fn send_done(pid_tgid: u64) {
     let Some(d) = futex_done(pid_tgid as u32) else {
         return;
     };
@@ -76,29 +42,24 @@ pub fn send_done(pid_tgid: u64, task: *const u8) {
             return;
         }
         let done = *d;
-        let mut wait = match sched_stats(task) {
-            Some((run_delay, pcount)) => done.finished(run_delay, pcount),
-            None => done.wait,
-        };
+        let mut wait = done.finished();
         wait.header.kind = taken as u32;
         wait.header.cpu = (taken >> 32) as u32;
         emit::futex_wait(wait);
     }
 }
 
-/// Leaves `wait` in its thread's slot, or sends it when the thread has none. `task` is
-/// the thread's task_struct (BTF) when the wait ended at its wake (its statistics now,
-/// for the queueing that follows), null when it ended at its return.
+/// Leaves `wait` in its thread's slot, or sends it when the thread has none. `at_wake`:
+/// it ended at its wake (the thread's first switch-in after it ends it), not at its
+/// return.
 #[inline(always)]
-pub fn keep_done(wait: FutexWaitEvent, task: *const u8) {
+pub fn keep_done(wait: FutexWaitEvent, at_wake: bool) {
     let pid_tgid = (u64::from(wait.header.pid) << 32) | u64::from(wait.header.tid);
     let Some(d) = futex_done(pid_tgid as u32) else {
         return emit::futex_wait(wait);
     };
     // A record the thread has not sent yet (a wake that raced its next wait) goes first.
-    send_done(pid_tgid, task);
-    // SAFETY: as above (a null task has no statistics).
-    let (run_delay, pcount) = unsafe { sched_stats(task) }.unwrap_or((0, FutexDone::AT_RETURN));
+    send_done(pid_tgid);
     // SAFETY: the thread's slot, its mark zero (sent or taken above). The mark goes
     // last, so a reader that sees it nonzero sees the whole record (stores keep their
     // order on x86).
@@ -114,9 +75,8 @@ pub fn keep_done(wait: FutexWaitEvent, task: *const u8) {
                     },
                     ..wait
                 },
-                run_delay,
-                pcount,
-                queued_ns: 0,
+                ran_ns: 0,
+                at_return: u64::from(!at_wake),
             },
         );
         let h = &wait.header;

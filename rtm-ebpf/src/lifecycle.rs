@@ -77,7 +77,7 @@ pub fn lifecycle_exit(ctx: TracePointContext) -> u32 {
     // SAFETY: as above.
     let group_dead = unsafe { ctx.read_at::<u8>(EXIT_GROUP_DEAD) }.unwrap_or(0);
     // The thread's last waits go before its exit.
-    crate::futex_done::send_done(pid_tgid, crate::futex_done::current_task());
+    crate::futex_done::send_done(pid_tgid);
     crate::futex::send_last_unslept(pid_tgid);
     forget_thread(pid_tgid);
     send(pid_tgid, LifecycleOp::Exit, group_dead as u32, 0, comm);

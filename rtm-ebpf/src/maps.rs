@@ -187,10 +187,6 @@ pub static REALTIME_OFFSET: Global<u64> = Global::new(0);
 pub static TASK_PID: Global<u32> = Global::new(0);
 #[unsafe(no_mangle)]
 pub static TASK_TGID: Global<u32> = Global::new(0);
-#[unsafe(no_mangle)]
-pub static TASK_PCOUNT: Global<u32> = Global::new(0);
-#[unsafe(no_mangle)]
-pub static TASK_RUN_DELAY: Global<u32> = Global::new(0);
 
 /// Bytes waiting in EVENTS before a record wakes the reader (set by userspace at load).
 #[unsafe(no_mangle)]

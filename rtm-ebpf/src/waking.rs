@@ -1,8 +1,8 @@
 //! The wake that ends a futex wait, in contention mode: sched_waking runs in the waker's
 //! context (the thread releasing the lock, a thread exiting, or an interrupt for a
 //! timeout), so the wait's record is made there, naming the thread that woke it, and no
-//! program runs on the woken thread's way back to its lock. The time the woken thread
-//! then spends queued for a CPU is added when the record is sent (`futex_done`).
+//! program runs on the woken thread's way back to its lock. The wait ends when the woken
+//! thread first gets a CPU after the wake (sched_switch), which the record is given.
 
 use core::intrinsics::AtomicOrdering;
 
@@ -161,36 +161,42 @@ pub fn futex_waking(ctx: BtfTracePointContext) -> i32 {
             unslept: f.unslept,
             waker_pid,
         },
-        p,
+        true,
     );
     0
 }
 
-/// sched_wakeup (p): `p` was put on a run queue. When its last wait's record is waiting
-/// in its slot without an enqueue time, this is the enqueue that followed that wait's
-/// wake (it comes in the same wakeup, after sched_waking): the time goes in the record.
-#[btf_tracepoint(function = "sched_wakeup")]
-pub fn futex_wakeup(ctx: BtfTracePointContext) -> i32 {
-    let p: *const u8 = ctx.arg(0);
+/// sched_switch (preempt, prev, next): `next` gets a CPU. When it is a thread of a
+/// traced process whose last wait's record waits in its slot without a run time, this is
+/// its first switch-in since that wait's wake: the wait ends here. Its later switch-ins
+/// (a preemption in its critical section) are not the wait's. A thread woken before it
+/// had left its CPU has no such switch-in; its wait ends at the wake.
+#[btf_tracepoint(function = "sched_switch")]
+pub fn futex_switch(ctx: BtfTracePointContext) -> i32 {
+    let next: *const u8 = ctx.arg(2);
     // SAFETY: task_struct fields at offsets from the kernel's BTF.
-    let tgid: u32 = unsafe { task_field::<i32>(p, TASK_TGID.load()) } as u32;
+    let tgid: u32 = unsafe { task_field::<i32>(next, TASK_TGID.load()) } as u32;
     if !is_traced(tgid) {
         return 0;
     }
     // SAFETY: as above.
-    let pid: u32 = unsafe { task_field::<i32>(p, TASK_PID.load()) } as u32;
+    let pid: u32 = unsafe { task_field::<i32>(next, TASK_PID.load()) } as u32;
     let Some(d) = futex_done(pid) else {
         return 0;
     };
     // SAFETY: the thread's slot: a nonzero mark is a record not yet sent, whose fields
-    // were all written before it; only this program writes `queued_ns` after that.
+    // were all written before it; only this program writes `ran_ns` after that, and
+    // only for the slot's own thread (slots are shared by tids equal modulo their
+    // number).
     unsafe {
-        if core::ptr::read_volatile(d.cast::<u64>()) == 0 {
+        if core::ptr::read_volatile(d.cast::<u64>()) == 0
+            || core::ptr::read_volatile(core::ptr::addr_of!((*d).wait.header.tid)) != pid
+        {
             return 0;
         }
-        let queued = core::ptr::addr_of_mut!((*d).queued_ns);
-        if core::ptr::read_volatile(queued) == 0 {
-            core::ptr::write_volatile(queued, now());
+        let ran = core::ptr::addr_of_mut!((*d).ran_ns);
+        if core::ptr::read_volatile(ran) == 0 {
+            core::ptr::write_volatile(ran, now());
         }
     }
     0

@@ -1,9 +1,11 @@
 //! `cargo xtask bench others`: what rtm-trace costs the processes it does not trace.
 //! Its tracepoints see every process's system calls (the futex entry is a raw
 //! tracepoint on sys_enter, and any syscall tracepoint puts every task on the kernel's
-//! slow system-call path); the in-kernel filter drops what is not traced. A loop of
-//! getppid calls, the cheapest system call, runs untraced while rtm-trace traces an
-//! unrelated idle process in each mode, interleaved.
+//! slow system-call path) and, in contention mode, every wakeup and context switch
+//! (sched_waking, sched_switch); the in-kernel filter drops what is not traced. A loop
+//! of getppid calls, the cheapest system call, and a pipe ping-pong between two
+//! processes, two wakeups and their context switches a round trip, run untraced while
+//! rtm-trace traces an unrelated idle process in each mode, interleaved.
 
 use std::{
     path::Path,
@@ -65,9 +67,11 @@ fn attach(rtm: &Path, idle: &Path, mode: Option<&str>) -> Result<Attached> {
 /// Runs the benchmark and prints its table.
 pub fn others(root: &Path, dir: &Path, plan: Plan) -> Result<()> {
     let bin = workload(root, dir, "bench_syscall")?;
+    let switch = workload(root, dir, "bench_switch")?;
     let idle = workload(root, dir, "bench_rate")?;
     let rtm = root.join("target/release/rtm-trace");
     let calls = plan.pick("5000000", "200000");
+    let rounds = plan.pick("200000", "20000");
     let configs: [(&str, Option<&str>); 3] = [
         ("nothing traced", None),
         (
@@ -77,6 +81,7 @@ pub fn others(root: &Path, dir: &Path, plan: Plan) -> Result<()> {
         ("rtm-trace --mode full on another process", Some("full")),
     ];
     let mut samples = vec![Vec::new(); configs.len()];
+    let mut trips = vec![Vec::new(); configs.len()];
     for _ in 0..plan.rounds {
         for (i, (_, mode)) in configs.iter().enumerate() {
             let _attached = attach(&rtm, &idle, *mode)?;
@@ -84,6 +89,11 @@ pub fn others(root: &Path, dir: &Path, plan: Plan) -> Result<()> {
             samples[i].push(figure(
                 &String::from_utf8_lossy(&r.out.stdout),
                 "ns_per_call",
+            )?);
+            let r = run_ok(Command::new(&switch).arg(rounds), "bench_switch")?;
+            trips[i].push(figure(
+                &String::from_utf8_lossy(&r.out.stdout),
+                "ns_per_round_trip",
             )?);
         }
     }
@@ -109,5 +119,22 @@ pub fn others(root: &Path, dir: &Path, plan: Plan) -> Result<()> {
         "\nThe cost is per system call, whatever the call does: getppid is the worst case \
          (~0.2 us of work). Processes that make no system calls pay nothing.\n"
     );
+    println!(
+        "`bench_switch {rounds}` (a byte back and forth between two untraced processes \
+         through pipes: two wakeups and their context switches per round trip; median \
+         [min-max] ns per round trip):\n"
+    );
+    println!("| while | ns per round trip | vs. nothing traced | added ns |");
+    println!("|---|---|---|---|");
+    let base = Spread::of(&trips[0]).median;
+    for ((label, _), s) in configs.iter().zip(&trips) {
+        let s = Spread::of(s);
+        println!(
+            "| {label} | {} | {:.2}x | {:.1} |",
+            s.show(1),
+            s.median / base,
+            s.median - base
+        );
+    }
     Ok(())
 }

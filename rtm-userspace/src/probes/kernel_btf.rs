@@ -9,17 +9,14 @@ use std::path::Path;
 /// Where the running kernel's BTF is.
 pub const VMLINUX_BTF: &str = "/sys/kernel/btf/vmlinux";
 
-/// Offsets in `struct task_struct` the sched_waking program reads (0: unknown).
+/// Offsets in `struct task_struct` the sched_waking and sched_switch programs read (0:
+/// unknown).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct TaskOffsets {
     /// `pid` (the thread id).
     pub pid: u32,
     /// `tgid` (the process id).
     pub tgid: u32,
-    /// `sched_info.pcount`: times the task was switched in.
-    pub pcount: u32,
-    /// `sched_info.run_delay`: nanoseconds it spent queued for a CPU.
-    pub run_delay: u32,
 }
 
 /// Why an offset could not be read.
@@ -36,8 +33,7 @@ pub enum BtfError {
     /// Not BTF, or cut short.
     #[error("malformed BTF: {0}")]
     Malformed(&'static str),
-    /// The struct or one of the fields on the path is not there (a kernel built
-    /// without it, e.g. without CONFIG_SCHED_INFO).
+    /// The struct or one of the fields on the path is not there.
     #[error("no {0} in the kernel's BTF")]
     Missing(String),
 }
@@ -54,8 +50,6 @@ fn task_offsets_in(btf: &Btf<'_>) -> Result<TaskOffsets, BtfError> {
     Ok(TaskOffsets {
         pid: btf.offset_of(task, &["pid"])?,
         tgid: btf.offset_of(task, &["tgid"])?,
-        pcount: btf.offset_of(task, &["sched_info", "pcount"])?,
-        run_delay: btf.offset_of(task, &["sched_info", "run_delay"])?,
     })
 }
 
@@ -326,7 +320,6 @@ mod tests {
         assert_eq!(btf.offset_of(regs, &["r10"]).unwrap(), 56);
         let t = task_offsets().unwrap();
         assert_eq!(t.tgid, t.pid + 4, "{t:?}");
-        assert_eq!(t.run_delay, t.pcount + 8, "{t:?}");
     }
 }
 

@@ -71,7 +71,7 @@ fn attach_futex_btf(
         vec![
             enter,
             waking_prog,
-            (names::PROG_FUTEX_WAKEUP, "sched", "sched_wakeup"),
+            (names::PROG_FUTEX_SWITCH, "sched", "sched_switch"),
         ]
     } else if note_waker {
         vec![enter, waking_prog, exit]
@@ -89,7 +89,8 @@ fn attach_futex_btf(
         })?;
     }
     Ok(if waking {
-        "sys_enter, sched_waking and sched_wakeup as BTF tracepoints (waits end at their wake)"
+        "sys_enter, sched_waking and sched_switch as BTF tracepoints (waits end when the \
+         woken thread gets a CPU)"
     } else if note_waker {
         "sys_enter, sched_waking (names the waker, in any process) and sys_exit as BTF \
          tracepoints"
@@ -359,8 +360,6 @@ impl Probes {
             .override_global(names::GLOBAL_REALTIME_OFFSET, &realtime_offset, true)
             .override_global(names::GLOBAL_TASK_PID, &task.pid, true)
             .override_global(names::GLOBAL_TASK_TGID, &task.tgid, true)
-            .override_global(names::GLOBAL_TASK_PCOUNT, &task.pcount, true)
-            .override_global(names::GLOBAL_TASK_RUN_DELAY, &task.run_delay, true)
             .load(object)
             .map_err(|source| ProbeError::Load { source })?;
         // Uprobe programs are verified when first attached (`uprobe`): a run that probes
@@ -393,7 +392,7 @@ impl Probes {
                     names::PROG_FUTEX_ENTER,
                     names::PROG_FUTEX_EXIT,
                     names::PROG_FUTEX_WAKING,
-                    names::PROG_FUTEX_WAKEUP,
+                    names::PROG_FUTEX_SWITCH,
                 ] {
                     if let Ok(p) = program::<BtfTracePoint>(&mut ebpf, name) {
                         let _ = p.unload();

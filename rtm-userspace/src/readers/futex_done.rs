@@ -12,8 +12,7 @@
 //! A slot's first 8 bytes (the header's kind and cpu) mark a wait not yet sent; whoever
 //! swaps them to zero, the thread's next program run or this reader, sends it, so no
 //! wait is counted twice or lost. A wait that ended at its wake is finished as the
-//! programs finish it, with the thread's scheduler statistics, here read from
-//! /proc/PID/task/TID/schedstat.
+//! programs finish it: at its thread's first switch-in after the wake.
 
 use std::{
     io,
@@ -167,24 +166,10 @@ fn in_futex_on(line: &str, uaddr: u64) -> bool {
             == Some(uaddr)
 }
 
-/// The wait in `done`, finished with its thread's scheduler statistics when it ended at
-/// its wake (as is, when they cannot be read: the thread is gone).
+/// The wait in `done`, ended at its thread's first switch-in after the wake (or at the
+/// wake, when the thread has not run since or never left its CPU).
 fn finish(done: &FutexDone) -> FutexWaitEvent {
-    if done.pcount == FutexDone::AT_RETURN {
-        return done.wait;
-    }
-    let h = &done.wait.header;
-    let path = format!("/proc/{}/task/{}/schedstat", h.pid, h.tid);
-    match read_proc_text(path).ok().and_then(|s| schedstat(&s)) {
-        Some((run_delay, pcount)) => done.finished(run_delay, pcount),
-        None => done.wait,
-    }
-}
-
-/// (run delay, times switched in) from a schedstat line: "cpu_ns run_delay_ns pcount".
-fn schedstat(line: &str) -> Option<(u64, u64)> {
-    let mut f = line.split_ascii_whitespace().skip(1);
-    Some((f.next()?.parse().ok()?, f.next()?.parse().ok()?))
+    done.finished()
 }
 
 /// Takes the wait at `at` if it is marked and ended before `before_ns`.
@@ -235,9 +220,8 @@ mod tests {
     fn wait(ts_ns: u64) -> FutexDone {
         FutexDone {
             wait: event(ts_ns),
-            run_delay: 0,
-            pcount: FutexDone::AT_RETURN,
-            queued_ns: 0,
+            ran_ns: 0,
+            at_return: 1,
         }
     }
 
@@ -277,32 +261,29 @@ mod tests {
     }
 
     #[test]
-    fn a_wait_ended_at_its_wake_gets_the_queueing_after_it() {
+    fn a_wait_ended_at_its_wake_lasts_until_its_thread_gets_a_cpu() {
         let done = FutexDone {
             wait: event(5_000),
-            run_delay: 1_000,
-            pcount: 7,
-            queued_ns: 0,
+            ran_ns: 0,
+            at_return: 0,
         };
-        // Switched in once since the wake, after 300 ns queued: all of it is the wait's.
-        let w = done.finished(1_300, 8);
-        assert_eq!((w.wait_ns, w.header.ts_ns), (800, 5_300));
-        // Three times: the average.
-        assert_eq!(done.finished(1_900, 10).wait_ns, 800);
-        // Not switched in (woken before it slept), or counters from another thread.
-        assert_eq!(done.finished(1_300, 7).wait_ns, 500);
-        assert_eq!(done.finished(900, 3).wait_ns, 500);
-        // Enqueued 200 ns after the wake, then queued 300 ns.
-        let enqueued = FutexDone {
-            queued_ns: 5_200,
+        // Not run since the wake (or woken before it left its CPU): ends at the wake.
+        assert_eq!(done.finished(), done.wait);
+        // First switched in 300 ns after the wake: that is the wait's.
+        let ran = FutexDone {
+            ran_ns: 5_300,
             ..done
         };
-        let w = enqueued.finished(1_300, 8);
-        assert_eq!((w.wait_ns, w.header.ts_ns), (1_000, 5_500));
+        let w = ran.finished();
+        assert_eq!((w.wait_ns, w.header.ts_ns), (800, 5_300));
+        assert_eq!(finish(&ran), w);
         // Ended at its return: nothing to add.
+        let returned = FutexDone {
+            at_return: 1,
+            ..ran
+        };
+        assert_eq!(returned.finished().wait_ns, 500);
         assert_eq!(finish(&wait(5_000)).wait_ns, 500);
-        assert_eq!(schedstat("123 456 7\n"), Some((456, 7)));
-        assert_eq!(schedstat("123"), None);
     }
 
     #[test]
@@ -337,7 +318,7 @@ mod tests {
     }
 }
 
-/// Property tests: /proc syscall and schedstat lines of any shape parse without panicking.
+/// Property tests: /proc syscall lines of any shape parse without panicking.
 #[cfg(test)]
 mod fuzz {
     use proptest::prelude::*;
@@ -348,7 +329,6 @@ mod fuzz {
         #[test]
         fn any_proc_line_parses(line in ".{0,120}", addr in any::<u64>()) {
             let _ = in_futex_on(&line, addr);
-            let _ = schedstat(&line);
         }
     }
 }
