@@ -11,8 +11,10 @@
 
 mod catch_up;
 pub mod exits;
+mod handle;
 mod kernel;
 mod naming;
+mod run;
 mod sampler;
 pub mod source;
 mod state;
@@ -21,20 +23,21 @@ pub mod summary;
 use std::{
     collections::HashSet,
     ffi::OsString,
-    future::Future,
     io,
     path::PathBuf,
     sync::Arc,
-    time::{Duration, SystemTime, UNIX_EPOCH},
+    time::{SystemTime, UNIX_EPOCH},
 };
 
+use handle::Command;
+pub use handle::EngineHandle;
 pub use kernel::KernelSource;
 use rtm_common::decode::Event;
 pub use source::{EventList, ProcessChanges, Source};
 pub use summary::Summary;
 use tokio::{
-    sync::{mpsc, oneshot, watch},
-    time::{Instant, MissedTickBehavior},
+    sync::{mpsc, watch},
+    time::Instant,
 };
 
 use self::{catch_up::CatchUp, sampler::Sampler, state::State};
@@ -48,16 +51,10 @@ use crate::{
     },
     probes::ProbeError,
     target::{
-        launch::{ChildExit, LaunchError, wait_child},
+        launch::{ChildExit, LaunchError},
         process::{self, monotonic_ns},
     },
 };
-
-/// How often the reader drains the ring buffer without being woken.
-const DRAIN_EVERY: Duration = Duration::from_millis(20);
-
-/// Records decoded per wake-up before the loop looks at its other sources again.
-const BATCH: usize = 16_384;
 
 /// A thread's last futex wait is sent when it next waits or exits; one that has not
 /// waited again for this long has its last wait taken by the reader (when it samples).
@@ -127,54 +124,6 @@ impl From<ProbeError> for EngineError {
     }
 }
 
-/// What a handle asks of the running engine.
-enum Command {
-    Add(
-        Vec<Target>,
-        oneshot::Sender<Result<Vec<TargetInfo>, EngineError>>,
-    ),
-    Remove(u32),
-    Stop(EndReason),
-}
-
-/// Drives a running engine from anywhere (another task or thread): add and remove
-/// targets, stop it, watch its summary.
-#[derive(Clone)]
-pub struct EngineHandle {
-    commands: mpsc::UnboundedSender<Command>,
-    summary: watch::Receiver<Arc<Summary>>,
-}
-
-impl EngineHandle {
-    /// Starts tracing `targets`; resolves once they are attached.
-    pub async fn add(&self, targets: Vec<Target>) -> Result<Vec<TargetInfo>, EngineError> {
-        let (tx, rx) = oneshot::channel();
-        self.commands
-            .send(Command::Add(targets, tx))
-            .map_err(|_| EngineError::Stopped)?;
-        rx.await.map_err(|_| EngineError::Stopped)?
-    }
-
-    /// Stops tracing `pid` (and the processes followed from it).
-    pub fn remove(&self, pid: u32) -> Result<(), EngineError> {
-        self.commands
-            .send(Command::Remove(pid))
-            .map_err(|_| EngineError::Stopped)
-    }
-
-    /// Ends [`Engine::run`] with `reason`.
-    pub fn stop(&self, reason: EndReason) -> Result<(), EngineError> {
-        self.commands
-            .send(Command::Stop(reason))
-            .map_err(|_| EngineError::Stopped)
-    }
-
-    /// The summary published on every tick.
-    pub fn summary(&self) -> watch::Receiver<Arc<Summary>> {
-        self.summary.clone()
-    }
-}
-
 /// How a trace ended.
 #[derive(Debug)]
 pub struct Outcome {
@@ -204,18 +153,6 @@ struct Start {
     ns: u64,
     instant: Instant,
     unix_ms: u64,
-}
-
-enum Wake {
-    /// The source has records: `backlog` when it said so, not the drain timer.
-    Events {
-        backlog: bool,
-    },
-    Tick,
-    Sample,
-    Stop(EndReason),
-    Exited(u32),
-    Command(Command),
 }
 
 /// The engine.
@@ -550,179 +487,6 @@ impl Engine {
             start_ns: self.start.map_or(end_ns, |s| s.ns),
             end_ns,
         }
-    }
-
-    /// Builds a snapshot for the interval sinks (`interval`) and the summary's
-    /// watchers, when any wants one.
-    fn publish(&mut self, interval: bool) {
-        let to_sinks = interval
-            && self
-                .sinks
-                .iter()
-                .any(|s| s.failed.is_none() && s.sink.wants_intervals());
-        let watched = self.summary.receiver_count() > 0;
-        if !to_sinks && !watched {
-            return;
-        }
-        let mut run = self.run_info(None);
-        let now = monotonic_ns();
-        let window = self.window(now);
-        let followed = self.followed.len();
-        let (views, system) = match &self.sampler {
-            Some(s) => (Some(s.views()), s.latest()),
-            None => (None, None),
-        };
-        let (mut snap, missing) = self.state.snapshot(window);
-        run.missing_symbols = missing;
-        if let Some((ambient, counters)) = views {
-            snap.ambient = Some(ambient);
-            snap.counters = Some(counters);
-        }
-        let at = Moment {
-            elapsed_ns: window.end_ns - window.start_ns,
-            run: &run,
-            snapshot: &snap,
-        };
-        if to_sinks {
-            for s in self.sinks.iter_mut() {
-                if s.failed.is_some() || !s.sink.wants_intervals() {
-                    continue;
-                }
-                // An output that cannot be written (stdout closed) stops its intervals,
-                // not the trace: the results still go where they can.
-                if let Err(e) = s.sink.interval(&at) {
-                    crate::say!(
-                        "rtm-trace: error: {e}; no more intervals to {}, tracing goes on",
-                        s.sink.name()
-                    );
-                    s.failed = Some(e);
-                }
-            }
-        }
-        if watched {
-            self.seq += 1;
-            let top = self.config.output.top;
-            let summary = Summary::build(self.seq, &run, &snap, followed, system, top);
-            self.summary.send_replace(Arc::new(summary));
-        }
-    }
-
-    /// Runs the loop until `stop` resolves, a handle says stop, the duration passes,
-    /// or (with [`Engine::stop_when_targets_exit`]) every target has exited. Events
-    /// still in flight are read by [`Engine::finish`].
-    pub async fn run(
-        &mut self,
-        stop: impl Future<Output = EndReason>,
-    ) -> Result<EndReason, EngineError> {
-        let mut stop = std::pin::pin!(stop);
-        let started = self.start.map_or_else(Instant::now, |s| s.instant);
-        let deadline = self.config.duration.map(|d| started + d);
-        // The kernel wakes the reader only when the ring fills up; the rest of the time
-        // the reader comes by on this timer, so records wait at most DRAIN_EVERY.
-        let mut drain = tokio::time::interval(DRAIN_EVERY);
-        drain.set_missed_tick_behavior(MissedTickBehavior::Delay);
-        let mut ticker = self.config.interval.map(|i| {
-            let mut t = tokio::time::interval_at(Instant::now() + i, i);
-            t.set_missed_tick_behavior(MissedTickBehavior::Delay);
-            t
-        });
-        let every = self.config.sample_every();
-        let mut sampling = tokio::time::interval_at(Instant::now() + every, every);
-        sampling.set_missed_tick_behavior(MissedTickBehavior::Delay);
-        if self.stop_when_targets_exit && !self.targets.is_empty() && self.idle() {
-            return Ok(EndReason::TargetsExited);
-        }
-        loop {
-            let wake = tokio::select! {
-                r = self.source.ready() => {
-                    r.map_err(io_err("reading the ring buffer"))?;
-                    Wake::Events { backlog: true }
-                }
-                _ = drain.tick() => Wake::Events { backlog: false },
-                _ = sampling.tick() => Wake::Sample,
-                _ = async { ticker.as_mut().expect("guarded").tick().await }, if ticker.is_some() => Wake::Tick,
-                _ = async { tokio::time::sleep_until(deadline.expect("guarded")).await }, if deadline.is_some() => Wake::Stop(EndReason::Duration),
-                r = &mut stop => Wake::Stop(r),
-                Some(pid) = self.exits.1.recv() => Wake::Exited(pid),
-                Some(c) = self.commands.1.recv() => Wake::Command(c),
-            };
-            match wake {
-                Wake::Events { backlog } => {
-                    // Raised before draining: a reader starved by the target's threads
-                    // would otherwise take its time over the very drain that must
-                    // catch up.
-                    if backlog {
-                        self.catch_up.update(true);
-                    }
-                    self.drain(BATCH);
-                    self.catch_up.update(self.source.behind());
-                    self.follow();
-                }
-                Wake::Tick => {
-                    self.drain(usize::MAX);
-                    self.take_left(self.all_pids(), false);
-                    self.publish(true);
-                }
-                Wake::Sample => {
-                    let alive = self.all_pids();
-                    if let Some(s) = &mut self.sampler {
-                        s.sample(monotonic_ns(), alive.iter().copied());
-                    }
-                    self.take_left(alive, false);
-                    if ticker.is_none() {
-                        self.publish(false);
-                    }
-                }
-                Wake::Stop(r) => return Ok(r),
-                Wake::Exited(pid) => {
-                    if self.exited(pid)? {
-                        return Ok(EndReason::TargetsExited);
-                    }
-                }
-                Wake::Command(Command::Add(targets, reply)) => {
-                    let _ = reply.send(self.add_targets(targets));
-                }
-                Wake::Command(Command::Remove(pid)) => self.remove_target(pid),
-                Wake::Command(Command::Stop(r)) => return Ok(r),
-            }
-        }
-    }
-
-    /// A target exited; returns whether the run is over.
-    fn exited(&mut self, pid: u32) -> Result<bool, EngineError> {
-        // Its last events are already in the ring buffer; its usage is still readable
-        // until it is reaped.
-        let alive = self.all_pids();
-        if let Some(s) = &mut self.sampler {
-            s.sample(monotonic_ns(), alive.into_iter());
-        }
-        self.drain(usize::MAX);
-        let Some(t) = self
-            .targets
-            .iter_mut()
-            .find(|t| t.info.pid == pid && t.live)
-        else {
-            return Ok(false);
-        };
-        let ended = if t.launched.is_some() {
-            let e = wait_child(pid)?;
-            t.exit = Some(e);
-            match e {
-                ChildExit::Code(c) => format!("exit {c}"),
-                ChildExit::Signal(s) => format!("signal {s}"),
-            }
-        } else {
-            "exited".to_owned()
-        };
-        t.info.ended = Some(ended);
-        // Its address space is gone, and its probes with it; the links are released
-        // with the others at the end.
-        t.live = false;
-        if self.stop_when_targets_exit {
-            return Ok(self.targets.iter().all(|t| !t.live));
-        }
-        self.release_if_idle();
-        Ok(false)
     }
 
     /// Stops collecting, takes what is in flight, writes every sink's results, and
