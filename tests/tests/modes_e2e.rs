@@ -398,11 +398,12 @@ fn a_quiet_threads_last_wait_is_in_the_summaries_and_the_results() {
     assert!(out.status.success());
     let stdout = String::from_utf8_lossy(&out.stdout);
     let (main, middle) = (tree_tid(&stdout, "main"), tree_tid(&stdout, "middle"));
-    // The join ended at about 40 ms, and main sleeps until 6 s.
+    // The join ended at about 40 ms, and main sleeps until 6 s. The one periodic summary
+    // comes about 3 s in (later on a loaded machine: its heading says when).
     let summary = stdout
         .split("== rtm-trace: ")
-        .find(|s| s.starts_with("summary at +3.0 s"))
-        .unwrap_or_else(|| panic!("no summary at +3.0 s: {stdout}"));
+        .find(|s| s.starts_with("summary at +"))
+        .unwrap_or_else(|| panic!("no periodic summary: {stdout}"));
     let joined = |text: &str| {
         text.lines().any(|l| {
             let w: Vec<&str> = l.split_whitespace().collect();
