@@ -561,9 +561,10 @@ mod user_impls {
     // SAFETY: as above.
     unsafe impl aya::Pod for ThreadCalls {}
 
-    impl core::fmt::Display for Primitive {
-        fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-            f.write_str(match self {
+    impl Primitive {
+        /// Its name in reports, JSON and metric labels.
+        pub fn name(self) -> &'static str {
+            match self {
                 Primitive::Mutex => "mutex",
                 Primitive::RwLock => "rwlock",
                 Primitive::Spin => "spinlock",
@@ -572,7 +573,13 @@ mod user_impls {
                 Primitive::Barrier => "barrier",
                 Primitive::Thread => "thread",
                 Primitive::Futex => "futex",
-            })
+            }
+        }
+    }
+
+    impl core::fmt::Display for Primitive {
+        fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+            f.write_str(self.name())
         }
     }
 

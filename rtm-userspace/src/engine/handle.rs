@@ -15,6 +15,7 @@ pub(super) enum Command {
         oneshot::Sender<Result<Vec<TargetInfo>, EngineError>>,
     ),
     Remove(u32),
+    Forget(Vec<u32>),
     Stop(EndReason),
 }
 
@@ -40,6 +41,13 @@ impl EngineHandle {
     pub fn remove(&self, pid: u32) -> Result<(), EngineError> {
         self.commands
             .send(Command::Remove(pid))
+            .map_err(|_| EngineError::Stopped)
+    }
+
+    /// Forgets processes that no longer run (see [`super::Engine::forget`]).
+    pub fn forget(&self, pids: Vec<u32>) -> Result<(), EngineError> {
+        self.commands
+            .send(Command::Forget(pids))
             .map_err(|_| EngineError::Stopped)
     }
 

@@ -14,6 +14,7 @@ pub mod exits;
 mod handle;
 mod kernel;
 mod naming;
+pub mod processes;
 mod run;
 mod sampler;
 pub mod source;
@@ -180,6 +181,8 @@ pub struct Engine {
     catch_up: CatchUp,
     seq: u64,
     stop_when_targets_exit: bool,
+    /// Publish per-process summaries (a metrics agent wants them).
+    per_process: bool,
 }
 
 fn io_err(what: &'static str) -> impl FnOnce(io::Error) -> EngineError {
@@ -217,6 +220,7 @@ impl Engine {
             catch_up: CatchUp::default(),
             seq: 0,
             stop_when_targets_exit: false,
+            per_process: false,
             config,
         }
     }
@@ -225,6 +229,33 @@ impl Engine {
     /// default the engine keeps running with nothing attached, ready for more.
     pub fn stop_when_targets_exit(&mut self, yes: bool) {
         self.stop_when_targets_exit = yes;
+    }
+
+    /// Publishes a summary of each traced process with the [`Summary`].
+    pub fn publish_processes(&mut self, yes: bool) {
+        self.per_process = yes;
+    }
+
+    /// Forgets the processes `pids` that no longer run (a daemon's exited targets,
+    /// after a grace period): their part of the model, their names and their entries in
+    /// the summary. Live ones are left alone.
+    pub fn forget(&mut self, pids: &[u32]) {
+        let live: HashSet<u32> = self
+            .targets
+            .iter()
+            .filter(|t| t.live)
+            .map(|t| t.info.pid)
+            .chain(self.followed.iter().map(|f| f.0))
+            .collect();
+        let gone: HashSet<u32> = pids.iter().copied().filter(|p| !live.contains(p)).collect();
+        if gone.is_empty() {
+            return;
+        }
+        self.state.forget(&gone);
+        self.targets.retain(|t| !gone.contains(&t.info.pid));
+        if let Some(s) = &mut self.sampler {
+            s.forget(&gone);
+        }
     }
 
     /// A handle to drive the engine while it runs.

@@ -54,6 +54,8 @@ impl Engine {
             Some(s) => (Some(s.views()), s.latest()),
             None => (None, None),
         };
+        // Read before the snapshot, which holds the model.
+        let per_process = (watched && self.per_process).then(|| self.process_inputs());
         let (mut snap, missing) = self.state.snapshot(window);
         run.missing_symbols = missing;
         if let Some((ambient, counters)) = views {
@@ -84,8 +86,39 @@ impl Engine {
         if watched {
             self.seq += 1;
             let top = self.config.output.top;
-            let summary = Summary::build(self.seq, &run, &snap, followed, system, top);
+            let mut summary = Summary::build(self.seq, &run, &snap, followed, system, top);
+            if let Some(p) = per_process {
+                summary.processes = p.build(&snap, now);
+            }
             self.summary.send_replace(Arc::new(summary));
+        }
+    }
+
+    /// What the per-process summaries need from outside the snapshot.
+    fn process_inputs(&self) -> super::processes::Inputs {
+        let pids: Vec<(u32, bool)> = self
+            .targets
+            .iter()
+            .map(|t| (t.info.pid, t.live))
+            .chain(self.followed.iter().map(|f| (f.0, true)))
+            .collect();
+        let running: std::collections::HashSet<u32> =
+            pids.iter().filter(|p| p.1).map(|p| p.0).collect();
+        let mut threads = self
+            .state
+            .model
+            .threads()
+            .filter(|(k, n)| running.contains(&k.pid) && n.exited_ns.is_none())
+            .map(|(k, _)| (k.pid, k.tid));
+        let asleep = self.source.asleep(&mut threads);
+        let totals = pids
+            .iter()
+            .filter_map(|(p, _)| Some((*p, *self.state.model.process_totals(*p)?)))
+            .collect();
+        super::processes::Inputs {
+            pids,
+            totals,
+            asleep,
         }
     }
 
@@ -165,6 +198,7 @@ impl Engine {
                     let _ = reply.send(self.add_targets(targets));
                 }
                 Wake::Command(Command::Remove(pid)) => self.remove_target(pid),
+                Wake::Command(Command::Forget(pids)) => self.forget(&pids),
                 Wake::Command(Command::Stop(r)) => return Ok(r),
             }
         }

@@ -61,6 +61,12 @@ impl Sampler {
         self.counters.add_thread(pid, tid);
     }
 
+    /// Forgets the processes `pids` (their counters, when they had any, were closed
+    /// with them).
+    pub fn forget(&mut self, pids: &std::collections::HashSet<u32>) {
+        self.model.forget(pids);
+    }
+
     /// Samples everything now (`pids`: the traced processes).
     pub fn sample(&mut self, now_ns: u64, pids: impl Iterator<Item = u32>) {
         let pids: Vec<u32> = pids.collect();

@@ -9,7 +9,7 @@ use rtm_common::{
     decode::{Event, decode},
 };
 
-use super::{EngineError, Target};
+use super::{EngineError, Target, processes::Asleep};
 use crate::{
     output::{TargetInfo, Unprobed},
     readers::{Losses, ReaderStats, bpf_stats::BpfStats},
@@ -75,6 +75,12 @@ pub trait Source {
 
     /// Acts on what happened to processes (full mode probes followed processes).
     fn changes(&mut self, changes: ProcessChanges, modules: &dyn Fn(u32) -> Vec<Module>);
+
+    /// The threads of `threads` (pid, tid) asleep in a futex wait now, with when each
+    /// wait began (sources that cannot tell: none).
+    fn asleep(&self, _threads: &mut dyn Iterator<Item = (u32, u32)>) -> Vec<Asleep> {
+        Vec::new()
+    }
 
     /// Followed processes that ran unprobed for a while.
     fn unprobed(&self) -> Vec<Unprobed>;

@@ -104,6 +104,20 @@ impl State {
         }
     }
 
+    /// Forgets everything about the processes `pids` (exited, in a daemon).
+    pub fn forget(&mut self, pids: &HashSet<u32>) {
+        self.model.forget_processes(pids);
+        self.namer.forget(pids);
+        self.code.forget(pids);
+        for p in pids {
+            self.rank_env.remove(p);
+            self.comms.remove(p);
+            self.stale_maps.remove(p);
+            self.env_asked.remove(p);
+            self.generation.remove(p);
+        }
+    }
+
     /// One decoded event into the model.
     pub fn apply(&mut self, ev: &Event) {
         if let Event::Mpi(m) = ev {

@@ -6,6 +6,7 @@
 
 use serde::Serialize;
 
+use super::processes::ProcessSummary;
 use crate::{
     config::Mode,
     model::{
@@ -81,6 +82,8 @@ pub struct Summary {
     pub mpi_calls: u64,
     /// The last closed interval of the system statistics.
     pub system: Option<Interval>,
+    /// Each traced process (when the engine publishes them).
+    pub processes: Vec<ProcessSummary>,
 }
 
 impl Summary {
@@ -134,6 +137,7 @@ impl Summary {
             traffic,
             mpi_calls,
             system,
+            processes: Vec::new(),
         }
     }
 }

@@ -100,6 +100,25 @@ impl LeftWaits {
         }
     }
 
+    /// The threads of `threads` (pid, tid) asleep in a futex wait now, each with when
+    /// its wait began: read from their entries and checked against
+    /// /proc/PID/task/TID/syscall (an entry outlives its wait). Nothing is taken.
+    pub fn asleep(&self, threads: impl IntoIterator<Item = (u32, u32)>) -> Vec<(u32, u32, u64)> {
+        threads
+            .into_iter()
+            .filter_map(|(pid, tid)| {
+                let f = self.entry(pid, tid)?;
+                if f.start_ns == 0 {
+                    return None;
+                }
+                let path = format!("/proc/{pid}/task/{tid}/syscall");
+                read_proc_text(path)
+                    .is_ok_and(|s| in_futex_on(&s, f.uaddr))
+                    .then_some((pid, tid, f.start_ns))
+            })
+            .collect()
+    }
+
     /// The futex entry of thread `tid` of `pid`.
     fn entry(&self, pid: u32, tid: u32) -> Option<PendingFutex> {
         match futex_slot_index(tid, self.mask) {

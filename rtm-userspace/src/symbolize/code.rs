@@ -41,6 +41,11 @@ fn file_name(path: &Path) -> String {
 }
 
 impl CodeNamer {
+    /// Forgets what was named in the processes `pids`.
+    pub fn forget(&mut self, pids: &std::collections::HashSet<u32>) {
+        self.cache.retain(|(p, _), _| !pids.contains(p));
+    }
+
     /// `function+0xOFF (file:line)` for `addr` in `pid`, or `file+0xOFF` without symbols;
     /// `None` when no mapped file covers it.
     pub fn name(&mut self, objects: &mut ObjectNamer, pid: u32, addr: u64) -> Option<String> {

@@ -207,6 +207,14 @@ impl ObjectNamer {
         }
     }
 
+    /// Forgets the processes `pids` at once (a daemon that has dropped their objects).
+    pub fn forget(&mut self, pids: &HashSet<u32>) {
+        self.spaces.retain(|p, _| !pids.contains(p));
+        self.roots.retain(|p, _| !pids.contains(p));
+        self.refreshed.retain(|p| !pids.contains(p));
+        self.exited.retain(|p| !pids.contains(p));
+    }
+
     /// Mapping records not kept because a process's table was full.
     pub fn dropped_mappings(&self) -> u64 {
         self.spaces.values().map(|s| s.dropped).sum()

@@ -11,6 +11,7 @@ use rtm_common::{LossCounter, decode::Event};
 
 use super::{
     EngineError, Target,
+    processes::Asleep,
     source::{ProcessChanges, Source},
 };
 use crate::{
@@ -305,6 +306,16 @@ impl Source for KernelSource {
         if let Some(left) = self.live.as_ref().and_then(|l| l.left.as_ref()) {
             left.take(threads, before, sink);
         }
+    }
+
+    fn asleep(&self, threads: &mut dyn Iterator<Item = (u32, u32)>) -> Vec<Asleep> {
+        let Some(left) = self.live.as_ref().and_then(|l| l.left.as_ref()) else {
+            return Vec::new();
+        };
+        left.asleep(threads)
+            .into_iter()
+            .map(|(pid, tid, start_ns)| Asleep { pid, tid, start_ns })
+            .collect()
     }
 
     fn changes(&mut self, changes: ProcessChanges, modules: &dyn Fn(u32) -> Vec<Module>) {

@@ -62,6 +62,8 @@ pub struct SyncGraph {
     pending_locks: HashMap<ThreadKey, PendingLock>,
     barrier_calls: usize,
     counters: ModelCounters,
+    /// Futex wait totals per process.
+    totals: HashMap<u32, ProcessTotals>,
 }
 
 /// A lock call recorded at entry whose acquisition is not settled yet.
@@ -92,6 +94,7 @@ impl SyncGraph {
             pending_locks: HashMap::default(),
             barrier_calls: 0,
             counters: ModelCounters::default(),
+            totals: HashMap::default(),
         }
     }
 
@@ -491,6 +494,23 @@ impl SyncGraph {
             u64::from(raw.repeats) + u64::from(!slept)
         };
         self.counters.waits_unslept = self.counters.waits_unslept.saturating_add(unslept);
+        if s.op == SyncOp::Wait && raw.ret != WAIT_IN_PROGRESS {
+            // Bounded like the threads: a process's first event passed the thread cap.
+            let room = self.totals.len() < self.limits.max_threads;
+            let totals = match self.totals.entry(thread.pid) {
+                std::collections::hash_map::Entry::Occupied(e) => Some(e.into_mut()),
+                std::collections::hash_map::Entry::Vacant(e) => {
+                    room.then(|| e.insert_entry(ProcessTotals::default()).into_mut())
+                }
+            };
+            if let Some(t) = totals {
+                t.waits += unslept + u64::from(slept);
+                t.unslept += unslept;
+                if slept {
+                    t.sleep(raw.wait_ns, raw.ret == -ETIMEDOUT);
+                }
+            }
+        }
         if slept {
             if raw.extra != 0 {
                 // The waker's process: in `caller` for futex waits (0: the waiter's own,
@@ -657,6 +677,59 @@ impl SyncGraph {
     /// Whether futex words are objects (contention mode).
     pub fn futex_objects(&self) -> bool {
         self.futex_objects
+    }
+
+    /// The futex wait totals of process `pid`.
+    pub fn process_totals(&self, pid: u32) -> Option<&ProcessTotals> {
+        self.totals.get(&pid)
+    }
+
+    /// Forgets everything about the processes `pids` (exited ones, in a daemon): their
+    /// threads, objects, edges, waits and totals. The tables are rebuilt, so this is for
+    /// occasional batches, not for every event.
+    pub fn forget_processes(&mut self, pids: &std::collections::HashSet<u32>) {
+        if pids.is_empty() {
+            return;
+        }
+        self.settle_pending();
+        let gone = |pid: &u32| pids.contains(pid);
+        // Objects keep their order; the others' positions shift down.
+        let mut moved = Vec::with_capacity(self.objects.len());
+        let mut next = 0u32;
+        for (k, _) in &self.objects {
+            if gone(&k.pid) {
+                moved.push(None);
+            } else {
+                moved.push(Some(next));
+                next += 1;
+            }
+        }
+        self.objects.retain(|k, _| !gone(&k.pid));
+        let edges = std::mem::take(&mut self.edges);
+        self.edges = edges
+            .into_iter()
+            .filter_map(|(id, e)| {
+                let to = moved[id.object()]?;
+                Some((EdgeId::new(to as usize, id.tid(), id.role()), e))
+            })
+            .collect();
+        let sites = std::mem::take(&mut self.call_sites);
+        self.call_sites = sites
+            .into_iter()
+            .filter_map(|((object, at), c)| Some(((moved[object as usize]?, at), c)))
+            .collect();
+        self.waits_for.retain(|k, _| !gone(&k.pid));
+        self.threads.retain(|k, _| !gone(&k.pid));
+        self.pids.retain(|p| !gone(p));
+        self.traced.retain(|p| !gone(p));
+        self.unwoken.retain(|w| !gone(&w.pid));
+        self.holds.forget(pids);
+        self.pending_locks.retain(|k, _| !gone(&k.pid));
+        self.totals.retain(|p, _| !gone(p));
+        self.objects.shrink_to_fit();
+        self.edges.shrink_to_fit();
+        self.waits_for.shrink_to_fit();
+        self.threads.shrink_to_fit();
     }
 
     /// Counters of incomplete attribution, histogram budget included.

@@ -44,6 +44,12 @@ pub struct Holds {
 }
 
 impl Holds {
+    /// Drops the holds of objects of processes `pids`.
+    pub fn forget(&mut self, pids: &std::collections::HashSet<u32>) {
+        self.held.retain(|(o, _), _| !pids.contains(&o.pid));
+        self.owner.retain(|o, _| !pids.contains(&o.pid));
+    }
+
     /// `tid` acquired `object` at `ts_ns`; `exclusive` unless shared (a read lock).
     pub fn acquire(
         &mut self,

@@ -333,6 +333,61 @@ pub struct ModelCounters {
     pub histograms_refused: u64,
 }
 
+/// Upper bounds (ns) of the fixed buckets of [`ProcessTotals::buckets`]: 1 us to 10 s by
+/// powers of ten, then everything longer.
+pub const WAIT_BUCKETS_NS: [u64; 8] = [
+    1_000,
+    10_000,
+    100_000,
+    1_000_000,
+    10_000_000,
+    100_000_000,
+    1_000_000_000,
+    10_000_000_000,
+];
+
+/// A process's futex waits, in both modes: what a metrics endpoint exports per target.
+/// Cumulative from when the process was first traced; fixed size.
+#[derive(Clone, Copy, Debug, Default, Serialize, PartialEq, Eq)]
+pub struct ProcessTotals {
+    /// Futex waits (FUTEX_WAIT calls, whether they slept or not).
+    pub waits: u64,
+    /// Of those, the ones that slept.
+    pub sleeps: u64,
+    /// Time the sleeping ones waited, ns.
+    pub wait_ns: u64,
+    /// Waits that returned at once: the word had changed.
+    pub unslept: u64,
+    /// Sleeping waits that ended at their timeout.
+    pub timeouts: u64,
+    /// Sleeping waits by length: one count per bound of [`WAIT_BUCKETS_NS`], then one
+    /// for longer waits (not cumulative).
+    pub buckets: [u64; WAIT_BUCKETS_NS.len() + 1],
+}
+
+impl ProcessTotals {
+    /// Counts one sleep of `ns`.
+    pub fn sleep(&mut self, ns: u64, timed_out: bool) {
+        self.sleeps += 1;
+        self.wait_ns = self.wait_ns.saturating_add(ns);
+        self.timeouts += u64::from(timed_out);
+        let i = WAIT_BUCKETS_NS.partition_point(|&b| b < ns);
+        self.buckets[i] += 1;
+    }
+
+    /// Adds another process's totals into these.
+    pub fn add(&mut self, o: &ProcessTotals) {
+        self.waits += o.waits;
+        self.sleeps += o.sleeps;
+        self.wait_ns = self.wait_ns.saturating_add(o.wait_ns);
+        self.unslept += o.unslept;
+        self.timeouts += o.timeouts;
+        for (a, b) in self.buckets.iter_mut().zip(o.buckets) {
+            *a += b;
+        }
+    }
+}
+
 /// What applying an event revealed, so the caller can look things up while they exist.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Applied {

@@ -206,6 +206,11 @@ impl Ambient {
         }
     }
 
+    /// Forgets the processes `pids` (exited ones, in a daemon).
+    pub fn forget(&mut self, pids: &std::collections::HashSet<u32>) {
+        self.procs.retain(|p, _| !pids.contains(p));
+    }
+
     fn proc_summaries(&self) -> Vec<ProcSummary> {
         self.procs
             .values()

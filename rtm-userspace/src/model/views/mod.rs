@@ -2,6 +2,7 @@
 //! site, named and summarized, ready to print or serialize; a [`snapshot::Snapshot`]
 //! holds them, its long lists as [`rows`] made into views one at a time.
 
+pub mod fold;
 pub mod rows;
 pub mod snapshot;
 

@@ -1,0 +1,223 @@
+//! Per-process summaries, published beside the [`Summary`](super::Summary) when a front
+//! end asks for them (the metrics agent): each traced process's futex wait totals, its
+//! threads, the waits it is asleep in now, and its objects and waiter -> waker edges
+//! grouped by folded name (see [`crate::model::views::fold`]), so that their number
+//! stays bounded whatever the process does.
+
+use std::collections::HashMap;
+
+use serde::Serialize;
+
+use crate::model::{Snapshot, sync::ProcessTotals, views::fold};
+
+/// Most groups kept per process and list (the rest are in the list's totals only).
+pub const MAX_GROUPS: usize = 512;
+
+/// Counts of a group of objects or of edges.
+#[derive(Debug, Clone, Copy, Default, Serialize, PartialEq, Eq)]
+pub struct GroupValues {
+    /// Acquisitions and waits (objects); waits ended by the waker (edges).
+    pub waits: u64,
+    /// Of those, the ones that found the object held or slept (objects).
+    pub contended: u64,
+    /// Time waited, ns.
+    pub wait_ns: u64,
+}
+
+impl GroupValues {
+    /// Adds `o` into these.
+    pub fn add(&mut self, o: &GroupValues) {
+        self.waits = self.waits.saturating_add(o.waits);
+        self.contended = self.contended.saturating_add(o.contended);
+        self.wait_ns = self.wait_ns.saturating_add(o.wait_ns);
+    }
+}
+
+/// Objects of one folded name and kind.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct LockGroup {
+    /// Folded name.
+    pub name: String,
+    /// Kind ("mutex", "futex" ...).
+    pub kind: &'static str,
+    /// Their counts.
+    pub values: GroupValues,
+}
+
+/// Waiter -> waker edges between threads of folded names.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct EdgeGroup {
+    /// The waiting threads' folded name.
+    pub waiter: String,
+    /// The waking threads' folded name.
+    pub waker: String,
+    /// Their counts.
+    pub values: GroupValues,
+}
+
+/// A wait a thread is asleep in now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Asleep {
+    /// Process.
+    pub pid: u32,
+    /// Thread.
+    pub tid: u32,
+    /// When the wait began (CLOCK_MONOTONIC ns).
+    pub start_ns: u64,
+}
+
+/// One traced process.
+#[derive(Debug, Clone, Serialize, Default)]
+pub struct ProcessSummary {
+    /// Process id.
+    pub pid: u32,
+    /// Whether it still runs.
+    pub live: bool,
+    /// Its futex waits.
+    pub totals: ProcessTotals,
+    /// Its threads now (seen and not exited).
+    pub threads: usize,
+    /// Threads asleep in a futex wait now.
+    pub asleep: u64,
+    /// The longest of those waits so far, ns.
+    pub oldest_asleep_ns: u64,
+    /// Object groups, most time waited first (at most MAX_GROUPS).
+    pub locks: Vec<LockGroup>,
+    /// Every object's counts summed.
+    pub locks_total: GroupValues,
+    /// Edge groups, most time waited first (at most MAX_GROUPS).
+    pub edges: Vec<EdgeGroup>,
+    /// Every edge's counts summed.
+    pub edges_total: GroupValues,
+}
+
+/// What the summaries need besides the snapshot (read from the model and the source
+/// before the snapshot is taken).
+#[derive(Debug, Default)]
+pub struct Inputs {
+    /// The processes, with whether each still runs.
+    pub pids: Vec<(u32, bool)>,
+    /// Their futex wait totals.
+    pub totals: HashMap<u32, ProcessTotals>,
+    /// The waits their threads are asleep in.
+    pub asleep: Vec<Asleep>,
+}
+
+impl Inputs {
+    /// The summaries of the processes at `now_ns`.
+    pub fn build(self, snap: &Snapshot, now_ns: u64) -> Vec<ProcessSummary> {
+        build(self, snap, now_ns)
+    }
+}
+
+fn build(inputs: Inputs, snap: &Snapshot, now_ns: u64) -> Vec<ProcessSummary> {
+    let Inputs {
+        pids,
+        totals,
+        asleep,
+    } = inputs;
+    let mut out: HashMap<u32, ProcessSummary> = pids
+        .iter()
+        .map(|&(pid, live)| {
+            (
+                pid,
+                ProcessSummary {
+                    pid,
+                    live,
+                    totals: totals.get(&pid).copied().unwrap_or_default(),
+                    ..Default::default()
+                },
+            )
+        })
+        .collect();
+    let mut names: HashMap<(u32, u32), String> = HashMap::new();
+    for t in &snap.threads {
+        if let Some(p) = out.get_mut(&t.pid) {
+            p.threads += usize::from(!t.exited);
+            names.insert((t.pid, t.tid), fold::thread(t.name.as_deref()));
+        }
+    }
+    for a in &asleep {
+        if let Some(p) = out.get_mut(&a.pid) {
+            p.asleep += 1;
+            p.oldest_asleep_ns = p.oldest_asleep_ns.max(now_ns.saturating_sub(a.start_ns));
+        }
+    }
+    let mut locks: HashMap<u32, HashMap<(String, &'static str), GroupValues>> = HashMap::new();
+    for o in snap.objects.iter() {
+        let Some(p) = out.get_mut(&o.pid) else {
+            continue;
+        };
+        let v = GroupValues {
+            waits: o.counts.acquisitions.saturating_add(o.counts.waits),
+            contended: o.counts.contended,
+            wait_ns: o.wait.total_ns,
+        };
+        p.locks_total.add(&v);
+        locks
+            .entry(o.pid)
+            .or_default()
+            .entry((fold::object(o.name.as_deref()), o.kind.name()))
+            .or_default()
+            .add(&v);
+    }
+    let mut edges: HashMap<u32, HashMap<(String, String), GroupValues>> = HashMap::new();
+    for w in snap.waits_for.iter() {
+        let Some(p) = out.get_mut(&w.pid) else {
+            continue;
+        };
+        let v = GroupValues {
+            waits: w.count,
+            contended: w.count,
+            wait_ns: w.wait.total_ns,
+        };
+        p.edges_total.add(&v);
+        let name = |pid, tid| {
+            names
+                .get(&(pid, tid))
+                .cloned()
+                .unwrap_or_else(|| fold::thread(None))
+        };
+        let waker = if w.outside {
+            "another process".to_owned()
+        } else {
+            name(w.waker_pid, w.waker)
+        };
+        edges
+            .entry(w.pid)
+            .or_default()
+            .entry((name(w.pid, w.waiter), waker))
+            .or_default()
+            .add(&v);
+    }
+    let mut list: Vec<ProcessSummary> = out.into_values().collect();
+    for p in &mut list {
+        p.locks = top(locks.remove(&p.pid), |(name, kind), values| LockGroup {
+            name,
+            kind,
+            values,
+        });
+        p.edges = top(edges.remove(&p.pid), |(waiter, waker), values| EdgeGroup {
+            waiter,
+            waker,
+            values,
+        });
+    }
+    list.sort_by_key(|p| p.pid);
+    list
+}
+
+/// The MAX_GROUPS groups of most time waited (then most waits, then by name).
+fn top<K: Ord, T>(
+    groups: Option<HashMap<K, GroupValues>>,
+    make: impl Fn(K, GroupValues) -> T,
+) -> Vec<T> {
+    let mut v: Vec<(K, GroupValues)> = groups.unwrap_or_default().into_iter().collect();
+    v.sort_by(|a, b| {
+        (b.1.wait_ns, b.1.waits)
+            .cmp(&(a.1.wait_ns, a.1.waits))
+            .then_with(|| a.0.cmp(&b.0))
+    });
+    v.truncate(MAX_GROUPS);
+    v.into_iter().map(|(k, g)| make(k, g)).collect()
+}
