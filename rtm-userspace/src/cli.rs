@@ -397,3 +397,31 @@ mod tests {
         assert_eq!((c.mode, c.output.top), (Mode::Contention, 7));
     }
 }
+
+/// `rtm-trace agent`: a daemon that traces the processes its config selects and serves
+/// their metrics to Prometheus.
+#[derive(Debug, Parser)]
+#[command(
+    name = "rtm-trace agent",
+    version,
+    about = "Watch the processes a config selects, all the time, and serve their lock \
+             contention as Prometheus metrics (/metrics, /healthz, /readyz)",
+    after_help = "EXAMPLE:\n  \
+        rtm-trace agent --config /etc/rtm-trace/agent.toml\n\n\
+        The config's [agent] section selects the processes (by comm, exe glob, \
+        cmdline regex, cgroup glob, container id, pod UID or namespace) and bounds the \
+        series: see docs/agent.md."
+)]
+pub struct AgentCli {
+    /// The config file (TOML; its [agent] section, and the trace settings above it).
+    #[arg(long, value_name = "FILE")]
+    pub config: PathBuf,
+
+    /// Serve on this address instead of the config's (default 127.0.0.1:7470).
+    #[arg(long, value_name = "ADDR")]
+    pub listen: Option<std::net::SocketAddr>,
+
+    /// Check the config and exit: 0 when it is valid, 2 with the reason when not.
+    #[arg(long)]
+    pub check_config: bool,
+}

@@ -19,6 +19,7 @@ const ORDER: &[&str] = &[
     "engine",
     "cli",
     "session",
+    "agent",
 ];
 
 /// Modules anyone may import.

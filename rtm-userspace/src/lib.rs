@@ -10,6 +10,7 @@
 
 #![deny(missing_docs)]
 
+pub mod agent;
 pub mod cli;
 pub mod config;
 pub mod engine;

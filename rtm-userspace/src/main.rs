@@ -4,7 +4,8 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use rtm::{
-    cli::{Cli, MergeCli},
+    agent,
+    cli::{AgentCli, Cli, MergeCli},
     session,
 };
 
@@ -20,7 +21,11 @@ fn main() -> ExitCode {
     // `rtm-trace merge ...` joins parts; anything else traces (a command named merge
     // is launched with `rtm-trace -- merge`).
     let mut args: Vec<std::ffi::OsString> = std::env::args_os().collect();
-    let result = if args.get(1).is_some_and(|a| a == "merge") {
+    let result = if args.get(1).is_some_and(|a| a == "agent") {
+        args.remove(1);
+        init_logging("warn");
+        agent::run(AgentCli::parse_from(args))
+    } else if args.get(1).is_some_and(|a| a == "merge") {
         args.remove(1);
         init_logging("warn");
         session::merge(MergeCli::parse_from(args))

@@ -5,7 +5,7 @@
 mod input;
 mod merge;
 mod oneshot;
-mod preflight;
+pub mod preflight;
 
 use crate::{
     cli::{self, Cli, UsageError},
@@ -84,7 +84,7 @@ impl SessionError {
 pub use merge::merge;
 
 /// The config file `path` (TOML), read with a bound and checked.
-fn read_config(path: &std::path::Path) -> Result<TraceConfig, SessionError> {
+pub fn read_config(path: &std::path::Path) -> Result<TraceConfig, SessionError> {
     let config_err = |message: String| SessionError::Config {
         path: path.display().to_string(),
         message,

@@ -51,10 +51,19 @@ fn is_numbered(name: &str, prefix: &str) -> bool {
         .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
 }
 
+/// The value that stands for everything else in a grouped view: no folded name is it
+/// (a name that starts with `(` gets a `_` before it).
+pub const OTHER: &str = "(other)";
+
 fn clip(s: &str) -> String {
+    let s = if s.starts_with('(') {
+        format!("_{s}")
+    } else {
+        s.to_owned()
+    };
     match s.char_indices().nth(MAX_FOLDED) {
         Some((i, _)) => s[..i].to_owned(),
-        None => s.to_owned(),
+        None => s,
     }
 }
 
@@ -84,5 +93,7 @@ mod tests {
         assert_eq!(thread(Some("main")), "main");
         assert_eq!(thread(None), "unknown");
         assert_eq!(thread(Some("é1")), "éN");
+        assert_eq!(thread(Some("(other)")), "_(other)");
+        assert_eq!(object(Some("(other)")), "_(other)");
     }
 }

@@ -4,6 +4,9 @@
 //! makes one in code; nothing below the front ends sees clap. Checked once, by
 //! [`TraceConfig::validate`], with the same rules whichever way it was made.
 
+pub mod agent;
+
+pub use agent::AgentConfig;
 use std::{ffi::OsString, path::PathBuf, time::Duration};
 
 use serde::{Deserialize, Serialize};
@@ -57,6 +60,8 @@ pub struct TraceConfig {
     pub bpf_stats: bool,
     /// Say where each probe went and what the tracer is doing.
     pub verbose: bool,
+    /// `rtm-trace agent`'s settings (the one-shot command ignores them).
+    pub agent: AgentConfig,
 }
 
 impl Default for TraceConfig {
@@ -75,6 +80,7 @@ impl Default for TraceConfig {
             output: OutputConfig::default(),
             bpf_stats: false,
             verbose: false,
+            agent: AgentConfig::default(),
         }
     }
 }
@@ -381,7 +387,7 @@ mod tests {
 
     #[test]
     fn the_documented_example_is_a_valid_config() {
-        let doc = include_str!("../../docs/config.md");
+        let doc = include_str!("../../../docs/config.md");
         let block = doc
             .split("```toml\n")
             .nth(1)

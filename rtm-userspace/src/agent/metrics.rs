@@ -1,0 +1,656 @@
+//! The agent's metrics: the engine's per-process summaries gathered into targets (the
+//! processes of one program in one container), with their counters kept monotonic as
+//! processes come and go, their top locks and waiter -> waker edges (sticky, with the
+//! rest in `other`), and the agent's own figures. Built once per update into the text
+//! served to every scrape, under a cap on series.
+
+use std::{
+    collections::{BTreeMap, HashMap},
+    sync::Arc,
+};
+
+use super::{
+    discovery::ProcInfo,
+    exposition::{self, Family, Kind, Labels, Value},
+    top::{TopN, Values},
+};
+use crate::{
+    engine::{
+        Summary,
+        processes::{GroupValues, ProcessSummary},
+    },
+    model::{
+        sync::{ProcessTotals, WAIT_BUCKETS_NS},
+        views::fold::OTHER,
+    },
+};
+
+/// A target: one program (command name) in one container.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct TargetKey {
+    /// Command name.
+    pub target: String,
+    /// Container id ("" outside containers).
+    pub container_id: String,
+}
+
+impl TargetKey {
+    fn of(info: &ProcInfo) -> Self {
+        Self {
+            target: info.comm.clone(),
+            container_id: info.identity.container_id.clone().unwrap_or_default(),
+        }
+    }
+
+    fn labels(&self) -> Labels {
+        vec![
+            ("target", self.target.clone()),
+            ("container_id", self.container_id.clone()),
+        ]
+    }
+}
+
+type LockKey = (String, &'static str);
+type EdgeKey = (String, String);
+
+fn values(v: &GroupValues) -> Values {
+    [v.waits, v.contended, v.wait_ns]
+}
+
+fn plus(a: &mut Values, b: Values) {
+    for (x, y) in a.iter_mut().zip(b) {
+        *x = x.saturating_add(y);
+    }
+}
+
+/// One target's state across updates.
+#[derive(Debug, Default)]
+struct Target {
+    /// The last summary of each of its processes the engine still has.
+    procs: HashMap<u32, ProcessSummary>,
+    /// What its forgotten processes had counted.
+    retired: ProcessTotals,
+    retired_locks: (HashMap<LockKey, Values>, Values),
+    retired_edges: (HashMap<EdgeKey, Values>, Values),
+    locks: TopN<LockKey>,
+    edges: TopN<EdgeKey>,
+    shown_locks: (Vec<(LockKey, Values)>, Values),
+    shown_edges: (Vec<(EdgeKey, Values)>, Values),
+}
+
+/// How many series and members the metrics may have.
+#[derive(Debug, Clone, Copy)]
+pub struct Bounds {
+    /// Locks per target.
+    pub top_locks: usize,
+    /// Edges per target.
+    pub top_edges: usize,
+    /// Updates a member keeps its place without growing.
+    pub sticky_updates: u64,
+    /// Series per scrape.
+    pub max_series: usize,
+}
+
+/// The agent's own counts, kept by the agent's tasks.
+#[derive(Debug, Default, Clone)]
+pub struct SelfCounts {
+    /// Attach failures by reason.
+    pub attach_errors: BTreeMap<String, u64>,
+    /// Full /proc scans.
+    pub scans: u64,
+    /// Exec and fork events read from the kernel.
+    pub proc_events: u64,
+    /// Process connector errors (each answered by a rescan).
+    pub proc_event_errors: u64,
+    /// Targets added.
+    pub attached: u64,
+    /// Whether the first discovery pass is done.
+    pub discovered: bool,
+}
+
+/// Everything the metrics are made of.
+#[derive(Debug)]
+pub struct Metrics {
+    bounds: Bounds,
+    targets: BTreeMap<TargetKey, Target>,
+    /// What discovery read of each process traced.
+    infos: HashMap<u32, Arc<ProcInfo>>,
+    series_dropped: u64,
+}
+
+/// Seconds in `ns`.
+fn secs(ns: u64) -> f64 {
+    ns as f64 / 1e9
+}
+
+impl Metrics {
+    /// No targets yet.
+    pub fn new(bounds: Bounds) -> Self {
+        Self {
+            bounds,
+            targets: BTreeMap::new(),
+            infos: HashMap::new(),
+            series_dropped: 0,
+        }
+    }
+
+    /// Records what discovery knows of a traced process.
+    pub fn know(&mut self, info: Arc<ProcInfo>) {
+        self.infos.insert(info.pid, info);
+    }
+
+    /// Whether a process is known (traced, or followed and seen).
+    pub fn knows(&self, pid: u32) -> bool {
+        self.infos.contains_key(&pid)
+    }
+
+    /// Takes a new summary: processes it no longer has are retired into their target.
+    pub fn update(&mut self, summary: &Summary) {
+        let mut seen: HashMap<TargetKey, Vec<&ProcessSummary>> = HashMap::new();
+        for p in &summary.processes {
+            let info = match self.infos.get(&p.pid) {
+                Some(i) => i.clone(),
+                None => {
+                    // A followed child: read it once (or name it by its pid's absence).
+                    let i = Arc::new(ProcInfo::read(p.pid).unwrap_or_else(|| ProcInfo {
+                        pid: p.pid,
+                        comm: "unknown".into(),
+                        ..ProcInfo::default()
+                    }));
+                    self.infos.insert(p.pid, i.clone());
+                    i
+                }
+            };
+            seen.entry(TargetKey::of(&info)).or_default().push(p);
+        }
+        // Retire what the engine forgot.
+        let present: std::collections::HashSet<u32> =
+            summary.processes.iter().map(|p| p.pid).collect();
+        for t in self.targets.values_mut() {
+            let gone: Vec<u32> = t
+                .procs
+                .keys()
+                .filter(|p| !present.contains(p))
+                .copied()
+                .collect();
+            for pid in gone {
+                let p = t.procs.remove(&pid).expect("listed");
+                t.retired.add(&p.totals);
+                for g in &p.locks {
+                    let k = (g.name.clone(), g.kind);
+                    if t.shown_locks.0.iter().any(|(m, _)| *m == k) {
+                        plus(t.retired_locks.0.entry(k).or_default(), values(&g.values));
+                    }
+                }
+                plus(&mut t.retired_locks.1, values(&p.locks_total));
+                for g in &p.edges {
+                    let k = (g.waiter.clone(), g.waker.clone());
+                    if t.shown_edges.0.iter().any(|(m, _)| *m == k) {
+                        plus(t.retired_edges.0.entry(k).or_default(), values(&g.values));
+                    }
+                }
+                plus(&mut t.retired_edges.1, values(&p.edges_total));
+            }
+        }
+        self.infos.retain(|pid, _| present.contains(pid));
+        for (key, procs) in seen {
+            let t = self.targets.entry(key).or_default();
+            for p in procs {
+                t.procs.insert(p.pid, p.clone());
+            }
+        }
+        self.targets.retain(|_, t| !t.procs.is_empty());
+        let b = self.bounds;
+        for t in self.targets.values_mut() {
+            let mut locks = t.retired_locks.0.clone();
+            let mut total = t.retired_locks.1;
+            for p in t.procs.values() {
+                for g in &p.locks {
+                    plus(
+                        locks.entry((g.name.clone(), g.kind)).or_default(),
+                        values(&g.values),
+                    );
+                }
+                plus(&mut total, values(&p.locks_total));
+            }
+            t.shown_locks = t.locks.update(&locks, total, b.top_locks, b.sticky_updates);
+            let mut edges = t.retired_edges.0.clone();
+            let mut total = t.retired_edges.1;
+            for p in t.procs.values() {
+                for g in &p.edges {
+                    plus(
+                        edges
+                            .entry((g.waiter.clone(), g.waker.clone()))
+                            .or_default(),
+                        values(&g.values),
+                    );
+                }
+                plus(&mut total, values(&p.edges_total));
+            }
+            t.shown_edges = t.edges.update(&edges, total, b.top_edges, b.sticky_updates);
+            // Retired values of groups no longer shown are in the totals only.
+            let shown: std::collections::HashSet<&LockKey> =
+                t.shown_locks.0.iter().map(|(k, _)| k).collect();
+            t.retired_locks.0.retain(|k, _| shown.contains(k));
+            let shown: std::collections::HashSet<&EdgeKey> =
+                t.shown_edges.0.iter().map(|(k, _)| k).collect();
+            t.retired_edges.0.retain(|k, _| shown.contains(k));
+        }
+    }
+
+    /// The families of this update, under the series cap (the agent's own first, then
+    /// each target's totals, its info, its locks and its edges); also counts what the
+    /// cap dropped.
+    pub fn families(&mut self, summary: &Summary, own: &SelfCounts) -> Vec<Family> {
+        let mut fams = own_families(summary, own, self.targets.len());
+        let mut per_target = target_families(self);
+        let mut room = self.bounds.max_series.saturating_sub(count(&fams) + 2);
+        let mut dropped = 0u64;
+        for f in &mut per_target {
+            let mut kept = Vec::with_capacity(f.samples.len());
+            for (l, v) in f.samples.drain(..) {
+                if v.series() <= room {
+                    room -= v.series();
+                    kept.push((l, v));
+                } else {
+                    dropped += v.series() as u64;
+                }
+            }
+            f.samples = kept;
+        }
+        self.series_dropped += dropped;
+        fams.push(Family {
+            name: "rtm_series_dropped",
+            help: "Series left out of scrapes by the max_series cap (summed over updates).",
+            kind: Kind::Counter,
+            samples: vec![(vec![], Value::Int(self.series_dropped))],
+        });
+        fams.extend(per_target);
+        let n = count(&fams) as u64 + 1;
+        fams.push(Family {
+            name: "rtm_series",
+            help: "Series in this scrape.",
+            kind: Kind::Gauge,
+            samples: vec![(vec![], Value::Int(n))],
+        });
+        fams
+    }
+}
+
+fn count(f: &[Family]) -> usize {
+    f.iter()
+        .flat_map(|f| f.samples.iter().map(|(_, v)| v.series()))
+        .sum()
+}
+
+fn counter(name: &'static str, help: &'static str) -> Family {
+    Family {
+        name,
+        help,
+        kind: Kind::Counter,
+        samples: Vec::new(),
+    }
+}
+
+fn gauge(name: &'static str, help: &'static str) -> Family {
+    Family {
+        name,
+        help,
+        kind: Kind::Gauge,
+        samples: Vec::new(),
+    }
+}
+
+fn target_families(m: &Metrics) -> Vec<Family> {
+    let mut waits = counter(
+        "rtm_futex_waits",
+        "Futex waits (FUTEX_WAIT calls) by the target's threads.",
+    );
+    let mut sleeps = counter("rtm_futex_sleeps", "Futex waits that slept.");
+    let mut waited = counter(
+        "rtm_futex_wait_seconds",
+        "Time the target's threads slept in futex waits.",
+    );
+    let mut hist = Family {
+        name: "rtm_futex_sleep_seconds",
+        help: "Futex sleeps by length.",
+        kind: Kind::Histogram,
+        samples: Vec::new(),
+    };
+    let mut unslept = counter(
+        "rtm_futex_waits_unslept",
+        "Futex waits that returned at once (the word had changed).",
+    );
+    let mut timeouts = counter(
+        "rtm_futex_timeouts",
+        "Futex sleeps that ended at their timeout.",
+    );
+    let mut asleep = gauge(
+        "rtm_waits_in_progress",
+        "Threads asleep in a futex wait now.",
+    );
+    let mut oldest = gauge(
+        "rtm_oldest_wait_in_progress_seconds",
+        "The longest futex wait in progress now (a hang or deadlock shows here).",
+    );
+    let mut threads = gauge("rtm_target_threads", "The target's threads now.");
+    let mut procs = gauge(
+        "rtm_target_processes",
+        "The target's processes now running.",
+    );
+    let mut info = Family {
+        name: "rtm_target",
+        help: "A traced process: its pid, executable, container and pod.",
+        kind: Kind::Info,
+        samples: Vec::new(),
+    };
+    let mut lock_waits = counter(
+        "rtm_lock_waits",
+        "Waits for the target's locks and other sync objects, by folded name (top N, the rest in lock=\"(other)\").",
+    );
+    let mut lock_contended = counter(
+        "rtm_lock_contended_waits",
+        "Of those, the ones that found the object held or slept.",
+    );
+    let mut lock_seconds = counter(
+        "rtm_lock_wait_seconds",
+        "Time waited for the target's sync objects, by folded name.",
+    );
+    let mut edge_waits = counter(
+        "rtm_waits_for",
+        "Waits ended by a waker thread, by folded waiter and waker names (top N, the rest in waiter=\"(other)\").",
+    );
+    let mut edge_seconds = counter(
+        "rtm_waits_for_seconds",
+        "Time waited, by folded waiter and waker names.",
+    );
+    for (key, t) in &m.targets {
+        let base = key.labels();
+        let mut total = t.retired;
+        let (mut n_threads, mut n_asleep, mut oldest_ns, mut live) = (0, 0, 0, 0);
+        for p in t.procs.values() {
+            total.add(&p.totals);
+            if p.live {
+                live += 1;
+                n_threads += p.threads;
+                n_asleep += p.asleep;
+                oldest_ns = oldest_ns.max(p.oldest_asleep_ns);
+            }
+        }
+        waits.samples.push((base.clone(), Value::Int(total.waits)));
+        sleeps
+            .samples
+            .push((base.clone(), Value::Int(total.sleeps)));
+        waited
+            .samples
+            .push((base.clone(), Value::Float(secs(total.wait_ns))));
+        let mut buckets: Vec<(f64, u64)> = WAIT_BUCKETS_NS
+            .iter()
+            .zip(total.buckets)
+            .map(|(b, n)| (secs(*b), n))
+            .collect();
+        buckets.push((f64::MAX, total.buckets[WAIT_BUCKETS_NS.len()]));
+        hist.samples.push((
+            base.clone(),
+            Value::Histogram {
+                sum: secs(total.wait_ns),
+                count: total.sleeps,
+                buckets,
+            },
+        ));
+        unslept
+            .samples
+            .push((base.clone(), Value::Int(total.unslept)));
+        timeouts
+            .samples
+            .push((base.clone(), Value::Int(total.timeouts)));
+        asleep.samples.push((base.clone(), Value::Int(n_asleep)));
+        oldest
+            .samples
+            .push((base.clone(), Value::Float(secs(oldest_ns))));
+        threads
+            .samples
+            .push((base.clone(), Value::Int(n_threads as u64)));
+        procs.samples.push((base.clone(), Value::Int(live)));
+        let mut pids: Vec<&u32> = t.procs.keys().collect();
+        pids.sort();
+        for pid in pids {
+            if !t.procs[pid].live {
+                continue;
+            }
+            let i = m.infos.get(pid);
+            let mut l = base.clone();
+            l.push(("pid", pid.to_string()));
+            l.push(("exe", i.map(|i| i.exe.clone()).unwrap_or_default()));
+            l.push((
+                "pod_uid",
+                i.and_then(|i| i.identity.pod_uid.clone())
+                    .unwrap_or_default(),
+            ));
+            l.push((
+                "namespace",
+                i.and_then(|i| i.namespace.clone()).unwrap_or_default(),
+            ));
+            info.samples.push((l, Value::Info));
+        }
+        let (members, other) = &t.shown_locks;
+        let rows = members
+            .iter()
+            .map(|((name, kind), v)| (name.as_str(), *kind, *v))
+            .chain(std::iter::once((OTHER, OTHER, *other)));
+        for (name, kind, v) in rows {
+            let mut l = base.clone();
+            l.push(("lock", name.to_owned()));
+            l.push(("kind", kind.to_owned()));
+            lock_waits.samples.push((l.clone(), Value::Int(v[0])));
+            lock_contended.samples.push((l.clone(), Value::Int(v[1])));
+            lock_seconds.samples.push((l, Value::Float(secs(v[2]))));
+        }
+        let (members, other) = &t.shown_edges;
+        let rows = members
+            .iter()
+            .map(|((w, k), v)| (w.as_str(), k.as_str(), *v))
+            .chain(std::iter::once((OTHER, OTHER, *other)));
+        for (waiter, waker, v) in rows {
+            let mut l = base.clone();
+            l.push(("waiter", waiter.to_owned()));
+            l.push(("waker", waker.to_owned()));
+            edge_waits.samples.push((l.clone(), Value::Int(v[0])));
+            edge_seconds.samples.push((l, Value::Float(secs(v[2]))));
+        }
+    }
+    vec![
+        procs,
+        threads,
+        waits,
+        sleeps,
+        waited,
+        unslept,
+        timeouts,
+        asleep,
+        oldest,
+        hist,
+        info,
+        lock_seconds,
+        lock_waits,
+        lock_contended,
+        edge_seconds,
+        edge_waits,
+    ]
+}
+
+fn own_families(summary: &Summary, own: &SelfCounts, targets: usize) -> Vec<Family> {
+    let mut f = Vec::new();
+    f.push(Family {
+        name: "rtm_build",
+        help: "rtm-trace's version.",
+        kind: Kind::Info,
+        samples: vec![(
+            vec![("version", env!("CARGO_PKG_VERSION").to_owned())],
+            Value::Info,
+        )],
+    });
+    let live = summary.processes.iter().filter(|p| p.live).count() as u64;
+    let exited = summary.processes.len() as u64 - live;
+    let mut t = gauge(
+        "rtm_targets",
+        "Traced processes by state (exited ones stay for the grace period).",
+    );
+    t.samples
+        .push((vec![("state", "running".into())], Value::Int(live)));
+    t.samples
+        .push((vec![("state", "exited".into())], Value::Int(exited)));
+    f.push(t);
+    let mut g = gauge(
+        "rtm_target_groups",
+        "Targets (programs per container) with series.",
+    );
+    g.samples.push((vec![], Value::Int(targets as u64)));
+    f.push(g);
+    let mut a = counter(
+        "rtm_attach_errors",
+        "Processes that matched but could not be traced, by reason.",
+    );
+    for (reason, n) in &own.attach_errors {
+        a.samples
+            .push((vec![("reason", reason.clone())], Value::Int(*n)));
+    }
+    f.push(a);
+    let mut at = counter(
+        "rtm_attached",
+        "Processes attached since the agent started.",
+    );
+    at.samples.push((vec![], Value::Int(own.attached)));
+    f.push(at);
+    let l = summary.losses;
+    let mut lost = counter("rtm_events_lost", "Events the kernel side lost, by reason.");
+    for (reason, n) in [
+        ("ring_full", l.ring_full),
+        ("pending_full", l.pending_full),
+        ("missed_entry", l.missed_entry),
+        ("mapping_records", l.mapping_records),
+    ] {
+        lost.samples
+            .push((vec![("reason", reason.into())], Value::Int(n)));
+    }
+    f.push(lost);
+    let mut ev = counter("rtm_events", "Events applied to the model.");
+    ev.samples.push((vec![], Value::Int(summary.model.events)));
+    f.push(ev);
+    let mut over = counter(
+        "rtm_events_over_limits",
+        "Events the model dropped at its caps.",
+    );
+    over.samples
+        .push((vec![], Value::Int(summary.model.dropped_over_limits)));
+    f.push(over);
+    let mut d = counter("rtm_discovery_scans", "Full scans of /proc.");
+    d.samples.push((vec![], Value::Int(own.scans)));
+    f.push(d);
+    let mut pe = counter(
+        "rtm_process_events",
+        "Exec and fork events read from the kernel's process connector.",
+    );
+    pe.samples.push((vec![], Value::Int(own.proc_events)));
+    f.push(pe);
+    let mut pee = counter(
+        "rtm_process_event_errors",
+        "Process connector errors (each answered by a rescan).",
+    );
+    pee.samples
+        .push((vec![], Value::Int(own.proc_event_errors)));
+    f.push(pee);
+    f.extend(process_families());
+    f
+}
+
+/// The usual process_* figures of the agent itself.
+fn process_families() -> Vec<Family> {
+    let mut out = Vec::new();
+    let Ok(stat) = crate::target::files::read_proc_text("/proc/self/stat") else {
+        return out;
+    };
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .map(|(_, r)| r.split_whitespace().collect())
+        .unwrap_or_default();
+    let field = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    // SAFETY: sysconf only reads a constant.
+    let (hz, page) = unsafe {
+        (
+            libc::sysconf(libc::_SC_CLK_TCK).max(1) as f64,
+            libc::sysconf(libc::_SC_PAGESIZE).max(1) as u64,
+        )
+    };
+    // After the ')': state is 0, utime 11, stime 12, starttime 19, vsize 20, rss 21.
+    let cpu = (field(11) + field(12)) as f64 / hz;
+    let boot = crate::target::files::read_proc_text("/proc/stat")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("btime ")?.trim().parse::<u64>().ok())
+        })
+        .unwrap_or(0);
+    let fds = std::fs::read_dir("/proc/self/fd")
+        .map(|d| d.count())
+        .unwrap_or(0);
+    let mut c = counter(
+        "process_cpu_seconds",
+        "User and system CPU time spent in seconds.",
+    );
+    c.samples.push((vec![], Value::Float(cpu)));
+    out.push(c);
+    for (name, help, v) in [
+        (
+            "process_resident_memory_bytes",
+            "Resident memory size in bytes.",
+            (field(21) * page) as f64,
+        ),
+        (
+            "process_virtual_memory_bytes",
+            "Virtual memory size in bytes.",
+            field(20) as f64,
+        ),
+        (
+            "process_start_time_seconds",
+            "Start time of the process since unix epoch in seconds.",
+            boot as f64 + field(19) as f64 / hz,
+        ),
+        (
+            "process_open_fds",
+            "Number of open file descriptors.",
+            fds as f64,
+        ),
+    ] {
+        let mut g = gauge(name, help);
+        g.samples.push((vec![], Value::Float(v)));
+        out.push(g);
+    }
+    out
+}
+
+/// The two texts of one update.
+#[derive(Debug, Clone, Default)]
+pub struct Texts {
+    /// OpenMetrics.
+    pub openmetrics: Arc<String>,
+    /// Classic text format.
+    pub classic: Arc<String>,
+}
+
+impl Texts {
+    /// Encodes `families` both ways.
+    pub fn encode(families: Vec<Family>) -> Self {
+        let om = exposition::openmetrics(families);
+        let classic = exposition::classic(&om);
+        Self {
+            openmetrics: Arc::new(om),
+            classic: Arc::new(classic),
+        }
+    }
+}

@@ -1,0 +1,338 @@
+//! The agent's tasks: the engine's loop, the endpoint, and the loop that discovers
+//! targets, retires exited ones after the grace period and turns each summary into the
+//! scrape's text.
+
+use std::{
+    collections::{HashMap, HashSet},
+    sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering},
+    },
+    time::Duration,
+};
+
+use tokio::{
+    signal::unix::{SignalKind, signal},
+    sync::watch,
+    time::{Instant, MissedTickBehavior},
+};
+
+use super::{
+    discovery::{self, ProcInfo, Selector},
+    http,
+    metrics::{Bounds, Metrics, SelfCounts, Texts},
+    proc_events::{ProcEvent, ProcEvents},
+};
+use crate::{
+    cli::AgentCli,
+    config::{AgentConfig, CounterList, TraceConfig},
+    engine::{Engine, EngineError, EngineHandle, KernelSource, Summary, Target},
+    output::EndReason,
+    session::{SessionError, preflight, read_config},
+};
+
+fn io_err(what: &'static str) -> impl FnOnce(std::io::Error) -> SessionError {
+    move |source| SessionError::Io {
+        what: what.to_owned(),
+        source,
+    }
+}
+
+/// Runs the agent until SIGINT or SIGTERM; returns the exit code (2 for a bad config).
+pub fn run(cli: AgentCli) -> Result<i32, SessionError> {
+    let (config, selector) = match load(&cli) {
+        Ok(c) => c,
+        Err(message) => {
+            crate::say!(
+                "rtm-trace agent: error: config file {}: {message}\n(what it may set: docs/agent.md and docs/config.md)",
+                cli.config.display()
+            );
+            return Ok(2);
+        }
+    };
+    if cli.check_config {
+        let a = &config.agent;
+        println!(
+            "{}: valid: {} select and {} exclude rules; serving on {}; {} mode",
+            cli.config.display(),
+            a.select.len(),
+            a.exclude.len(),
+            a.listen,
+            match config.mode {
+                crate::config::Mode::Contention => "contention",
+                crate::config::Mode::Full => "full",
+            }
+        );
+        return Ok(0);
+    }
+    preflight::check()?;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(io_err("starting the async runtime"))?;
+    rt.block_on(agent(config, selector))
+}
+
+/// The config file with the command line over it, checked; Err: what is wrong.
+fn load(cli: &AgentCli) -> Result<(TraceConfig, Selector), String> {
+    let mut config = read_config(&cli.config).map_err(|e| match e {
+        SessionError::Config { message, .. } => message,
+        e => e.to_string(),
+    })?;
+    if let Some(l) = cli.listen {
+        config.agent.listen = l;
+    }
+    config.agent.validate().map_err(|e| e.to_string())?;
+    let a = &config.agent;
+    let selector = Selector::new(&a.select, &a.exclude).map_err(|e| e.to_string())?;
+    if config.duration.is_some()
+        || !config.targets.command.is_empty()
+        || !config.targets.pids.is_empty()
+    {
+        return Err(
+            "duration and targets are for the one-shot command: the agent runs until stopped and takes its targets from [agent] select rules".into(),
+        );
+    }
+    // The agent exports no counters, and samples at its update interval.
+    config.counters = CounterList(Vec::new());
+    config.interval = Some(Duration::from_secs_f64(a.update_interval));
+    Ok((config, selector))
+}
+
+async fn agent(config: TraceConfig, selector: Selector) -> Result<i32, SessionError> {
+    let mut sigint = signal(SignalKind::interrupt()).map_err(io_err("SIGINT handler"))?;
+    let mut sigterm = signal(SignalKind::terminate()).map_err(io_err("SIGTERM handler"))?;
+    crate::interrupt::install().map_err(io_err("signal handlers"))?;
+    let a = config.agent.clone();
+    let listener = http::bind(a.listen)
+        .await
+        .map_err(io_err("the metrics endpoint"))?;
+    crate::say!(
+        "rtm-trace agent: serving /metrics, /healthz and /readyz on http://{}",
+        a.listen
+    );
+    let source = Box::new(KernelSource::new(&config));
+    let mut engine = Engine::new(config, source, Vec::new());
+    engine.publish_processes(true);
+    let handle = engine.handle();
+    let (texts_tx, texts_rx) = watch::channel(Texts::default());
+    let ready = Arc::new(AtomicBool::new(false));
+    let server = tokio::spawn(http::serve(
+        listener,
+        http::Shared {
+            texts: texts_rx,
+            ready: ready.clone(),
+        },
+        a.max_scrapes,
+    ));
+    let discovery = tokio::spawn(discover(handle, selector, a, texts_tx, ready));
+    let signalled = async {
+        tokio::select! {
+            _ = sigint.recv() => EndReason::Signal,
+            _ = sigterm.recv() => EndReason::Signal,
+        }
+    };
+    let result = engine.run(signalled).await;
+    discovery.abort();
+    server.abort();
+    let reason = result?;
+    engine.finish(reason)?;
+    crate::say!("rtm-trace agent: stopped; every probe detached");
+    Ok(0)
+}
+
+/// A short name for why an attach failed (a label value).
+fn reason(e: &EngineError) -> &'static str {
+    match e {
+        EngineError::Probe(_) => "probe",
+        EngineError::Io { .. } => "io",
+        EngineError::Launch(_) => "launch",
+        EngineError::Output(_) => "output",
+        EngineError::Stopped => "stopped",
+    }
+}
+
+struct Discovery {
+    handle: EngineHandle,
+    selector: Selector,
+    config: AgentConfig,
+    metrics: Metrics,
+    own: SelfCounts,
+    /// Processes traced (added by the agent, or followed by the engine).
+    traced: HashSet<u32>,
+    /// Processes looked at that did not match (their start time: a pid used again is
+    /// looked at again).
+    passed: HashMap<u32, u64>,
+    /// When each exited target was first seen exited.
+    exited: HashMap<u32, Instant>,
+    told: HashSet<&'static str>,
+}
+
+fn start_time(pid: u32) -> u64 {
+    crate::target::process::thread_start_ns(pid, pid).unwrap_or(0)
+}
+
+impl Discovery {
+    async fn consider(&mut self, pid: u32) {
+        if self.traced.contains(&pid) || self.metrics.knows(pid) {
+            return;
+        }
+        let Some(info) = ProcInfo::read(pid) else {
+            return;
+        };
+        if !self.selector.wants(&info) {
+            self.passed.insert(pid, start_time(pid));
+            return;
+        }
+        if self.traced.len() >= self.config.max_targets {
+            *self
+                .own
+                .attach_errors
+                .entry("max_targets".into())
+                .or_default() += 1;
+            self.passed.insert(pid, start_time(pid));
+            if self.told.insert("max_targets") {
+                crate::say!(
+                    "rtm-trace agent: {} targets traced: more are not (agent.max_targets)",
+                    self.config.max_targets
+                );
+            }
+            return;
+        }
+        match self.handle.add(vec![Target::running(pid, true)]).await {
+            Ok(_) => {
+                self.traced.insert(pid);
+                self.own.attached += 1;
+                self.metrics.know(Arc::new(info));
+            }
+            Err(e) => {
+                let r = reason(&e);
+                *self.own.attach_errors.entry(r.into()).or_default() += 1;
+                self.passed.insert(pid, start_time(pid));
+                if self.told.insert(r) {
+                    crate::say!(
+                        "rtm-trace agent: cannot trace PID {pid} ({}): {e}",
+                        info.comm
+                    );
+                }
+            }
+        }
+    }
+
+    async fn scan(&mut self) {
+        let pids = discovery::all_pids();
+        let now: HashSet<u32> = pids.iter().copied().collect();
+        self.passed.retain(|p, _| now.contains(p));
+        for pid in pids {
+            if let Some(start) = self.passed.get(&pid) {
+                if *start == start_time(pid) {
+                    continue;
+                }
+                self.passed.remove(&pid);
+            }
+            self.consider(pid).await;
+        }
+        self.own.scans += 1;
+        self.own.discovered = true;
+    }
+
+    /// A new summary: retire exited targets past their grace, and publish the text.
+    fn update(&mut self, summary: &Summary, texts: &watch::Sender<Texts>) {
+        let grace = Duration::from_secs_f64(self.config.grace);
+        let now = Instant::now();
+        let mut forget = Vec::new();
+        for p in &summary.processes {
+            self.traced.insert(p.pid);
+            if p.live {
+                continue;
+            }
+            let since = *self.exited.entry(p.pid).or_insert(now);
+            if now.duration_since(since) >= grace {
+                forget.push(p.pid);
+            }
+        }
+        let listed: HashSet<u32> = summary.processes.iter().map(|p| p.pid).collect();
+        self.exited.retain(|p, _| listed.contains(p));
+        self.traced.retain(|p| listed.contains(p));
+        self.metrics.update(summary);
+        let families = self.metrics.families(summary, &self.own);
+        texts.send_replace(Texts::encode(families));
+        if !forget.is_empty() {
+            let _ = self.handle.forget(forget);
+        }
+    }
+}
+
+async fn discover(
+    handle: EngineHandle,
+    selector: Selector,
+    config: AgentConfig,
+    texts: watch::Sender<Texts>,
+    ready: Arc<AtomicBool>,
+) {
+    let mut summaries = handle.summary();
+    let bounds = Bounds {
+        top_locks: config.top_locks,
+        top_edges: config.top_edges,
+        sticky_updates: (config.sticky / config.update_interval).ceil().max(1.0) as u64,
+        max_series: config.max_series,
+    };
+    let mut events = match ProcEvents::open() {
+        Ok(e) => Some(e),
+        Err(e) => {
+            crate::say!(
+                "rtm-trace agent: no exec events from the kernel's process connector ({e}): new processes are found by the /proc rescan every {} s",
+                config.discovery_interval
+            );
+            None
+        }
+    };
+    let mut rescan = tokio::time::interval(Duration::from_secs_f64(config.discovery_interval));
+    rescan.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    let mut d = Discovery {
+        handle,
+        selector,
+        config,
+        metrics: Metrics::new(bounds),
+        own: SelfCounts::default(),
+        traced: HashSet::new(),
+        passed: HashMap::new(),
+        exited: HashMap::new(),
+        told: HashSet::new(),
+    };
+    // The text before the first update: the agent's own figures.
+    d.update(&Summary::default(), &texts);
+    loop {
+        tokio::select! {
+            _ = rescan.tick() => {
+                d.scan().await;
+                ready.store(true, Ordering::Release);
+            }
+            r = async { events.as_mut().expect("guarded").next().await }, if events.is_some() => {
+                match r {
+                    Ok(evs) => {
+                        d.own.proc_events += evs.len() as u64;
+                        for ev in evs {
+                            if let ProcEvent::Exec { pid } = ev {
+                                d.passed.remove(&pid);
+                                d.consider(pid).await;
+                            }
+                        }
+                    }
+                    Err(_) => {
+                        // Events were lost (a full socket buffer): look at everything.
+                        d.own.proc_event_errors += 1;
+                        d.scan().await;
+                    }
+                }
+            }
+            r = summaries.changed() => {
+                if r.is_err() {
+                    return;
+                }
+                let s = summaries.borrow_and_update().clone();
+                d.update(&s, &texts);
+            }
+        }
+    }
+}
