@@ -25,6 +25,8 @@ const APT_PACKAGES: &[&str] = &[
     "libmpich-dev",
     "sysstat",
     "procps",
+    // The agent's tests: a real Prometheus scrapes it; promtool lints its metrics.
+    "prometheus",
 ];
 
 /// What later steps need: a PATH with bpf-linker on it.

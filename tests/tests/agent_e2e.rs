@@ -1,0 +1,363 @@
+//! End-to-end: `rtm-trace agent` scraped by a real Prometheus (Debian's, installed by
+//! setup) over loopback. The checks query Prometheus's HTTP API, not the agent: a
+//! workload started after the agent is found, its lock's wait time agrees with its own
+//! clock, nothing is lost, a container id is read from a cgroup named as a runtime
+//! names it, and its series go after the grace period. Also: promtool lints a scrape,
+//! a bad config exits 2, the endpoint refuses oversized requests.
+
+use std::{
+    io::{Read, Write},
+    net::TcpStream,
+    process::Command,
+    time::{Duration, Instant},
+};
+
+use rtm_tests::*;
+
+const T: Duration = Duration::from_secs(120);
+
+/// A plain HTTP/1.0 GET; returns (status, body).
+fn get(addr: &str, path: &str, headers: &str) -> (u16, String) {
+    let mut s = TcpStream::connect(addr).unwrap_or_else(|e| panic!("connect {addr}: {e}"));
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    // A server that refuses a request may close before it is all written.
+    let _ = write!(s, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n{headers}\r\n");
+    let mut out = Vec::new();
+    let _ = s.read_to_end(&mut out);
+    let text = String::from_utf8_lossy(&out).into_owned();
+    let status = text
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    let body = text.split_once("\r\n\r\n").map_or("", |b| b.1).to_owned();
+    (status, body)
+}
+
+fn wait_for(what: &str, timeout: Duration, mut ok: impl FnMut() -> bool) -> Duration {
+    let start = Instant::now();
+    while !ok() {
+        assert!(start.elapsed() < timeout, "{what}: not within {timeout:?}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    start.elapsed()
+}
+
+/// Prometheus's instant query: (labels, value) per series.
+fn query(prom: &str, q: &str) -> Vec<(Value, f64)> {
+    let enc: String = q
+        .bytes()
+        .map(|b| match b {
+            b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' | b'_' | b'.' | b'-' => (b as char).to_string(),
+            _ => format!("%{b:02X}"),
+        })
+        .collect();
+    let (status, body) = get(prom, &format!("/api/v1/query?query={enc}"), "");
+    assert_eq!(status, 200, "{q}: {body}");
+    let doc: Value = serde_json::from_str(&body).unwrap();
+    doc["data"]["result"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            let v: f64 = r["value"][1].as_str().unwrap().parse().unwrap();
+            (r["metric"].clone(), v)
+        })
+        .collect()
+}
+
+fn one(prom: &str, q: &str) -> Option<f64> {
+    let r = query(prom, q);
+    assert!(r.len() <= 1, "{q}: {r:?}");
+    r.first().map(|r| r.1)
+}
+
+struct Agent {
+    proc: Proc,
+    addr: String,
+}
+
+fn start_agent(dir: &TempDir, port: u16, extra: &str) -> Agent {
+    let config = dir.join("agent.toml");
+    let addr = format!("127.0.0.1:{port}");
+    std::fs::write(
+        &config,
+        format!(
+            "[agent]\nlisten = \"{addr}\"\nupdate_interval = 1.0\ndiscovery_interval = 2.0\ngrace = 4.0\n{extra}\n"
+        ),
+    )
+    .unwrap();
+    let proc = spawn(
+        Command::new(rtm_bin())
+            .arg("agent")
+            .arg("--config")
+            .arg(&config),
+    );
+    wait_for("the agent's /healthz", Duration::from_secs(20), || {
+        TcpStream::connect(&addr).is_ok() && get(&addr, "/healthz", "").0 == 200
+    });
+    wait_for("the agent's /readyz", Duration::from_secs(20), || {
+        get(&addr, "/readyz", "").0 == 200
+    });
+    Agent { proc, addr }
+}
+
+fn start_prometheus(dir: &TempDir, port: u16, target: &str) -> (Proc, String) {
+    let config = dir.join("prometheus.yml");
+    std::fs::write(
+        &config,
+        format!(
+            "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\nscrape_configs:\n  - job_name: rtm\n    static_configs:\n      - targets: ['{target}']\n"
+        ),
+    )
+    .unwrap();
+    let addr = format!("127.0.0.1:{port}");
+    let p = spawn(
+        Command::new("prometheus")
+            .arg(format!("--config.file={}", config.display()))
+            .arg(format!(
+                "--storage.tsdb.path={}",
+                dir.join("tsdb").display()
+            ))
+            .arg(format!("--web.listen-address={addr}"))
+            .arg("--log.level=warn"),
+    );
+    wait_for("Prometheus ready", Duration::from_secs(30), || {
+        TcpStream::connect(&addr).is_ok() && get(&addr, "/-/ready", "").0 == 200
+    });
+    (p, addr)
+}
+
+/// A cgroup (v1 pids hierarchy, or v2) named as the kubelet's cgroupfs driver names a
+/// container's: (cgroup.procs path, container id, pod uid).
+fn container_cgroup() -> (std::path::PathBuf, String, String) {
+    let id = format!("{:016x}", std::process::id()).repeat(4);
+    let uid = "5f0c9a7e-3b1d-4c2e-8a6f-0123456789ab".to_owned();
+    let base = ["/sys/fs/cgroup/pids", "/sys/fs/cgroup"]
+        .into_iter()
+        .find(|b| std::path::Path::new(b).join("cgroup.procs").exists())
+        .expect("a cgroup hierarchy that takes processes");
+    let dir = std::path::Path::new(base)
+        .join("rtm-test-kubepods")
+        .join(format!("pod{uid}"))
+        .join(&id);
+    std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
+    (dir.join("cgroup.procs"), id, uid)
+}
+
+#[test]
+fn prometheus_scrapes_a_workload_found_after_the_agent_started() {
+    if !can_trace("prometheus_scrapes_a_workload_found_after_the_agent_started") {
+        return;
+    }
+    let dir = TempDir::new("agent-prom");
+    let agent = start_agent(&dir, 17471, "[[agent.select]]\ncomm = \"mutex_workload\"\n");
+    let (_prom, prom) = start_prometheus(&dir, 19471, &agent.addr);
+    wait_for("a first scrape", Duration::from_secs(20), || {
+        one(&prom, "rtm_targets{state=\"running\"}") == Some(0.0)
+    });
+
+    // The workload, in a cgroup named like a container's, waits at its gate.
+    let (procs, id, uid) = container_cgroup();
+    let script = format!(
+        "echo $$ > {} && exec {} --threads 2 --iters 60 --hold-us 1000 --private 0 --wait-stdin --linger-ms 3000",
+        procs.display(),
+        workload("mutex_workload").display()
+    );
+    let started = Instant::now();
+    let mut app = spawn(Command::new("sh").args(["-c", &script]));
+    let mut lines = LineWatch::new(app.child.stdout.take().unwrap());
+    lines.wait_for("ready", T);
+    let found = wait_for("the target in Prometheus", Duration::from_secs(30), || {
+        one(&prom, "rtm_targets{state=\"running\"}") == Some(1.0)
+    });
+    println!(
+        "found {:.2} s after it started ({:.2} s after Prometheus saw none); discovery interval 2 s, update 1 s, scrape 1 s",
+        started.elapsed().as_secs_f64(),
+        found.as_secs_f64()
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(2 + 1 + 1 + 1),
+        "found after {:?}",
+        started.elapsed()
+    );
+    let info = query(&prom, "rtm_target_info");
+    assert_eq!(info.len(), 1, "{info:?}");
+    let labels = &info[0].0;
+    println!("rtm_target_info: {labels}");
+    assert_eq!(labels["pid"], app.pid().to_string());
+    assert_eq!(labels["container_id"], id);
+    assert_eq!(labels["pod_uid"], uid);
+    assert!(labels["exe"].as_str().unwrap().ends_with("/mutex_workload"));
+    assert!(labels.get("instance").is_some() && labels["job"] == "rtm");
+
+    // Release it; its own clock against Prometheus's figure.
+    writeln!(app.child.stdin.as_mut().unwrap(), "go").unwrap();
+    let out = lines.rest(T);
+    let truth: u64 = truths(&out.join("\n"))
+        .iter()
+        .map(|t| t.get("wait_ns"))
+        .sum();
+    let q = "rtm_lock_wait_seconds_total{lock=\"shared_lock\"}";
+    let mut last = -1.0;
+    wait_for(
+        "the lock's wait time to settle",
+        Duration::from_secs(20),
+        || {
+            let v = one(&prom, q).unwrap_or(0.0);
+            let settled = v > 0.0 && v == last;
+            last = v;
+            if !settled {
+                std::thread::sleep(Duration::from_millis(1200));
+            }
+            settled
+        },
+    );
+    within(
+        last * 1e9,
+        truth as f64,
+        0.05,
+        "shared_lock wait (Prometheus vs the workload's clock)",
+    );
+    let lost: f64 = query(&prom, "rtm_events_lost_total")
+        .iter()
+        .map(|r| r.1)
+        .sum();
+    assert_eq!(lost, 0.0);
+    let labels = &query(&prom, q)[0].0;
+    assert_eq!(labels["container_id"], id);
+    assert_eq!(labels["target"], "mutex_workload");
+
+    // It exits after its linger; its series go a grace period (4 s) later.
+    let _ = app.wait_output(T);
+    let gone = wait_for("its series to go", Duration::from_secs(20), || {
+        query(&prom, "rtm_target_processes").is_empty()
+    });
+    println!(
+        "series gone {:.1} s after it exited (grace 4 s)",
+        gone.as_secs_f64()
+    );
+    assert!(gone >= Duration::from_secs(3), "gone too early: {gone:?}");
+    let _ = std::fs::remove_dir(procs.parent().unwrap());
+
+    // promtool (2.42) lints the classic text format; the OpenMetrics text is what
+    // Prometheus itself asked for and ingested above.
+    let (status, om) = get(
+        &agent.addr,
+        "/metrics",
+        "Accept: application/openmetrics-text; version=1.0.0\r\n",
+    );
+    assert_eq!(status, 200);
+    assert!(
+        om.ends_with("# EOF\n") && om.contains("# TYPE rtm_build info"),
+        "{om}"
+    );
+    for accept in [""] {
+        let (status, body) = get(&agent.addr, "/metrics", accept);
+        assert_eq!(status, 200);
+        assert!(!body.contains("# EOF"));
+        let mut lint = std::process::Command::new("promtool")
+            .args(["check", "metrics"])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        lint.stdin
+            .take()
+            .unwrap()
+            .write_all(body.as_bytes())
+            .unwrap();
+        let o = lint.wait_with_output().unwrap();
+        assert!(
+            o.status.success(),
+            "promtool ({accept:?}): {}{}\n{body}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        );
+    }
+    drop(agent.proc);
+}
+
+#[test]
+fn the_endpoint_refuses_oversized_and_unexpected_requests() {
+    if !can_trace("the_endpoint_refuses_oversized_and_unexpected_requests") {
+        return;
+    }
+    let dir = TempDir::new("agent-http");
+    let agent = start_agent(
+        &dir,
+        17472,
+        "[[agent.select]]\ncomm = \"no-such-program\"\n",
+    );
+    let big = format!("X-Big: {}\r\n", "a".repeat(64 * 1024));
+    let (status, _) = get(&agent.addr, "/metrics", &big);
+    assert!(
+        status == 431 || status == 0,
+        "oversized head answered {status}"
+    );
+    let (status, _) = get(&agent.addr, &format!("/metrics?{}", "a".repeat(4000)), "");
+    assert_eq!(status, 414);
+    let mut s = TcpStream::connect(&agent.addr).unwrap();
+    write!(s, "POST /metrics HTTP/1.0\r\nContent-Length: 4\r\n\r\nabcd").unwrap();
+    let mut out = String::new();
+    let _ = s.read_to_string(&mut out);
+    assert!(
+        out.starts_with("HTTP/1.0 405") || out.starts_with("HTTP/1.1 405"),
+        "{out}"
+    );
+    let (status, _) = get(&agent.addr, "/nope", "");
+    assert_eq!(status, 404);
+    // Still serving after all that, and nothing traced: nothing matches.
+    let (status, body) = get(&agent.addr, "/metrics", "");
+    assert_eq!(status, 200);
+    assert!(body.contains("rtm_targets{state=\"running\"} 0"), "{body}");
+    assert!(!body.contains("rtm_target_info"));
+}
+
+#[test]
+fn a_bad_config_is_refused_with_exit_2_and_the_field_named() {
+    let dir = TempDir::new("agent-config");
+    for (text, says) in [
+        ("[agent]\nlisten = \"127.0.0.1:1\"\n", "agent.select"),
+        (
+            "[agent]\nbogus = 1\n[[agent.select]]\ncomm = \"x\"\n",
+            "bogus",
+        ),
+        (
+            "[agent]\n[[agent.select]]\ncmdline = \"(\"\n",
+            "agent.select[0].cmdline",
+        ),
+        (
+            "[agent]\ntop_locks = 0\n[[agent.select]]\ncomm = \"x\"\n",
+            "agent.top_locks",
+        ),
+        ("[agent]\n[[agent.select]]\n", "agent.select[0]"),
+        (
+            "[agent]\n[[agent.exclude]]\nexe = \"[\"\n[[agent.select]]\ncomm = \"x\"\n",
+            "agent.exclude[0].exe",
+        ),
+    ] {
+        let f = dir.join("bad.toml");
+        std::fs::write(&f, text).unwrap();
+        let out = run(
+            Command::new(rtm_bin())
+                .args(["agent", "--check-config", "--config"])
+                .arg(&f),
+            T,
+        );
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{text}: {err}");
+        assert!(err.contains(says), "{text}: {err}");
+    }
+    let f = dir.join("good.toml");
+    std::fs::write(&f, "[agent]\n[[agent.select]]\ncomm = \"x\"\n").unwrap();
+    let out = run(
+        Command::new(rtm_bin())
+            .args(["agent", "--check-config", "--config"])
+            .arg(&f),
+        T,
+    );
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stdout).contains("valid"));
+}
