@@ -252,7 +252,8 @@ fn prometheus_scrapes_a_workload_found_after_the_agent_started() {
         om.ends_with("# EOF\n") && om.contains("# TYPE rtm_build info"),
         "{om}"
     );
-    for accept in [""] {
+    {
+        let accept = "";
         let (status, body) = get(&agent.addr, "/metrics", accept);
         assert_eq!(status, 200);
         assert!(!body.contains("# EOF"));
