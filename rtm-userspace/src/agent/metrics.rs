@@ -259,20 +259,20 @@ impl Metrics {
             f.samples = kept;
         }
         self.series_dropped += dropped;
-        fams.push(Family {
-            name: "rtm_series_dropped",
-            help: "Series left out of scrapes by the max_series cap (summed over updates).",
-            kind: Kind::Counter,
-            samples: vec![(vec![], Value::Int(self.series_dropped))],
-        });
+        fams.push(single(
+            Kind::Counter,
+            "rtm_series_dropped",
+            "Series left out of scrapes by the max_series cap (summed over updates).",
+            Value::Int(self.series_dropped),
+        ));
         fams.extend(per_target);
         let n = count(&fams) as u64 + 1;
-        fams.push(Family {
-            name: "rtm_series",
-            help: "Series in this scrape.",
-            kind: Kind::Gauge,
-            samples: vec![(vec![], Value::Int(n))],
-        });
+        fams.push(single(
+            Kind::Gauge,
+            "rtm_series",
+            "Series in this scrape.",
+            Value::Int(n),
+        ));
         fams
     }
 }
@@ -479,6 +479,16 @@ fn target_families(m: &Metrics) -> Vec<Family> {
     ]
 }
 
+/// A family of one series without labels.
+fn single(kind: Kind, name: &'static str, help: &'static str, value: Value) -> Family {
+    Family {
+        name,
+        help,
+        kind,
+        samples: vec![(vec![], value)],
+    }
+}
+
 fn own_families(summary: &Summary, own: &SelfCounts, targets: usize) -> Vec<Family> {
     let mut f = Vec::new();
     f.push(Family {
@@ -501,12 +511,12 @@ fn own_families(summary: &Summary, own: &SelfCounts, targets: usize) -> Vec<Fami
     t.samples
         .push((vec![("state", "exited".into())], Value::Int(exited)));
     f.push(t);
-    let mut g = gauge(
+    f.push(single(
+        Kind::Gauge,
         "rtm_target_groups",
         "Targets (programs per container) with series.",
-    );
-    g.samples.push((vec![], Value::Int(targets as u64)));
-    f.push(g);
+        Value::Int(targets as u64),
+    ));
     let mut a = counter(
         "rtm_attach_errors",
         "Processes that matched but could not be traced, by reason.",
@@ -516,12 +526,6 @@ fn own_families(summary: &Summary, own: &SelfCounts, targets: usize) -> Vec<Fami
             .push((vec![("reason", reason.clone())], Value::Int(*n)));
     }
     f.push(a);
-    let mut at = counter(
-        "rtm_attached",
-        "Processes attached since the agent started.",
-    );
-    at.samples.push((vec![], Value::Int(own.attached)));
-    f.push(at);
     let l = summary.losses;
     let mut lost = counter("rtm_events_lost", "Events the kernel side lost, by reason.");
     for (reason, n) in [
@@ -534,32 +538,36 @@ fn own_families(summary: &Summary, own: &SelfCounts, targets: usize) -> Vec<Fami
             .push((vec![("reason", reason.into())], Value::Int(n)));
     }
     f.push(lost);
-    let mut ev = counter("rtm_events", "Events applied to the model.");
-    ev.samples.push((vec![], Value::Int(summary.model.events)));
-    f.push(ev);
-    let mut over = counter(
-        "rtm_events_over_limits",
-        "Events the model dropped at its caps.",
-    );
-    over.samples
-        .push((vec![], Value::Int(summary.model.dropped_over_limits)));
-    f.push(over);
-    let mut d = counter("rtm_discovery_scans", "Full scans of /proc.");
-    d.samples.push((vec![], Value::Int(own.scans)));
-    f.push(d);
-    let mut pe = counter(
-        "rtm_process_events",
-        "Exec and fork events read from the kernel's process connector.",
-    );
-    pe.samples.push((vec![], Value::Int(own.proc_events)));
-    f.push(pe);
-    let mut pee = counter(
-        "rtm_process_event_errors",
-        "Process connector errors (each answered by a rescan).",
-    );
-    pee.samples
-        .push((vec![], Value::Int(own.proc_event_errors)));
-    f.push(pee);
+    for (name, help, n) in [
+        (
+            "rtm_attached",
+            "Processes attached since the agent started.",
+            own.attached,
+        ),
+        (
+            "rtm_events",
+            "Events applied to the model.",
+            summary.model.events,
+        ),
+        (
+            "rtm_events_over_limits",
+            "Events the model dropped at its caps.",
+            summary.model.dropped_over_limits,
+        ),
+        ("rtm_discovery_scans", "Full scans of /proc.", own.scans),
+        (
+            "rtm_process_events",
+            "Exec and fork events read from the kernel's process connector.",
+            own.proc_events,
+        ),
+        (
+            "rtm_process_event_errors",
+            "Process connector errors (each answered by a rescan).",
+            own.proc_event_errors,
+        ),
+    ] {
+        f.push(single(Kind::Counter, name, help, Value::Int(n)));
+    }
     f.extend(process_families());
     f
 }
@@ -627,9 +635,7 @@ fn process_families() -> Vec<Family> {
             fds as f64,
         ),
     ] {
-        let mut g = gauge(name, help);
-        g.samples.push((vec![], Value::Float(v)));
-        out.push(g);
+        out.push(single(Kind::Gauge, name, help, Value::Float(v)));
     }
     out
 }

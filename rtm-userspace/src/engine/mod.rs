@@ -553,13 +553,8 @@ impl Engine {
         }
         self.state.model.settle_pending();
         let window = self.window(end_ns);
-        let views = self.sampler.as_ref().map(Sampler::views);
-        let (mut snap, missing) = self.state.snapshot(window);
+        let (snap, missing) = snapshot(&mut self.state, self.sampler.as_ref(), window);
         run.missing_symbols = missing;
-        if let Some((ambient, counters)) = views {
-            snap.ambient = Some(ambient);
-            snap.counters = Some(counters);
-        }
         let at = Moment {
             elapsed_ns: window.end_ns - window.start_ns,
             run: &run,
@@ -591,6 +586,22 @@ impl Engine {
                 .collect(),
         })
     }
+}
+
+/// A snapshot of `state` with the sampler's views (system statistics, counters), and
+/// the files whose symbols were missing.
+fn snapshot<'s>(
+    state: &'s mut State,
+    sampler: Option<&Sampler>,
+    window: Window,
+) -> (crate::model::Snapshot<'s>, Vec<String>) {
+    let views = sampler.map(Sampler::views);
+    let (mut snap, missing) = state.snapshot(window);
+    if let Some((ambient, counters)) = views {
+        snap.ambient = Some(ambient);
+        snap.counters = Some(counters);
+    }
+    (snap, missing)
 }
 
 #[cfg(test)]

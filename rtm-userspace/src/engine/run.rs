@@ -50,18 +50,11 @@ impl Engine {
         let now = monotonic_ns();
         let window = self.window(now);
         let followed = self.followed.len();
-        let (views, system) = match &self.sampler {
-            Some(s) => (Some(s.views()), s.latest()),
-            None => (None, None),
-        };
+        let system = self.sampler.as_ref().and_then(|s| s.latest());
         // Read before the snapshot, which holds the model.
         let per_process = (watched && self.per_process).then(|| self.process_inputs());
-        let (mut snap, missing) = self.state.snapshot(window);
+        let (snap, missing) = super::snapshot(&mut self.state, self.sampler.as_ref(), window);
         run.missing_symbols = missing;
-        if let Some((ambient, counters)) = views {
-            snap.ambient = Some(ambient);
-            snap.counters = Some(counters);
-        }
         let at = Moment {
             elapsed_ns: window.end_ns - window.start_ns,
             run: &run,
