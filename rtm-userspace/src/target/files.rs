@@ -65,6 +65,11 @@ pub fn type_name(ft: std::fs::FileType) -> &'static str {
 /// directory) is refused without blocking.
 pub fn open_regular(path: &Path, max: u64) -> io::Result<File> {
     let file = open_nonblocking(path)?;
+    regular_of_at_most(file, path, max)
+}
+
+/// `file` (opened as `path`) if it is a regular file of at most `max` bytes.
+fn regular_of_at_most(file: File, path: &Path, max: u64) -> io::Result<File> {
     let meta = file.metadata()?;
     if !meta.is_file() {
         return Err(invalid(format!(
@@ -114,22 +119,7 @@ pub fn open_regular_in(
         ResolveFlags::IN_ROOT | ResolveFlags::NO_MAGICLINKS,
     )?;
     let file = File::from(fd);
-    let meta = file.metadata()?;
-    if !meta.is_file() {
-        return Err(invalid(format!(
-            "{} is {}",
-            path.display(),
-            type_name(meta.file_type())
-        )));
-    }
-    if meta.len() > max {
-        return Err(invalid(format!(
-            "{} is {} bytes, more than the {max} read at most",
-            path.display(),
-            meta.len()
-        )));
-    }
-    Ok(file)
+    regular_of_at_most(file, path, max)
 }
 
 /// Reads a whole regular file of at most `max` bytes.
