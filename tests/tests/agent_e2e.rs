@@ -362,3 +362,100 @@ fn a_bad_config_is_refused_with_exit_2_and_the_field_named() {
     assert_eq!(out.status.code(), Some(0), "{out:?}");
     assert!(String::from_utf8_lossy(&out.stdout).contains("valid"));
 }
+
+/// A Debian-packaged server nobody here wrote: memcached, loaded by memcslap, found by
+/// the agent; its futex waits over the load agree with bpftrace's count of the same
+/// futex commands on the same process, taken at the same time.
+#[test]
+fn a_packaged_memcached_under_load_agrees_with_bpftrace() {
+    if !can_trace("a_packaged_memcached_under_load_agrees_with_bpftrace") {
+        return;
+    }
+    for tool in ["memcached", "memcslap", "bpftrace"] {
+        let found = Command::new("sh")
+            .args(["-c", &format!("command -v {tool}")])
+            .output()
+            .is_ok_and(|o| o.status.success());
+        assert!(found, "{tool} is missing: cargo xtask setup installs it");
+    }
+    let dir = TempDir::new("agent-memcached");
+    let agent = start_agent(
+        &dir,
+        17473,
+        "[[agent.select]]\nexe = \"/usr/bin/memcached\"\n",
+    );
+    let port = "21473";
+    let server = spawn(Command::new("memcached").args([
+        "-u",
+        "root",
+        "-t",
+        "4",
+        "-p",
+        port,
+        "-U",
+        "0",
+        "-l",
+        "127.0.0.1",
+    ]));
+    let metric = |name: &str| -> Option<f64> {
+        let (_, body) = get(&agent.addr, "/metrics", "");
+        body.lines()
+            .find(|l| l.starts_with(&format!("{name}{{target=\"memcached\"")))
+            .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+    };
+    wait_for("memcached found", Duration::from_secs(20), || {
+        metric("rtm_target_threads").is_some_and(|t| t >= 4.0)
+    });
+    // bpftrace counts the futex commands that wait (FUTEX_WAIT, LOCK_PI, WAIT_BITSET,
+    // WAIT_REQUEUE_PI, LOCK_PI2) made by memcached's threads.
+    let pid = server.pid();
+    let script = format!(
+        "tracepoint:syscalls:sys_enter_futex /pid == {pid}/ {{ $c = args->op & 127; if ($c == 0 || $c == 6 || $c == 9 || $c == 11 || $c == 13) {{ @waits = count(); }} }}"
+    );
+    let mut bt = spawn(Command::new("bpftrace").args(["-e", &script]));
+    let mut bt_out = LineWatch::new(bt.child.stdout.take().unwrap());
+    bt_out.wait_for("Attaching", Duration::from_secs(60));
+    std::thread::sleep(Duration::from_millis(1500));
+    let before = metric("rtm_futex_waits_total").unwrap();
+    for test in ["set", "get"] {
+        let out = run(
+            Command::new("memcslap").args([
+                "-s",
+                &format!("127.0.0.1:{port}"),
+                "-c",
+                "32",
+                "-e",
+                "5000",
+                "-t",
+                test,
+            ]),
+            T,
+        );
+        assert!(out.status.success(), "{out:?}");
+    }
+    // Every wait sent (a quiet thread's last one within a second), then both stop.
+    std::thread::sleep(Duration::from_millis(3000));
+    let after = metric("rtm_futex_waits_total").unwrap();
+    bt.signal(libc::SIGINT);
+    let counted: f64 = bt_out
+        .rest(Duration::from_secs(30))
+        .iter()
+        .find_map(|l| l.strip_prefix("@waits: ")?.trim().parse().ok())
+        .expect("bpftrace printed its count");
+    let seen = after - before;
+    println!("memcached futex waits during the load: rtm-trace agent {seen}, bpftrace {counted}");
+    assert!(counted > 1000.0, "too little load to compare: {counted}");
+    within(
+        seen,
+        counted,
+        0.01,
+        "memcached futex waits (agent vs bpftrace)",
+    );
+    let (_, body) = get(&agent.addr, "/metrics", "");
+    assert!(body.contains("exe=\"/usr/bin/memcached\""), "{body}");
+    assert!(
+        body.contains("rtm_events_lost_total{reason=\"ring_full\"} 0"),
+        "{body}"
+    );
+    drop(server);
+}

@@ -25,8 +25,13 @@ const APT_PACKAGES: &[&str] = &[
     "libmpich-dev",
     "sysstat",
     "procps",
-    // The agent's tests: a real Prometheus scrapes it; promtool lints its metrics.
+    // The agent's tests: a real Prometheus scrapes it; promtool lints its metrics; a
+    // Debian-packaged server (memcached, loaded by memcslap) is watched, with bpftrace
+    // counting the same futex calls independently.
     "prometheus",
+    "memcached",
+    "libmemcached-tools",
+    "bpftrace",
 ];
 
 /// What later steps need: a PATH with bpf-linker on it.
