@@ -6,7 +6,7 @@ fn main() {
     let out = PathBuf::from(env::var_os("OUT_DIR").expect("OUT_DIR"));
     let src =
         PathBuf::from(env::var_os("CARGO_MANIFEST_DIR").expect("manifest dir")).join("workloads");
-    let builds: [(&str, &[&str]); 11] = [
+    let builds: [(&str, &[&str]); 12] = [
         ("idle_threads", &["-O2", "-g", "-pthread"]),
         ("fork_children", &["-O2", "-g", "-pthread"]),
         ("pingpong", &["-O2", "-g", "-pthread"]),
@@ -20,6 +20,7 @@ fn main() {
             &["-O2", "-g", "-pthread", "-static"],
         ),
         ("demo", &["-O2", "-g", "-pthread"]),
+        ("many_locks", &["-O2", "-g", "-pthread"]),
         (
             "nolibc",
             &["-O2", "-static", "-nostdlib", "-fno-stack-protector"],

@@ -459,3 +459,75 @@ fn a_packaged_memcached_under_load_agrees_with_bpftrace() {
     );
     drop(server);
 }
+
+/// 10,000 heap locks and 500 threads named worker-N: the series stay under the cap, the
+/// dropped-series counter rises, and the labels are folded (`heap`, `worker-N`), as
+/// Prometheus sees them.
+#[test]
+fn many_heap_locks_and_numbered_threads_stay_under_the_series_cap() {
+    if !can_trace("many_heap_locks_and_numbered_threads_stay_under_the_series_cap") {
+        return;
+    }
+    const CAP: f64 = 45.0;
+    let dir = TempDir::new("agent-cardinality");
+    let agent = start_agent(
+        &dir,
+        17474,
+        "max_series = 45\n[[agent.select]]\ncomm = \"many_locks\"\n",
+    );
+    let (_prom, prom) = start_prometheus(&dir, 19474, &agent.addr);
+    let mut app = spawn(Command::new(workload("many_locks")).args(["500", "10000", "6000"]));
+    let mut lines = LineWatch::new(app.child.stdout.take().unwrap());
+    lines.wait_for("ready", T);
+    wait_for("the target in Prometheus", Duration::from_secs(30), || {
+        one(&prom, "rtm_targets{state=\"running\"}") == Some(1.0)
+    });
+    writeln!(app.child.stdin.as_mut().unwrap(), "go").unwrap();
+    wait_for("series dropped", Duration::from_secs(30), || {
+        one(&prom, "rtm_series_dropped_total").is_some_and(|d| d > 0.0)
+    });
+    let first = one(&prom, "rtm_series_dropped_total").unwrap();
+    wait_for("more series dropped", Duration::from_secs(30), || {
+        one(&prom, "rtm_series_dropped_total").is_some_and(|d| d > first)
+    });
+    let out = lines.rest(T);
+    assert!(
+        out.iter().any(|l| l.starts_with("truth acquisitions=")),
+        "{out:?}"
+    );
+    std::thread::sleep(Duration::from_secs(2));
+    // Prometheus's own count of what each scrape held.
+    let most = one(
+        &prom,
+        "max_over_time(scrape_samples_scraped{job=\"rtm\"}[5m])",
+    )
+    .unwrap();
+    let dropped = one(&prom, "rtm_series_dropped_total").unwrap();
+    println!("most samples in a scrape: {most} (cap {CAP}); series dropped so far: {dropped}");
+    assert!(most <= CAP, "{most} samples in a scrape");
+    let locks = query(&prom, "rtm_lock_wait_seconds_total");
+    let names: Vec<&str> = locks
+        .iter()
+        .map(|(l, _)| l["lock"].as_str().unwrap())
+        .collect();
+    println!("lock label values: {names:?}");
+    assert!(names.contains(&"heap") && names.len() <= 11, "{names:?}");
+    let heap = locks.iter().find(|(l, _)| l["lock"] == "heap").unwrap().1;
+    assert!(heap > 0.0);
+    let edges = query(&prom, "rtm_waits_for_seconds_total");
+    let waiters: Vec<&str> = edges
+        .iter()
+        .map(|(l, _)| l["waiter"].as_str().unwrap())
+        .collect();
+    println!("waiter label values: {waiters:?}");
+    assert!(
+        waiters.contains(&"worker-N") && waiters.len() <= 11,
+        "{waiters:?}"
+    );
+    // No pid, tid or address label outside rtm_target_info.
+    for (labels, _) in query(&prom, "{job=\"rtm\", __name__!=\"rtm_target_info\"}") {
+        for k in ["pid", "tid", "addr"] {
+            assert!(labels.get(k).is_none(), "{labels}");
+        }
+    }
+}

@@ -117,14 +117,39 @@ pub fn answer(shared: &Shared, req: &Request<Incoming>) -> Response<Full<Bytes>>
 }
 
 /// Binds `addr` (an error names it).
-pub async fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
-    TcpListener::bind(addr)
-        .await
-        .map_err(|e| std::io::Error::new(e.kind(), format!("cannot listen on {addr}: {e}")))
+pub fn bind(addr: SocketAddr) -> std::io::Result<std::net::TcpListener> {
+    let named =
+        |e: std::io::Error| std::io::Error::new(e.kind(), format!("cannot listen on {addr}: {e}"));
+    let l = std::net::TcpListener::bind(addr).map_err(named)?;
+    l.set_nonblocking(true).map_err(named)?;
+    Ok(l)
 }
 
-/// Serves connections until the task is dropped.
-pub async fn serve(listener: TcpListener, shared: Shared, max_scrapes: usize) {
+/// Serves on a thread of its own, with its own runtime, so that a scrape is answered at
+/// once however busy the engine's loop is. The thread lives as long as the process.
+pub fn spawn(
+    listener: std::net::TcpListener,
+    shared: Shared,
+    max_scrapes: usize,
+) -> std::io::Result<()> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    std::thread::Builder::new()
+        .name("rtm-http".into())
+        .spawn(move || {
+            rt.block_on(async move {
+                match TcpListener::from_std(listener) {
+                    Ok(l) => serve(l, shared, max_scrapes).await,
+                    Err(e) => crate::say!("rtm-trace agent: the metrics endpoint: {e}"),
+                }
+            })
+        })?;
+    Ok(())
+}
+
+/// Serves connections for as long as its runtime runs.
+async fn serve(listener: TcpListener, shared: Shared, max_scrapes: usize) {
     let slots = Arc::new(Semaphore::new(max_scrapes));
     loop {
         let Ok((stream, _)) = listener.accept().await else {

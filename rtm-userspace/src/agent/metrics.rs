@@ -239,8 +239,9 @@ impl Metrics {
     }
 
     /// The families of this update, under the series cap (the agent's own first, then
-    /// each target's totals, its info, its locks and its edges); also counts what the
-    /// cap dropped.
+    /// the targets' totals, the time waited per lock and per edge, the info, the
+    /// histograms and the other per-lock and per-edge counts); also counts what the cap
+    /// dropped.
     pub fn families(&mut self, summary: &Summary, own: &SelfCounts) -> Vec<Family> {
         let mut fams = own_families(summary, own, self.targets.len());
         let mut per_target = target_families(self);
@@ -459,6 +460,7 @@ fn target_families(m: &Metrics) -> Vec<Family> {
             edge_seconds.samples.push((l, Value::Float(secs(v[2]))));
         }
     }
+    // Most telling first: under the series cap, what comes last is dropped first.
     vec![
         procs,
         threads,
@@ -469,12 +471,12 @@ fn target_families(m: &Metrics) -> Vec<Family> {
         timeouts,
         asleep,
         oldest,
-        hist,
-        info,
         lock_seconds,
+        edge_seconds,
+        info,
+        hist,
         lock_waits,
         lock_contended,
-        edge_seconds,
         edge_waits,
     ]
 }

@@ -104,9 +104,7 @@ async fn agent(config: TraceConfig, selector: Selector) -> Result<i32, SessionEr
     let mut sigterm = signal(SignalKind::terminate()).map_err(io_err("SIGTERM handler"))?;
     crate::interrupt::install().map_err(io_err("signal handlers"))?;
     let a = config.agent.clone();
-    let listener = http::bind(a.listen)
-        .await
-        .map_err(io_err("the metrics endpoint"))?;
+    let listener = http::bind(a.listen).map_err(io_err("the metrics endpoint"))?;
     crate::say!(
         "rtm-trace agent: serving /metrics, /healthz and /readyz on http://{}",
         a.listen
@@ -117,14 +115,15 @@ async fn agent(config: TraceConfig, selector: Selector) -> Result<i32, SessionEr
     let handle = engine.handle();
     let (texts_tx, texts_rx) = watch::channel(Texts::default());
     let ready = Arc::new(AtomicBool::new(false));
-    let server = tokio::spawn(http::serve(
+    http::spawn(
         listener,
         http::Shared {
             texts: texts_rx,
             ready: ready.clone(),
         },
         a.max_scrapes,
-    ));
+    )
+    .map_err(io_err("the metrics endpoint's thread"))?;
     let discovery = tokio::spawn(discover(handle, selector, a, texts_tx, ready));
     let signalled = async {
         tokio::select! {
@@ -134,7 +133,6 @@ async fn agent(config: TraceConfig, selector: Selector) -> Result<i32, SessionEr
     };
     let result = engine.run(signalled).await;
     discovery.abort();
-    server.abort();
     let reason = result?;
     engine.finish(reason)?;
     crate::say!("rtm-trace agent: stopped; every probe detached");
