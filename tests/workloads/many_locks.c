@@ -65,7 +65,7 @@ int main(int argc, char **argv) {
     for (int i = 0; i < n_threads; i++) {
         if (pthread_create(&t[i], &attr, worker, (void *)(long)(i + 1))) return 1;
         char name[16];
-        snprintf(name, sizeof name, "worker-%d", i);
+        snprintf(name, sizeof name, "worker-%d", i % 100000000);
         pthread_setname_np(t[i], name);
     }
     for (int i = 0; i < n_threads; i++) pthread_join(t[i], NULL);

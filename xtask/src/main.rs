@@ -2,6 +2,7 @@
 //! runs the whole test suite (root, real eBPF).
 
 mod bench;
+mod bench_agent;
 mod bench_app;
 mod bench_mpi;
 mod bench_others;
@@ -68,6 +69,9 @@ enum BenchCmd {
     Ebpf,
     /// What tracing one process costs the system calls of the others.
     Others,
+    /// What `rtm-trace agent` costs a node (idle and tracing), a serving program, its
+    /// scrapes, and its own memory and CPU over time.
+    Agent,
 }
 
 /// Runs the benchmarks `which` names (all when it names none), in the usual order.
@@ -88,6 +92,7 @@ fn bench(which: Vec<BenchCmd>, smoke: bool, rounds: Option<usize>) -> anyhow::Re
         BenchCmd::Memory,
         BenchCmd::Ebpf,
         BenchCmd::Others,
+        BenchCmd::Agent,
     ];
     let started = std::time::Instant::now();
     for b in all
@@ -103,6 +108,7 @@ fn bench(which: Vec<BenchCmd>, smoke: bool, rounds: Option<usize>) -> anyhow::Re
             BenchCmd::Memory => bench_scale::memory(&root, &dir, plan)?,
             BenchCmd::Ebpf => bench_scale::ebpf(&root, &dir, plan)?,
             BenchCmd::Others => bench_others::others(&root, &dir, plan)?,
+            BenchCmd::Agent => bench_agent::agent(&root, &dir, plan)?,
         }
     }
     eprintln!(

@@ -3,9 +3,9 @@
 //! `discovery_interval`, and at once on the exec events of the kernel's process
 //! connector), traces them in contention mode (their forks followed from birth), and
 //! serves their metrics over HTTP for Prometheus. Nothing is attached while nothing
-//! matches: the engine loads its programs with the first target and releases them with
-//! the last. An exited process's series stay for `grace`, then the engine forgets it,
-//! so memory does not grow with churn.
+//! matches: the engine loads its programs with the first target and releases them
+//! `grace` after the last is gone. An exited process's series stay for `grace`, then
+//! the engine forgets it, so memory does not grow with churn.
 
 pub mod cgroup;
 pub mod discovery;

@@ -112,6 +112,9 @@ async fn agent(config: TraceConfig, selector: Selector) -> Result<i32, SessionEr
     let source = Box::new(KernelSource::new(&config));
     let mut engine = Engine::new(config, source, Vec::new());
     engine.publish_processes(true);
+    // The programs stay loaded as long as an exited target's series (churn does not
+    // reload them for every short-lived process).
+    engine.release_after(Duration::from_secs_f64(a.grace));
     let handle = engine.handle();
     let (texts_tx, texts_rx) = watch::channel(Texts::default());
     let ready = Arc::new(AtomicBool::new(false));

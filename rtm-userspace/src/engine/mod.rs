@@ -183,6 +183,10 @@ pub struct Engine {
     stop_when_targets_exit: bool,
     /// Publish per-process summaries (a metrics agent wants them).
     per_process: bool,
+    /// How long the kernel side stays loaded with nothing to trace.
+    release_after: std::time::Duration,
+    /// Since when nothing has been traced, while the kernel side stays loaded.
+    idle_since: Option<Instant>,
 }
 
 fn io_err(what: &'static str) -> impl FnOnce(io::Error) -> EngineError {
@@ -221,6 +225,8 @@ impl Engine {
             seq: 0,
             stop_when_targets_exit: false,
             per_process: false,
+            release_after: std::time::Duration::ZERO,
+            idle_since: None,
             config,
         }
     }
@@ -229,6 +235,13 @@ impl Engine {
     /// default the engine keeps running with nothing attached, ready for more.
     pub fn stop_when_targets_exit(&mut self, yes: bool) {
         self.stop_when_targets_exit = yes;
+    }
+
+    /// Keeps the kernel side loaded for `linger` after the last target is gone (a daemon
+    /// whose targets come and go does not load and release the programs for each); by
+    /// default it is released at once.
+    pub fn release_after(&mut self, linger: std::time::Duration) {
+        self.release_after = linger;
     }
 
     /// Publishes a summary of each traced process with the [`Summary`].
@@ -365,12 +378,18 @@ impl Engine {
         self.targets.iter().all(|t| !t.live) && self.followed.is_empty()
     }
 
-    /// With nothing left to trace (and more to come), the kernel side goes: what is in
-    /// flight is read first.
+    /// With nothing left to trace (and more to come), the kernel side goes, once it has
+    /// been idle for `release_after`: what is in flight is read first.
     fn release_if_idle(&mut self) {
         if !self.idle() || self.stop_when_targets_exit || !self.source.is_live() {
+            self.idle_since = None;
             return;
         }
+        let since = *self.idle_since.get_or_insert_with(Instant::now);
+        if since.elapsed() < self.release_after {
+            return;
+        }
+        self.idle_since = None;
         let all = self.all_pids();
         self.source.stop(&all);
         self.drain(usize::MAX);

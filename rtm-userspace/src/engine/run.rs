@@ -177,6 +177,10 @@ impl Engine {
                         s.sample(monotonic_ns(), alive.iter().copied());
                     }
                     self.take_left(alive, false);
+                    // A release put off by `release_after` comes due here.
+                    if self.idle_since.is_some() {
+                        self.release_if_idle();
+                    }
                     if ticker.is_none() {
                         self.publish(false);
                     }

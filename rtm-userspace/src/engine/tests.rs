@@ -341,3 +341,42 @@ fn programs_load_with_the_first_target_and_go_with_the_last() {
     });
     assert_eq!(*loads.borrow(), (2, 2), "finish releases");
 }
+
+/// With `release_after`, a target that comes soon after the last one went finds the
+/// programs still loaded; they go once nothing has come for that long.
+#[test]
+fn programs_linger_for_release_after() {
+    let loads = Rc::new(RefCell::new((0, 0)));
+    let source = Counted {
+        inner: EventList::new(workload(std::process::id(), 10, 100)),
+        live: false,
+        loads: loads.clone(),
+    };
+    let config = TraceConfig {
+        counters: CounterList(Vec::new()),
+        interval: Some(Duration::from_millis(50)),
+        ..TraceConfig::default()
+    };
+    let rt = runtime();
+    rt.block_on(async {
+        let mut engine = Engine::new(config, Box::new(source), Vec::new());
+        engine.release_after(Duration::from_millis(300));
+        let handle = engine.handle();
+        let me = std::process::id();
+        let driver = async {
+            handle.add(vec![Target::running(me, false)]).await.unwrap();
+            handle.remove(me).unwrap();
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            assert_eq!(*loads.borrow(), (1, 0), "kept while it lingers");
+            handle.add(vec![Target::running(me, false)]).await.unwrap();
+            assert_eq!(*loads.borrow(), (1, 0), "the next target finds it loaded");
+            handle.remove(me).unwrap();
+            tokio::time::sleep(Duration::from_millis(800)).await;
+            assert_eq!(*loads.borrow(), (1, 1), "released once idle for 300 ms");
+            handle.stop(EndReason::Signal).unwrap();
+        };
+        let (_, reason) = tokio::join!(driver, engine.run(std::future::pending()));
+        assert_eq!(reason.unwrap(), EndReason::Signal);
+        engine.finish(EndReason::Signal).unwrap();
+    });
+}
