@@ -531,3 +531,63 @@ fn many_heap_locks_and_numbered_threads_stay_under_the_series_cap() {
         }
     }
 }
+
+/// A rule with `mpi = true`: the ranks of an Open MPI job, found as mpirun starts them,
+/// export their MPI figures per rank; the messages each rank sent are exactly those
+/// the ring documents.
+#[test]
+fn an_mpi_rule_exports_exact_messages_per_rank() {
+    if !can_trace("an_mpi_rule_exports_exact_messages_per_rank") {
+        return;
+    }
+    let ring = workload("mpi_ring_openmpi");
+    assert!(
+        ring.exists(),
+        "{} was not built (cargo xtask setup installs Open MPI)",
+        ring.display()
+    );
+    let dir = TempDir::new("agent-mpi");
+    let agent = start_agent(
+        &dir,
+        17475,
+        "[[agent.select]]\nexe = \"**/mpi_ring_openmpi\"\nmpi = true\n",
+    );
+    // Each rank sleeps 3 s after MPI_Init: time for the agent to attach before traffic.
+    let job = spawn(
+        Command::new("mpirun.openmpi")
+            .args(["--allow-run-as-root", "--oversubscribe", "-np", "4"])
+            .arg(&ring)
+            .args([rtm_tests::mpi::STEPS.to_string(), "3000".into()]),
+    );
+    let expected = rtm_tests::mpi::expected(4, true);
+    let want: Vec<u64> = (0..4)
+        .map(|r| {
+            expected
+                .iter()
+                .filter(|((s, _), _)| *s == r)
+                .map(|(_, v)| v.0)
+                .sum()
+        })
+        .collect();
+    let mut last = String::new();
+    let seen = wait_for("each rank's messages sent", Duration::from_secs(60), || {
+        let (_, body) = get(&agent.addr, "/metrics", "");
+        let got: Vec<Option<u64>> = (0..4)
+            .map(|r| {
+                body.lines()
+                    .find(|l| {
+                        l.starts_with("rtm_mpi_messages_sent_total{")
+                            && l.contains(&format!("rank=\"{r}\""))
+                    })
+                    .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+            })
+            .collect();
+        last = format!("{got:?}");
+        got.iter().zip(&want).all(|(g, w)| *g == Some(*w))
+    });
+    println!("messages sent per rank {want:?} seen after {seen:?}");
+    let out = job.wait_output(T);
+    assert!(out.status.success(), "{out:?} (last seen {last})");
+    let (_, body) = get(&agent.addr, "/metrics", "");
+    assert!(body.contains("rtm_mpi_calls_total{"), "{body}");
+}

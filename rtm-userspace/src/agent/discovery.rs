@@ -199,12 +199,17 @@ impl Selector {
         })
     }
 
+    /// The select rule that takes `p`, if one does and no exclude rule refuses it.
+    pub fn rule_for(&self, p: &ProcInfo) -> Option<&Rule> {
+        if p.pid == self.me || p.ppid == self.me || self.exclude.iter().any(|r| r.matches(p)) {
+            return None;
+        }
+        self.select.iter().find(|r| r.matches(p)).map(|r| &r.rule)
+    }
+
     /// Whether `p` is to be traced.
     pub fn wants(&self, p: &ProcInfo) -> bool {
-        if p.pid == self.me || p.ppid == self.me {
-            return false;
-        }
-        !self.exclude.iter().any(|r| r.matches(p)) && self.select.iter().any(|r| r.matches(p))
+        self.rule_for(p).is_some()
     }
 }
 
@@ -276,6 +281,35 @@ mod tests {
         let mut me = info("nginx", "/usr/sbin/nginx", "nginx", "/");
         me.pid = std::process::id();
         assert!(!s.wants(&me));
+    }
+
+    #[test]
+    fn the_first_matching_rule_says_whether_to_probe_mpi() {
+        let select = vec![
+            Rule {
+                comm: Some("ranks".into()),
+                mpi: Some(true),
+                ..Rule::default()
+            },
+            Rule {
+                exe: Some("/usr/bin/*".into()),
+                ..Rule::default()
+            },
+        ];
+        let s = Selector::new(&select, &[]).unwrap();
+        let rank = info("ranks", "/usr/bin/ranks", "ranks", "/");
+        assert_eq!(s.rule_for(&rank).unwrap().mpi, Some(true));
+        let other = info("cat", "/usr/bin/cat", "cat", "/");
+        assert_eq!(s.rule_for(&other).unwrap().mpi, None);
+        // `mpi` alone matches nothing: such a rule is refused.
+        let c = crate::config::AgentConfig {
+            select: vec![Rule {
+                mpi: Some(true),
+                ..Rule::default()
+            }],
+            ..Default::default()
+        };
+        assert!(c.validate().unwrap_err().0.starts_with("agent.select[0]:"));
     }
 
     #[test]

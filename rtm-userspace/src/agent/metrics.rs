@@ -365,6 +365,27 @@ fn target_families(m: &Metrics) -> Vec<Family> {
         "rtm_waits_for_seconds",
         "Time waited, by folded waiter and waker names.",
     );
+    let mut mpi_calls = counter(
+        "rtm_mpi_calls",
+        "MPI calls per rank (targets whose MPI library is probed).",
+    );
+    let mut mpi_seconds = counter("rtm_mpi_seconds", "Time inside MPI calls per rank.");
+    let mut mpi_sent = counter(
+        "rtm_mpi_messages_sent",
+        "Point-to-point messages sent per rank.",
+    );
+    let mut mpi_sent_bytes = counter(
+        "rtm_mpi_sent_bytes",
+        "Bytes of the point-to-point messages sent per rank.",
+    );
+    let mut mpi_received = counter(
+        "rtm_mpi_messages_received",
+        "Point-to-point messages received per rank.",
+    );
+    let mut mpi_received_bytes = counter(
+        "rtm_mpi_received_bytes",
+        "Bytes of the point-to-point messages received per rank.",
+    );
     for (key, t) in &m.targets {
         let base = key.labels();
         let mut total = t.retired;
@@ -416,6 +437,32 @@ fn target_families(m: &Metrics) -> Vec<Family> {
         let mut pids: Vec<&u32> = t.procs.keys().collect();
         pids.sort();
         for pid in pids {
+            // A rank's figures stay through the grace period, like the totals.
+            if let Some(r) = &t.procs[pid].mpi {
+                let mut l = base.clone();
+                // A rank not known (no MPI_Init seen, no launcher variable): its pid.
+                l.push((
+                    "rank",
+                    r.rank
+                        .map_or_else(|| format!("pid {pid}"), |r| r.to_string()),
+                ));
+                mpi_calls.samples.push((l.clone(), Value::Int(r.calls)));
+                mpi_seconds
+                    .samples
+                    .push((l.clone(), Value::Float(secs(r.time_ns))));
+                mpi_sent
+                    .samples
+                    .push((l.clone(), Value::Int(r.messages_sent)));
+                mpi_sent_bytes
+                    .samples
+                    .push((l.clone(), Value::Int(r.bytes_sent)));
+                mpi_received
+                    .samples
+                    .push((l.clone(), Value::Int(r.messages_received)));
+                mpi_received_bytes
+                    .samples
+                    .push((l, Value::Int(r.bytes_received)));
+            }
             if !t.procs[pid].live {
                 continue;
             }
@@ -474,6 +521,12 @@ fn target_families(m: &Metrics) -> Vec<Family> {
         lock_seconds,
         edge_seconds,
         info,
+        mpi_seconds,
+        mpi_calls,
+        mpi_sent_bytes,
+        mpi_sent,
+        mpi_received_bytes,
+        mpi_received,
         hist,
         lock_waits,
         lock_contended,

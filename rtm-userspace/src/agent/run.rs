@@ -127,7 +127,9 @@ async fn agent(config: TraceConfig, selector: Selector) -> Result<i32, SessionEr
         a.max_scrapes,
     )
     .map_err(io_err("the metrics endpoint's thread"))?;
-    let discovery = tokio::spawn(discover(handle, selector, a, texts_tx, ready));
+    let libraries =
+        engine.config().mode == crate::config::Mode::Full || engine.config().probe_mpi();
+    let discovery = tokio::spawn(discover(handle, selector, a, libraries, texts_tx, ready));
     let signalled = async {
         tokio::select! {
             _ = sigint.recv() => EndReason::Signal,
@@ -167,22 +169,40 @@ struct Discovery {
     /// When each exited target was first seen exited.
     exited: HashMap<u32, Instant>,
     told: HashSet<&'static str>,
+    /// Whether targets are probed in their libraries unless a rule says otherwise (full
+    /// mode, or MPI on for the whole file).
+    libraries_by_default: bool,
+    /// Processes caught at their exec that need their libraries probed: looked at again
+    /// once the loader has mapped them (when, pid).
+    deferred: Vec<(Instant, u32)>,
 }
+
+/// How long after its exec a process's libraries are surely mapped.
+const LOADER_TIME: Duration = Duration::from_millis(300);
 
 fn start_time(pid: u32) -> u64 {
     crate::target::process::thread_start_ns(pid, pid).unwrap_or(0)
 }
 
 impl Discovery {
-    async fn consider(&mut self, pid: u32) {
+    /// Looks at process `pid`, traces it if it is wanted; `execd`: it has just exec'd
+    /// (its libraries may not be mapped yet).
+    async fn consider(&mut self, pid: u32, execd: bool) {
         if self.traced.contains(&pid) || self.metrics.knows(pid) {
             return;
         }
         let Some(info) = ProcInfo::read(pid) else {
             return;
         };
-        if !self.selector.wants(&info) {
+        let Some(mpi) = self.selector.rule_for(&info).map(|r| r.mpi) else {
             self.passed.insert(pid, start_time(pid));
+            return;
+        };
+        // Library probes (MPI, full mode) need the libraries the loader maps after the
+        // exec: such a process is looked at again a moment later. Contention mode needs
+        // none, and starts at once.
+        if execd && mpi.unwrap_or(self.libraries_by_default) {
+            self.deferred.push((Instant::now() + LOADER_TIME, pid));
             return;
         }
         if self.traced.len() >= self.config.max_targets {
@@ -200,7 +220,11 @@ impl Discovery {
             }
             return;
         }
-        match self.handle.add(vec![Target::running(pid, true)]).await {
+        let target = Target {
+            mpi,
+            ..Target::running(pid, true)
+        };
+        match self.handle.add(vec![target]).await {
             Ok(_) => {
                 self.traced.insert(pid);
                 self.own.attached += 1;
@@ -231,7 +255,7 @@ impl Discovery {
                 }
                 self.passed.remove(&pid);
             }
-            self.consider(pid).await;
+            self.consider(pid, false).await;
         }
         self.own.scans += 1;
         self.own.discovered = true;
@@ -268,6 +292,7 @@ async fn discover(
     handle: EngineHandle,
     selector: Selector,
     config: AgentConfig,
+    libraries_by_default: bool,
     texts: watch::Sender<Texts>,
     ready: Arc<AtomicBool>,
 ) {
@@ -300,6 +325,8 @@ async fn discover(
         passed: HashMap::new(),
         exited: HashMap::new(),
         told: HashSet::new(),
+        libraries_by_default,
+        deferred: Vec::new(),
     };
     // The text before the first update: the agent's own figures.
     d.update(&Summary::default(), &texts);
@@ -316,7 +343,7 @@ async fn discover(
                         for ev in evs {
                             if let ProcEvent::Exec { pid } = ev {
                                 d.passed.remove(&pid);
-                                d.consider(pid).await;
+                                d.consider(pid, true).await;
                             }
                         }
                     }
@@ -325,6 +352,18 @@ async fn discover(
                         d.own.proc_event_errors += 1;
                         d.scan().await;
                     }
+                }
+            }
+            _ = async {
+                let due = d.deferred.iter().map(|(t, _)| *t).min().expect("guarded");
+                tokio::time::sleep_until(due).await
+            }, if !d.deferred.is_empty() => {
+                let now = Instant::now();
+                let (due, later): (Vec<_>, Vec<_>) =
+                    d.deferred.drain(..).partition(|(t, _)| *t <= now);
+                d.deferred = later;
+                for (_, pid) in due {
+                    d.consider(pid, false).await;
                 }
             }
             r = summaries.changed() => {

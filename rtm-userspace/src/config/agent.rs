@@ -82,11 +82,18 @@ pub struct Rule {
     pub pod_uid: Option<String>,
     /// The Kubernetes namespace (read from the pod's service account mount).
     pub namespace: Option<String>,
+    /// Select rules only: probe the MPI library of the processes this rule selects
+    /// (per-rank calls, time, messages and bytes); None for the file's top-level `mpi`.
+    pub mpi: Option<bool>,
 }
 
 impl Rule {
+    /// Whether it names nothing to match (`mpi` is what to do, not what to match).
     fn is_empty(&self) -> bool {
-        *self == Rule::default()
+        Rule {
+            mpi: None,
+            ..self.clone()
+        } == Rule::default()
     }
 }
 

@@ -71,6 +71,8 @@ pub struct Target {
     /// Set when the front end launched it: it waits at a gate, not yet exec'd, and the
     /// engine reaps it when it exits.
     pub launched: Option<Launched>,
+    /// Probe its MPI library: None for the trace's setting (`TraceConfig::mpi`).
+    pub mpi: Option<bool>,
 }
 
 impl Target {
@@ -80,6 +82,7 @@ impl Target {
             pid,
             follow_forks,
             launched: None,
+            mpi: None,
         }
     }
 }

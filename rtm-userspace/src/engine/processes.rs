@@ -66,6 +66,25 @@ pub struct Asleep {
     pub start_ns: u64,
 }
 
+/// A traced process's MPI figures (when its MPI library is probed).
+#[derive(Debug, Clone, Copy, Serialize, Default, PartialEq, Eq)]
+pub struct RankSummary {
+    /// Its rank in MPI_COMM_WORLD, when known.
+    pub rank: Option<i32>,
+    /// MPI calls.
+    pub calls: u64,
+    /// Time inside them, ns.
+    pub time_ns: u64,
+    /// Point-to-point messages it sent, and their bytes.
+    pub messages_sent: u64,
+    /// Bytes of those.
+    pub bytes_sent: u64,
+    /// Messages it received, and their bytes.
+    pub messages_received: u64,
+    /// Bytes of those.
+    pub bytes_received: u64,
+}
+
 /// One traced process.
 #[derive(Debug, Clone, Serialize, Default)]
 pub struct ProcessSummary {
@@ -89,6 +108,8 @@ pub struct ProcessSummary {
     pub edges: Vec<EdgeGroup>,
     /// Every edge's counts summed.
     pub edges_total: GroupValues,
+    /// Its MPI figures, when it made MPI calls that were probed.
+    pub mpi: Option<RankSummary>,
 }
 
 /// What the summaries need besides the snapshot (read from the model and the source
@@ -189,6 +210,32 @@ fn build(inputs: Inputs, snap: &Snapshot, now_ns: u64) -> Vec<ProcessSummary> {
             .entry((name(w.pid, w.waiter), waker))
             .or_default()
             .add(&v);
+    }
+    if let Some(tasks) = &snap.tasks {
+        for r in &tasks.ranks {
+            let Some(p) = out.get_mut(&r.pid) else {
+                continue;
+            };
+            let mut m = RankSummary {
+                rank: r.rank,
+                calls: r.calls,
+                time_ns: r.time_in_mpi_ns,
+                ..RankSummary::default()
+            };
+            if r.rank.is_some() {
+                for e in &tasks.edges {
+                    if let (true, Some(s)) = (e.src == r.rank, &e.sent) {
+                        m.messages_sent += s.messages;
+                        m.bytes_sent += s.bytes;
+                    }
+                    if let (true, Some(s)) = (e.dst == r.rank, &e.received) {
+                        m.messages_received += s.messages;
+                        m.bytes_received += s.bytes;
+                    }
+                }
+            }
+            p.mpi = Some(m);
+        }
     }
     let mut list: Vec<ProcessSummary> = out.into_values().collect();
     for p in &mut list {

@@ -66,6 +66,7 @@ pub(super) async fn trace(
                 program: c.program.clone(),
                 argv: config.targets.command.clone(),
             }),
+            mpi: None,
         });
     }
     let duration = config.duration;

@@ -213,15 +213,24 @@ impl Source for KernelSource {
             });
         }
         // MPI probes go in before a launched command runs: a rank may call MPI_Init
-        // within milliseconds of its start.
-        let pids: Vec<u32> = infos.iter().map(|i| i.pid).collect();
+        // within milliseconds of its start. Each target's own choice, else the trace's.
         let command = targets
             .iter()
             .find_map(|t| t.launched.as_ref().map(|l| l.argv.as_slice()));
-        if settings.probe_mpi {
-            mpi::attach(&mut live.probes, settings.verbose, &pids, command)?;
-        } else if settings.hint_mpi {
-            mpi::hint(&pids, command);
+        let attached = |probe: bool| -> Vec<u32> {
+            targets
+                .iter()
+                .filter(|t| infos.iter().any(|i| i.pid == t.pid))
+                .filter(|t| t.mpi.unwrap_or(settings.probe_mpi) == probe)
+                .map(|t| t.pid)
+                .collect()
+        };
+        let (probed, unprobed) = (attached(true), attached(false));
+        if !probed.is_empty() {
+            mpi::attach(&mut live.probes, settings.verbose, &probed, command)?;
+        }
+        if settings.hint_mpi && !unprobed.is_empty() {
+            mpi::hint(&unprobed, command);
         }
         Ok(infos)
     }
