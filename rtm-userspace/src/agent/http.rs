@@ -92,7 +92,8 @@ pub fn answer(shared: &Shared, req: &Request<Incoming>) -> Response<Full<Bytes>>
             } else {
                 (CLASSIC, texts.classic)
             };
-            reply(StatusCode::OK, kind, Bytes::from(body.as_bytes().to_vec()))
+            // Shared with the update that built it: no copy per scrape.
+            reply(StatusCode::OK, kind, body)
         }
         "/healthz" => text(StatusCode::OK, "ok\n"),
         "/readyz" => {

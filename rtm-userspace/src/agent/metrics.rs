@@ -699,9 +699,9 @@ fn process_families() -> Vec<Family> {
 #[derive(Debug, Clone, Default)]
 pub struct Texts {
     /// OpenMetrics.
-    pub openmetrics: Arc<String>,
+    pub openmetrics: hyper::body::Bytes,
     /// Classic text format.
-    pub classic: Arc<String>,
+    pub classic: hyper::body::Bytes,
 }
 
 impl Texts {
@@ -710,8 +710,8 @@ impl Texts {
         let om = exposition::openmetrics(families);
         let classic = exposition::classic(&om);
         Self {
-            openmetrics: Arc::new(om),
-            classic: Arc::new(classic),
+            openmetrics: om.into(),
+            classic: classic.into(),
         }
     }
 }
