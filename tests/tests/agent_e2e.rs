@@ -181,6 +181,8 @@ fn prometheus_scrapes_a_workload_found_after_the_agent_started() {
         "found after {:?}",
         started.elapsed()
     );
+    assert_eq!(one(&prom, "rtm_programs_loaded"), Some(1.0));
+    assert!(one(&prom, "rtm_bpf_map_entries{map=\"TRACED_TGIDS\"}").is_some_and(|n| n >= 1.0));
     let info = query(&prom, "rtm_target_info");
     assert_eq!(info.len(), 1, "{info:?}");
     let labels = &info[0].0;
@@ -314,6 +316,8 @@ fn the_endpoint_refuses_oversized_and_unexpected_requests() {
     assert_eq!(status, 200);
     assert!(body.contains("rtm_targets{state=\"running\"} 0"), "{body}");
     assert!(!body.contains("rtm_target_info"));
+    // Nothing matches: nothing loaded.
+    assert!(body.contains("rtm_programs_loaded{} 0"), "{body}");
 }
 
 #[test]

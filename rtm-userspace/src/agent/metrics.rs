@@ -623,7 +623,72 @@ fn own_families(summary: &Summary, own: &SelfCounts, targets: usize) -> Vec<Fami
     ] {
         f.push(single(Kind::Counter, name, help, Value::Int(n)));
     }
+    f.extend(kernel_families(summary));
     f.extend(process_families());
+    f
+}
+
+/// The kernel side: programs loaded, uprobes, map fill, and with `bpf_stats` the
+/// programs' runs and time and the maps' memory.
+fn kernel_families(summary: &Summary) -> Vec<Family> {
+    let k = &summary.kernel;
+    let mut f = vec![
+        single(
+            Kind::Gauge,
+            "rtm_programs_loaded",
+            "Whether the eBPF programs are loaded (0 while nothing is traced).",
+            Value::Int(u64::from(k.loaded)),
+        ),
+        single(
+            Kind::Gauge,
+            "rtm_uprobes_attached",
+            "Uprobes attached (full mode and MPI).",
+            Value::Int(k.uprobes as u64),
+        ),
+    ];
+    let mut entries = gauge(
+        "rtm_bpf_map_entries",
+        "Entries in the eBPF maps that fill as targets do.",
+    );
+    let mut capacity = gauge("rtm_bpf_map_capacity", "Capacity of those maps.");
+    for (name, n, cap) in &k.maps {
+        entries
+            .samples
+            .push((vec![("map", (*name).to_owned())], Value::Int(*n as u64)));
+        capacity.samples.push((
+            vec![("map", (*name).to_owned())],
+            Value::Int(u64::from(*cap)),
+        ));
+    }
+    f.push(entries);
+    f.push(capacity);
+    if let Some(b) = &summary.bpf {
+        let mut runs = counter(
+            "rtm_bpf_program_runs",
+            "Runs of each eBPF program (bpf_stats on; from its load).",
+        );
+        let mut time = counter(
+            "rtm_bpf_program_run_seconds",
+            "Time in each eBPF program (bpf_stats on; from its load).",
+        );
+        for p in &b.programs {
+            runs.samples
+                .push((vec![("program", p.name.clone())], Value::Int(p.runs)));
+            time.samples.push((
+                vec![("program", p.name.clone())],
+                Value::Float(secs(p.run_ns)),
+            ));
+        }
+        let mut mem = gauge(
+            "rtm_bpf_map_memory_bytes",
+            "Memory charged for each eBPF map.",
+        );
+        for m in &b.maps {
+            mem.samples
+                .push((vec![("map", m.name.clone())], Value::Int(m.memlock_bytes)));
+        }
+        f.extend([runs, time, mem]);
+    }
     f
 }
 

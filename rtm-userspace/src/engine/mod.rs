@@ -34,7 +34,7 @@ use handle::Command;
 pub use handle::EngineHandle;
 pub use kernel::KernelSource;
 use rtm_common::decode::Event;
-pub use source::{EventList, ProcessChanges, Source};
+pub use source::{EventList, KernelState, ProcessChanges, Source};
 pub use summary::Summary;
 use tokio::{
     sync::{mpsc, watch},

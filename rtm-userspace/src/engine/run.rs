@@ -82,6 +82,10 @@ impl Engine {
             let mut summary = Summary::build(self.seq, &run, &snap, followed, system, top);
             if let Some(p) = per_process {
                 summary.processes = p.build(&snap, now);
+                summary.kernel = self.source.kernel_state();
+                if self.config.bpf_stats {
+                    summary.bpf = self.source.bpf_stats();
+                }
             }
             self.summary.send_replace(Arc::new(summary));
         }

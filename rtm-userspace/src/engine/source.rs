@@ -17,6 +17,17 @@ use crate::{
     target::Module,
 };
 
+/// The kernel side's state now, for a daemon's self-metrics.
+#[derive(Debug, Clone, Default, serde::Serialize, PartialEq, Eq)]
+pub struct KernelState {
+    /// Whether the programs are loaded.
+    pub loaded: bool,
+    /// Uprobes attached (full mode, MPI).
+    pub uprobes: usize,
+    /// Maps that fill up as targets do: (name, entries, capacity).
+    pub maps: Vec<(&'static str, usize, u32)>,
+}
+
 /// What happened to processes since the last call, for a source that must act on it
 /// (full mode probes followed processes).
 #[derive(Debug, Default)]
@@ -80,6 +91,11 @@ pub trait Source {
     /// wait began (sources that cannot tell: none).
     fn asleep(&self, _threads: &mut dyn Iterator<Item = (u32, u32)>) -> Vec<Asleep> {
         Vec::new()
+    }
+
+    /// The kernel side's state now (sources without one: nothing loaded).
+    fn kernel_state(&self) -> KernelState {
+        KernelState::default()
     }
 
     /// Followed processes that ran unprobed for a while.

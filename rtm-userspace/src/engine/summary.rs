@@ -6,7 +6,7 @@
 
 use serde::Serialize;
 
-use super::processes::ProcessSummary;
+use super::{processes::ProcessSummary, source::KernelState};
 use crate::{
     config::Mode,
     model::{
@@ -14,7 +14,7 @@ use crate::{
         system::interval::Interval,
     },
     output::{RunInfo, TargetInfo},
-    readers::{Losses, ReaderStats},
+    readers::{Losses, ReaderStats, bpf_stats::BpfStats},
 };
 
 /// Most targets listed (the rest are counted).
@@ -84,6 +84,10 @@ pub struct Summary {
     pub system: Option<Interval>,
     /// Each traced process (when the engine publishes them).
     pub processes: Vec<ProcessSummary>,
+    /// The kernel side now (when the engine publishes processes).
+    pub kernel: KernelState,
+    /// The eBPF programs' and maps' statistics (with `bpf_stats`).
+    pub bpf: Option<BpfStats>,
 }
 
 impl Summary {
@@ -138,6 +142,8 @@ impl Summary {
             mpi_calls,
             system,
             processes: Vec::new(),
+            kernel: KernelState::default(),
+            bpf: None,
         }
     }
 }

@@ -767,6 +767,27 @@ impl Probes {
         self.library_wide.get(&id).is_some_and(|f| !f.is_empty())
     }
 
+    /// Uprobes attached, one per function and process (or library).
+    pub fn uprobes_attached(&self) -> usize {
+        self.links.values().map(Vec::len).sum::<usize>()
+            + self
+                .multi_links
+                .values()
+                .flat_map(|v| v.iter().map(|(_, n)| *n))
+                .sum::<usize>()
+    }
+
+    /// Entries in the process filter (TRACED_TGIDS) and its capacity.
+    pub fn filter_fill(&self) -> Option<(usize, u32)> {
+        let map = self.ebpf.map(names::MAP_TRACED_TGIDS)?;
+        let capacity = match map {
+            aya::maps::Map::HashMap(data) => data.info().ok()?.max_entries(),
+            _ => return None,
+        };
+        let tgids: BpfHashMap<_, u32, u32> = BpfHashMap::try_from(map).ok()?;
+        Some((tgids.keys().count(), capacity))
+    }
+
     /// The uprobe programs loaded for uprobe_multi links, by name.
     pub fn multi_programs(&self) -> Vec<(&'static str, std::rc::Rc<OwnedFd>)> {
         self.multi

@@ -37,6 +37,8 @@ pub struct LeftWaits {
     entries: SharedMemory,
     /// PENDING_FUTEX: the entries of threads past the slots.
     pending: BpfHashMap<MapData, u64, PendingFutex>,
+    /// Its capacity.
+    pending_capacity: Option<u32>,
     /// Slots minus one.
     mask: u32,
     /// Own the descriptors; declared last so the mappings go first.
@@ -54,6 +56,7 @@ impl LeftWaits {
             slots,
         } = maps;
         debug_assert!(slots.is_power_of_two());
+        let pending_capacity = pending.info().ok().map(|i| i.max_entries());
         let pending = aya::maps::Map::HashMap(pending)
             .try_into()
             .map_err(io::Error::other)?;
@@ -61,6 +64,7 @@ impl LeftWaits {
             mapping: SharedMemory::array(&done, slots as usize * size_of::<FutexDone>())?,
             entries: SharedMemory::array(&entries, slots as usize * size_of::<PendingFutex>())?,
             pending,
+            pending_capacity,
             mask: slots - 1,
             _map: done,
             _entries: entries,
@@ -117,6 +121,11 @@ impl LeftWaits {
                     .then_some((pid, tid, f.start_ns))
             })
             .collect()
+    }
+
+    /// Entries of threads past the slots (PENDING_FUTEX) and the map's capacity.
+    pub fn overflow_fill(&self) -> Option<(usize, u32)> {
+        Some((self.pending.keys().count(), self.pending_capacity?))
     }
 
     /// The futex entry of thread `tid` of `pid`.

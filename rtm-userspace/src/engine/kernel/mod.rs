@@ -7,12 +7,12 @@ mod mpi;
 
 use std::{future::Future, io, os::fd::OwnedFd, pin::Pin};
 
-use rtm_common::{LossCounter, decode::Event};
+use rtm_common::{LossCounter, decode::Event, names};
 
 use super::{
     EngineError, Target,
     processes::Asleep,
-    source::{ProcessChanges, Source},
+    source::{KernelState, ProcessChanges, Source},
 };
 use crate::{
     EBPF_OBJECT,
@@ -325,6 +325,24 @@ impl Source for KernelSource {
             .into_iter()
             .map(|(pid, tid, start_ns)| Asleep { pid, tid, start_ns })
             .collect()
+    }
+
+    fn kernel_state(&self) -> KernelState {
+        let Some(live) = &self.live else {
+            return KernelState::default();
+        };
+        let mut maps = Vec::new();
+        if let Some((n, cap)) = live.probes.filter_fill() {
+            maps.push((names::MAP_TRACED_TGIDS, n, cap));
+        }
+        if let Some((n, cap)) = live.left.as_ref().and_then(|l| l.overflow_fill()) {
+            maps.push((names::MAP_PENDING_FUTEX, n, cap));
+        }
+        KernelState {
+            loaded: true,
+            uprobes: live.probes.uprobes_attached(),
+            maps,
+        }
     }
 
     fn changes(&mut self, changes: ProcessChanges, modules: &dyn Fn(u32) -> Vec<Module>) {
