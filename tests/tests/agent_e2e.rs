@@ -595,3 +595,56 @@ fn an_mpi_rule_exports_exact_messages_per_rank() {
     let (_, body) = get(&agent.addr, "/metrics", "");
     assert!(body.contains("rtm_mpi_calls_total{"), "{body}");
 }
+
+/// A rule with `mode = "full"` beside the file's contention mode: its processes are
+/// traced in full mode (every pthread call), by a second engine, and their lock counts
+/// are exact; a process of another rule stays in contention mode.
+#[test]
+fn a_full_mode_rule_counts_every_acquisition() {
+    if !can_trace("a_full_mode_rule_counts_every_acquisition") {
+        return;
+    }
+    let dir = TempDir::new("agent-full");
+    let agent = start_agent(
+        &dir,
+        17476,
+        "[[agent.select]]\ncomm = \"mutex_workload\"\nmode = \"full\"\n",
+    );
+    let mut app = spawn(Command::new(workload("mutex_workload")).args([
+        "--threads",
+        "2",
+        "--iters",
+        "60",
+        "--hold-us",
+        "200",
+        "--private",
+        "0",
+        "--wait-stdin",
+        "--linger-ms",
+        "3000",
+    ]));
+    let mut lines = LineWatch::new(app.child.stdout.take().unwrap());
+    lines.wait_for("ready", T);
+    let metric = |line_start: &str| -> Option<f64> {
+        let (_, body) = get(&agent.addr, "/metrics", "");
+        body.lines()
+            .find(|l| l.starts_with(line_start))
+            .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+    };
+    wait_for("the target traced", Duration::from_secs(30), || {
+        metric("rtm_targets{state=\"running\"}") == Some(1.0)
+    });
+    writeln!(app.child.stdin.as_mut().unwrap(), "go").unwrap();
+    let q = "rtm_lock_waits_total{target=\"mutex_workload\",container_id=\"\",lock=\"shared_lock\",kind=\"mutex\"}";
+    let mut last = None;
+    wait_for(
+        "120 acquisitions of shared_lock",
+        Duration::from_secs(30),
+        || {
+            last = metric(q);
+            last == Some(120.0)
+        },
+    );
+    assert!(metric("rtm_uprobes_attached").is_some_and(|n| n > 0.0));
+    drop(app);
+}

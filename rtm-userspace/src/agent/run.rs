@@ -25,7 +25,7 @@ use super::{
 };
 use crate::{
     cli::AgentCli,
-    config::{AgentConfig, CounterList, TraceConfig},
+    config::{AgentConfig, CounterList, Mode, TraceConfig},
     engine::{Engine, EngineError, EngineHandle, KernelSource, Summary, Target},
     output::EndReason,
     session::{SessionError, preflight, read_config},
@@ -109,13 +109,28 @@ async fn agent(config: TraceConfig, selector: Selector) -> Result<i32, SessionEr
         "rtm-trace agent: serving /metrics, /healthz and /readyz on http://{}",
         a.listen
     );
-    let source = Box::new(KernelSource::new(&config));
-    let mut engine = Engine::new(config, source, Vec::new());
-    engine.publish_processes(true);
-    // The programs stay loaded as long as an exited target's series (churn does not
-    // reload them for every short-lived process).
-    engine.release_after(Duration::from_secs_f64(a.grace));
-    let handle = engine.handle();
+    // One engine in the file's mode, and one in the other mode when a rule asks for it
+    // (each loads its programs only when it has a target).
+    let engine_in = |mode: Mode| {
+        let mut c = config.clone();
+        c.mode = mode;
+        let source = Box::new(KernelSource::new(&c));
+        let mut e = Engine::new(c, source, Vec::new());
+        e.publish_processes(true);
+        // The programs stay loaded as long as an exited target's series (churn does
+        // not reload them for every short-lived process).
+        e.release_after(Duration::from_secs_f64(a.grace));
+        e
+    };
+    let other_mode = match config.mode {
+        Mode::Contention => Mode::Full,
+        Mode::Full => Mode::Contention,
+    };
+    let mut main = engine_in(config.mode);
+    let mut other = a.selects_mode(other_mode).then(|| engine_in(other_mode));
+    let handles: Vec<(Mode, EngineHandle)> = std::iter::once((config.mode, main.handle()))
+        .chain(other.as_ref().map(|e| (other_mode, e.handle())))
+        .collect();
     let (texts_tx, texts_rx) = watch::channel(Texts::default());
     let ready = Arc::new(AtomicBool::new(false));
     http::spawn(
@@ -127,21 +142,46 @@ async fn agent(config: TraceConfig, selector: Selector) -> Result<i32, SessionEr
         a.max_scrapes,
     )
     .map_err(io_err("the metrics endpoint's thread"))?;
-    let libraries =
-        engine.config().mode == crate::config::Mode::Full || engine.config().probe_mpi();
-    let discovery = tokio::spawn(discover(handle, selector, a, libraries, texts_tx, ready));
+    let defaults = Defaults {
+        mode: config.mode,
+        mpi: config.probe_mpi(),
+    };
+    let stops = handles.clone();
+    let discovery = tokio::spawn(discover(handles, selector, a, defaults, texts_tx, ready));
     let signalled = async {
         tokio::select! {
-            _ = sigint.recv() => EndReason::Signal,
-            _ = sigterm.recv() => EndReason::Signal,
+            _ = sigint.recv() => {}
+            _ = sigterm.recv() => {}
+        }
+        for (_, h) in &stops {
+            let _ = h.stop(EndReason::Signal);
         }
     };
-    let result = engine.run(signalled).await;
+    let (main_result, other_result, ()) = tokio::join!(
+        main.run(std::future::pending()),
+        async {
+            match other.as_mut() {
+                Some(e) => e.run(std::future::pending()).await.map(Some),
+                None => Ok(None),
+            }
+        },
+        signalled
+    );
     discovery.abort();
-    let reason = result?;
-    engine.finish(reason)?;
+    let reason = main_result?;
+    main.finish(reason)?;
+    if let (Some(e), Some(reason)) = (other, other_result?) {
+        e.finish(reason)?;
+    }
     crate::say!("rtm-trace agent: stopped; every probe detached");
     Ok(0)
+}
+
+/// What a rule that says nothing gets.
+#[derive(Debug, Clone, Copy)]
+struct Defaults {
+    mode: Mode,
+    mpi: bool,
 }
 
 /// A short name for why an attach failed (a label value).
@@ -156,7 +196,10 @@ fn reason(e: &EngineError) -> &'static str {
 }
 
 struct Discovery {
-    handle: EngineHandle,
+    /// The engines, by mode: the file's first.
+    handles: Vec<(Mode, EngineHandle)>,
+    /// The engine (index in `handles`) tracing each process.
+    owner: HashMap<u32, usize>,
     selector: Selector,
     config: AgentConfig,
     metrics: Metrics,
@@ -169,9 +212,8 @@ struct Discovery {
     /// When each exited target was first seen exited.
     exited: HashMap<u32, Instant>,
     told: HashSet<&'static str>,
-    /// Whether targets are probed in their libraries unless a rule says otherwise (full
-    /// mode, or MPI on for the whole file).
-    libraries_by_default: bool,
+    /// The file's mode and MPI choice.
+    defaults: Defaults,
     /// Processes caught at their exec that need their libraries probed: looked at again
     /// once the loader has mapped them (when, pid).
     deferred: Vec<(Instant, u32)>,
@@ -194,14 +236,15 @@ impl Discovery {
         let Some(info) = ProcInfo::read(pid) else {
             return;
         };
-        let Some(mpi) = self.selector.rule_for(&info).map(|r| r.mpi) else {
+        let Some((mpi, mode)) = self.selector.rule_for(&info).map(|r| (r.mpi, r.mode)) else {
             self.passed.insert(pid, start_time(pid));
             return;
         };
+        let mode = mode.unwrap_or(self.defaults.mode);
         // Library probes (MPI, full mode) need the libraries the loader maps after the
         // exec: such a process is looked at again a moment later. Contention mode needs
         // none, and starts at once.
-        if execd && mpi.unwrap_or(self.libraries_by_default) {
+        if execd && (mode == Mode::Full || mpi.unwrap_or(self.defaults.mpi)) {
             self.deferred.push((Instant::now() + LOADER_TIME, pid));
             return;
         }
@@ -224,9 +267,15 @@ impl Discovery {
             mpi,
             ..Target::running(pid, true)
         };
-        match self.handle.add(vec![target]).await {
+        let engine = self
+            .handles
+            .iter()
+            .position(|(m, _)| *m == mode)
+            .expect("an engine for every mode a rule names");
+        match self.handles[engine].1.add(vec![target]).await {
             Ok(_) => {
                 self.traced.insert(pid);
+                self.owner.insert(pid, engine);
                 self.own.attached += 1;
                 self.metrics.know(Arc::new(info));
             }
@@ -261,8 +310,15 @@ impl Discovery {
         self.own.discovered = true;
     }
 
-    /// A new summary: retire exited targets past their grace, and publish the text.
-    fn update(&mut self, summary: &Summary, texts: &watch::Sender<Texts>) {
+    /// New summaries (one per engine): retire exited targets past their grace, and
+    /// publish the text.
+    fn update(&mut self, summaries: &[Arc<Summary>], texts: &watch::Sender<Texts>) {
+        for (i, s) in summaries.iter().enumerate() {
+            for p in &s.processes {
+                self.owner.insert(p.pid, i);
+            }
+        }
+        let summary = &combine(summaries);
         let grace = Duration::from_secs_f64(self.config.grace);
         let now = Instant::now();
         let mut forget = Vec::new();
@@ -282,21 +338,89 @@ impl Discovery {
         self.metrics.update(summary);
         let families = self.metrics.families(summary, &self.own);
         texts.send_replace(Texts::encode(families));
-        if !forget.is_empty() {
-            let _ = self.handle.forget(forget);
+        for (i, (_, handle)) in self.handles.iter().enumerate() {
+            let mine: Vec<u32> = forget
+                .iter()
+                .copied()
+                .filter(|p| self.owner.get(p) == Some(&i))
+                .collect();
+            if !mine.is_empty() {
+                let _ = handle.forget(mine);
+            }
         }
+        self.owner.retain(|p, _| listed.contains(p));
     }
 }
 
+/// Resolves when any engine publishes a summary (Err: an engine is gone).
+async fn changed(
+    watches: &mut [watch::Receiver<Arc<Summary>>],
+) -> Result<(), watch::error::RecvError> {
+    let (first, rest) = watches.split_first_mut().expect("at least one engine");
+    match rest.first_mut() {
+        Some(second) => tokio::select! {
+            r = first.changed() => r,
+            r = second.changed() => r,
+        },
+        None => first.changed().await,
+    }
+}
+
+/// The engines' summaries as one: their processes side by side, their counts summed.
+fn combine(summaries: &[Arc<Summary>]) -> Summary {
+    let mut out = Summary::default();
+    for s in summaries {
+        out.processes.extend(s.processes.iter().cloned());
+        let (l, o) = (&mut out.losses, &s.losses);
+        l.ring_full += o.ring_full;
+        l.pending_full += o.pending_full;
+        l.missed_entry += o.missed_entry;
+        l.mapping_records += o.mapping_records;
+        out.model.events += s.model.events;
+        out.model.dropped_over_limits += s.model.dropped_over_limits;
+        let k = &mut out.kernel;
+        k.loaded |= s.kernel.loaded;
+        k.uprobes += s.kernel.uprobes;
+        for &(name, n, cap) in &s.kernel.maps {
+            match k.maps.iter_mut().find(|m| m.0 == name) {
+                Some(m) => {
+                    m.1 += n;
+                    m.2 += cap;
+                }
+                None => k.maps.push((name, n, cap)),
+            }
+        }
+        if let Some(b) = &s.bpf {
+            let into = out.bpf.get_or_insert_with(Default::default);
+            for p in &b.programs {
+                match into.programs.iter_mut().find(|q| q.name == p.name) {
+                    Some(q) => {
+                        q.runs += p.runs;
+                        q.run_ns += p.run_ns;
+                    }
+                    None => into.programs.push(p.clone()),
+                }
+            }
+            for m in &b.maps {
+                match into.maps.iter_mut().find(|q| q.name == m.name) {
+                    Some(q) => q.memlock_bytes += m.memlock_bytes,
+                    None => into.maps.push(m.clone()),
+                }
+            }
+        }
+    }
+    out
+}
+
 async fn discover(
-    handle: EngineHandle,
+    handles: Vec<(Mode, EngineHandle)>,
     selector: Selector,
     config: AgentConfig,
-    libraries_by_default: bool,
+    defaults: Defaults,
     texts: watch::Sender<Texts>,
     ready: Arc<AtomicBool>,
 ) {
-    let mut summaries = handle.summary();
+    let mut watches: Vec<_> = handles.iter().map(|(_, h)| h.summary()).collect();
     let bounds = Bounds {
         top_locks: config.top_locks,
         top_edges: config.top_edges,
@@ -316,7 +440,8 @@ async fn discover(
     let mut rescan = tokio::time::interval(Duration::from_secs_f64(config.discovery_interval));
     rescan.set_missed_tick_behavior(MissedTickBehavior::Delay);
     let mut d = Discovery {
-        handle,
+        handles,
+        owner: HashMap::new(),
         selector,
         config,
         metrics: Metrics::new(bounds),
@@ -325,11 +450,11 @@ async fn discover(
         passed: HashMap::new(),
         exited: HashMap::new(),
         told: HashSet::new(),
-        libraries_by_default,
+        defaults,
         deferred: Vec::new(),
     };
     // The text before the first update: the agent's own figures.
-    d.update(&Summary::default(), &texts);
+    d.update(&[Arc::new(Summary::default())], &texts);
     loop {
         tokio::select! {
             _ = rescan.tick() => {
@@ -366,12 +491,13 @@ async fn discover(
                     d.consider(pid, false).await;
                 }
             }
-            r = summaries.changed() => {
+            r = changed(&mut watches) => {
                 if r.is_err() {
                     return;
                 }
-                let s = summaries.borrow_and_update().clone();
-                d.update(&s, &texts);
+                let latest: Vec<Arc<Summary>> =
+                    watches.iter_mut().map(|w| w.borrow_and_update().clone()).collect();
+                d.update(&latest, &texts);
             }
         }
     }

@@ -45,6 +45,13 @@ pub struct AgentConfig {
     pub exclude: Vec<Rule>,
 }
 
+impl AgentConfig {
+    /// Whether a select rule asks for `mode` (the agent then runs an engine in it).
+    pub fn selects_mode(&self, mode: super::Mode) -> bool {
+        self.select.iter().any(|r| r.mode == Some(mode))
+    }
+}
+
 impl Default for AgentConfig {
     fn default() -> Self {
         Self {
@@ -85,6 +92,9 @@ pub struct Rule {
     /// Select rules only: probe the MPI library of the processes this rule selects
     /// (per-rank calls, time, messages and bytes); None for the file's top-level `mpi`.
     pub mpi: Option<bool>,
+    /// Select rules only: trace the processes this rule selects in this mode; None for
+    /// the file's top-level `mode`.
+    pub mode: Option<super::Mode>,
 }
 
 impl Rule {
@@ -92,6 +102,7 @@ impl Rule {
     fn is_empty(&self) -> bool {
         Rule {
             mpi: None,
+            mode: None,
             ..self.clone()
         } == Rule::default()
     }
