@@ -268,6 +268,8 @@ impl Engine {
             return;
         }
         self.state.forget(&gone);
+        let list: Vec<u32> = gone.iter().copied().collect();
+        self.source.forget(&list);
         self.targets.retain(|t| !gone.contains(&t.info.pid));
         if let Some(s) = &mut self.sampler {
             s.forget(&gone);

@@ -233,8 +233,10 @@ impl Engine {
         };
         t.info.ended = Some(ended);
         // Its address space is gone, and its probes with it; the links are released
-        // with the others at the end.
+        // with the others at the end, or when a daemon forgets it. It leaves the
+        // in-kernel filter now (its pid may be used again).
         t.live = false;
+        self.source.stop(&[pid]);
         if self.stop_when_targets_exit {
             return Ok(self.targets.iter().all(|t| !t.live));
         }

@@ -93,6 +93,10 @@ pub trait Source {
         Vec::new()
     }
 
+    /// Drops what the source holds for processes `pids`, which have exited and are
+    /// forgotten (their probes, in a daemon that keeps the source loaded).
+    fn forget(&mut self, _pids: &[u32]) {}
+
     /// The kernel side's state now (sources without one: nothing loaded).
     fn kernel_state(&self) -> KernelState {
         KernelState::default()

@@ -767,14 +767,24 @@ impl Probes {
         self.library_wide.get(&id).is_some_and(|f| !f.is_empty())
     }
 
-    /// Uprobes attached, one per function and process (or library).
-    pub fn uprobes_attached(&self) -> usize {
-        self.links.values().map(Vec::len).sum::<usize>()
-            + self
-                .multi_links
-                .values()
-                .flat_map(|v| v.iter().map(|(_, n)| *n))
-                .sum::<usize>()
+    /// Detaches the uprobes attached for processes `pids` alone (they have exited): a
+    /// daemon whose targets come and go does not keep them until it releases
+    /// everything. Probes on a library for every process stay.
+    pub fn forget(&mut self, pids: &[u32]) {
+        for pid in pids {
+            // Closing a uprobe_multi link detaches its uprobes.
+            self.multi_links.remove(pid);
+            for (name, link) in self.links.remove(pid).unwrap_or_default() {
+                match program::<UProbe>(&mut self.ebpf, name) {
+                    Ok(p) => {
+                        if let Err(e) = p.detach(link) {
+                            log::debug!("detaching {name} of {pid}: {e}");
+                        }
+                    }
+                    Err(e) => log::debug!("detaching {name} of {pid}: {e}"),
+                }
+            }
+        }
     }
 
     /// Entries in the process filter (TRACED_TGIDS) and its capacity.

@@ -327,6 +327,13 @@ impl Source for KernelSource {
             .collect()
     }
 
+    fn forget(&mut self, pids: &[u32]) {
+        self.follow.targets.retain(|(p, _)| !pids.contains(p));
+        if let Some(l) = &mut self.live {
+            l.probes.forget(pids);
+        }
+    }
+
     fn kernel_state(&self) -> KernelState {
         let Some(live) = &self.live else {
             return KernelState::default();
@@ -340,7 +347,7 @@ impl Source for KernelSource {
         }
         KernelState {
             loaded: true,
-            uprobes: live.probes.uprobes_attached(),
+            uprobes: live.probes.uprobe_count(),
             maps,
         }
     }
