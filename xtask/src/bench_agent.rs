@@ -23,6 +23,12 @@ use crate::{
     setup::ensure_packages,
 };
 
+/// The `i`th port of this run: several runs (a full one and CI's smoke run) may share
+/// the machine.
+fn port(i: u16) -> u16 {
+    20_000 + (std::process::id() % 4_000) as u16 * 5 + i
+}
+
 /// A running agent, stopped (SIGINT) when dropped.
 struct Agent {
     child: Child,
@@ -219,7 +225,7 @@ fn node_cost(
                 let a = start_agent(
                     rtm,
                     work,
-                    17480,
+                    port(0),
                     "[[agent.select]]\ncomm = \"agent_target\"\n",
                 )?;
                 if i == 1 {
@@ -309,7 +315,7 @@ fn memcslap(port: u16, ops: &str) -> Result<f64> {
 }
 
 fn serving(rtm: &Path, work: &Path, plan: Plan) -> Result<()> {
-    let port = 21480;
+    let mc_port = 40_000 + (std::process::id() % 4_000) as u16;
     let server = Procs(vec![
         Command::new("memcached")
             .args([
@@ -318,7 +324,7 @@ fn serving(rtm: &Path, work: &Path, plan: Plan) -> Result<()> {
                 "-t",
                 "4",
                 "-p",
-                &port.to_string(),
+                &mc_port.to_string(),
                 "-U",
                 "0",
                 "-l",
@@ -329,7 +335,7 @@ fn serving(rtm: &Path, work: &Path, plan: Plan) -> Result<()> {
     ]);
     std::thread::sleep(Duration::from_millis(500));
     let ops = plan.pick("5000", "500");
-    memcslap(port, ops)?; // warm: the keys exist from here
+    memcslap(mc_port, ops)?; // warm: the keys exist from here
     let mut rates = vec![Vec::new(); 2];
     for _ in 0..plan.rounds {
         for (i, r) in rates.iter_mut().enumerate() {
@@ -337,7 +343,7 @@ fn serving(rtm: &Path, work: &Path, plan: Plan) -> Result<()> {
                 let a = start_agent(
                     rtm,
                     work,
-                    17481,
+                    port(1),
                     "[[agent.select]]\nexe = \"/usr/bin/memcached\"\n",
                 )?;
                 wait_metric(
@@ -350,7 +356,7 @@ fn serving(rtm: &Path, work: &Path, plan: Plan) -> Result<()> {
             } else {
                 None
             };
-            r.push(memcslap(port, ops)?);
+            r.push(memcslap(mc_port, ops)?);
             drop(agent);
         }
     }
@@ -378,7 +384,7 @@ fn scrapes(rtm: &Path, locks: &Path, work: &Path, plan: Plan) -> Result<()> {
     let agent = start_agent(
         rtm,
         work,
-        17482,
+        port(2),
         "[[agent.select]]\ncmdline = \"/scr_[0-9]+ \"\n",
     )?;
     let mut procs = Procs(Vec::new());
@@ -437,10 +443,10 @@ fn over_time(rtm: &Path, locks: &Path, work: &Path, plan: Plan) -> Result<()> {
     let steady_agent = start_agent(
         rtm,
         work,
-        17483,
+        port(3),
         "[[agent.select]]\ncmdline = \"/steady_\"\n",
     )?;
-    let churn_agent = start_agent(rtm, work, 17484, "[[agent.select]]\ncomm = \"churn\"\n")?;
+    let churn_agent = start_agent(rtm, work, port(4), "[[agent.select]]\ncomm = \"churn\"\n")?;
     let mut steady = Procs(Vec::new());
     let ms = (total.as_millis() as u64 + 60_000).to_string();
     for i in 0..8 {
@@ -478,10 +484,12 @@ fn over_time(rtm: &Path, locks: &Path, work: &Path, plan: Plan) -> Result<()> {
     }
     let (_, body) = get(&churn_agent.addr, "/metrics", "")?;
     let attached = sample(&body, "rtm_attached_total").unwrap_or(0.0);
+    let filter = sample(&body, "rtm_bpf_map_entries{map=\"TRACED_TGIDS\"}").unwrap_or(-1.0);
     println!(
         "\nThe agent over {minutes} minutes on {}: one agent watching 8 steady targets \
          (`many_locks 8 16`), one watching short-lived ones (`many_locks 4 8 50`, one started \
-         every 100 ms: {started} started, {attached} attached). RSS in MiB:\n",
+         every 100 ms: {started} started, {attached} attached; entries left in the in-kernel \
+         process filter at the end: {filter}). RSS in MiB:\n",
         host()
     );
     println!("| minute | steady RSS | churn RSS |");
