@@ -117,6 +117,9 @@ async fn agent(config: TraceConfig, selector: Selector) -> Result<i32, SessionEr
         let source = Box::new(KernelSource::new(&c));
         let mut e = Engine::new(c, source, Vec::new());
         e.publish_processes(true);
+        // It exports no system statistics: none are read or kept (their history, up to
+        // 1,024 samples, would grow the agent for its first hour and a half).
+        e.sample_system(false);
         // The programs stay loaded as long as an exited target's series (churn does
         // not reload them for every short-lived process).
         e.release_after(Duration::from_secs_f64(a.grace));

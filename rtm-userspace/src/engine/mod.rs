@@ -190,6 +190,8 @@ pub struct Engine {
     release_after: std::time::Duration,
     /// Since when nothing has been traced, while the kernel side stays loaded.
     idle_since: Option<Instant>,
+    /// Sample the system's statistics and the counters.
+    sample_system: bool,
 }
 
 fn io_err(what: &'static str) -> impl FnOnce(io::Error) -> EngineError {
@@ -230,6 +232,7 @@ impl Engine {
             per_process: false,
             release_after: std::time::Duration::ZERO,
             idle_since: None,
+            sample_system: true,
             config,
         }
     }
@@ -245,6 +248,12 @@ impl Engine {
     /// default it is released at once.
     pub fn release_after(&mut self, linger: std::time::Duration) {
         self.release_after = linger;
+    }
+
+    /// Samples the system's statistics and the counters (the default), or not (a front
+    /// end that shows neither: nothing is read for them, nothing kept).
+    pub fn sample_system(&mut self, yes: bool) {
+        self.sample_system = yes;
     }
 
     /// Publishes a summary of each traced process with the [`Summary`].
@@ -306,14 +315,16 @@ impl Engine {
                 .map(|d| d.as_millis() as u64)
                 .unwrap_or(0),
         });
-        let config = &self.config;
-        let sampler = self
-            .sampler
-            .get_or_insert_with(|| Sampler::new(config, start.ns));
-        for info in &infos {
-            sampler.add_process(info.pid);
+        if self.sample_system {
+            let config = &self.config;
+            let sampler = self
+                .sampler
+                .get_or_insert_with(|| Sampler::new(config, start.ns));
+            for info in &infos {
+                sampler.add_process(info.pid);
+            }
+            sampler.sample(now, infos.iter().map(|i| i.pid));
         }
-        sampler.sample(now, infos.iter().map(|i| i.pid));
         if first_load {
             // Loading the programs parsed the kernel's BTF and the target's libraries:
             // several MiB freed but still resident in the heap. Hand them back before

@@ -380,3 +380,25 @@ fn programs_linger_for_release_after() {
         engine.finish(EndReason::Signal).unwrap();
     });
 }
+
+/// A front end that shows no system statistics has nothing sampled or kept for them.
+#[test]
+fn no_system_sampling_when_turned_off() {
+    let config = TraceConfig {
+        counters: CounterList(Vec::new()),
+        ..TraceConfig::default()
+    };
+    let rt = runtime();
+    rt.block_on(async {
+        for on in [true, false] {
+            let source = EventList::new(workload(std::process::id(), 10, 100));
+            let mut engine = Engine::new(config.clone(), Box::new(source), Vec::new());
+            engine.sample_system(on);
+            engine
+                .add_targets(vec![Target::running(std::process::id(), false)])
+                .unwrap();
+            assert_eq!(engine.sampler.is_some(), on);
+            engine.finish(EndReason::Signal).unwrap();
+        }
+    });
+}
