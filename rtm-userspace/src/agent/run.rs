@@ -209,6 +209,8 @@ struct Discovery {
     own: SelfCounts,
     /// Processes traced (added by the agent, or followed by the engine).
     traced: HashSet<u32>,
+    /// Processes added that no summary has listed yet, with when.
+    added: HashMap<u32, Instant>,
     /// Processes looked at that did not match (their start time: a pid used again is
     /// looked at again).
     passed: HashMap<u32, u64>,
@@ -221,6 +223,9 @@ struct Discovery {
     /// once the loader has mapped them (when, pid).
     deferred: Vec<(Instant, u32)>,
 }
+
+/// How long a process added is taken as traced before a summary lists it.
+const RECENT: Duration = Duration::from_secs(30);
 
 /// How long after its exec a process's libraries are surely mapped.
 const LOADER_TIME: Duration = Duration::from_millis(300);
@@ -278,6 +283,7 @@ impl Discovery {
         match self.handles[engine].1.add(vec![target]).await {
             Ok(_) => {
                 self.traced.insert(pid);
+                self.added.insert(pid, Instant::now());
                 self.owner.insert(pid, engine);
                 self.own.attached += 1;
                 self.metrics.know(Arc::new(info));
@@ -326,7 +332,6 @@ impl Discovery {
         let now = Instant::now();
         let mut forget = Vec::new();
         for p in &summary.processes {
-            self.traced.insert(p.pid);
             if p.live {
                 continue;
             }
@@ -337,7 +342,11 @@ impl Discovery {
         }
         let listed: HashSet<u32> = summary.processes.iter().map(|p| p.pid).collect();
         self.exited.retain(|p, _| listed.contains(p));
-        self.traced.retain(|p| listed.contains(p));
+        // Traced: what the engines list, and what was added too recently to be listed
+        // (a summary may predate the add).
+        self.added
+            .retain(|p, at| !listed.contains(p) && now.duration_since(*at) < RECENT);
+        self.traced = listed.iter().chain(self.added.keys()).copied().collect();
         self.metrics.update(summary);
         let families = self.metrics.families(summary, &self.own);
         texts.send_replace(Texts::encode(families));
@@ -450,6 +459,7 @@ async fn discover(
         metrics: Metrics::new(bounds),
         own: SelfCounts::default(),
         traced: HashSet::new(),
+        added: HashMap::new(),
         passed: HashMap::new(),
         exited: HashMap::new(),
         told: HashSet::new(),

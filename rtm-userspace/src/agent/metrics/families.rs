@@ -307,17 +307,27 @@ pub(super) fn own_families(summary: &Summary, own: &SelfCounts, targets: usize) 
     }
     f.push(a);
     let l = summary.losses;
-    let mut lost = counter("rtm_events_lost", "Events the kernel side lost, by reason.");
-    for (reason, n) in [
-        ("ring_full", l.ring_full),
-        ("pending_full", l.pending_full),
-        ("missed_entry", l.missed_entry),
-        ("mapping_records", l.mapping_records),
-    ] {
+    let mut lost = counter(
+        "rtm_events_lost",
+        "Events the kernel side lost, by reason (ring buffer full, pending-call map full).",
+    );
+    for (reason, n) in [("ring_full", l.ring_full), ("pending_full", l.pending_full)] {
         lost.samples
             .push((vec![("reason", reason.into())], Value::Int(n)));
     }
     f.push(lost);
+    f.push(single(
+        Kind::Counter,
+        "rtm_calls_in_flight_at_attach",
+        "Calls already under way when the probes attached (full mode): seen from their next call, not lost.",
+        Value::Int(l.missed_entry),
+    ));
+    f.push(single(
+        Kind::Counter,
+        "rtm_mapping_records_lost",
+        "Address-space records dropped: some object names may be missing (no event is lost).",
+        Value::Int(l.mapping_records),
+    ));
     for (name, help, n) in [
         (
             "rtm_attached",
