@@ -62,6 +62,9 @@ pub struct SyncRecord {
     pub primitive: Primitive,
     /// The validated operation.
     pub op: SyncOp,
+    /// A futex wait's time runnable after its wake ([`FutexWaitEvent::runnable_ns`]);
+    /// 0 for every other record.
+    pub runnable_ns: u32,
 }
 
 impl Event {
@@ -125,14 +128,20 @@ pub fn decode(bytes: &[u8]) -> Result<Event, DecodeError> {
             let primitive = Primitive::from_u32(raw.primitive)
                 .ok_or(DecodeError::UnknownPrimitive(raw.primitive))?;
             let op = SyncOp::from_u32(raw.op).ok_or(DecodeError::UnknownOp(raw.op))?;
-            Ok(Event::Sync(SyncRecord { raw, primitive, op }))
-        }
-        Some(EventKind::FutexWait) => {
-            let raw = read::<FutexWaitEvent>(bytes)?.to_sync();
             Ok(Event::Sync(SyncRecord {
                 raw,
+                primitive,
+                op,
+                runnable_ns: 0,
+            }))
+        }
+        Some(EventKind::FutexWait) => {
+            let wait = read::<FutexWaitEvent>(bytes)?;
+            Ok(Event::Sync(SyncRecord {
+                raw: wait.to_sync(),
                 primitive: Primitive::Futex,
                 op: SyncOp::Wait,
+                runnable_ns: wait.runnable_ns,
             }))
         }
         Some(EventKind::Lifecycle) => {
@@ -221,6 +230,8 @@ mod tests {
             waker: 44,
             unslept: 3,
             waker_pid: 41,
+            runnable_ns: 7,
+            pad: 0,
         };
         let Event::Sync(s) = decode(encode(&wait)).unwrap() else {
             panic!("not a sync event")
@@ -229,6 +240,7 @@ mod tests {
         assert_eq!(s.op, SyncOp::Wait);
         assert_eq!(s.raw.header.kind, EventKind::Sync as u32);
         assert_eq!(s.raw.repeats, 3);
+        assert_eq!(s.runnable_ns, 7);
         assert_eq!(
             (s.raw.header.ts_ns, s.raw.header.pid, s.raw.header.tid),
             (5_000, 42, 43)

@@ -180,7 +180,8 @@ pub struct SyncEvent {
 const _: () = assert!(size_of::<SyncEvent>() == 80);
 
 /// A futex wait (kind [`EventKind::FutexWait`]): the fields of a [`Primitive::Futex`]
-/// [`SyncOp::Wait`] [`SyncEvent`] that such a wait fills, in 64 bytes. Decoded as that
+/// [`SyncOp::Wait`] [`SyncEvent`] that such a wait fills, in 72 bytes, and the time it
+/// spent runnable after its wake. Decoded as that
 /// SyncEvent. A wait that returned without sleeping has `ret` -EAGAIN and no wait time;
 /// contention mode folds a thread's run of them on one word into `unslept` of its next
 /// record (one a contended lock would otherwise send per lock attempt).
@@ -205,8 +206,14 @@ pub struct FutexWaitEvent {
     /// The process (tgid) of the thread that woke it: the waiter's own, another traced
     /// process's, or one not traced at all (a process-shared word); 0 when unknown.
     pub waker_pid: u32,
+    /// Of `wait_ns`, the time from the wake to the thread's first switch-in after it
+    /// (runnable, waiting for a CPU), in contention mode; saturates at u32::MAX. 0 when
+    /// the thread never left its CPU, and when the wake time is not known (full mode).
+    pub runnable_ns: u32,
+    /// Pads the record to 72 bytes.
+    pub pad: u32,
 }
-const _: () = assert!(size_of::<FutexWaitEvent>() == 64);
+const _: () = assert!(size_of::<FutexWaitEvent>() == 72);
 
 impl FutexWaitEvent {
     /// The same wait as a [`SyncEvent`].
@@ -388,6 +395,8 @@ impl PendingFutex {
             waker: 0,
             unslept: earlier,
             waker_pid: 0,
+            runnable_ns: 0,
+            pad: 0,
         }
     }
 }
@@ -447,7 +456,7 @@ pub struct FutexDone {
     /// BTF): nothing to add.
     pub at_return: u64,
 }
-const _: () = assert!(size_of::<FutexDone>() == 80);
+const _: () = assert!(size_of::<FutexDone>() == 88);
 
 impl FutexDone {
     /// The wait, ended when its thread got a CPU: at its first switch-in after the
@@ -457,8 +466,14 @@ impl FutexDone {
         let mut w = self.wait;
         let woken = w.header.ts_ns;
         if self.at_return == 0 && self.ran_ns > woken {
-            w.wait_ns += self.ran_ns - woken;
+            let runnable = self.ran_ns - woken;
+            w.wait_ns += runnable;
             w.header.ts_ns = self.ran_ns;
+            w.runnable_ns = if runnable > u32::MAX as u64 {
+                u32::MAX
+            } else {
+                runnable as u32
+            };
         }
         w
     }

@@ -374,6 +374,8 @@ fn exit(pid_tgid: u64, ret: i64) -> u32 {
         waker,
         unslept: 0,
         waker_pid,
+        runnable_ns: 0,
+        pad: 0,
     };
     // The thread was just woken, and is on its way to the lock it waited for: in
     // contention mode the record waits in its slot until the thread next waits or exits,

@@ -160,6 +160,8 @@ pub fn futex_waking(ctx: BtfTracePointContext) -> i32 {
             waker,
             unslept: f.unslept,
             waker_pid,
+            runnable_ns: 0,
+            pad: 0,
         },
         true,
     );

@@ -81,6 +81,17 @@ pub struct Cli {
     #[arg(short, long, value_name = "FILE")]
     pub output: Option<PathBuf>,
 
+    /// Write a timeline while tracing: a Perfetto trace (open it at ui.perfetto.dev) with
+    /// a track per thread, waits, wakes as arrows, holds, MPI calls and the system's
+    /// counters.
+    #[arg(long, value_name = "FILE.pftrace")]
+    pub timeline: Option<PathBuf>,
+
+    /// The timeline's size cap in MiB (default 1024); events past it are counted and
+    /// reported, not written.
+    #[arg(long, value_name = "MIB", value_parser = clap::value_parser!(u64).range(1..=config::MAX_TIMELINE_MB))]
+    pub timeline_max_mb: Option<u64>,
+
     /// Rows per table in the report (default 10).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=config::MAX_TOP as u64))]
     pub top: Option<u64>,
@@ -263,6 +274,8 @@ impl Cli {
         }
         c.output.report = self.output.or(c.output.report);
         c.output.json = self.json.or(c.output.json);
+        c.output.timeline = self.timeline.or(c.output.timeline);
+        c.output.timeline_max_mb = self.timeline_max_mb.unwrap_or(c.output.timeline_max_mb);
         c
     }
 }

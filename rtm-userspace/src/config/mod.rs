@@ -131,6 +131,10 @@ pub struct OutputConfig {
     pub json: Option<PathBuf>,
     /// Rows per table in the report.
     pub top: usize,
+    /// The Perfetto timeline's file (None: not written).
+    pub timeline: Option<PathBuf>,
+    /// The timeline's size cap, MiB: events past it are counted, not written.
+    pub timeline_max_mb: u64,
 }
 
 impl Default for OutputConfig {
@@ -139,9 +143,16 @@ impl Default for OutputConfig {
             report: None,
             json: None,
             top: 10,
+            timeline: None,
+            timeline_max_mb: DEFAULT_TIMELINE_MB,
         }
     }
 }
+
+/// The timeline's default size cap, MiB.
+pub const DEFAULT_TIMELINE_MB: u64 = 1024;
+/// Its largest cap, MiB (1 TiB).
+pub const MAX_TIMELINE_MB: u64 = 1 << 20;
 
 /// A value of the config that is out of range: which field (as in the file,
 /// `limits.ring_bytes`) and what is wrong with it.
@@ -201,6 +212,12 @@ impl TraceConfig {
         check_ring_bytes(self.limits.ring_bytes).map_err(|p| err("limits.ring_bytes", p))?;
         if self.limits.max_objects == 0 {
             return Err(err("limits.max_objects", "must be at least 1".into()));
+        }
+        if !(1..=MAX_TIMELINE_MB).contains(&self.output.timeline_max_mb) {
+            return Err(err(
+                "output.timeline_max_mb",
+                format!("must be between 1 and {MAX_TIMELINE_MB}"),
+            ));
         }
         if !(1..=MAX_TOP).contains(&self.output.top) {
             return Err(err(

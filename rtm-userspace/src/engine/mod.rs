@@ -432,7 +432,7 @@ impl Engine {
                 state.apply(ev);
                 for s in sinks.iter_mut() {
                     if s.sink.wants_events() {
-                        s.sink.event(ev);
+                        s.sink.event(ev, &mut state.namer);
                     }
                 }
             })

@@ -90,7 +90,7 @@ impl Sink for CountingSink {
         true
     }
 
-    fn event(&mut self, _event: &Event) {
+    fn event(&mut self, _event: &Event, _names: &mut crate::symbolize::objects::ObjectNamer) {
         self.0.borrow_mut().events += 1;
     }
 

@@ -33,6 +33,8 @@ use rustix::fs::{self as rfs, AtFlags, FileType, Mode, OFlags};
 
 use crate::{interrupt, target::files::type_name};
 
+pub mod stream;
+
 /// Why a destination cannot be written.
 #[derive(Debug, thiserror::Error)]
 pub enum DestError {

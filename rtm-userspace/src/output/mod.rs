@@ -11,6 +11,7 @@ pub mod sink;
 mod system_report;
 mod table;
 pub mod text;
+pub mod timeline;
 
 use serde::Serialize;
 
@@ -24,8 +25,9 @@ use crate::{
 pub type MakeSink = fn(&TraceConfig) -> Result<Option<Box<dyn sink::Sink>>, dest::DestError>;
 
 /// Every output a trace writes, one line each, in the order they are written at the
-/// end (the report first, then the JSON whatever became of the report).
-pub const SINKS: &[MakeSink] = &[report::sink, json::sink];
+/// end (the report first, then the JSON whatever became of the report, then the
+/// timeline).
+pub const SINKS: &[MakeSink] = &[report::sink, json::sink, timeline::sink];
 
 /// The outputs `config` asks for, their destinations checked.
 pub fn sinks(config: &TraceConfig) -> Result<Vec<Box<dyn sink::Sink>>, dest::DestError> {

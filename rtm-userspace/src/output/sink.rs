@@ -9,7 +9,7 @@
 use rtm_common::decode::Event;
 
 use super::{RunInfo, dest::DestError};
-use crate::model::Snapshot;
+use crate::{model::Snapshot, symbolize::objects::ObjectNamer};
 
 /// One point of the trace at which sinks are shown the state.
 pub struct Moment<'a> {
@@ -31,8 +31,10 @@ pub trait Sink {
         false
     }
 
-    /// A decoded event, in the order read. Must be quick: it runs on the event path.
-    fn event(&mut self, _event: &Event) {}
+    /// A decoded event, in the order read, after the model took it in. Must be quick:
+    /// it runs on the event path. `names` names objects from the mappings already
+    /// known ([`ObjectNamer::name_known`]: no /proc read here).
+    fn event(&mut self, _event: &Event, _names: &mut ObjectNamer) {}
 
     /// Whether it wants a snapshot at each interval (the engine builds one only when a
     /// sink or a watcher of the summary wants it).

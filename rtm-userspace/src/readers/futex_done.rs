@@ -229,7 +229,7 @@ fn take_one(at: *mut FutexDone, before_ns: Option<u64>) -> Option<FutexDone> {
 }
 
 fn bytes_of(wait: &FutexWaitEvent) -> &[u8] {
-    // SAFETY: FutexWaitEvent is plain data without padding (64 bytes, asserted in
+    // SAFETY: FutexWaitEvent is plain data without padding (72 bytes, asserted in
     // rtm-common).
     unsafe {
         std::slice::from_raw_parts(
@@ -269,6 +269,8 @@ mod tests {
             waker: 12,
             unslept: 0,
             waker_pid: 0,
+            runnable_ns: 0,
+            pad: 0,
         }
     }
 
@@ -303,7 +305,7 @@ mod tests {
             ..done
         };
         let w = ran.finished();
-        assert_eq!((w.wait_ns, w.header.ts_ns), (800, 5_300));
+        assert_eq!((w.wait_ns, w.header.ts_ns, w.runnable_ns), (800, 5_300, 300));
         assert_eq!(finish(&ran), w);
         // Ended at its return: nothing to add.
         let returned = FutexDone {
@@ -311,6 +313,7 @@ mod tests {
             ..ran
         };
         assert_eq!(returned.finished().wait_ns, 500);
+        assert_eq!(returned.finished().runnable_ns, 0);
         assert_eq!(finish(&wait(5_000)).wait_ns, 500);
     }
 

@@ -223,7 +223,19 @@ impl ObjectNamer {
     /// The symbol naming `addr` in `pid`, if it is inside a global or static variable.
     /// A condition variable's futex word is named as the condition variable.
     pub fn name(&mut self, pid: u32, addr: u64) -> Option<String> {
-        let (module, elf, vaddr) = self.resolve(pid, addr)?;
+        let found = self.resolve(pid, addr, true)?;
+        self.name_in(found)
+    }
+
+    /// [`ObjectNamer::name`] from what is already known of `pid`'s mappings: never reads
+    /// /proc (for the event path; the naming worker keeps the mappings current).
+    pub fn name_known(&mut self, pid: u32, addr: u64) -> Option<String> {
+        let found = self.resolve(pid, addr, false)?;
+        self.name_in(found)
+    }
+
+    fn name_in(&mut self, found: (Module, Rc<ElfSymbols>, u64)) -> Option<String> {
+        let (module, elf, vaddr) = found;
         if !elf.contains(vaddr) {
             return None;
         }
@@ -246,8 +258,17 @@ impl ObjectNamer {
 
     /// The module covering `addr` in `pid`, its symbols, and the address's virtual
     /// address inside the file.
-    fn resolve(&mut self, pid: u32, addr: u64) -> Option<(Module, Rc<ElfSymbols>, u64)> {
+    /// `read_proc`: read the process's maps when they are not known or do not cover it.
+    fn resolve(
+        &mut self,
+        pid: u32,
+        addr: u64,
+        read_proc: bool,
+    ) -> Option<(Module, Rc<ElfSymbols>, u64)> {
         if self.spaces.get(&pid).is_none_or(|s| s.is_empty()) {
+            if !read_proc {
+                return None;
+            }
             self.remember(pid);
         }
         let covering = |spaces: &HashMap<u32, Rc<AddressSpace>>| {
@@ -260,7 +281,7 @@ impl ObjectNamer {
         };
         let module = match covering(&self.spaces) {
             Some(m) => m,
-            None if self.refreshed.insert(pid) => {
+            None if read_proc && self.refreshed.insert(pid) => {
                 self.remember(pid);
                 covering(&self.spaces)?
             }
@@ -275,7 +296,7 @@ impl ObjectNamer {
     /// The file mapped at `addr` in `pid` (how to open it as the process runs it) and
     /// the address's virtual address inside that file, from the remembered maps.
     pub fn locate(&mut self, pid: u32, addr: u64) -> Option<Located> {
-        let (module, _, vaddr) = self.resolve(pid, addr)?;
+        let (module, _, vaddr) = self.resolve(pid, addr, true)?;
         Some(Located {
             stripped: self.stripped.contains(&(module.dev.clone(), module.inode)),
             debug: self

@@ -1,0 +1,113 @@
+//! A destination written while tracing (a timeline), not once at the end: the same
+//! checks and the same atomic replacement as [`Dest::write`], with the bytes going out
+//! as they come through a bounded buffer.
+
+use std::{
+    fs::File,
+    io::{self, BufWriter, Write},
+};
+
+use super::{Dest, DestError, How, Patient, io_err, link_over, open_through, unnamed_file};
+
+/// Bytes buffered before a write to the destination.
+const BUFFER: usize = 1 << 18;
+
+enum Out {
+    Stdout(io::Stdout),
+    Patient(Patient),
+    /// The unnamed file that replaces the destination at the end.
+    File(File),
+}
+
+impl Write for Out {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        match self {
+            Out::Stdout(o) => o.write(buf),
+            Out::Patient(p) => p.write(buf),
+            Out::File(f) => f.write(buf),
+        }
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        match self {
+            Out::Stdout(o) => o.flush(),
+            Out::Patient(p) => p.flush(),
+            Out::File(f) => f.flush(),
+        }
+    }
+}
+
+/// An open destination being written.
+pub struct Stream {
+    dest: Dest,
+    out: BufWriter<Out>,
+}
+
+impl Dest {
+    /// Opens the destination to write it as results come. A regular file appears (is
+    /// renamed over the destination) only at [`Stream::finish`].
+    pub fn stream(mut self) -> Result<Stream, DestError> {
+        let path = self.path.clone();
+        let out = match &mut self.how {
+            How::Stdout => Out::Stdout(io::stdout()),
+            How::Descriptor(fd) => Out::Patient(Patient(File::from(
+                fd.try_clone().map_err(io_err(&path))?,
+            ))),
+            How::Through => Out::Patient(Patient(open_through(&path)?)),
+            How::Replace { dir, ready, .. } => Out::File(match ready.take() {
+                Some(f) => f,
+                None => unnamed_file(dir, &path)?,
+            }),
+        };
+        Ok(Stream {
+            dest: self,
+            out: BufWriter::with_capacity(BUFFER, out),
+        })
+    }
+}
+
+impl Stream {
+    /// Writes `bytes`.
+    pub fn write(&mut self, bytes: &[u8]) -> Result<(), DestError> {
+        self.out.write_all(bytes).map_err(io_err(&self.dest.path))
+    }
+
+    /// Writes what is buffered and puts the file in place.
+    pub fn finish(self) -> Result<(), DestError> {
+        let path = self.dest.path.clone();
+        let out = self
+            .out
+            .into_inner()
+            .map_err(|e| io_err(&path)(e.into_error()))?;
+        match (out, &self.dest.how) {
+            (Out::File(file), How::Replace { dir, name, .. }) => {
+                file.sync_all().map_err(io_err(&path))?;
+                link_over(dir, name, &file, &path)
+            }
+            (mut out, _) => out.flush().map_err(io_err(&path)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_streamed_file_appears_whole_at_the_end() {
+        let dir = std::env::temp_dir().join(format!("rtm-stream-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("t.pftrace");
+        let mut s = Dest::check(&path).unwrap().stream().unwrap();
+        s.write(b"abc").unwrap();
+        s.write(&vec![7u8; 1 << 19]).unwrap();
+        assert!(!path.exists(), "no file before the end");
+        s.finish().unwrap();
+        let body = std::fs::read(&path).unwrap();
+        assert_eq!(body.len(), 3 + (1 << 19));
+        assert_eq!(&body[..3], b"abc");
+        assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 1);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

@@ -1,0 +1,323 @@
+//! `--timeline FILE.pftrace`: a Perfetto trace (protobuf TracePackets, appended one after
+//! another) written while tracing, for ui.perfetto.dev or trace_processor.
+//!
+//! - A track per thread under its process, named when the naming worker knows the name.
+//! - Each futex wait a slice on the waiter (`wait <object>`), then a `runnable` slice
+//!   from its wake to when it got a CPU; the wake an instant on the waker with a flow
+//!   arrow to the woken thread's `runnable` slice.
+//! - Full mode: every blocking pthread call a slice, holds as slices on the thread's
+//!   `holds` track, signals and posts as instants.
+//! - MPI: calls as slices; a collective's slices in every rank share a correlation id
+//!   (its communicator and its number on it: ranks call collectives in the same order).
+//! - The system statistics, the traced processes' CPU and RSS, and the tracer's event
+//!   rate as counter tracks on the same (CLOCK_MONOTONIC) axis.
+//! - A clock snapshot (monotonic, boot time, real time) first, so traces of several
+//!   nodes line up when opened together.
+//!
+//! Buffering is bounded (the stream's buffer and one packet); past the size cap nothing
+//! more is written and the events left out are counted and reported.
+
+mod events;
+pub mod proto;
+mod tracks;
+
+use std::{collections::HashMap, path::PathBuf};
+
+use rtm_common::decode::Event;
+
+use self::{proto::Writer, tracks::Tracks};
+use super::{
+    dest::{Dest, DestError, stream::Stream},
+    sink::{Moment, Sink},
+};
+use crate::{config::TraceConfig, symbolize::objects::ObjectNamer};
+
+/// Trace packets and the fields of theirs written (protos/perfetto/trace/trace_packet.proto).
+pub(crate) mod packet {
+    use super::proto::Writer;
+
+    /// Trace.packet.
+    const PACKET: u32 = 1;
+    const TIMESTAMP: u32 = 8;
+    const TIMESTAMP_CLOCK_ID: u32 = 58;
+    const SEQUENCE_ID: u32 = 10;
+    pub const TRACK_DESCRIPTOR: u32 = 60;
+    pub const TRACK_EVENT: u32 = 11;
+    pub const CLOCK_SNAPSHOT: u32 = 6;
+    /// BuiltinClocks.
+    pub const CLOCK_REALTIME: u64 = 1;
+    pub const CLOCK_MONOTONIC: u64 = 3;
+    pub const CLOCK_BOOTTIME: u64 = 6;
+    /// The one writer's sequence.
+    const SEQUENCE: u64 = 1;
+
+    /// Starts a packet; `ts`: its CLOCK_MONOTONIC time.
+    pub fn start(w: &mut Writer, ts: Option<u64>) {
+        w.begin(PACKET);
+        if let Some(t) = ts {
+            w.uint(TIMESTAMP, t).uint(TIMESTAMP_CLOCK_ID, CLOCK_MONOTONIC);
+        }
+        w.uint(SEQUENCE_ID, SEQUENCE);
+    }
+
+    /// Ends the packet.
+    pub fn done(w: &mut Writer) {
+        w.end();
+    }
+}
+
+/// Objects whose names are remembered; others are named by address.
+const MAX_NAMES: usize = 65_536;
+
+/// The timeline being written.
+pub struct Timeline {
+    path: PathBuf,
+    stream: Option<Stream>,
+    /// The packets of the event being written.
+    w: Writer,
+    tracks: Tracks,
+    names: HashMap<(u32, u64), Box<str>>,
+    state: events::State,
+    /// Bytes written and the cap.
+    written: u64,
+    max_bytes: u64,
+    /// Events left out: over the cap, or after a write error.
+    dropped: u64,
+    error: Option<DestError>,
+    /// Events seen, and at the last interval (for the event-rate counter).
+    events: u64,
+    rate_mark: (u64, u64),
+    /// The last system interval written (its start, seconds into the trace).
+    last_interval: f64,
+}
+
+/// The timeline sink, when `--timeline` asks for one.
+pub fn sink(config: &TraceConfig) -> Result<Option<Box<dyn Sink>>, DestError> {
+    let Some(path) = &config.output.timeline else {
+        return Ok(None);
+    };
+    let stream = Dest::check(path)?.stream()?;
+    Ok(Some(Box::new(Timeline::new(
+        path.clone(),
+        stream,
+        config.output.timeline_max_mb << 20,
+    )?)))
+}
+
+fn clock(id: libc::clockid_t) -> u64 {
+    let mut t = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: writes the timespec it is given.
+    unsafe { libc::clock_gettime(id, &mut t) };
+    t.tv_sec as u64 * 1_000_000_000 + t.tv_nsec as u64
+}
+
+impl Timeline {
+    /// A timeline written to `stream`, at most `max_bytes` long.
+    pub fn new(path: PathBuf, stream: Stream, max_bytes: u64) -> Result<Self, DestError> {
+        let mut t = Self {
+            path,
+            stream: Some(stream),
+            w: Writer::default(),
+            tracks: Tracks::default(),
+            names: HashMap::new(),
+            state: events::State::default(),
+            written: 0,
+            max_bytes,
+            dropped: 0,
+            error: None,
+            events: 0,
+            rate_mark: (0, 0),
+            last_interval: f64::NEG_INFINITY,
+        };
+        // The clocks, read together: the trace's timestamps are CLOCK_MONOTONIC, boot
+        // time lines it up with other traces of this machine, real time with other
+        // machines'.
+        let (mono, boot, real) = (
+            clock(libc::CLOCK_MONOTONIC),
+            clock(libc::CLOCK_BOOTTIME),
+            clock(libc::CLOCK_REALTIME),
+        );
+        let w = &mut t.w;
+        packet::start(w, None);
+        w.begin(packet::CLOCK_SNAPSHOT);
+        for (id, ts) in [
+            (packet::CLOCK_MONOTONIC, mono),
+            (packet::CLOCK_BOOTTIME, boot),
+            (packet::CLOCK_REALTIME, real),
+        ] {
+            w.begin(1).uint(1, id).uint(2, ts).end();
+        }
+        w.uint(2, packet::CLOCK_BOOTTIME).end();
+        packet::done(w);
+        t.flush_packets();
+        if let Some(e) = t.error.take() {
+            return Err(e);
+        }
+        Ok(t)
+    }
+
+    /// Writes the packets built for one event (or one interval), or counts it dropped.
+    fn flush_packets(&mut self) -> bool {
+        let n = self.w.bytes().len() as u64;
+        if n == 0 {
+            return true;
+        }
+        let ok = match &mut self.stream {
+            Some(s) if self.written + n <= self.max_bytes => match s.write(self.w.bytes()) {
+                Ok(()) => {
+                    self.written += n;
+                    true
+                }
+                Err(e) => {
+                    self.error = Some(e);
+                    self.stream = None;
+                    false
+                }
+            },
+            _ => false,
+        };
+        if !ok {
+            self.dropped += 1;
+        }
+        self.w.clear();
+        ok
+    }
+
+    /// The name an object is shown by: its symbol, or its kind and address.
+    fn object_name(
+        &mut self,
+        names: &mut ObjectNamer,
+        pid: u32,
+        addr: u64,
+        kind: rtm_common::Primitive,
+    ) -> Box<str> {
+        if let Some(n) = self.names.get(&(pid, addr)) {
+            return n.clone();
+        }
+        let known = (self.names.len() < MAX_NAMES)
+            .then(|| names.name_known(pid, addr))
+            .flatten();
+        let name: Box<str> = match known {
+            Some(n) => n.into(),
+            None => format!("{kind} {addr:#x}").into(),
+        };
+        if self.names.len() < MAX_NAMES {
+            self.names.insert((pid, addr), name.clone());
+        }
+        name
+    }
+
+    /// Whether nothing more can be written (the cap, or an error).
+    fn closed(&self) -> bool {
+        self.stream.is_none() || self.written >= self.max_bytes
+    }
+
+    /// The state at `at`: thread and process names, counters for the intervals sampled
+    /// since the last call, the event rate.
+    fn at_moment(&mut self, at: &Moment) {
+        if self.closed() {
+            return;
+        }
+        for t in &at.snapshot.threads {
+            if let Some(n) = &t.name {
+                self.tracks.name_thread(&mut self.w, t.pid, t.tid, n);
+            }
+        }
+        for t in &at.run.targets {
+            if let Some(c) = &t.comm {
+                self.tracks.name_process(&mut self.w, t.pid, c);
+            }
+        }
+        self.flush_packets();
+        let now = at.snapshot.window.start_ns + at.elapsed_ns;
+        let (e0, t0) = self.rate_mark;
+        if t0 != 0 && now > t0 {
+            let rate = (self.events - e0) as f64 * 1e9 / (now - t0) as f64;
+            events::counter(&mut self.w, &mut self.tracks, now, "rtm-trace events/s", "/s", None, rate);
+        }
+        self.rate_mark = (self.events, now);
+        if let Some(amb) = &at.snapshot.ambient {
+            let after = self.last_interval;
+            for iv in amb.intervals.iter().filter(|i| i.t_s > after) {
+                events::interval(&mut self.w, &mut self.tracks, at.snapshot.window.start_ns, iv);
+                self.last_interval = iv.t_s;
+            }
+        }
+        self.flush_packets();
+    }
+}
+
+impl Sink for Timeline {
+    fn name(&self) -> String {
+        format!("the timeline ({})", self.path.display())
+    }
+
+    fn wants_events(&self) -> bool {
+        true
+    }
+
+    fn event(&mut self, event: &Event, names: &mut ObjectNamer) {
+        self.events += 1;
+        if self.closed() {
+            self.dropped += 1;
+            return;
+        }
+        let object = match event {
+            Event::Sync(s) if events::shown(s) => Some(self.object_name(
+                names,
+                s.raw.header.pid,
+                s.raw.object,
+                s.primitive,
+            )),
+            _ => None,
+        };
+        let mut ctx = events::Ctx {
+            w: &mut self.w,
+            tracks: &mut self.tracks,
+            state: &mut self.state,
+        };
+        ctx.event(event, object.as_deref());
+        self.flush_packets();
+    }
+
+    fn wants_intervals(&self) -> bool {
+        true
+    }
+
+    fn interval(&mut self, at: &Moment) -> Result<(), DestError> {
+        self.at_moment(at);
+        match self.error.take() {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+
+    fn finish(&mut self, at: &Moment) -> Result<(), DestError> {
+        self.at_moment(at);
+        // Holds still open at the end are shown up to it.
+        let end = at.snapshot.window.end_ns;
+        if !self.closed() {
+            events::close_open(&mut self.w, &mut self.tracks, &mut self.state, end);
+            self.flush_packets();
+        }
+        if let Some(e) = self.error.take() {
+            return Err(e);
+        }
+        if self.dropped > 0 {
+            crate::say!(
+                "rtm-trace: the timeline {} reached its size cap ({} MiB): {} events after it \
+                 were left out (raise it with --timeline-max-mb)",
+                self.path.display(),
+                self.max_bytes >> 20,
+                self.dropped
+            );
+        }
+        match self.stream.take() {
+            Some(s) => s.finish(),
+            None => Ok(()),
+        }
+    }
+}
