@@ -306,3 +306,45 @@ impl Drop for TempDir {
         let _ = std::fs::remove_dir_all(&self.0);
     }
 }
+
+/// The Python with Perfetto's published trace schema (PyPI's `perfetto`), which
+/// `cargo xtask setup` installs in `$RTM_TOOLS_DIR/pyenv`. None, said loudly (a failure
+/// in CI), when it is missing.
+pub fn perfetto_python(test: &str) -> Option<PathBuf> {
+    let tools = std::env::var_os("RTM_TOOLS_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            Path::new(&std::env::var_os("HOME").unwrap_or_else(|| "/root".into()))
+                .join(".local/share/rtm-trace")
+        });
+    let python = tools.join("pyenv/bin/python");
+    if python.exists() {
+        return Some(python);
+    }
+    let msg = format!(
+        "{test}: NOT RUN: {} is missing (cargo xtask setup installs Perfetto's schema there)",
+        python.display()
+    );
+    if std::env::var("CI").is_ok_and(|v| v == "true") {
+        panic!("{msg}");
+    }
+    eprintln!("{msg}");
+    None
+}
+
+/// A timeline decoded by Perfetto's own schema (tests/scripts/decode_timeline.py).
+pub fn decode_timeline(python: &Path, file: &Path) -> Value {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/decode_timeline.py");
+    let json = file.with_extension("decoded.json");
+    let out = run(
+        Command::new(python).arg(script).arg(file).arg(&json),
+        Duration::from_secs(120),
+    );
+    assert!(
+        out.status.success(),
+        "decoding {} failed: {}",
+        file.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    read_json(&json)
+}

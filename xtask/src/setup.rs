@@ -32,7 +32,18 @@ const APT_PACKAGES: &[&str] = &[
     "memcached",
     "libmemcached-tools",
     "bpftrace",
+    // The outputs' tests: the HTML report in a real headless browser, the DOT graphs
+    // through Graphviz, the live view in tmux, the timeline decoded by Perfetto's own
+    // schema in a Python virtual environment.
+    "chromium",
+    "graphviz",
+    "tmux",
+    "python3-venv",
 ];
+
+/// PyPI's `perfetto` package: its compiled protobuf schema decodes the timelines in the
+/// tests, independently of the tracer's own encoder.
+const PERFETTO_PY: &str = "perfetto==0.59.1";
 
 /// What later steps need: a PATH with bpf-linker on it.
 pub struct Env {
@@ -76,6 +87,7 @@ pub fn run() -> Result<Env> {
     ensure_nightly()?;
     let linker_bin = ensure_bpf_linker()?;
     ensure_apt()?;
+    ensure_perfetto_python()?;
     let path = format!(
         "{}:{}",
         linker_bin.display(),
@@ -189,6 +201,46 @@ fn ensure_bpf_linker() -> Result<PathBuf> {
     )?;
     std::fs::write(&stamp, want)?;
     Ok(bin)
+}
+
+/// The Python environment with Perfetto's schema (`$RTM_TOOLS_DIR/pyenv`, which the
+/// tests find the same way).
+fn ensure_perfetto_python() -> Result<()> {
+    let env_dir = prefix().join("pyenv");
+    let python = env_dir.join("bin/python");
+    let has = |python: &Path| {
+        Command::new(python)
+            .args([
+                "-c",
+                "import perfetto.protos.perfetto.trace.perfetto_trace_pb2",
+            ])
+            .output()
+            .map(|o| o.status.success())
+            .unwrap_or(false)
+    };
+    if has(&python) {
+        return Ok(());
+    }
+    step(&format!(
+        "installing {PERFETTO_PY} (its trace schema) into {}",
+        env_dir.display()
+    ));
+    status(Command::new("python3").arg("-m").arg("venv").arg(&env_dir))?;
+    status(
+        Command::new(&python)
+            .args([
+                "-m",
+                "pip",
+                "install",
+                "--quiet",
+                "--disable-pip-version-check",
+            ])
+            .arg(PERFETTO_PY),
+    )?;
+    if !has(&python) {
+        bail!("{PERFETTO_PY} installed, but its schema does not import");
+    }
+    Ok(())
 }
 
 fn ensure_apt() -> Result<()> {

@@ -123,6 +123,7 @@ fn config(dir: &std::path::Path) -> TraceConfig {
             report: Some(dir.join("report.txt")),
             json: Some(dir.join("trace.json")),
             top: 5,
+            ..Default::default()
         },
         ..TraceConfig::default()
     }

@@ -305,7 +305,10 @@ mod tests {
             ..done
         };
         let w = ran.finished();
-        assert_eq!((w.wait_ns, w.header.ts_ns, w.runnable_ns), (800, 5_300, 300));
+        assert_eq!(
+            (w.wait_ns, w.header.ts_ns, w.runnable_ns),
+            (800, 5_300, 300)
+        );
         assert_eq!(finish(&ran), w);
         // Ended at its return: nothing to add.
         let returned = FutexDone {

@@ -50,9 +50,9 @@ impl Dest {
         let path = self.path.clone();
         let out = match &mut self.how {
             How::Stdout => Out::Stdout(io::stdout()),
-            How::Descriptor(fd) => Out::Patient(Patient(File::from(
-                fd.try_clone().map_err(io_err(&path))?,
-            ))),
+            How::Descriptor(fd) => {
+                Out::Patient(Patient(File::from(fd.try_clone().map_err(io_err(&path))?)))
+            }
             How::Through => Out::Patient(Patient(open_through(&path)?)),
             How::Replace { dir, ready, .. } => Out::File(match ready.take() {
                 Some(f) => f,

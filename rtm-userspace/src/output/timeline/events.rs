@@ -47,9 +47,7 @@ pub struct Ev<'a> {
 /// Writes a TrackEvent packet at `ts` on `track`.
 pub fn track_event(w: &mut Writer, ts: u64, track: u64, ev: &Ev) {
     packet::start(w, Some(ts));
-    w.begin(packet::TRACK_EVENT)
-        .uint(9, ev.ty)
-        .uint(11, track);
+    w.begin(packet::TRACK_EVENT).uint(9, ev.ty).uint(11, track);
     if let Some(n) = ev.name {
         w.str(23, n);
     }
@@ -79,7 +77,15 @@ pub fn track_event(w: &mut Writer, ts: u64, track: u64, ev: &Ev) {
 
 /// A slice from `begin` to `end` on `track`.
 fn slice(w: &mut Writer, track: u64, begin: u64, end: u64, ev: Ev) {
-    track_event(w, begin, track, &Ev { ty: SLICE_BEGIN, ..ev });
+    track_event(
+        w,
+        begin,
+        track,
+        &Ev {
+            ty: SLICE_BEGIN,
+            ..ev
+        },
+    );
     track_event(
         w,
         end.max(begin),
@@ -121,9 +127,21 @@ struct Hold {
     name: Box<str>,
 }
 
+/// A pthread_mutex_lock seen at its entry only (full mode): its thread's next event
+/// settles it, as the model does (a futex wait on its word is part of it; anything else
+/// means it returned, holding the lock).
+struct Pending {
+    object: u64,
+    start: u64,
+    acquired: u64,
+    name: Box<str>,
+}
+
 /// What the timeline remembers between events.
 #[derive(Default)]
 pub struct State {
+    /// Each thread's lock call seen at entry only.
+    pending: HashMap<(u32, u32), Pending>,
     /// Flow ids given so far.
     flows: u64,
     /// Each thread's holds, oldest first.
@@ -142,8 +160,12 @@ pub struct Ctx<'a> {
 /// Whether a sync record is shown (its object then needs a name).
 pub fn shown(s: &SyncRecord) -> bool {
     if s.raw.flags & rtm_common::SYNC_FLAG_BEGIN != 0 {
-        // The start of a call whose end comes as its own record.
-        return false;
+        // The start of a call: a lock seen at entry only, or a condition-variable wait
+        // releasing its mutex (others end with a record of their own).
+        return matches!(
+            (s.primitive, s.op),
+            (Primitive::Mutex, SyncOp::Lock) | (Primitive::Cond, _)
+        );
     }
     match (s.primitive, s.op) {
         (Primitive::Futex, SyncOp::Wait) => s.raw.wait_ns > 0,
@@ -178,21 +200,107 @@ fn op_name(op: SyncOp) -> &'static str {
 }
 
 impl Ctx<'_> {
-    /// Writes `event`; `object`: the name of a sync record's object.
-    pub fn event(&mut self, event: &Event, object: Option<&str>) {
+    /// Writes `event`; `object`: the name of a sync record's object; `mutex`: a
+    /// condition-variable record's mutex's.
+    pub fn event(&mut self, event: &Event, object: Option<&str>, mutex: Option<&str>) {
+        let h = event.header();
+        if !self.state.pending.is_empty() {
+            self.settle(h.pid, h.tid, event);
+        }
         match event {
             Event::Sync(s) => {
                 if let Some(o) = object {
                     if s.primitive == Primitive::Futex {
                         self.futex_wait(s, o);
+                    } else if s.raw.flags & rtm_common::SYNC_FLAG_BEGIN != 0 {
+                        self.begin(s, o);
                     } else {
-                        self.call(s, o);
+                        self.call(s, o, mutex);
                     }
                 }
             }
             Event::Lifecycle(l) => self.lifecycle(l),
             Event::Mpi(m) => self.mpi(m),
         }
+    }
+
+    /// Settles the thread's lock call seen at entry only, if any, with its next event.
+    fn settle(&mut self, pid: u32, tid: u32, event: &Event) {
+        let Some(p) = self.state.pending.get_mut(&(pid, tid)) else {
+            return;
+        };
+        if let Event::Sync(s) = event
+            && s.primitive == Primitive::Futex
+            && s.op == SyncOp::Wait
+            && s.raw.object == p.object
+        {
+            p.acquired = s.raw.header.ts_ns;
+            return;
+        }
+        if let Some(p) = self.state.pending.remove(&(pid, tid)) {
+            self.acquired(pid, tid, p);
+        }
+    }
+
+    /// A lock call seen at entry only, settled: a slice when it waited, then the hold.
+    fn acquired(&mut self, pid: u32, tid: u32, p: Pending) {
+        if p.acquired > p.start {
+            let track = self.track(pid, tid, Lane::Main);
+            let name = format!("lock {}", p.name);
+            slice(
+                self.w,
+                track,
+                p.start,
+                p.acquired,
+                Ev {
+                    name: Some(&name),
+                    ..Ev::default()
+                },
+            );
+        }
+        self.hold(pid, tid, p.object, p.acquired, &p.name);
+    }
+
+    /// The start of a call: a lock seen at entry only waits for its settling; a
+    /// condition-variable wait releases its mutex.
+    fn begin(&mut self, s: &SyncRecord, object: &str) {
+        let h = &s.raw.header;
+        if s.primitive == Primitive::Mutex {
+            self.state.pending.insert(
+                (h.pid, h.tid),
+                Pending {
+                    object: s.raw.object,
+                    start: h.ts_ns,
+                    acquired: h.ts_ns,
+                    name: object.into(),
+                },
+            );
+        } else {
+            self.release(h.pid, h.tid, s.raw.aux, h.ts_ns);
+        }
+    }
+
+    /// Settles every lock call seen at entry only, at the end of the trace.
+    pub fn settle_all(&mut self) {
+        let pending: Vec<_> = self.state.pending.drain().collect();
+        for ((pid, tid), p) in pending {
+            self.acquired(pid, tid, p);
+        }
+    }
+
+    /// The thread holds `object` from `since`.
+    fn hold(&mut self, pid: u32, tid: u32, object: u64, since: u64, name: &str) {
+        let holds = self.state.holds.entry((pid, tid)).or_default();
+        if holds.len() >= MAX_HOLDS {
+            let oldest = holds.remove(0);
+            let t = self.tracks.thread(self.w, pid, tid, Lane::HoldsOverlapping);
+            hold_slice(self.w, t, &oldest, since);
+        }
+        self.state.holds.entry((pid, tid)).or_default().push(Hold {
+            object,
+            since,
+            name: format!("hold {name}").into(),
+        });
     }
 
     fn track(&mut self, pid: u32, tid: u32, lane: Lane) -> u64 {
@@ -222,7 +330,10 @@ impl Ctx<'_> {
             args.push(("waker tid", Arg::Int(i64::from(waker))));
         }
         if s.raw.repeats > 0 {
-            args.push(("waits before it that did not sleep", Arg::Int(i64::from(s.raw.repeats))));
+            args.push((
+                "waits before it that did not sleep",
+                Arg::Int(i64::from(s.raw.repeats)),
+            ));
         }
         slice(
             self.w,
@@ -272,7 +383,7 @@ impl Ctx<'_> {
 
     /// A pthread call (full mode): blocking calls as slices, releases end holds,
     /// wakes as instants.
-    fn call(&mut self, s: &SyncRecord, object: &str) {
+    fn call(&mut self, s: &SyncRecord, object: &str, mutex: Option<&str>) {
         let h = &s.raw.header;
         let sem = semantics::of(s.primitive, s.op);
         let op = op_name(s.op);
@@ -318,18 +429,13 @@ impl Ctx<'_> {
             );
         }
         if sem.holds.is_some() && s.raw.ret == 0 {
-            let holds = self.state.holds.entry((h.pid, h.tid)).or_default();
-            if holds.len() >= MAX_HOLDS {
-                let oldest = holds.remove(0);
-                let t = self.tracks.thread(self.w, h.pid, h.tid, Lane::HoldsOverlapping);
-                hold_slice(self.w, t, &oldest, h.ts_ns);
-            }
-            let holds = self.state.holds.entry((h.pid, h.tid)).or_default();
-            holds.push(Hold {
-                object: s.raw.object,
-                since: h.ts_ns,
-                name: format!("hold {object}").into(),
-            });
+            self.hold(h.pid, h.tid, s.raw.object, h.ts_ns, object);
+        }
+        if let (Primitive::Cond, Some(m)) = (s.primitive, mutex) {
+            // The wait released its mutex (if its start was not seen) and took it back.
+            let start = h.ts_ns.saturating_sub(s.raw.wait_ns);
+            self.release(h.pid, h.tid, s.raw.aux, start);
+            self.hold(h.pid, h.tid, s.raw.aux, h.ts_ns, m);
         }
     }
 
@@ -441,7 +547,10 @@ impl Ctx<'_> {
         } else {
             -1
         };
-        let mut args = vec![("bytes", Arg::Int(bytes)), ("tag", Arg::Int(i64::from(r.tag)))];
+        let mut args = vec![
+            ("bytes", Arg::Int(bytes)),
+            ("tag", Arg::Int(i64::from(r.tag))),
+        ];
         if r.peer_world != RANK_UNKNOWN {
             args.push(("peer (world rank)", Arg::Int(i64::from(r.peer_world))));
         }
@@ -509,7 +618,23 @@ pub fn interval(w: &mut Writer, tracks: &mut Tracks, start_ns: u64, iv: &Interva
     for p in &iv.procs {
         let cpu = format!("CPU % (pid {})", p.pid);
         let rss = format!("RSS (pid {})", p.pid);
-        counter(w, tracks, ts, &cpu, "%", Some(p.pid), p.user_pct + p.system_pct);
-        counter(w, tracks, ts, &rss, "bytes", Some(p.pid), p.rss_bytes as f64);
+        counter(
+            w,
+            tracks,
+            ts,
+            &cpu,
+            "%",
+            Some(p.pid),
+            p.user_pct + p.system_pct,
+        );
+        counter(
+            w,
+            tracks,
+            ts,
+            &rss,
+            "bytes",
+            Some(p.pid),
+            p.rss_bytes as f64,
+        );
     }
 }

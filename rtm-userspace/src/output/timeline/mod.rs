@@ -19,6 +19,8 @@
 
 mod events;
 pub mod proto;
+#[cfg(test)]
+mod tests;
 mod tracks;
 
 use std::{collections::HashMap, path::PathBuf};
@@ -55,7 +57,8 @@ pub(crate) mod packet {
     pub fn start(w: &mut Writer, ts: Option<u64>) {
         w.begin(PACKET);
         if let Some(t) = ts {
-            w.uint(TIMESTAMP, t).uint(TIMESTAMP_CLOCK_ID, CLOCK_MONOTONIC);
+            w.uint(TIMESTAMP, t)
+                .uint(TIMESTAMP_CLOCK_ID, CLOCK_MONOTONIC);
         }
         w.uint(SEQUENCE_ID, SEQUENCE);
     }
@@ -236,13 +239,26 @@ impl Timeline {
         let (e0, t0) = self.rate_mark;
         if t0 != 0 && now > t0 {
             let rate = (self.events - e0) as f64 * 1e9 / (now - t0) as f64;
-            events::counter(&mut self.w, &mut self.tracks, now, "rtm-trace events/s", "/s", None, rate);
+            events::counter(
+                &mut self.w,
+                &mut self.tracks,
+                now,
+                "rtm-trace events/s",
+                "/s",
+                None,
+                rate,
+            );
         }
         self.rate_mark = (self.events, now);
         if let Some(amb) = &at.snapshot.ambient {
             let after = self.last_interval;
             for iv in amb.intervals.iter().filter(|i| i.t_s > after) {
-                events::interval(&mut self.w, &mut self.tracks, at.snapshot.window.start_ns, iv);
+                events::interval(
+                    &mut self.w,
+                    &mut self.tracks,
+                    at.snapshot.window.start_ns,
+                    iv,
+                );
                 self.last_interval = iv.t_s;
             }
         }
@@ -265,21 +281,24 @@ impl Sink for Timeline {
             self.dropped += 1;
             return;
         }
-        let object = match event {
-            Event::Sync(s) if events::shown(s) => Some(self.object_name(
-                names,
-                s.raw.header.pid,
-                s.raw.object,
-                s.primitive,
-            )),
-            _ => None,
+        let (object, mutex) = match event {
+            Event::Sync(s) if events::shown(s) => {
+                let pid = s.raw.header.pid;
+                let mutex = (s.primitive == rtm_common::Primitive::Cond && s.raw.aux != 0)
+                    .then(|| self.object_name(names, pid, s.raw.aux, rtm_common::Primitive::Mutex));
+                (
+                    Some(self.object_name(names, pid, s.raw.object, s.primitive)),
+                    mutex,
+                )
+            }
+            _ => (None, None),
         };
         let mut ctx = events::Ctx {
             w: &mut self.w,
             tracks: &mut self.tracks,
             state: &mut self.state,
         };
-        ctx.event(event, object.as_deref());
+        ctx.event(event, object.as_deref(), mutex.as_deref());
         self.flush_packets();
     }
 
@@ -300,6 +319,12 @@ impl Sink for Timeline {
         // Holds still open at the end are shown up to it.
         let end = at.snapshot.window.end_ns;
         if !self.closed() {
+            events::Ctx {
+                w: &mut self.w,
+                tracks: &mut self.tracks,
+                state: &mut self.state,
+            }
+            .settle_all();
             events::close_open(&mut self.w, &mut self.tracks, &mut self.state, end);
             self.flush_packets();
         }

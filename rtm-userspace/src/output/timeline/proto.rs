@@ -99,8 +99,11 @@ impl Writer {
 #[cfg(test)]
 #[derive(Debug, Clone, PartialEq)]
 pub enum Value<'a> {
+    /// Wire type 0.
     Varint(u64),
+    /// Wire type 1.
     Fixed64(u64),
+    /// Wire type 2: a string, bytes or a nested message.
     Bytes(&'a [u8]),
 }
 

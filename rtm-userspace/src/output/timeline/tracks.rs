@@ -73,7 +73,9 @@ impl Tracks {
                 if n >= MAX_THREADS {
                     return self.other(w);
                 }
-                descriptor(w, thread_uuid(pid, tid), |w| thread_fields(w, pid, tid, None));
+                descriptor(w, thread_uuid(pid, tid), |w| {
+                    thread_fields(w, pid, tid, None)
+                });
                 e.insert(Thread::default())
             }
         };
@@ -108,7 +110,9 @@ impl Tracks {
             return;
         }
         self.processes.insert(pid, None);
-        descriptor(w, PROCESS | u64::from(pid), |w| process_fields(w, pid, None));
+        descriptor(w, PROCESS | u64::from(pid), |w| {
+            process_fields(w, pid, None)
+        });
     }
 
     /// Names a thread's track (again) when its name is new or changed.

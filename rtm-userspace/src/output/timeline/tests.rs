@@ -1,0 +1,266 @@
+//! The timeline's packets for known events, read back with the small decoder in
+//! `proto` (the integration tests decode whole traces with Perfetto's own schema).
+
+use rtm_common::{
+    EventHeader, EventKind, FutexWaitEvent, Primitive, SYNC_FLAG_BEGIN, SyncEvent, SyncOp,
+    decode::{Event, decode, encode},
+};
+
+use super::{
+    events::{Ctx, State},
+    proto::{Value, Writer, fields},
+    tracks::Tracks,
+};
+
+/// A track event: (type, track, name, flow, terminating flow).
+type TrackEvent = (u64, u64, String, Option<u64>, Option<u64>);
+/// A track descriptor: (uuid, parent, name, thread tid).
+type Descriptor = (u64, Option<u64>, Option<String>, Option<u64>);
+
+/// One decoded packet: its timestamp and its track event or track descriptor fields.
+#[derive(Debug, Default)]
+struct Packet {
+    ts: Option<u64>,
+    event: Option<TrackEvent>,
+    track: Option<Descriptor>,
+}
+
+fn packets(bytes: &[u8]) -> Vec<Packet> {
+    let text = |v: &Value| match v {
+        Value::Bytes(b) => String::from_utf8(b.to_vec()).unwrap(),
+        _ => panic!("not a string"),
+    };
+    let num = |v: &Value| match v {
+        Value::Varint(n) | Value::Fixed64(n) => *n,
+        _ => panic!("not a number"),
+    };
+    fields(bytes)
+        .into_iter()
+        .map(|(f, v)| {
+            assert_eq!(f, 1, "Trace.packet");
+            let Value::Bytes(body) = v else { panic!() };
+            let mut p = Packet::default();
+            for (f, v) in fields(body) {
+                match (f, &v) {
+                    (8, _) => p.ts = Some(num(&v)),
+                    (58, _) => assert_eq!(num(&v), 3, "CLOCK_MONOTONIC"),
+                    (11, Value::Bytes(e)) => {
+                        let mut ev = (0, 0, String::new(), None, None);
+                        for (f, v) in fields(e) {
+                            match f {
+                                9 => ev.0 = num(&v),
+                                11 => ev.1 = num(&v),
+                                23 => ev.2 = text(&v),
+                                47 => ev.3 = Some(num(&v)),
+                                48 => ev.4 = Some(num(&v)),
+                                _ => {}
+                            }
+                        }
+                        p.event = Some(ev);
+                    }
+                    (60, Value::Bytes(d)) => {
+                        let mut t = (0, None, None, None);
+                        for (f, v) in fields(d) {
+                            match (f, &v) {
+                                (1, _) => t.0 = num(&v),
+                                (5, _) => t.1 = Some(num(&v)),
+                                (2, _) => t.2 = Some(text(&v)),
+                                (4, Value::Bytes(th)) => {
+                                    for (f, v) in fields(th) {
+                                        if f == 2 {
+                                            t.3 = Some(num(&v));
+                                        }
+                                    }
+                                }
+                                _ => {}
+                            }
+                        }
+                        p.track = Some(t);
+                    }
+                    _ => {}
+                }
+            }
+            p
+        })
+        .collect()
+}
+
+fn header(kind: EventKind, ts_ns: u64, tid: u32) -> EventHeader {
+    EventHeader {
+        kind: kind as u32,
+        cpu: 0,
+        ts_ns,
+        pid: 100,
+        tid,
+    }
+}
+
+fn write(events: &[Event], names: &[(&str, Option<&str>)]) -> Vec<Packet> {
+    let (mut w, mut tracks, mut state) = (Writer::default(), Tracks::default(), State::default());
+    let mut ctx = Ctx {
+        w: &mut w,
+        tracks: &mut tracks,
+        state: &mut state,
+    };
+    for (e, (object, mutex)) in events.iter().zip(names) {
+        ctx.event(e, Some(object), *mutex);
+    }
+    ctx.settle_all();
+    packets(w.bytes())
+}
+
+fn slices(ps: &[Packet]) -> Vec<(u64, u64, u64, String)> {
+    // (track, begin, end, name): BEGINs and ENDs paired per track, in order.
+    let mut open: Vec<(u64, u64, String)> = Vec::new();
+    let mut out = Vec::new();
+    for p in ps {
+        let Some((ty, track, name, ..)) = &p.event else {
+            continue;
+        };
+        match ty {
+            1 => open.push((*track, p.ts.unwrap(), name.clone())),
+            2 => {
+                let at = open.iter().rposition(|o| o.0 == *track).unwrap();
+                let (t, b, n) = open.remove(at);
+                out.push((t, b, p.ts.unwrap(), n));
+            }
+            _ => {}
+        }
+    }
+    assert!(open.is_empty(), "unclosed: {open:?}");
+    out
+}
+
+#[test]
+fn a_woken_futex_wait_is_a_sleep_a_runnable_slice_and_an_arrow_from_the_waker() {
+    let wait = FutexWaitEvent {
+        header: header(EventKind::FutexWait, 10_000, 7),
+        uaddr: 0x1000,
+        wait_ns: 4_000,
+        waker: 8,
+        waker_pid: 100,
+        runnable_ns: 500,
+        ..FutexWaitEvent::default()
+    };
+    let ev = decode(encode(&wait)).unwrap();
+    let ps = write(&[ev], &[("counter_lock", None)]);
+    let tracks: Vec<_> = ps.iter().filter_map(|p| p.track.clone()).collect();
+    let waiter = tracks
+        .iter()
+        .find(|t| t.3 == Some(7))
+        .expect("the waiter's track")
+        .0;
+    let waker = tracks
+        .iter()
+        .find(|t| t.3 == Some(8))
+        .expect("the waker's track")
+        .0;
+    assert!(
+        tracks.iter().any(|t| t.3.is_none() && t.1.is_none()),
+        "a process track"
+    );
+    assert_eq!(
+        slices(&ps),
+        vec![
+            (waiter, 6_000, 9_500, "wait counter_lock".to_owned()),
+            (waiter, 9_500, 10_000, "runnable".to_owned()),
+        ]
+    );
+    let wake = ps
+        .iter()
+        .find_map(|p| {
+            p.event
+                .as_ref()
+                .filter(|e| e.0 == 3)
+                .map(|e| (p.ts, e.clone()))
+        })
+        .expect("the wake");
+    assert_eq!(wake.0, Some(9_500));
+    assert_eq!((wake.1).1, waker);
+    assert_eq!((wake.1).2, "wake counter_lock");
+    let flow = (wake.1).3.expect("a flow from the wake");
+    let runnable = ps
+        .iter()
+        .filter_map(|p| p.event.as_ref())
+        .find(|e| e.2 == "runnable")
+        .unwrap();
+    assert_eq!(
+        runnable.4,
+        Some(flow),
+        "ends on the woken thread's runnable slice"
+    );
+}
+
+fn sync(op: SyncOp, primitive: Primitive, ts: u64, flags: u32, aux: u64) -> Event {
+    let raw = SyncEvent {
+        header: header(EventKind::Sync, ts, 7),
+        object: 0x2000,
+        aux,
+        primitive: primitive as u32,
+        op: op as u32,
+        flags,
+        ..SyncEvent::default()
+    };
+    decode(encode(&raw)).unwrap()
+}
+
+#[test]
+fn a_lock_seen_at_entry_is_settled_by_the_threads_next_event_and_held_until_unlock() {
+    let futex = FutexWaitEvent {
+        header: header(EventKind::FutexWait, 3_000, 7),
+        uaddr: 0x2000,
+        wait_ns: 1_500,
+        ..FutexWaitEvent::default()
+    };
+    let events = [
+        sync(SyncOp::Lock, Primitive::Mutex, 1_000, SYNC_FLAG_BEGIN, 0),
+        decode(encode(&futex)).unwrap(),
+        sync(SyncOp::Unlock, Primitive::Mutex, 8_000, 0, 0),
+    ];
+    let ps = write(&events, &[("m", None), ("m", None), ("m", None)]);
+    let s = slices(&ps);
+    let names: Vec<_> = s.iter().map(|x| (x.1, x.2, x.3.as_str())).collect();
+    // The wait inside the lock call, the call up to the wait's end, then the hold.
+    assert!(names.contains(&(1_500, 3_000, "wait m")), "{names:?}");
+    assert!(names.contains(&(1_000, 3_000, "lock m")), "{names:?}");
+    assert!(names.contains(&(3_000, 8_000, "hold m")), "{names:?}");
+    let holds = ps
+        .iter()
+        .filter_map(|p| p.track.as_ref())
+        .find(|t| t.2.as_deref() == Some("holds"))
+        .expect("a holds track under the thread");
+    assert!(holds.1.is_some(), "a child of the thread's track");
+    assert_eq!(s.iter().find(|x| x.3 == "hold m").unwrap().0, holds.0);
+}
+
+#[test]
+fn a_condition_wait_releases_its_mutex_and_takes_it_back() {
+    let events = [
+        sync(SyncOp::Lock, Primitive::Mutex, 1_000, 0, 0),
+        sync(
+            SyncOp::Wait,
+            Primitive::Cond,
+            2_000,
+            SYNC_FLAG_BEGIN,
+            0x2000,
+        ),
+        {
+            let mut e = sync(SyncOp::Wait, Primitive::Cond, 9_000, 0, 0x2000);
+            if let Event::Sync(s) = &mut e {
+                s.raw.object = 0x3000;
+                s.raw.wait_ns = 7_000;
+            }
+            e
+        },
+        sync(SyncOp::Unlock, Primitive::Mutex, 9_500, 0, 0),
+    ];
+    let ps = write(
+        &events,
+        &[("m", None), ("c", Some("m")), ("c", Some("m")), ("m", None)],
+    );
+    let s = slices(&ps);
+    let names: Vec<_> = s.iter().map(|x| (x.1, x.2, x.3.as_str())).collect();
+    assert!(names.contains(&(1_000, 2_000, "hold m")), "{names:?}");
+    assert!(names.contains(&(2_000, 9_000, "wait c")), "{names:?}");
+    assert!(names.contains(&(9_000, 9_500, "hold m")), "{names:?}");
+}

@@ -1,0 +1,297 @@
+//! `--timeline`: the Perfetto trace, decoded with Perfetto's published schema (not the
+//! tracer's encoder), holds the tracks, slices, flows and counters of workloads whose
+//! waits, wakes and acquisitions are known from the workloads themselves.
+
+use std::{process::Command, time::Duration};
+
+use rtm_tests::{
+    TempDir, Value, can_trace, decode_timeline, perfetto_python, rtm_bin, run, truths, workload,
+};
+
+/// The value after `key=` on the workload's `truth cond ...` lines.
+fn cond_truth(stdout: &str, key: &str) -> String {
+    stdout
+        .lines()
+        .filter_map(|l| l.strip_prefix("truth cond "))
+        .find_map(|l| l.strip_prefix(&format!("{key}=")))
+        .unwrap_or_else(|| panic!("no truth {key} in {stdout}"))
+        .to_owned()
+}
+
+fn track_of(doc: &Value, tid: u64) -> &Value {
+    doc["tracks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["kind"] == "thread" && t["tid"].as_u64() == Some(tid))
+        .unwrap_or_else(|| panic!("no track for thread {tid}"))
+}
+
+fn slices<'a>(doc: &'a Value, track: &Value, prefix: &str) -> Vec<&'a Value> {
+    doc["slices"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| s["track"] == track["uuid"])
+        .filter(|s| s["name"].as_str().unwrap().starts_with(prefix))
+        .collect()
+}
+
+fn ms(s: &Value) -> f64 {
+    (s["end"].as_u64().unwrap() - s["begin"].as_u64().unwrap()) as f64 / 1e6
+}
+
+#[test]
+fn waits_wakes_and_counters_of_a_condition_variable() {
+    if !can_trace("waits_wakes_and_counters_of_a_condition_variable") {
+        return;
+    }
+    let Some(python) = perfetto_python("waits_wakes_and_counters_of_a_condition_variable") else {
+        return;
+    };
+    let dir = TempDir::new("timeline");
+    let file = dir.join("t.pftrace");
+    // 5 waits the signaler ends after 50 ms each, then one 30 ms wait that times out.
+    let out = run(
+        Command::new(rtm_bin())
+            .arg("--timeline")
+            .arg(&file)
+            .args(["--interval", "0.1", "-o", "/dev/null", "--"])
+            .arg(workload("sync_workload"))
+            .args(["cond", "5", "50", "30"]),
+        Duration::from_secs(60),
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let waiter: u64 = cond_truth(&stdout, "waiter").parse().unwrap();
+    let signaler: u64 = cond_truth(&stdout, "signaler").parse().unwrap();
+    assert_eq!(cond_truth(&stdout, "timedwait"), "timeout");
+
+    let doc = decode_timeline(&python, &file);
+    assert_eq!(
+        doc["clocks"],
+        serde_json::json!([3, 6, 1]),
+        "monotonic, boot, real"
+    );
+    assert_eq!(doc["unclosed"], 0, "every slice ends");
+    let w = track_of(&doc, waiter);
+    let s = track_of(&doc, signaler);
+    assert_eq!(s["name"], "signaler", "the thread's own name");
+    assert!(
+        doc["tracks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|t| t["kind"] == "process"
+                && t["pid"].as_u64() == Some(waiter)
+                && t["name"] == "sync_workload"),
+        "a named process track"
+    );
+
+    // The waits on the condition variable: five woken by the signaler, each as long as
+    // the signaler slept (50 ms; a loaded machine only lengthens them), and one that
+    // timed out after 30 ms.
+    let waits = slices(&doc, w, "wait ready_cond");
+    let woken: Vec<_> = waits
+        .iter()
+        .filter(|s| s["args"]["result"] == "woken")
+        .collect();
+    let timed_out: Vec<_> = waits
+        .iter()
+        .filter(|s| s["args"]["result"] == "timed out")
+        .collect();
+    println!(
+        "waits: {:?}",
+        waits
+            .iter()
+            .map(|s| (ms(s), s["args"]["result"].clone()))
+            .collect::<Vec<_>>()
+    );
+    assert_eq!(woken.len(), 5, "five woken waits");
+    assert_eq!(timed_out.len(), 1, "one timed-out wait");
+    for s in &woken {
+        assert!(ms(s) >= 45.0, "a woken wait of {} ms", ms(s));
+        assert_eq!(s["args"]["waker tid"].as_u64(), Some(signaler));
+    }
+    assert!(
+        ms(timed_out[0]) >= 29.0,
+        "timed out after {} ms",
+        ms(timed_out[0])
+    );
+
+    // Each woken wait: the wake an instant on the signaler, an arrow from it to the
+    // waiter's `runnable` slice, which starts where the wait's sleep ended.
+    let runnable = slices(&doc, w, "runnable");
+    let mut arrows = 0;
+    for r in &runnable {
+        let Some(id) = doc["slices"].as_array().and_then(|_| {
+            doc["flows_in"]
+                .as_object()
+                .unwrap()
+                .iter()
+                .find(|(_, f)| f["track"] == w["uuid"] && f["ts"] == r["begin"])
+                .map(|(k, _)| k.clone())
+        }) else {
+            continue;
+        };
+        let from = &doc["flows_out"][&id];
+        assert_eq!(from["track"], s["uuid"], "the arrow starts on the signaler");
+        assert_eq!(from["ts"], r["begin"], "at the wake");
+        assert!(
+            slices(&doc, w, "wait ")
+                .iter()
+                .any(|wt| wt["end"] == r["begin"]),
+            "the runnable slice follows a wait"
+        );
+        arrows += 1;
+    }
+    assert!(arrows >= 5, "{arrows} wake arrows to the waiter's waits");
+    let wakes = doc["instants"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|i| {
+            i["track"] == s["uuid"] && i["name"].as_str().unwrap().starts_with("wake ready_cond")
+        })
+        .count();
+    assert!(wakes >= 5, "{wakes} wake instants on the signaler");
+
+    // Counter tracks on the same axis: the system and the traced process.
+    let counter = |name: &str| {
+        let t = doc["tracks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|t| t["kind"] == "counter" && t["name"] == name)
+            .unwrap_or_else(|| panic!("no counter track {name}"));
+        doc["counters"][t["uuid"].to_string()]
+            .as_array()
+            .map_or(0, |v| v.len())
+    };
+    assert!(counter("CPU busy %") >= 1);
+    assert!(counter("run queue (tasks running)") >= 1);
+    assert!(counter(&format!("RSS (pid {waiter})")) >= 1);
+    assert!(counter("rtm-trace events/s") >= 1);
+}
+
+#[test]
+fn holds_and_calls_in_full_mode_match_the_workload_count() {
+    if !can_trace("holds_and_calls_in_full_mode_match_the_workload_count") {
+        return;
+    }
+    let Some(python) = perfetto_python("holds_and_calls_in_full_mode_match_the_workload_count")
+    else {
+        return;
+    };
+    let dir = TempDir::new("timeline-full");
+    let file = dir.join("t.pftrace");
+    let out = run(
+        Command::new(rtm_bin())
+            .arg("--timeline")
+            .arg(&file)
+            .args(["-m", "full", "-o", "/dev/null", "--"])
+            .arg(workload("mutex_workload"))
+            .args([
+                "--threads",
+                "4",
+                "--iters",
+                "150",
+                "--hold-us",
+                "50",
+                "--private",
+                "40",
+            ]),
+        Duration::from_secs(60),
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let doc = decode_timeline(&python, &file);
+    assert_eq!(doc["unclosed"], 0, "every slice ends");
+    for t in truths(&stdout) {
+        // Each thread's holds of the shared lock and of its own, from its own count.
+        let holds: Vec<&Value> = doc["tracks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|h| h["kind"] == "child" && h["name"] == "holds")
+            .filter(|h| h["parent"] == track_of(&doc, t.tid)["uuid"])
+            .collect();
+        assert_eq!(holds.len(), 1, "thread {} has a holds track", t.tid);
+        let shared = slices(&doc, holds[0], "hold shared_lock").len() as u64;
+        let private = slices(&doc, holds[0], "hold private_locks").len() as u64;
+        println!(
+            "thread {}: {shared} holds of shared_lock (truth {}), {private} of its own (truth {})",
+            t.tid,
+            t.get("shared"),
+            t.get("private")
+        );
+        assert_eq!(shared, t.get("shared"));
+        assert_eq!(private, t.get("private"));
+    }
+}
+
+#[test]
+fn the_size_cap_holds_and_what_it_left_out_is_reported() {
+    if !can_trace("the_size_cap_holds_and_what_it_left_out_is_reported") {
+        return;
+    }
+    let Some(python) = perfetto_python("the_size_cap_holds_and_what_it_left_out_is_reported")
+    else {
+        return;
+    };
+    let dir = TempDir::new("timeline-cap");
+    let file = dir.join("t.pftrace");
+    let out = run(
+        Command::new(rtm_bin())
+            .arg("--timeline")
+            .arg(&file)
+            .args([
+                "-m",
+                "full",
+                "--timeline-max-mb",
+                "1",
+                "-o",
+                "/dev/null",
+                "--",
+            ])
+            .arg(workload("mutex_workload"))
+            .args([
+                "--threads",
+                "4",
+                "--iters",
+                "200",
+                "--hold-us",
+                "1",
+                "--private",
+                "5000",
+            ]),
+        Duration::from_secs(60),
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "{stderr}");
+    let size = std::fs::metadata(&file).unwrap().len();
+    println!("timeline: {size} bytes; {stderr}");
+    assert!(size <= 1 << 20, "{size} bytes over a 1 MiB cap");
+    assert!(
+        size > 1 << 19,
+        "the cap was reached, not missed: {size} bytes"
+    );
+    let left: u64 = stderr
+        .split("MiB): ")
+        .nth(1)
+        .and_then(|r| r.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no report of events left out: {stderr}"));
+    assert!(left > 0);
+    // What was written is a whole, decodable trace.
+    let doc = decode_timeline(&python, &file);
+    assert!(!doc["slices"].as_array().unwrap().is_empty());
+}
