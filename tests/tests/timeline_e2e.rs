@@ -295,3 +295,89 @@ fn the_size_cap_holds_and_what_it_left_out_is_reported() {
     let doc = decode_timeline(&python, &file);
     assert!(!doc["slices"].as_array().unwrap().is_empty());
 }
+
+#[test]
+fn mpi_messages_are_arrows_and_collectives_are_linked_across_ranks() {
+    if !can_trace("mpi_messages_are_arrows_and_collectives_are_linked_across_ranks") {
+        return;
+    }
+    let Some(python) =
+        perfetto_python("mpi_messages_are_arrows_and_collectives_are_linked_across_ranks")
+    else {
+        return;
+    };
+    let dir = TempDir::new("timeline-mpi");
+    let file = dir.join("t.pftrace");
+    let ranks = 4;
+    let out = run(
+        Command::new(rtm_bin())
+            .arg("--timeline")
+            .arg(&file)
+            .args(["--mpi", "-o", "/dev/null", "--"])
+            .args([
+                "mpirun.openmpi",
+                "--allow-run-as-root",
+                "--oversubscribe",
+                "-np",
+                &ranks.to_string(),
+            ])
+            .arg(workload("mpi_ring_openmpi"))
+            .arg(rtm_tests::mpi::STEPS.to_string()),
+        Duration::from_secs(120),
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let doc = decode_timeline(&python, &file);
+    assert_eq!(doc["unclosed"], 0);
+
+    // Each arrow joins a "send to rank D" instant to a "received from rank S" one.
+    let instants = doc["instants"].as_array().unwrap();
+    let at = |f: &Value, prefix: &str| -> Option<i64> {
+        instants
+            .iter()
+            .find(|i| i["track"] == f["track"] && i["ts"] == f["ts"])
+            .and_then(|i| i["name"].as_str()?.strip_prefix(prefix)?.parse().ok())
+    };
+    let mut seen = std::collections::BTreeMap::<(i64, i64), u64>::new();
+    for (id, from) in doc["flows_out"].as_object().unwrap() {
+        let Some(dst) = at(from, "send to rank ") else {
+            continue;
+        };
+        let to = &doc["flows_in"][id];
+        let src = at(to, "received from rank ").expect("the arrow ends at a receive");
+        *seen.entry((src, dst)).or_default() += 1;
+    }
+    let expected: std::collections::BTreeMap<(i64, i64), u64> =
+        rtm_tests::mpi::expected(ranks, true)
+            .into_iter()
+            .map(|(k, v)| (k, v.0))
+            .collect();
+    println!("arrows per (src, dst): {seen:?}\nthe workload's messages: {expected:?}");
+    assert_eq!(seen, expected, "one arrow per message the workload sends");
+
+    // A collective's instance is one slice in each rank, linked by its correlation id.
+    let mut instances = std::collections::BTreeMap::<u64, Vec<&str>>::new();
+    for s in doc["slices"].as_array().unwrap() {
+        if let Some(c) = s["correlation"].as_u64().filter(|c| *c != 0) {
+            instances
+                .entry(c)
+                .or_default()
+                .push(s["name"].as_str().unwrap());
+        }
+    }
+    assert!(
+        instances.len() >= 20,
+        "{} collective instances",
+        instances.len()
+    );
+    for (c, names) in &instances {
+        assert_eq!(names.len() as i64, ranks, "instance {c:#x}: {names:?}");
+        assert!(
+            names.iter().all(|n| *n == names[0]),
+            "instance {c:#x}: {names:?}"
+        );
+    }
+}

@@ -9,6 +9,7 @@ use rtm_common::{
 };
 
 use super::{
+    messages::{End, Messages, Side},
     packet,
     proto::Writer,
     tracks::{Lane, Tracks},
@@ -148,6 +149,8 @@ pub struct State {
     holds: HashMap<(u32, u32), Vec<Hold>>,
     /// Collectives called so far on each communicator, per process.
     collectives: HashMap<(u32, u32), u64>,
+    /// MPI messages' ends not matched yet.
+    pub messages: Messages,
 }
 
 /// What an event is written with.
@@ -520,13 +523,56 @@ impl Ctx<'_> {
         }
     }
 
-    /// An MPI call as a slice; collectives carry the instance's correlation id.
+    /// An MPI call as a slice; collectives carry the instance's correlation id; sends
+    /// and receives become arrows once matched.
     fn mpi(&mut self, m: &MpiRecord) {
         let r = &m.raw;
+        let h = &r.header;
+        let sides = [
+            self.state.messages.side(m),
+            self.state.messages.sendrecv_recv(m),
+        ];
+        let bytes = if r.count >= 0 && r.dtype_size > 0 {
+            i64::from(r.count) * i64::from(r.dtype_size)
+        } else {
+            -1
+        };
+        for side in sides {
+            if matches!(side, Side::None) {
+                continue;
+            }
+            let track = self.track(h.pid, h.tid, Lane::Main);
+            let flows = &mut self.state.flows;
+            match side {
+                Side::Send(pair) => {
+                    let end = End {
+                        ts: r.start_ns.min(h.ts_ns),
+                        track,
+                        tag: r.tag,
+                        bytes,
+                    };
+                    self.state.messages.send(self.w, flows, pair, end);
+                }
+                Side::Recv(pair, tag) => {
+                    let received = if r.status_bytes == rtm_common::BYTES_UNKNOWN {
+                        -1
+                    } else {
+                        r.status_bytes as i64
+                    };
+                    let end = End {
+                        ts: h.ts_ns,
+                        track,
+                        tag,
+                        bytes: received,
+                    };
+                    self.state.messages.recv(self.w, flows, pair, end);
+                }
+                Side::None => {}
+            }
+        }
         if r.flags & MPI_FLAG_COMPLETION != 0 {
             return;
         }
-        let h = &r.header;
         let track = self.track(h.pid, h.tid, Lane::Main);
         let name = format!("MPI_{:?}", m.op);
         let correlation = (m.op.is_collective() && r.comm_id != COMM_ID_UNKNOWN)
@@ -542,11 +588,6 @@ impl Ctx<'_> {
                 Some((u64::from(r.comm_id) << 32) | (*seq & 0xffff_ffff))
             })
             .flatten();
-        let bytes = if r.count >= 0 && r.dtype_size > 0 {
-            i64::from(r.count) * i64::from(r.dtype_size)
-        } else {
-            -1
-        };
         let mut args = vec![
             ("bytes", Arg::Int(bytes)),
             ("tag", Arg::Int(i64::from(r.tag))),

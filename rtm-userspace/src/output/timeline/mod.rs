@@ -18,6 +18,7 @@
 //! more is written and the events left out are counted and reported.
 
 mod events;
+mod messages;
 pub mod proto;
 #[cfg(test)]
 mod tests;
@@ -338,6 +339,13 @@ impl Sink for Timeline {
                 self.path.display(),
                 self.max_bytes >> 20,
                 self.dropped
+            );
+        }
+        if self.state.messages.let_go > 0 {
+            crate::say!(
+                "rtm-trace: the timeline shows {} MPI message ends without their arrow (more \
+                 were unmatched at once than it keeps)",
+                self.state.messages.let_go
             );
         }
         match self.stream.take() {
