@@ -2,11 +2,16 @@
 //! decoded and aggregated into the sync graph, with nothing else running. Used by
 //! `cargo xtask bench ingest`; prints `events=N secs=S rate=R`.
 //!
-//! `ingest [EVENTS] [THREADS] [MUTEXES]`
+//! `ingest [EVENTS] [THREADS] [MUTEXES]`; with `INGEST_TIMELINE=FILE`, every event also
+//! goes to the timeline (`--timeline`), written to FILE.
 
 use std::time::Instant;
 
-use rtm::model::{Limits, SyncGraph};
+use rtm::{
+    model::{Limits, SyncGraph},
+    output::{dest::Dest, sink::Sink, timeline::Timeline},
+    symbolize::objects::ObjectNamer,
+};
 use rtm_common::{
     EventHeader, EventKind, Primitive, SyncEvent, SyncOp,
     decode::{decode, encode},
@@ -54,11 +59,22 @@ fn main() {
         stream.extend(record(tid, i * 100 + 50, SyncOp::Unlock, obj));
     }
     let mut graph = SyncGraph::new(Limits::default(), false);
+    let mut timeline = std::env::var_os("INGEST_TIMELINE").map(|path| {
+        let path = std::path::PathBuf::from(path);
+        let stream = Dest::check(&path)
+            .and_then(Dest::stream)
+            .expect("the timeline's file");
+        Timeline::new(path, stream, 1 << 40).expect("the timeline")
+    });
+    let mut names = ObjectNamer::default();
     let start = Instant::now();
     let mut n = 0u64;
     for rec in stream.chunks_exact(one) {
         let ev = decode(rec).expect("valid record");
         graph.apply(&ev);
+        if let Some(t) = &mut timeline {
+            t.event(&ev, &mut names);
+        }
         n += 1;
     }
     let secs = start.elapsed().as_secs_f64();

@@ -18,7 +18,12 @@ with open(sys.argv[1], "rb") as f:
 tracks = {}
 clocks = []
 events = []
+interned = {}
 for p in trace.packet:
+    if p.sequence_flags & 1:
+        interned = {}
+    for n in p.interned_data.event_names:
+        interned[n.iid] = n.name
     if p.HasField("clock_snapshot"):
         clocks = [c.clock_id for c in p.clock_snapshot.clocks]
     if p.HasField("track_descriptor"):
@@ -39,7 +44,12 @@ for p in trace.packet:
     if p.HasField("track_event"):
         if p.timestamp_clock_id != 3:
             sys.exit("an event not on CLOCK_MONOTONIC")
-        events.append((p.timestamp, p.track_event))
+        e = p.track_event
+        if e.HasField("name_iid"):
+            if not p.sequence_flags & 2:
+                sys.exit("an interned name in a packet that does not say it needs them")
+            e.name = interned[e.name_iid]
+        events.append((p.timestamp, e))
 
 # Trace processors sort events by time: so does this (stable, so a slice's END and the
 # next BEGIN at the same time keep their order).

@@ -271,7 +271,7 @@ fn the_size_cap_holds_and_what_it_left_out_is_reported() {
                 "--hold-us",
                 "1",
                 "--private",
-                "5000",
+                "50000",
             ]),
         Duration::from_secs(60),
     );

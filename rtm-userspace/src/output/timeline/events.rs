@@ -1,6 +1,6 @@
-//! Events to trace packets: what each record becomes on the timeline.
-
-use std::collections::HashMap;
+//! Events to trace packets: the TrackEvent writer, what the timeline remembers between
+//! events, and futex waits, thread lifecycles and MPI calls. Full-mode pthread calls are
+//! in `calls`, the system's counters in `counters`.
 
 use rtm_common::{
     COMM_ID_UNKNOWN, LifecycleOp, MPI_FLAG_COMPLETION, Primitive, RANK_UNKNOWN, SyncOp,
@@ -9,20 +9,21 @@ use rtm_common::{
 };
 
 use super::{
+    calls::{Hold, Pending},
     messages::{End, Messages, Side},
+    names::{Name, Names, Obj},
     packet,
     proto::Writer,
     tracks::{Lane, Tracks},
 };
-use crate::model::{sync::semantics, system::interval::Interval};
+
+pub(super) type Map<K, V> = foldhash::HashMap<K, V>;
 
 /// TrackEvent.Type.
-const SLICE_BEGIN: u64 = 1;
-const SLICE_END: u64 = 2;
-const INSTANT: u64 = 3;
-const COUNTER: u64 = 4;
-/// Holds remembered per thread; a thread holding more has its oldest shown at once.
-const MAX_HOLDS: usize = 64;
+pub const SLICE_BEGIN: u64 = 1;
+pub const SLICE_END: u64 = 2;
+pub const INSTANT: u64 = 3;
+pub const COUNTER: u64 = 4;
 /// Communicators whose collectives are numbered, per process.
 const MAX_COMMS: usize = 4_096;
 const ETIMEDOUT: i32 = -110;
@@ -33,11 +34,27 @@ pub enum Arg<'a> {
     Str(&'a str),
 }
 
+/// An event's name as written.
+#[derive(Clone, Copy)]
+pub enum NameRef<'a> {
+    Iid(u64),
+    Str(&'a str),
+}
+
+impl<'a> From<&'a Name> for NameRef<'a> {
+    fn from(n: &'a Name) -> Self {
+        match n {
+            Name::Iid(i) => NameRef::Iid(*i),
+            Name::Text(t) => NameRef::Str(t),
+        }
+    }
+}
+
 /// One TrackEvent.
 #[derive(Default)]
 pub struct Ev<'a> {
     pub ty: u64,
-    pub name: Option<&'a str>,
+    pub name: Option<NameRef<'a>>,
     pub flow: Option<u64>,
     pub terminating_flow: Option<u64>,
     pub correlation: Option<u64>,
@@ -49,8 +66,14 @@ pub struct Ev<'a> {
 pub fn track_event(w: &mut Writer, ts: u64, track: u64, ev: &Ev) {
     packet::start(w, Some(ts));
     w.begin(packet::TRACK_EVENT).uint(9, ev.ty).uint(11, track);
-    if let Some(n) = ev.name {
-        w.str(23, n);
+    match ev.name {
+        Some(NameRef::Iid(i)) => {
+            w.uint(10, i);
+        }
+        Some(NameRef::Str(s)) => {
+            w.str(23, s);
+        }
+        None => {}
     }
     if let Some(f) = ev.flow {
         w.fixed64(47, f);
@@ -77,16 +100,8 @@ pub fn track_event(w: &mut Writer, ts: u64, track: u64, ev: &Ev) {
 }
 
 /// A slice from `begin` to `end` on `track`.
-fn slice(w: &mut Writer, track: u64, begin: u64, end: u64, ev: Ev) {
-    track_event(
-        w,
-        begin,
-        track,
-        &Ev {
-            ty: SLICE_BEGIN,
-            ..ev
-        },
-    );
+pub fn slice(w: &mut Writer, track: u64, begin: u64, end: u64, ev: Ev) {
+    track_event(w, begin, track, &Ev { ty: SLICE_BEGIN, ..ev });
     track_event(
         w,
         end.max(begin),
@@ -98,57 +113,17 @@ fn slice(w: &mut Writer, track: u64, begin: u64, end: u64, ev: Ev) {
     );
 }
 
-/// A value of counter track `name` at `ts`.
-pub fn counter(
-    w: &mut Writer,
-    tracks: &mut Tracks,
-    ts: u64,
-    name: &str,
-    unit: &str,
-    pid: Option<u32>,
-    value: f64,
-) {
-    let track = tracks.counter(w, name, unit, pid);
-    track_event(
-        w,
-        ts,
-        track,
-        &Ev {
-            ty: COUNTER,
-            value: Some(value),
-            ..Ev::default()
-        },
-    );
-}
-
-/// A lock held since `since`.
-struct Hold {
-    object: u64,
-    since: u64,
-    name: Box<str>,
-}
-
-/// A pthread_mutex_lock seen at its entry only (full mode): its thread's next event
-/// settles it, as the model does (a futex wait on its word is part of it; anything else
-/// means it returned, holding the lock).
-struct Pending {
-    object: u64,
-    start: u64,
-    acquired: u64,
-    name: Box<str>,
-}
-
 /// What the timeline remembers between events.
 #[derive(Default)]
 pub struct State {
     /// Each thread's lock call seen at entry only.
-    pending: HashMap<(u32, u32), Pending>,
+    pub(super) pending: Map<(u32, u32), Pending>,
     /// Flow ids given so far.
-    flows: u64,
+    pub(super) flows: u64,
     /// Each thread's holds, oldest first.
-    holds: HashMap<(u32, u32), Vec<Hold>>,
+    pub(super) holds: Map<(u32, u32), Vec<Hold>>,
     /// Collectives called so far on each communicator, per process.
-    collectives: HashMap<(u32, u32), u64>,
+    collectives: Map<(u32, u32), u64>,
     /// MPI messages' ends not matched yet.
     pub messages: Messages,
 }
@@ -158,6 +133,7 @@ pub struct Ctx<'a> {
     pub w: &'a mut Writer,
     pub tracks: &'a mut Tracks,
     pub state: &'a mut State,
+    pub names: &'a mut Names,
 }
 
 /// Whether a sync record is shown (its object then needs a name).
@@ -177,35 +153,10 @@ pub fn shown(s: &SyncRecord) -> bool {
     }
 }
 
-fn op_name(op: SyncOp) -> &'static str {
-    use SyncOp::*;
-    match op {
-        Lock => "lock",
-        TryLock => "trylock",
-        TimedLock => "timedlock",
-        Unlock => "unlock",
-        RdLock => "rdlock",
-        TryRdLock => "tryrdlock",
-        TimedRdLock => "timedrdlock",
-        WrLock => "wrlock",
-        TryWrLock => "trywrlock",
-        TimedWrLock => "timedwrlock",
-        Wait => "wait",
-        TryWait => "trywait",
-        TimedWait => "timedwait",
-        Post => "post",
-        Signal => "signal",
-        Broadcast => "broadcast",
-        Create => "create",
-        Join => "join",
-        Wake => "wake",
-    }
-}
-
 impl Ctx<'_> {
-    /// Writes `event`; `object`: the name of a sync record's object; `mutex`: a
-    /// condition-variable record's mutex's.
-    pub fn event(&mut self, event: &Event, object: Option<&str>, mutex: Option<&str>) {
+    /// Writes `event`; `object`: a sync record's object; `mutex`: a condition-variable
+    /// record's mutex.
+    pub fn event(&mut self, event: &Event, object: Option<Obj>, mutex: Option<Obj>) {
         let h = event.header();
         if !self.state.pending.is_empty() {
             self.settle(h.pid, h.tid, event);
@@ -227,92 +178,18 @@ impl Ctx<'_> {
         }
     }
 
-    /// Settles the thread's lock call seen at entry only, if any, with its next event.
-    fn settle(&mut self, pid: u32, tid: u32, event: &Event) {
-        let Some(p) = self.state.pending.get_mut(&(pid, tid)) else {
-            return;
-        };
-        if let Event::Sync(s) = event
-            && s.primitive == Primitive::Futex
-            && s.op == SyncOp::Wait
-            && s.raw.object == p.object
-        {
-            p.acquired = s.raw.header.ts_ns;
-            return;
-        }
-        if let Some(p) = self.state.pending.remove(&(pid, tid)) {
-            self.acquired(pid, tid, p);
-        }
-    }
-
-    /// A lock call seen at entry only, settled: a slice when it waited, then the hold.
-    fn acquired(&mut self, pid: u32, tid: u32, p: Pending) {
-        if p.acquired > p.start {
-            let track = self.track(pid, tid, Lane::Main);
-            let name = format!("lock {}", p.name);
-            slice(
-                self.w,
-                track,
-                p.start,
-                p.acquired,
-                Ev {
-                    name: Some(&name),
-                    ..Ev::default()
-                },
-            );
-        }
-        self.hold(pid, tid, p.object, p.acquired, &p.name);
-    }
-
-    /// The start of a call: a lock seen at entry only waits for its settling; a
-    /// condition-variable wait releases its mutex.
-    fn begin(&mut self, s: &SyncRecord, object: &str) {
-        let h = &s.raw.header;
-        if s.primitive == Primitive::Mutex {
-            self.state.pending.insert(
-                (h.pid, h.tid),
-                Pending {
-                    object: s.raw.object,
-                    start: h.ts_ns,
-                    acquired: h.ts_ns,
-                    name: object.into(),
-                },
-            );
-        } else {
-            self.release(h.pid, h.tid, s.raw.aux, h.ts_ns);
-        }
-    }
-
-    /// Settles every lock call seen at entry only, at the end of the trace.
-    pub fn settle_all(&mut self) {
-        let pending: Vec<_> = self.state.pending.drain().collect();
-        for ((pid, tid), p) in pending {
-            self.acquired(pid, tid, p);
-        }
-    }
-
-    /// The thread holds `object` from `since`.
-    fn hold(&mut self, pid: u32, tid: u32, object: u64, since: u64, name: &str) {
-        let holds = self.state.holds.entry((pid, tid)).or_default();
-        if holds.len() >= MAX_HOLDS {
-            let oldest = holds.remove(0);
-            let t = self.tracks.thread(self.w, pid, tid, Lane::HoldsOverlapping);
-            hold_slice(self.w, t, &oldest, since);
-        }
-        self.state.holds.entry((pid, tid)).or_default().push(Hold {
-            object,
-            since,
-            name: format!("hold {name}").into(),
-        });
-    }
-
-    fn track(&mut self, pid: u32, tid: u32, lane: Lane) -> u64 {
+    pub(super) fn track(&mut self, pid: u32, tid: u32, lane: Lane) -> u64 {
         self.tracks.thread(self.w, pid, tid, lane)
+    }
+
+    /// An interned name that is the same for every event of its kind.
+    fn fixed(&mut self, text: &'static str) -> Name {
+        self.names.fixed(self.w, text, u32::MAX, || text.to_owned())
     }
 
     /// A futex wait: the sleep, then the time runnable after the wake, and the wake on
     /// the waker with an arrow to the woken thread.
-    fn futex_wait(&mut self, s: &SyncRecord, object: &str) {
+    fn futex_wait(&mut self, s: &SyncRecord, object: Obj) {
         let h = &s.raw.header;
         let end = h.ts_ns;
         let begin = end.saturating_sub(s.raw.wait_ns);
@@ -327,7 +204,7 @@ impl Ctx<'_> {
             _ => "returned an error",
         };
         let track = self.track(h.pid, h.tid, Lane::Main);
-        let name = format!("wait {object}");
+        let name = self.names.of(self.w, "wait", object);
         let mut args = vec![("result", Arg::Str(result))];
         if waker != 0 {
             args.push(("waker tid", Arg::Int(i64::from(waker))));
@@ -344,7 +221,7 @@ impl Ctx<'_> {
             begin,
             woken,
             Ev {
-                name: Some(&name),
+                name: Some((&name).into()),
                 args: &args,
                 ..Ev::default()
             },
@@ -354,14 +231,14 @@ impl Ctx<'_> {
             let id = self.state.flows;
             let pid = if waker_pid != 0 { waker_pid } else { h.pid };
             let wt = self.track(pid, waker, Lane::Main);
-            let wake = format!("wake {object}");
+            let wake = self.names.of(self.w, "wake", object);
             track_event(
                 self.w,
                 woken,
                 wt,
                 &Ev {
                     ty: INSTANT,
-                    name: Some(&wake),
+                    name: Some((&wake).into()),
                     flow: Some(id),
                     args: &[("woken tid", Arg::Int(i64::from(h.tid)))],
                     ..Ev::default()
@@ -370,13 +247,14 @@ impl Ctx<'_> {
             id
         });
         if flow.is_some() || runnable > 0 {
+            let name = self.fixed("runnable");
             slice(
                 self.w,
                 track,
                 woken,
                 end,
                 Ev {
-                    name: Some("runnable"),
+                    name: Some((&name).into()),
                     terminating_flow: flow,
                     ..Ev::default()
                 },
@@ -384,142 +262,41 @@ impl Ctx<'_> {
         }
     }
 
-    /// A pthread call (full mode): blocking calls as slices, releases end holds,
-    /// wakes as instants.
-    fn call(&mut self, s: &SyncRecord, object: &str, mutex: Option<&str>) {
-        let h = &s.raw.header;
-        let sem = semantics::of(s.primitive, s.op);
-        let op = op_name(s.op);
-        if sem.releases {
-            self.release(h.pid, h.tid, s.raw.object, h.ts_ns);
-            return;
-        }
-        let track = self.track(h.pid, h.tid, Lane::Main);
-        let name = format!("{op} {object}");
-        if sem.wakes {
-            let mut args = vec![];
-            if matches!(s.op, SyncOp::Signal | SyncOp::Broadcast) {
-                args.push(("threads woken", Arg::Int(i64::from(s.raw.extra))));
-            }
-            track_event(
-                self.w,
-                h.ts_ns,
-                track,
-                &Ev {
-                    ty: INSTANT,
-                    name: Some(&name),
-                    args: &args,
-                    ..Ev::default()
-                },
-            );
-            return;
-        }
-        if s.raw.wait_ns > 0 {
-            let contended = s.raw.flags & rtm_common::SYNC_FLAG_CONTENDED != 0;
-            slice(
-                self.w,
-                track,
-                h.ts_ns - s.raw.wait_ns.min(h.ts_ns),
-                h.ts_ns,
-                Ev {
-                    name: Some(&name),
-                    args: &[
-                        ("return value", Arg::Int(i64::from(s.raw.ret))),
-                        ("contended", Arg::Int(i64::from(contended))),
-                    ],
-                    ..Ev::default()
-                },
-            );
-        }
-        if sem.holds.is_some() && s.raw.ret == 0 {
-            self.hold(h.pid, h.tid, s.raw.object, h.ts_ns, object);
-        }
-        if let (Primitive::Cond, Some(m)) = (s.primitive, mutex) {
-            // The wait released its mutex (if its start was not seen) and took it back.
-            let start = h.ts_ns.saturating_sub(s.raw.wait_ns);
-            self.release(h.pid, h.tid, s.raw.aux, start);
-            self.hold(h.pid, h.tid, s.raw.aux, h.ts_ns, m);
-        }
-    }
-
-    /// The thread released `object`: its hold becomes a slice, on the holds track when
-    /// it was the last taken (holds nest), else on the track of holds released out of
-    /// order.
-    fn release(&mut self, pid: u32, tid: u32, object: u64, ts: u64) {
-        let Some(holds) = self.state.holds.get_mut(&(pid, tid)) else {
-            return;
-        };
-        let Some(at) = holds.iter().rposition(|h| h.object == object) else {
-            return;
-        };
-        let last = at + 1 == holds.len();
-        let hold = holds.remove(at);
-        if holds.is_empty() {
-            self.state.holds.remove(&(pid, tid));
-        }
-        let lane = if last {
-            Lane::Holds
-        } else {
-            Lane::HoldsOverlapping
-        };
-        let t = self.tracks.thread(self.w, pid, tid, lane);
-        hold_slice(self.w, t, &hold, ts);
-    }
-
     fn lifecycle(&mut self, l: &LifecycleRecord) {
         let h = &l.raw.header;
-        match l.op {
+        let (name, program) = match l.op {
             LifecycleOp::Spawn if l.raw.clone_flags & rtm_common::CLONE_THREAD != 0 => {
-                let track = self.track(h.pid, h.tid, Lane::Main);
-                let name = format!("create thread {}", l.raw.child);
-                track_event(
-                    self.w,
-                    h.ts_ns,
-                    track,
-                    &Ev {
-                        ty: INSTANT,
-                        name: Some(&name),
-                        ..Ev::default()
-                    },
-                );
+                (format!("create thread {}", l.raw.child), None)
+            }
+            LifecycleOp::Exit => ("thread exit".to_owned(), None),
+            LifecycleOp::Exec => ("exec".to_owned(), Some(l.comm())),
+            LifecycleOp::Spawn => return,
+        };
+        let track = self.track(h.pid, h.tid, Lane::Main);
+        let args = program.map(|p| [("program", Arg::Str(p))]);
+        track_event(
+            self.w,
+            h.ts_ns,
+            track,
+            &Ev {
+                ty: INSTANT,
+                name: Some(NameRef::Str(&name)),
+                args: args.as_ref().map_or(&[], |a| &a[..]),
+                ..Ev::default()
+            },
+        );
+        match (l.op, program) {
+            (LifecycleOp::Exec, Some(comm)) if !comm.is_empty() => {
+                self.tracks.name_process(self.w, h.pid, comm);
+            }
+            (LifecycleOp::Spawn, _) => {
                 self.track(h.pid, l.raw.child, Lane::Main);
                 let comm = l.comm();
                 if !comm.is_empty() {
                     self.tracks.name_thread(self.w, h.pid, l.raw.child, comm);
                 }
             }
-            LifecycleOp::Exit => {
-                let track = self.track(h.pid, h.tid, Lane::Main);
-                track_event(
-                    self.w,
-                    h.ts_ns,
-                    track,
-                    &Ev {
-                        ty: INSTANT,
-                        name: Some("thread exit"),
-                        ..Ev::default()
-                    },
-                );
-            }
-            LifecycleOp::Exec => {
-                let track = self.track(h.pid, h.tid, Lane::Main);
-                let comm = l.comm();
-                track_event(
-                    self.w,
-                    h.ts_ns,
-                    track,
-                    &Ev {
-                        ty: INSTANT,
-                        name: Some("exec"),
-                        args: &[("program", Arg::Str(comm))],
-                        ..Ev::default()
-                    },
-                );
-                if !comm.is_empty() {
-                    self.tracks.name_process(self.w, h.pid, comm);
-                }
-            }
-            LifecycleOp::Spawn => {}
+            _ => {}
         }
     }
 
@@ -538,44 +315,41 @@ impl Ctx<'_> {
             -1
         };
         for side in sides {
-            if matches!(side, Side::None) {
-                continue;
-            }
-            let track = self.track(h.pid, h.tid, Lane::Main);
-            let flows = &mut self.state.flows;
-            match side {
-                Side::Send(pair) => {
-                    let end = End {
-                        ts: r.start_ns.min(h.ts_ns),
-                        track,
-                        tag: r.tag,
-                        bytes,
-                    };
-                    self.state.messages.send(self.w, flows, pair, end);
-                }
+            let (pair, end_ts, tag, b, send) = match side {
+                Side::Send(pair) => (pair, r.start_ns.min(h.ts_ns), r.tag, bytes, true),
                 Side::Recv(pair, tag) => {
                     let received = if r.status_bytes == rtm_common::BYTES_UNKNOWN {
                         -1
                     } else {
                         r.status_bytes as i64
                     };
-                    let end = End {
-                        ts: h.ts_ns,
-                        track,
-                        tag,
-                        bytes: received,
-                    };
-                    self.state.messages.recv(self.w, flows, pair, end);
+                    (pair, h.ts_ns, tag, received, false)
                 }
-                Side::None => {}
+                Side::None => continue,
+            };
+            let track = self.track(h.pid, h.tid, Lane::Main);
+            let end = End {
+                ts: end_ts,
+                track,
+                tag,
+                bytes: b,
+            };
+            let (w, flows, names) = (&mut *self.w, &mut self.state.flows, &mut *self.names);
+            if send {
+                self.state.messages.send(w, names, flows, pair, end);
+            } else {
+                self.state.messages.recv(w, names, flows, pair, end);
             }
         }
         if r.flags & MPI_FLAG_COMPLETION != 0 {
             return;
         }
         let track = self.track(h.pid, h.tid, Lane::Main);
-        let name = format!("MPI_{:?}", m.op);
-        let correlation = (m.op.is_collective() && r.comm_id != COMM_ID_UNKNOWN)
+        let op = m.op;
+        let name = self
+            .names
+            .fixed(self.w, "MPI", op as u32, || format!("MPI_{op:?}"));
+        let correlation = (op.is_collective() && r.comm_id != COMM_ID_UNKNOWN)
             .then(|| {
                 let n = self.state.collectives.len();
                 let key = (h.pid, r.comm_id);
@@ -604,78 +378,11 @@ impl Ctx<'_> {
             r.start_ns.min(h.ts_ns),
             h.ts_ns,
             Ev {
-                name: Some(&name),
+                name: Some((&name).into()),
                 correlation,
                 args: &args,
                 ..Ev::default()
             },
-        );
-    }
-}
-
-fn hold_slice(w: &mut Writer, track: u64, hold: &Hold, end: u64) {
-    slice(
-        w,
-        track,
-        hold.since,
-        end,
-        Ev {
-            name: Some(&hold.name),
-            ..Ev::default()
-        },
-    );
-}
-
-/// The holds still open at `end`, shown up to it.
-pub fn close_open(w: &mut Writer, tracks: &mut Tracks, state: &mut State, end: u64) {
-    for ((pid, tid), holds) in state.holds.drain() {
-        let t = tracks.thread(w, pid, tid, Lane::Holds);
-        for h in holds.iter().rev() {
-            hold_slice(w, t, h, end);
-        }
-    }
-}
-
-/// A system interval's statistics as counters at its end (`start_ns`: the trace's
-/// start, CLOCK_MONOTONIC).
-pub fn interval(w: &mut Writer, tracks: &mut Tracks, start_ns: u64, iv: &Interval) {
-    let ts = start_ns + ((iv.t_s + iv.dur_s) * 1e9) as u64;
-    let mut c = |name: &str, unit: &str, v: f64| counter(w, tracks, ts, name, unit, None, v);
-    c("CPU busy %", "%", iv.cpu.busy);
-    c("CPU iowait %", "%", iv.cpu.iowait);
-    c("CPU steal %", "%", iv.cpu.steal);
-    c("run queue (tasks running)", "", iv.procs_running as f64);
-    c("tasks blocked", "", iv.procs_blocked as f64);
-    c("load average (1 min)", "", iv.load1);
-    c("context switches/s", "/s", iv.context_switches_per_s);
-    c("memory available %", "%", iv.mem_available_pct);
-    c("swap used", "bytes", iv.swap_used as f64);
-    c("major faults/s", "/s", iv.major_faults_per_s);
-    if let Some(p) = &iv.psi {
-        c("PSI cpu some %", "%", p.cpu_some);
-        c("PSI memory some %", "%", p.memory_some);
-        c("PSI io some %", "%", p.io_some);
-    }
-    for p in &iv.procs {
-        let cpu = format!("CPU % (pid {})", p.pid);
-        let rss = format!("RSS (pid {})", p.pid);
-        counter(
-            w,
-            tracks,
-            ts,
-            &cpu,
-            "%",
-            Some(p.pid),
-            p.user_pct + p.system_pct,
-        );
-        counter(
-            w,
-            tracks,
-            ts,
-            &rss,
-            "bytes",
-            Some(p.pid),
-            p.rss_bytes as f64,
         );
     }
 }

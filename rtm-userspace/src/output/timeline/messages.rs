@@ -10,7 +10,8 @@ use std::collections::{HashMap, VecDeque};
 use rtm_common::{MPI_FLAG_COMPLETION, MPI_FLAG_STATUS_IGNORED, MpiOp, RANK_UNKNOWN};
 
 use super::{
-    events::{Arg, Ev, track_event},
+    events::{Arg, Ev, INSTANT, track_event},
+    names::Names,
     proto::Writer,
 };
 
@@ -18,7 +19,6 @@ use super::{
 const MAX_PENDING: usize = 100_000;
 /// Receive requests posted and not completed kept, to know a completion is a receive's.
 const MAX_REQUESTS: usize = 100_000;
-const INSTANT: u64 = 3;
 
 /// One end of a message.
 #[derive(Clone, Copy)]
@@ -141,7 +141,14 @@ impl Messages {
     }
 
     /// A send: drawn at once when its receive is waiting, else kept.
-    pub fn send(&mut self, w: &mut Writer, flows: &mut u64, pair: Pair, end: End) {
+    pub fn send(
+        &mut self,
+        w: &mut Writer,
+        names: &mut Names,
+        flows: &mut u64,
+        pair: Pair,
+        end: End,
+    ) {
         if let Some(q) = self.recvs.get_mut(&pair)
             && let Some(at) = q.iter().position(|r| r.tag < 0 || r.tag == end.tag)
         {
@@ -150,13 +157,20 @@ impl Messages {
                 self.recvs.remove(&pair);
             }
             self.pending -= 1;
-            return arrow(w, flows, pair, &end, &recv);
+            return arrow(w, names, flows, pair, &end, &recv);
         }
         self.keep(true, pair, end);
     }
 
     /// A receive: drawn at once when its send was read, else kept.
-    pub fn recv(&mut self, w: &mut Writer, flows: &mut u64, pair: Pair, end: End) {
+    pub fn recv(
+        &mut self,
+        w: &mut Writer,
+        names: &mut Names,
+        flows: &mut u64,
+        pair: Pair,
+        end: End,
+    ) {
         if let Some(q) = self.sends.get_mut(&pair)
             && let Some(at) = q.iter().position(|s| end.tag < 0 || s.tag == end.tag)
         {
@@ -165,7 +179,7 @@ impl Messages {
                 self.sends.remove(&pair);
             }
             self.pending -= 1;
-            return arrow(w, flows, pair, &send, &end);
+            return arrow(w, names, flows, pair, &send, &end);
         }
         self.keep(false, pair, end);
     }
@@ -196,7 +210,14 @@ impl Messages {
 }
 
 /// The arrow of one message.
-fn arrow(w: &mut Writer, flows: &mut u64, (comm, src, dst): Pair, send: &End, recv: &End) {
+fn arrow(
+    w: &mut Writer,
+    names: &mut Names,
+    flows: &mut u64,
+    (comm, src, dst): Pair,
+    send: &End,
+    recv: &End,
+) {
     *flows += 1;
     let id = *flows;
     let bytes = if recv.bytes >= 0 {
@@ -204,14 +225,14 @@ fn arrow(w: &mut Writer, flows: &mut u64, (comm, src, dst): Pair, send: &End, re
     } else {
         send.bytes
     };
-    let to = format!("send to rank {dst}");
+    let to = names.fixed(w, "send to rank", dst as u32, || format!("send to rank {dst}"));
     track_event(
         w,
         send.ts,
         send.track,
         &Ev {
             ty: INSTANT,
-            name: Some(&to),
+            name: Some((&to).into()),
             flow: Some(id),
             args: &[
                 ("bytes", Arg::Int(bytes)),
@@ -221,14 +242,16 @@ fn arrow(w: &mut Writer, flows: &mut u64, (comm, src, dst): Pair, send: &End, re
             ..Ev::default()
         },
     );
-    let from = format!("received from rank {src}");
+    let from = names.fixed(w, "received from rank", src as u32, || {
+        format!("received from rank {src}")
+    });
     track_event(
         w,
         recv.ts.max(send.ts),
         recv.track,
         &Ev {
             ty: INSTANT,
-            name: Some(&from),
+            name: Some((&from).into()),
             terminating_flow: Some(id),
             args: &[("bytes", Arg::Int(bytes))],
             ..Ev::default()

@@ -17,16 +17,19 @@
 //! Buffering is bounded (the stream's buffer and one packet); past the size cap nothing
 //! more is written and the events left out are counted and reported.
 
+mod calls;
+mod counters;
 mod events;
 mod messages;
+mod names;
 pub mod proto;
 #[cfg(test)]
 mod tests;
 mod tracks;
 
-use std::{collections::HashMap, path::PathBuf};
+use std::path::PathBuf;
 
-use rtm_common::decode::Event;
+use rtm_common::{Primitive, decode::Event};
 
 use self::{proto::Writer, tracks::Tracks};
 use super::{
@@ -44,6 +47,9 @@ pub(crate) mod packet {
     const TIMESTAMP: u32 = 8;
     const TIMESTAMP_CLOCK_ID: u32 = 58;
     const SEQUENCE_ID: u32 = 10;
+    const SEQUENCE_FLAGS: u32 = 13;
+    /// SEQ_INCREMENTAL_STATE_CLEARED: the sequence's interned names start here.
+    pub const STATE_CLEARED: u64 = 1;
     pub const TRACK_DESCRIPTOR: u32 = 60;
     pub const TRACK_EVENT: u32 = 11;
     pub const CLOCK_SNAPSHOT: u32 = 6;
@@ -54,14 +60,21 @@ pub(crate) mod packet {
     /// The one writer's sequence.
     const SEQUENCE: u64 = 1;
 
-    /// Starts a packet; `ts`: its CLOCK_MONOTONIC time.
+    /// Starts a packet; `ts`: its CLOCK_MONOTONIC time (a track event, which may use
+    /// interned names).
     pub fn start(w: &mut Writer, ts: Option<u64>) {
         w.begin(PACKET);
         if let Some(t) = ts {
             w.uint(TIMESTAMP, t)
-                .uint(TIMESTAMP_CLOCK_ID, CLOCK_MONOTONIC);
+                .uint(TIMESTAMP_CLOCK_ID, CLOCK_MONOTONIC)
+                .uint(SEQUENCE_FLAGS, super::names::NEEDS_STATE);
         }
         w.uint(SEQUENCE_ID, SEQUENCE);
+    }
+
+    /// Marks the first packet: the sequence's state starts empty.
+    pub fn first(w: &mut Writer) {
+        w.uint(SEQUENCE_FLAGS, STATE_CLEARED);
     }
 
     /// Ends the packet.
@@ -70,8 +83,6 @@ pub(crate) mod packet {
     }
 }
 
-/// Objects whose names are remembered; others are named by address.
-const MAX_NAMES: usize = 65_536;
 
 /// The timeline being written.
 pub struct Timeline {
@@ -80,7 +91,7 @@ pub struct Timeline {
     /// The packets of the event being written.
     w: Writer,
     tracks: Tracks,
-    names: HashMap<(u32, u64), Box<str>>,
+    names: names::Names,
     state: events::State,
     /// Bytes written and the cap.
     written: u64,
@@ -126,7 +137,7 @@ impl Timeline {
             stream: Some(stream),
             w: Writer::default(),
             tracks: Tracks::default(),
-            names: HashMap::new(),
+            names: names::Names::default(),
             state: events::State::default(),
             written: 0,
             max_bytes,
@@ -146,6 +157,7 @@ impl Timeline {
         );
         let w = &mut t.w;
         packet::start(w, None);
+        packet::first(w);
         w.begin(packet::CLOCK_SNAPSHOT);
         for (id, ts) in [
             (packet::CLOCK_MONOTONIC, mono),
@@ -190,28 +202,13 @@ impl Timeline {
         ok
     }
 
-    /// The name an object is shown by: its symbol, or its kind and address.
-    fn object_name(
-        &mut self,
-        names: &mut ObjectNamer,
-        pid: u32,
-        addr: u64,
-        kind: rtm_common::Primitive,
-    ) -> Box<str> {
-        if let Some(n) = self.names.get(&(pid, addr)) {
-            return n.clone();
+    fn ctx(&mut self) -> events::Ctx<'_> {
+        events::Ctx {
+            w: &mut self.w,
+            tracks: &mut self.tracks,
+            state: &mut self.state,
+            names: &mut self.names,
         }
-        let known = (self.names.len() < MAX_NAMES)
-            .then(|| names.name_known(pid, addr))
-            .flatten();
-        let name: Box<str> = match known {
-            Some(n) => n.into(),
-            None => format!("{kind} {addr:#x}").into(),
-        };
-        if self.names.len() < MAX_NAMES {
-            self.names.insert((pid, addr), name.clone());
-        }
-        name
     }
 
     /// Whether nothing more can be written (the cap, or an error).
@@ -240,7 +237,7 @@ impl Timeline {
         let (e0, t0) = self.rate_mark;
         if t0 != 0 && now > t0 {
             let rate = (self.events - e0) as f64 * 1e9 / (now - t0) as f64;
-            events::counter(
+            counters::counter(
                 &mut self.w,
                 &mut self.tracks,
                 now,
@@ -254,7 +251,7 @@ impl Timeline {
         if let Some(amb) = &at.snapshot.ambient {
             let after = self.last_interval;
             for iv in amb.intervals.iter().filter(|i| i.t_s > after) {
-                events::interval(
+                counters::interval(
                     &mut self.w,
                     &mut self.tracks,
                     at.snapshot.window.start_ns,
@@ -276,7 +273,7 @@ impl Sink for Timeline {
         true
     }
 
-    fn event(&mut self, event: &Event, names: &mut ObjectNamer) {
+    fn event(&mut self, event: &Event, namer: &mut ObjectNamer) {
         self.events += 1;
         if self.closed() {
             self.dropped += 1;
@@ -285,21 +282,14 @@ impl Sink for Timeline {
         let (object, mutex) = match event {
             Event::Sync(s) if events::shown(s) => {
                 let pid = s.raw.header.pid;
-                let mutex = (s.primitive == rtm_common::Primitive::Cond && s.raw.aux != 0)
-                    .then(|| self.object_name(names, pid, s.raw.aux, rtm_common::Primitive::Mutex));
-                (
-                    Some(self.object_name(names, pid, s.raw.object, s.primitive)),
-                    mutex,
-                )
+                let mutex = (s.primitive == Primitive::Cond && s.raw.aux != 0)
+                    .then(|| self.names.object(namer, pid, s.raw.aux, Primitive::Mutex));
+                let object = self.names.object(namer, pid, s.raw.object, s.primitive);
+                (Some(object), mutex)
             }
             _ => (None, None),
         };
-        let mut ctx = events::Ctx {
-            w: &mut self.w,
-            tracks: &mut self.tracks,
-            state: &mut self.state,
-        };
-        ctx.event(event, object.as_deref(), mutex.as_deref());
+        self.ctx().event(event, object, mutex);
         self.flush_packets();
     }
 
@@ -320,13 +310,9 @@ impl Sink for Timeline {
         // Holds still open at the end are shown up to it.
         let end = at.snapshot.window.end_ns;
         if !self.closed() {
-            events::Ctx {
-                w: &mut self.w,
-                tracks: &mut self.tracks,
-                state: &mut self.state,
-            }
-            .settle_all();
-            events::close_open(&mut self.w, &mut self.tracks, &mut self.state, end);
+            let mut ctx = self.ctx();
+            ctx.settle_all();
+            calls::close_open(&mut ctx, end);
             self.flush_packets();
         }
         if let Some(e) = self.error.take() {

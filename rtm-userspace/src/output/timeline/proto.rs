@@ -72,17 +72,24 @@ impl Writer {
         self
     }
 
-    /// Starts a nested message in `field`; [`Writer::end`] closes it.
+    /// Starts a nested message in `field`; [`Writer::end`] closes it. One byte is kept
+    /// for its length: most messages are shorter than 128 bytes.
     pub fn begin(&mut self, field: u32) -> &mut Self {
         self.tag(field, LEN);
+        self.buf.push(0);
         self.open.push(self.buf.len());
         self
     }
 
-    /// Closes the innermost nested message: inserts its length before it.
+    /// Closes the innermost nested message: writes its length before it (moving it
+    /// only when the length needs more than the byte kept).
     pub fn end(&mut self) -> &mut Self {
         let at = self.open.pop().expect("a nested message is open");
         let len = (self.buf.len() - at) as u64;
+        if len < 0x80 {
+            self.buf[at - 1] = len as u8;
+            return self;
+        }
         let (mut head, mut n, mut v) = ([0u8; 10], 0, len);
         while v >= 0x80 {
             head[n] = (v as u8) | 0x80;
@@ -90,7 +97,8 @@ impl Writer {
             n += 1;
         }
         head[n] = v as u8;
-        self.buf.splice(at..at, head[..=n].iter().copied());
+        self.buf[at - 1] = head[0];
+        self.buf.splice(at..at, head[1..=n].iter().copied());
         self
     }
 }

@@ -6,8 +6,11 @@ use rtm_common::{
     decode::{Event, decode, encode},
 };
 
+use crate::symbolize::objects::ObjectNamer;
+
 use super::{
     events::{Ctx, State},
+    names::Names,
     proto::{Value, Writer, fields},
     tracks::Tracks,
 };
@@ -26,6 +29,7 @@ struct Packet {
 }
 
 fn packets(bytes: &[u8]) -> Vec<Packet> {
+    let mut interned = std::collections::HashMap::new();
     let text = |v: &Value| match v {
         Value::Bytes(b) => String::from_utf8(b.to_vec()).unwrap(),
         _ => panic!("not a string"),
@@ -44,6 +48,20 @@ fn packets(bytes: &[u8]) -> Vec<Packet> {
                 match (f, &v) {
                     (8, _) => p.ts = Some(num(&v)),
                     (58, _) => assert_eq!(num(&v), 3, "CLOCK_MONOTONIC"),
+                    (12, Value::Bytes(d)) => {
+                        for (f, v) in fields(d) {
+                            let (2, Value::Bytes(n)) = (f, v) else { continue };
+                            let mut e = (0, String::new());
+                            for (f, v) in fields(n) {
+                                match f {
+                                    1 => e.0 = num(&v),
+                                    2 => e.1 = text(&v),
+                                    _ => {}
+                                }
+                            }
+                            interned.insert(e.0, e.1);
+                        }
+                    }
                     (11, Value::Bytes(e)) => {
                         let mut ev = (0, 0, String::new(), None, None);
                         for (f, v) in fields(e) {
@@ -51,6 +69,7 @@ fn packets(bytes: &[u8]) -> Vec<Packet> {
                                 9 => ev.0 = num(&v),
                                 11 => ev.1 = num(&v),
                                 23 => ev.2 = text(&v),
+                                10 => ev.2 = interned[&num(&v)].clone(),
                                 47 => ev.3 = Some(num(&v)),
                                 48 => ev.4 = Some(num(&v)),
                                 _ => {}
@@ -95,17 +114,34 @@ fn header(kind: EventKind, ts_ns: u64, tid: u32) -> EventHeader {
     }
 }
 
-fn write(events: &[Event], names: &[(&str, Option<&str>)]) -> Vec<Packet> {
+/// The packets the events make; objects are named by kind and address (no symbols).
+fn write(events: &[Event]) -> Vec<Packet> {
     let (mut w, mut tracks, mut state) = (Writer::default(), Tracks::default(), State::default());
-    let mut ctx = Ctx {
+    let (mut names, mut namer) = (Names::default(), ObjectNamer::default());
+    for e in events {
+        let (object, mutex) = match e {
+            Event::Sync(s) => (
+                Some(names.object(&mut namer, 100, s.raw.object, s.primitive)),
+                (s.primitive == Primitive::Cond)
+                    .then(|| names.object(&mut namer, 100, s.raw.aux, Primitive::Mutex)),
+            ),
+            _ => (None, None),
+        };
+        let mut ctx = Ctx {
+            w: &mut w,
+            tracks: &mut tracks,
+            state: &mut state,
+            names: &mut names,
+        };
+        ctx.event(e, object, mutex);
+    }
+    Ctx {
         w: &mut w,
         tracks: &mut tracks,
         state: &mut state,
-    };
-    for (e, (object, mutex)) in events.iter().zip(names) {
-        ctx.event(e, Some(object), *mutex);
+        names: &mut names,
     }
-    ctx.settle_all();
+    .settle_all();
     packets(w.bytes())
 }
 
@@ -143,7 +179,7 @@ fn a_woken_futex_wait_is_a_sleep_a_runnable_slice_and_an_arrow_from_the_waker() 
         ..FutexWaitEvent::default()
     };
     let ev = decode(encode(&wait)).unwrap();
-    let ps = write(&[ev], &[("counter_lock", None)]);
+    let ps = write(&[ev]);
     let tracks: Vec<_> = ps.iter().filter_map(|p| p.track.clone()).collect();
     let waiter = tracks
         .iter()
@@ -162,7 +198,7 @@ fn a_woken_futex_wait_is_a_sleep_a_runnable_slice_and_an_arrow_from_the_waker() 
     assert_eq!(
         slices(&ps),
         vec![
-            (waiter, 6_000, 9_500, "wait counter_lock".to_owned()),
+            (waiter, 6_000, 9_500, "wait futex 0x1000".to_owned()),
             (waiter, 9_500, 10_000, "runnable".to_owned()),
         ]
     );
@@ -177,7 +213,7 @@ fn a_woken_futex_wait_is_a_sleep_a_runnable_slice_and_an_arrow_from_the_waker() 
         .expect("the wake");
     assert_eq!(wake.0, Some(9_500));
     assert_eq!((wake.1).1, waker);
-    assert_eq!((wake.1).2, "wake counter_lock");
+    assert_eq!((wake.1).2, "wake futex 0x1000");
     let flow = (wake.1).3.expect("a flow from the wake");
     let runnable = ps
         .iter()
@@ -217,20 +253,20 @@ fn a_lock_seen_at_entry_is_settled_by_the_threads_next_event_and_held_until_unlo
         decode(encode(&futex)).unwrap(),
         sync(SyncOp::Unlock, Primitive::Mutex, 8_000, 0, 0),
     ];
-    let ps = write(&events, &[("m", None), ("m", None), ("m", None)]);
+    let ps = write(&events);
     let s = slices(&ps);
     let names: Vec<_> = s.iter().map(|x| (x.1, x.2, x.3.as_str())).collect();
     // The wait inside the lock call, the call up to the wait's end, then the hold.
-    assert!(names.contains(&(1_500, 3_000, "wait m")), "{names:?}");
-    assert!(names.contains(&(1_000, 3_000, "lock m")), "{names:?}");
-    assert!(names.contains(&(3_000, 8_000, "hold m")), "{names:?}");
+    assert!(names.contains(&(1_500, 3_000, "wait mutex 0x2000")), "{names:?}");
+    assert!(names.contains(&(1_000, 3_000, "lock mutex 0x2000")), "{names:?}");
+    assert!(names.contains(&(3_000, 8_000, "hold mutex 0x2000")), "{names:?}");
     let holds = ps
         .iter()
         .filter_map(|p| p.track.as_ref())
         .find(|t| t.2.as_deref() == Some("holds"))
         .expect("a holds track under the thread");
     assert!(holds.1.is_some(), "a child of the thread's track");
-    assert_eq!(s.iter().find(|x| x.3 == "hold m").unwrap().0, holds.0);
+    assert_eq!(s.iter().find(|x| x.3 == "hold mutex 0x2000").unwrap().0, holds.0);
 }
 
 #[test]
@@ -254,13 +290,10 @@ fn a_condition_wait_releases_its_mutex_and_takes_it_back() {
         },
         sync(SyncOp::Unlock, Primitive::Mutex, 9_500, 0, 0),
     ];
-    let ps = write(
-        &events,
-        &[("m", None), ("c", Some("m")), ("c", Some("m")), ("m", None)],
-    );
+    let ps = write(&events);
     let s = slices(&ps);
     let names: Vec<_> = s.iter().map(|x| (x.1, x.2, x.3.as_str())).collect();
-    assert!(names.contains(&(1_000, 2_000, "hold m")), "{names:?}");
-    assert!(names.contains(&(2_000, 9_000, "wait c")), "{names:?}");
-    assert!(names.contains(&(9_000, 9_500, "hold m")), "{names:?}");
+    assert!(names.contains(&(1_000, 2_000, "hold mutex 0x2000")), "{names:?}");
+    assert!(names.contains(&(2_000, 9_000, "wait condvar 0x3000")), "{names:?}");
+    assert!(names.contains(&(9_000, 9_500, "hold mutex 0x2000")), "{names:?}");
 }

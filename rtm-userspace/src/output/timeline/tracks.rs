@@ -1,29 +1,13 @@
 //! The timeline's tracks: a process track per traced process, a thread track per thread
-//! under it (with a child track for the locks it holds), and counter tracks for the
+//! under it (with child tracks for the locks it holds), and counter tracks for the
 //! system and the tracer. Each is described once, when first used, and again when its
-//! name becomes known.
+//! name becomes known. Uuids are given in order from 1, so events carry short ones.
 
-use std::collections::{HashMap, hash_map::Entry};
-
-use super::{packet, proto::Writer};
+use super::{events::Map, packet, proto::Writer};
 
 /// Most threads (and processes) given a track; events of others go to one shared
 /// "(other threads)" track.
 pub const MAX_THREADS: usize = 65_536;
-
-// Track uuid spaces (the top byte), so no two kinds of track share a uuid.
-const PROCESS: u64 = 1 << 56;
-const THREAD: u64 = 2 << 56;
-const HOLDS: u64 = 3 << 56;
-const HOLDS2: u64 = 4 << 56;
-const COUNTER: u64 = 5 << 56;
-/// The shared track of threads past [`MAX_THREADS`].
-pub const OTHER: u64 = 6 << 56;
-
-/// A thread's track uuid (pids and tids are below 2^22).
-fn thread_uuid(pid: u32, tid: u32) -> u64 {
-    THREAD | (u64::from(pid) << 24) | u64::from(tid & 0xff_ffff)
-}
 
 /// Which of a thread's tracks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -36,20 +20,28 @@ pub enum Lane {
     HoldsOverlapping,
 }
 
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct Thread {
+    uuid: u64,
     name: Option<Box<str>>,
-    holds: bool,
-    holds2: bool,
+    holds: Option<u64>,
+    holds2: Option<u64>,
+}
+
+#[derive(Debug)]
+struct Process {
+    uuid: u64,
+    name: Option<Box<str>>,
 }
 
 /// The tracks described so far.
 #[derive(Debug, Default)]
 pub struct Tracks {
-    processes: HashMap<u32, Option<Box<str>>>,
-    threads: HashMap<(u32, u32), Thread>,
-    counters: HashMap<Box<str>, u64>,
-    other: bool,
+    processes: Map<u32, Process>,
+    threads: Map<(u32, u32), Thread>,
+    counters: Map<Box<str>, u64>,
+    other: Option<u64>,
+    last: u64,
 }
 
 /// A packet describing track `uuid`.
@@ -62,57 +54,76 @@ fn descriptor(w: &mut Writer, uuid: u64, body: impl FnOnce(&mut Writer)) {
 }
 
 impl Tracks {
+    fn next(&mut self) -> u64 {
+        self.last += 1;
+        self.last
+    }
+
     /// The uuid of a thread's track, describing it (and its process) into `w` first
     /// when new. `w` holds zero or more whole packets.
     pub fn thread(&mut self, w: &mut Writer, pid: u32, tid: u32, lane: Lane) -> u64 {
-        self.process(w, pid);
-        let n = self.threads.len();
-        let t = match self.threads.entry((pid, tid)) {
-            Entry::Occupied(e) => e.into_mut(),
-            Entry::Vacant(e) => {
-                if n >= MAX_THREADS {
+        let t = match self.threads.get(&(pid, tid)) {
+            Some(t) if lane == Lane::Main => return t.uuid,
+            Some(_) => self.threads.get_mut(&(pid, tid)).expect("present"),
+            None => {
+                if self.threads.len() >= MAX_THREADS {
                     return self.other(w);
                 }
-                descriptor(w, thread_uuid(pid, tid), |w| {
-                    thread_fields(w, pid, tid, None)
-                });
-                e.insert(Thread::default())
+                if self.process(w, pid).is_none() {
+                    return self.other(w);
+                }
+                let uuid = self.next();
+                descriptor(w, uuid, |w| thread_fields(w, pid, tid, None));
+                self.threads.entry((pid, tid)).or_insert(Thread {
+                    uuid,
+                    name: None,
+                    holds: None,
+                    holds2: None,
+                })
             }
         };
-        let main = thread_uuid(pid, tid);
-        let (flag, space, name) = match lane {
+        let main = t.uuid;
+        let (slot, name) = match lane {
             Lane::Main => return main,
-            Lane::Holds => (&mut t.holds, HOLDS, "holds"),
-            Lane::HoldsOverlapping => (&mut t.holds2, HOLDS2, "holds (released out of order)"),
+            Lane::Holds => (&mut t.holds, "holds"),
+            Lane::HoldsOverlapping => (&mut t.holds2, "holds (released out of order)"),
         };
-        let uuid = space | (main & !(0xff << 56));
-        if !*flag {
-            *flag = true;
-            descriptor(w, uuid, |w| {
-                w.uint(5, main).str(2, name);
-            });
+        if let Some(u) = *slot {
+            return u;
         }
+        self.last += 1;
+        let uuid = self.last;
+        *slot = Some(uuid);
+        descriptor(w, uuid, |w| {
+            w.uint(5, main).str(2, name);
+        });
         uuid
     }
 
     fn other(&mut self, w: &mut Writer) -> u64 {
-        if !self.other {
-            self.other = true;
-            descriptor(w, OTHER, |w| {
-                w.str(2, "(other threads: past the track limit)");
-            });
+        if let Some(u) = self.other {
+            return u;
         }
-        OTHER
+        let uuid = self.next();
+        self.other = Some(uuid);
+        descriptor(w, uuid, |w| {
+            w.str(2, "(other threads: past the track limit)");
+        });
+        uuid
     }
 
-    fn process(&mut self, w: &mut Writer, pid: u32) {
-        if self.processes.len() >= MAX_THREADS || self.processes.contains_key(&pid) {
-            return;
+    /// The process's track uuid, described first when new (None past the limit).
+    fn process(&mut self, w: &mut Writer, pid: u32) -> Option<u64> {
+        if let Some(p) = self.processes.get(&pid) {
+            return Some(p.uuid);
         }
-        self.processes.insert(pid, None);
-        descriptor(w, PROCESS | u64::from(pid), |w| {
-            process_fields(w, pid, None)
-        });
+        if self.processes.len() >= MAX_THREADS {
+            return None;
+        }
+        let uuid = self.next();
+        self.processes.insert(pid, Process { uuid, name: None });
+        descriptor(w, uuid, |w| process_fields(w, pid, None));
+        Some(uuid)
     }
 
     /// Names a thread's track (again) when its name is new or changed.
@@ -124,23 +135,19 @@ impl Tracks {
             return;
         }
         t.name = Some(name.into());
-        descriptor(w, thread_uuid(pid, tid), |w| {
-            thread_fields(w, pid, tid, Some(name))
-        });
+        descriptor(w, t.uuid, |w| thread_fields(w, pid, tid, Some(name)));
     }
 
     /// Names a process's track (again) when its name is new or changed.
     pub fn name_process(&mut self, w: &mut Writer, pid: u32, name: &str) {
-        let Some(n) = self.processes.get_mut(&pid) else {
+        let Some(p) = self.processes.get_mut(&pid) else {
             return;
         };
-        if n.as_deref() == Some(name) {
+        if p.name.as_deref() == Some(name) {
             return;
         }
-        *n = Some(name.into());
-        descriptor(w, PROCESS | u64::from(pid), |w| {
-            process_fields(w, pid, Some(name))
-        });
+        p.name = Some(name.into());
+        descriptor(w, p.uuid, |w| process_fields(w, pid, Some(name)));
     }
 
     /// The uuid of the counter track `name` (in `unit`: "%", "bytes", "/s", or a
@@ -149,15 +156,13 @@ impl Tracks {
         if let Some(&u) = self.counters.get(name) {
             return u;
         }
-        if let Some(p) = pid {
-            self.process(w, p);
-        }
-        let uuid = COUNTER | self.counters.len() as u64;
+        let parent = pid.and_then(|p| self.process(w, p));
+        let uuid = self.next();
         self.counters.insert(name.into(), uuid);
         descriptor(w, uuid, |w| {
             w.str(2, name);
-            if let Some(p) = pid {
-                w.uint(5, PROCESS | u64::from(p));
+            if let Some(p) = parent {
+                w.uint(5, p);
             }
             w.begin(8);
             match unit {
