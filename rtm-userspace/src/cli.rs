@@ -87,6 +87,15 @@ pub struct Cli {
     #[arg(long, value_name = "FILE.pftrace")]
     pub timeline: Option<PathBuf>,
 
+    /// Write the report as one self-contained HTML file (tables, sync graph, MPI matrix,
+    /// time series; opens offline).
+    #[arg(long, value_name = "FILE.html")]
+    pub html: Option<PathBuf>,
+
+    /// Write the sync graph and the MPI task graph as Graphviz DOT (`dot -Tsvg`).
+    #[arg(long, value_name = "FILE.dot")]
+    pub dot: Option<PathBuf>,
+
     /// The timeline's size cap in MiB (default 1024); events past it are counted and
     /// reported, not written.
     #[arg(long, value_name = "MIB", value_parser = clap::value_parser!(u64).range(1..=config::MAX_TIMELINE_MB))]
@@ -185,6 +194,40 @@ pub struct MergeCli {
     pub top: usize,
 }
 
+/// `rtm-trace report`: render a saved trace (no root needed).
+#[derive(Debug, Parser)]
+#[command(
+    name = "rtm-trace report",
+    version,
+    about = "Render a trace saved with --json: the text report, and the HTML report and \
+             Graphviz graphs, without tracing again (no root needed)",
+    after_help = "EXAMPLES:\n  \
+        rtm-trace report trace.json                       the text report\n  \
+        rtm-trace report trace.json --html report.html    the HTML report too\n  \
+        rtm-trace report trace.json --dot graphs.dot && dot -Tsvg graphs.dot > graphs.svg"
+)]
+pub struct ReportCli {
+    /// A JSON document written by `rtm-trace --json`.
+    #[arg(value_name = "FILE.json")]
+    pub file: PathBuf,
+
+    /// Write the HTML report to FILE.
+    #[arg(long, value_name = "FILE.html")]
+    pub html: Option<PathBuf>,
+
+    /// Write the sync and task graphs as Graphviz DOT to FILE.
+    #[arg(long, value_name = "FILE.dot")]
+    pub dot: Option<PathBuf>,
+
+    /// Write the text report to FILE instead of stdout.
+    #[arg(short, long, value_name = "FILE")]
+    pub output: Option<PathBuf>,
+
+    /// Rows per table in the text report.
+    #[arg(long, value_name = "N", default_value_t = 10)]
+    pub top: usize,
+}
+
 /// Seconds in `[min, max]`, refused otherwise (never a panic on 1e30, NaN or -0).
 fn parse_secs_in(s: &str, min: f64, max: f64) -> Result<Duration, String> {
     let v: f64 = s
@@ -275,6 +318,8 @@ impl Cli {
         c.output.report = self.output.or(c.output.report);
         c.output.json = self.json.or(c.output.json);
         c.output.timeline = self.timeline.or(c.output.timeline);
+        c.output.html = self.html.or(c.output.html);
+        c.output.dot = self.dot.or(c.output.dot);
         c.output.timeline_max_mb = self.timeline_max_mb.unwrap_or(c.output.timeline_max_mb);
         c
     }

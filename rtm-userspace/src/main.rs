@@ -5,7 +5,7 @@ use std::process::ExitCode;
 use clap::Parser;
 use rtm::{
     agent,
-    cli::{AgentCli, Cli, MergeCli},
+    cli::{AgentCli, Cli, MergeCli, ReportCli},
     session,
 };
 
@@ -25,6 +25,10 @@ fn main() -> ExitCode {
         args.remove(1);
         init_logging("warn");
         agent::run(AgentCli::parse_from(args))
+    } else if args.get(1).is_some_and(|a| a == "report") {
+        args.remove(1);
+        init_logging("warn");
+        session::report(ReportCli::parse_from(args))
     } else if args.get(1).is_some_and(|a| a == "merge") {
         args.remove(1);
         init_logging("warn");

@@ -133,6 +133,10 @@ pub struct OutputConfig {
     pub top: usize,
     /// The Perfetto timeline's file (None: not written).
     pub timeline: Option<PathBuf>,
+    /// The HTML report's file (None: not written).
+    pub html: Option<PathBuf>,
+    /// The Graphviz DOT file of the sync and task graphs (None: not written).
+    pub dot: Option<PathBuf>,
     /// The timeline's size cap, MiB: events past it are counted, not written.
     pub timeline_max_mb: u64,
 }
@@ -144,6 +148,8 @@ impl Default for OutputConfig {
             json: None,
             top: 10,
             timeline: None,
+            html: None,
+            dot: None,
             timeline_max_mb: DEFAULT_TIMELINE_MB,
         }
     }

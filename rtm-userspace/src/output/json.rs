@@ -47,6 +47,11 @@ fn document<'a>(run: &'a RunInfo, snapshot: &'a Snapshot<'a>) -> Document<'a> {
     }
 }
 
+/// The document, compact (for the outputs that read it back: HTML, DOT).
+pub fn to_vec(run: &RunInfo, snapshot: &Snapshot) -> Vec<u8> {
+    serde_json::to_vec(&document(run, snapshot)).expect("the document serializes")
+}
+
 /// Renders the document.
 pub fn to_string(run: &RunInfo, snapshot: &Snapshot) -> String {
     serde_json::to_string_pretty(&document(run, snapshot)).expect("the document serializes")

@@ -1,11 +1,15 @@
 //! Outputs: render a snapshot plus the run's facts. Outputs read, never change, the model.
 
 pub mod dest;
+pub mod dot;
 pub mod format;
+pub mod html;
 pub mod json;
 pub mod merged;
 mod mpi_report;
+pub mod rendered;
 pub mod report;
+pub mod saved;
 mod sections;
 pub mod sink;
 mod system_report;
@@ -26,8 +30,8 @@ pub type MakeSink = fn(&TraceConfig) -> Result<Option<Box<dyn sink::Sink>>, dest
 
 /// Every output a trace writes, one line each, in the order they are written at the
 /// end (the report first, then the JSON whatever became of the report, then the
-/// timeline).
-pub const SINKS: &[MakeSink] = &[report::sink, json::sink, timeline::sink];
+/// timeline, the HTML report and the DOT graphs).
+pub const SINKS: &[MakeSink] = &[report::sink, json::sink, timeline::sink, rendered::sink];
 
 /// The outputs `config` asks for, their destinations checked.
 pub fn sinks(config: &TraceConfig) -> Result<Vec<Box<dyn sink::Sink>>, dest::DestError> {

@@ -6,6 +6,7 @@ mod input;
 mod merge;
 mod oneshot;
 pub mod preflight;
+mod report;
 
 use crate::{
     cli::{self, Cli, UsageError},
@@ -55,6 +56,9 @@ pub enum SessionError {
         /// What is wrong.
         message: String,
     },
+    /// The document given to `report` cannot be rendered.
+    #[error(transparent)]
+    Saved(#[from] crate::output::saved::SavedError),
     /// The parts given to `merge` do not belong together.
     #[error(transparent)]
     Merge(#[from] crate::model::mpi::merge::MergeError),
@@ -82,6 +86,7 @@ impl SessionError {
 }
 
 pub use merge::merge;
+pub use report::report;
 
 /// The config file `path` (TOML), read with a bound and checked.
 pub fn read_config(path: &std::path::Path) -> Result<TraceConfig, SessionError> {

@@ -54,7 +54,23 @@ pub fn interval(w: &mut Writer, tracks: &mut Tracks, start_ns: u64, iv: &Interva
     for p in &iv.procs {
         let cpu = format!("CPU % (pid {})", p.pid);
         let rss = format!("RSS (pid {})", p.pid);
-        counter(w, tracks, ts, &cpu, "%", Some(p.pid), p.user_pct + p.system_pct);
-        counter(w, tracks, ts, &rss, "bytes", Some(p.pid), p.rss_bytes as f64);
+        counter(
+            w,
+            tracks,
+            ts,
+            &cpu,
+            "%",
+            Some(p.pid),
+            p.user_pct + p.system_pct,
+        );
+        counter(
+            w,
+            tracks,
+            ts,
+            &rss,
+            "bytes",
+            Some(p.pid),
+            p.rss_bytes as f64,
+        );
     }
 }

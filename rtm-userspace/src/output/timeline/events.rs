@@ -101,7 +101,15 @@ pub fn track_event(w: &mut Writer, ts: u64, track: u64, ev: &Ev) {
 
 /// A slice from `begin` to `end` on `track`.
 pub fn slice(w: &mut Writer, track: u64, begin: u64, end: u64, ev: Ev) {
-    track_event(w, begin, track, &Ev { ty: SLICE_BEGIN, ..ev });
+    track_event(
+        w,
+        begin,
+        track,
+        &Ev {
+            ty: SLICE_BEGIN,
+            ..ev
+        },
+    );
     track_event(
         w,
         end.max(begin),

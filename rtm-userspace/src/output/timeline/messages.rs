@@ -225,7 +225,9 @@ fn arrow(
     } else {
         send.bytes
     };
-    let to = names.fixed(w, "send to rank", dst as u32, || format!("send to rank {dst}"));
+    let to = names.fixed(w, "send to rank", dst as u32, || {
+        format!("send to rank {dst}")
+    });
     track_event(
         w,
         send.ts,

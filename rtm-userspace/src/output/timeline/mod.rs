@@ -83,7 +83,6 @@ pub(crate) mod packet {
     }
 }
 
-
 /// The timeline being written.
 pub struct Timeline {
     path: PathBuf,

@@ -80,7 +80,9 @@ impl Names {
     /// as a packet of its own, when new).
     pub fn of(&mut self, w: &mut Writer, prefix: &'static str, o: Obj) -> Name {
         match o {
-            Obj::Kept(i) => self.intern(w, key(prefix, i), |n| format!("{prefix} {}", n.texts[i as usize])),
+            Obj::Kept(i) => self.intern(w, key(prefix, i), |n| {
+                format!("{prefix} {}", n.texts[i as usize])
+            }),
             Obj::Unkept(..) => Name::Text(format!("{prefix} {}", self.text(o))),
         }
     }

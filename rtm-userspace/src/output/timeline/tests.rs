@@ -50,7 +50,9 @@ fn packets(bytes: &[u8]) -> Vec<Packet> {
                     (58, _) => assert_eq!(num(&v), 3, "CLOCK_MONOTONIC"),
                     (12, Value::Bytes(d)) => {
                         for (f, v) in fields(d) {
-                            let (2, Value::Bytes(n)) = (f, v) else { continue };
+                            let (2, Value::Bytes(n)) = (f, v) else {
+                                continue;
+                            };
                             let mut e = (0, String::new());
                             for (f, v) in fields(n) {
                                 match f {
@@ -257,16 +259,28 @@ fn a_lock_seen_at_entry_is_settled_by_the_threads_next_event_and_held_until_unlo
     let s = slices(&ps);
     let names: Vec<_> = s.iter().map(|x| (x.1, x.2, x.3.as_str())).collect();
     // The wait inside the lock call, the call up to the wait's end, then the hold.
-    assert!(names.contains(&(1_500, 3_000, "wait mutex 0x2000")), "{names:?}");
-    assert!(names.contains(&(1_000, 3_000, "lock mutex 0x2000")), "{names:?}");
-    assert!(names.contains(&(3_000, 8_000, "hold mutex 0x2000")), "{names:?}");
+    assert!(
+        names.contains(&(1_500, 3_000, "wait mutex 0x2000")),
+        "{names:?}"
+    );
+    assert!(
+        names.contains(&(1_000, 3_000, "lock mutex 0x2000")),
+        "{names:?}"
+    );
+    assert!(
+        names.contains(&(3_000, 8_000, "hold mutex 0x2000")),
+        "{names:?}"
+    );
     let holds = ps
         .iter()
         .filter_map(|p| p.track.as_ref())
         .find(|t| t.2.as_deref() == Some("holds"))
         .expect("a holds track under the thread");
     assert!(holds.1.is_some(), "a child of the thread's track");
-    assert_eq!(s.iter().find(|x| x.3 == "hold mutex 0x2000").unwrap().0, holds.0);
+    assert_eq!(
+        s.iter().find(|x| x.3 == "hold mutex 0x2000").unwrap().0,
+        holds.0
+    );
 }
 
 #[test]
@@ -293,7 +307,16 @@ fn a_condition_wait_releases_its_mutex_and_takes_it_back() {
     let ps = write(&events);
     let s = slices(&ps);
     let names: Vec<_> = s.iter().map(|x| (x.1, x.2, x.3.as_str())).collect();
-    assert!(names.contains(&(1_000, 2_000, "hold mutex 0x2000")), "{names:?}");
-    assert!(names.contains(&(2_000, 9_000, "wait condvar 0x3000")), "{names:?}");
-    assert!(names.contains(&(9_000, 9_500, "hold mutex 0x2000")), "{names:?}");
+    assert!(
+        names.contains(&(1_000, 2_000, "hold mutex 0x2000")),
+        "{names:?}"
+    );
+    assert!(
+        names.contains(&(2_000, 9_000, "wait condvar 0x3000")),
+        "{names:?}"
+    );
+    assert!(
+        names.contains(&(9_000, 9_500, "hold mutex 0x2000")),
+        "{names:?}"
+    );
 }

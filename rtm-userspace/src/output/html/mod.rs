@@ -1,0 +1,556 @@
+//! The HTML report: one self-contained file (no network, opens from disk) made from a
+//! trace's JSON document: a summary, the locks table (sortable, drill-down lock ->
+//! threads -> wakers), the threads, the sync graph as SVG, the thread tree, barrier
+//! rounds, the MPI communication matrix and collectives, and the system's and the
+//! traced processes' time series on one time axis. Tables carry the top rows; the rest
+//! is summarized. Every string the target controls is escaped (markup here, `<` in the
+//! embedded data).
+
+mod svg;
+
+use std::{collections::BTreeMap, fmt::Write as _};
+
+use serde_json::json;
+
+use super::saved::Doc;
+use crate::output::format::{count, ns};
+
+/// Rows carried in each table; the rest is summarized.
+pub const MAX_ROWS: usize = 500;
+/// Nodes of the sync graph picture (by time waited).
+const GRAPH_EDGES: usize = 40;
+/// Ranks shown one by one in the matrix; above it, aggregated by host.
+const MATRIX_RANKS: usize = 64;
+
+/// Markup-escapes text.
+pub fn esc(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            c if c.is_control() => {
+                let _ = write!(out, "\\u{{{:x}}}", c as u32);
+            }
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// JSON for a `<script type="application/json">` block: nothing in it can close the
+/// block or start markup.
+fn embed(v: &serde_json::Value) -> String {
+    serde_json::to_string(v)
+        .expect("JSON values serialize")
+        .replace('<', "\\u003c")
+        .replace('>', "\\u003e")
+        .replace('&', "\\u0026")
+        .replace('\u{2028}', "\\u2028")
+        .replace('\u{2029}', "\\u2029")
+}
+
+/// Renders the page.
+pub fn render(doc: &Doc) -> String {
+    let g = &doc.sync_graph;
+    let mut objects: Vec<_> = g.objects.iter().collect();
+    objects
+        .sort_by_key(|o| std::cmp::Reverse((o.contended_wait_ns, o.wait.total_ns, o.acquisitions)));
+    let shown: Vec<_> = objects.iter().take(MAX_ROWS).collect();
+    let rest = &objects[shown.len()..];
+    let keys: std::collections::HashSet<(u32, &str)> =
+        shown.iter().map(|o| (o.pid, o.addr.as_str())).collect();
+    let mut threads: Vec<_> = g.threads.iter().collect();
+    threads.sort_by_key(|t| std::cmp::Reverse(t.wait.total_ns));
+    let mut waits_for: Vec<_> = g.waits_for.iter().collect();
+    waits_for.sort_by_key(|w| std::cmp::Reverse(w.wait.total_ns));
+    let data = json!({
+        "objects": shown.iter().map(|o| json!({
+            "label": o.label(), "pid": o.pid, "addr": o.addr, "acquisitions": o.acquisitions,
+            "contended": o.contended, "wait_total": o.wait.total_ns, "wait_avg": o.wait.mean_ns,
+            "wait_max": o.wait.max_ns, "hold_avg": o.hold.mean_ns, "hold_max": o.hold.max_ns,
+            "threads": o.threads,
+        })).collect::<Vec<_>>(),
+        "edges": g.edges.iter().filter(|e| keys.contains(&(e.pid, e.object.as_str()))).take(MAX_ROWS * 8).map(|e| json!({
+            "pid": e.pid, "tid": e.tid, "object": e.object, "role": e.role,
+            "acquisitions": e.acquisitions, "contended": e.contended,
+            "wait_total": e.wait.total_ns, "wait_max": e.wait.max_ns, "hold_avg": e.hold.mean_ns,
+        })).collect::<Vec<_>>(),
+        "waits_for": waits_for.iter().take(MAX_ROWS * 4).map(|w| json!({
+            "pid": w.pid, "waiter": w.waiter, "waker_pid": w.waker_pid, "waker": w.waker,
+            "outside": w.outside, "object": w.object, "count": w.count,
+            "wait_total": w.wait.total_ns, "wait_max": w.wait.max_ns,
+        })).collect::<Vec<_>>(),
+        "threads": threads.iter().take(MAX_ROWS * 4).map(|t| json!({
+            "pid": t.pid, "tid": t.tid, "name": t.name, "acquisitions": t.acquisitions,
+            "contended": t.contended, "wait_total": t.wait.total_ns, "wait_share": t.wait_share,
+            "hold_total": t.hold.total_ns,
+        })).collect::<Vec<_>>(),
+        "collectives": doc.task_graph.as_ref().map_or(vec![], |tg| tg.collectives.iter().take(MAX_ROWS).map(|c| json!({
+            "function": c.function, "ranks": c.ranks, "instances": c.instances, "time_ns": c.time_ns,
+            "mean_spread_ns": c.mean_spread_ns, "max_spread_ns": c.max_spread_ns,
+        })).collect()),
+    });
+
+    let mut tabs = vec![
+        ("summary", "Summary"),
+        ("locks", "Locks"),
+        ("threads", "Threads"),
+        ("graph", "Sync graph"),
+    ];
+    if doc.task_graph.is_some() {
+        tabs.push(("mpi", "MPI"));
+    }
+    if doc
+        .ambient
+        .as_ref()
+        .is_some_and(|a| !a.intervals.is_empty())
+    {
+        tabs.push(("system", "System"));
+    }
+    let mut p = String::new();
+    let title = format!(
+        "rtm-trace: {} on {}",
+        doc.run
+            .targets
+            .iter()
+            .map(|t| t.comm.clone().unwrap_or_else(|| t.pid.to_string()))
+            .collect::<Vec<_>>()
+            .join(", "),
+        doc.run.host
+    );
+    let _ = write!(
+        p,
+        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; style-src 'unsafe-inline'; script-src 'unsafe-inline'; img-src data:\"><title>{}</title><style>{}</style></head><body>",
+        esc(&title),
+        include_str!("page.css")
+    );
+    let span = g.window.end_ns.saturating_sub(g.window.start_ns);
+    let _ = write!(
+        p,
+        "<header><h1>{}</h1><p>{} mode, {} traced, written by rtm-trace {}</p></header><nav>",
+        esc(&title),
+        esc(&doc.run.mode),
+        ns(span),
+        esc(&doc.tool_version)
+    );
+    for (i, (id, label)) in tabs.iter().enumerate() {
+        let _ = write!(
+            p,
+            "<button data-tab=\"{id}\"{}>{label}</button>",
+            if i == 0 { " class=\"on\"" } else { "" }
+        );
+    }
+    p.push_str("</nav>");
+    summary(
+        &mut p,
+        doc,
+        rest.len(),
+        rest.iter().map(|o| o.wait.total_ns).sum(),
+    );
+    let _ = write!(
+        p,
+        "<section id=\"locks\"><h2>Locks and other objects, most contended first (top {} of {})</h2><p class=\"note\">Click a column to sort, a row for the threads that used it and who woke them.</p><div id=\"locks-table\"></div></section>",
+        shown.len(),
+        objects.len()
+    );
+    let _ = write!(
+        p,
+        "<section id=\"threads\"><h2>Threads (top {} of {})</h2><div id=\"threads-table\"></div></section>",
+        threads.len().min(MAX_ROWS * 4),
+        threads.len()
+    );
+    graph(&mut p, doc);
+    if doc.task_graph.is_some() {
+        mpi(&mut p, doc);
+    }
+    if tabs.iter().any(|t| t.0 == "system") {
+        system(&mut p, doc);
+    }
+    let _ = writeln!(
+        p,
+        "<script type=\"application/json\" id=\"rtm-data\">{}</script><script>{}</script></body></html>",
+        embed(&data),
+        include_str!("page.js")
+    );
+    p
+}
+
+fn summary(p: &mut String, doc: &Doc, rest: usize, rest_wait: u64) {
+    let g = &doc.sync_graph;
+    let total_wait: u64 = g.threads.iter().map(|t| t.wait.total_ns).sum();
+    let lost: u64 = ["ring_full", "pending_full"]
+        .iter()
+        .filter_map(|k| doc.run.losses.get(*k))
+        .sum();
+    p.push_str("<section id=\"summary\" class=\"on\"><div class=\"cards\">");
+    for (v, label) in [
+        (
+            ns(g.window.end_ns.saturating_sub(g.window.start_ns)),
+            "traced",
+        ),
+        (count(g.threads.len() as u64), "threads"),
+        (count(g.objects.len() as u64), "objects"),
+        (ns(total_wait), "time waiting, all threads"),
+        (count(lost), "events lost"),
+    ] {
+        let _ = write!(
+            p,
+            "<div class=\"card\"><b>{}</b><span>{label}</span></div>",
+            esc(&v)
+        );
+    }
+    p.push_str("</div>");
+    if lost > 0 {
+        let _ = write!(
+            p,
+            "<p class=\"warn\">{} events were lost: the counts miss them.</p>",
+            count(lost)
+        );
+    }
+    if rest > 0 {
+        let _ = write!(
+            p,
+            "<p class=\"note\">The tables carry the top {MAX_ROWS} objects; {} more waited {} in all (in the JSON).</p>",
+            count(rest as u64),
+            ns(rest_wait)
+        );
+    }
+    p.push_str("<h2>Targets</h2><ul>");
+    for t in &doc.run.targets {
+        let _ = write!(
+            p,
+            "<li>{} {}{}</li>",
+            t.pid,
+            esc(t.comm.as_deref().unwrap_or("")),
+            t.ended
+                .as_deref()
+                .map_or(String::new(), |e| format!(" [{}]", esc(e)))
+        );
+    }
+    p.push_str("</ul><h2>Thread tree</h2>");
+    tree(p, doc);
+    let barriers: Vec<_> = g
+        .objects
+        .iter()
+        .filter_map(|o| Some((o, o.barrier.as_ref()?)))
+        .collect();
+    if !barriers.is_empty() {
+        p.push_str("<h2>Barrier rounds: the imbalance (first to last arrival) per round</h2>");
+        for (o, b) in barriers.iter().take(10) {
+            let spreads: Vec<u64> = b
+                .round_list
+                .iter()
+                .rev()
+                .take(200)
+                .rev()
+                .map(|r| r.spread_ns)
+                .collect();
+            p.push_str(&svg::rounds(
+                &format!("{} ({} rounds)", o.label(), b.rounds),
+                &spreads,
+            ));
+            if let Some((tid, n)) = b.last_arrivals.first() {
+                let _ = write!(
+                    p,
+                    "<p class=\"note\">Most often last: thread {} ({n} rounds); everyone else waited for it.</p>",
+                    esc(&doc.thread_label(o.pid, *tid))
+                );
+            }
+        }
+    }
+    p.push_str("</section>");
+}
+
+/// The threads as a tree by who created whom.
+fn tree(p: &mut String, doc: &Doc) {
+    let g = &doc.sync_graph;
+    let mut children: BTreeMap<(u32, u32), Vec<(u32, u32)>> = BTreeMap::new();
+    let known: std::collections::HashSet<(u32, u32)> =
+        g.threads.iter().map(|t| (t.pid, t.tid)).collect();
+    let mut roots = Vec::new();
+    for t in &g.threads {
+        match t.parent {
+            Some(par) if known.contains(&(par.pid, par.tid)) => children
+                .entry((par.pid, par.tid))
+                .or_default()
+                .push((t.pid, t.tid)),
+            _ => roots.push((t.pid, t.tid)),
+        }
+    }
+    fn node(
+        p: &mut String,
+        doc: &Doc,
+        children: &BTreeMap<(u32, u32), Vec<(u32, u32)>>,
+        k: (u32, u32),
+        depth: usize,
+        budget: &mut usize,
+    ) {
+        if *budget == 0 || depth > 64 {
+            return;
+        }
+        *budget -= 1;
+        let _ = write!(
+            p,
+            "<li>{} <span class=\"note\">pid {}</span>",
+            esc(&doc.thread_label(k.0, k.1)),
+            k.0
+        );
+        if let Some(c) = children.get(&k) {
+            p.push_str("<ul>");
+            for k in c {
+                node(p, doc, children, *k, depth + 1, budget);
+            }
+            p.push_str("</ul>");
+        }
+        p.push_str("</li>");
+    }
+    let mut budget = 2_000;
+    p.push_str("<ul>");
+    for r in roots {
+        node(p, doc, &children, r, 0, &mut budget);
+    }
+    p.push_str("</ul>");
+    if budget == 0 {
+        p.push_str("<p class=\"note\">(more threads than shown)</p>");
+    }
+}
+
+fn graph(p: &mut String, doc: &Doc) {
+    let g = &doc.sync_graph;
+    let label_of = |pid: u32, addr: &str| {
+        g.objects
+            .iter()
+            .find(|o| o.pid == pid && o.addr == addr)
+            .map_or_else(|| addr.to_owned(), |o| o.label())
+    };
+    let mut edges: Vec<_> = g.edges.iter().filter(|e| e.wait.total_ns > 0).collect();
+    edges.sort_by_key(|e| std::cmp::Reverse(e.wait.total_ns));
+    let waits: Vec<(String, String, u64)> = edges
+        .iter()
+        .take(GRAPH_EDGES)
+        .map(|e| {
+            (
+                doc.thread_label(e.pid, e.tid),
+                label_of(e.pid, &e.object),
+                e.wait.total_ns,
+            )
+        })
+        .collect();
+    let mut wf: Vec<_> = g.waits_for.iter().collect();
+    wf.sort_by_key(|w| std::cmp::Reverse(w.wait.total_ns));
+    let wakes: Vec<(String, String, u64)> = wf
+        .iter()
+        .take(GRAPH_EDGES)
+        .map(|w| {
+            let waker = if w.outside {
+                format!("process {} (not traced)", w.waker_pid)
+            } else {
+                doc.thread_label(w.waker_pid, w.waker)
+            };
+            (
+                w.object_name
+                    .clone()
+                    .unwrap_or_else(|| label_of(w.pid, &w.object)),
+                waker,
+                w.wait.total_ns,
+            )
+        })
+        .collect();
+    let _ = write!(
+        p,
+        "<section id=\"graph\"><h2>The sync graph: who waited on what, and whose wakes ended the waits</h2><p class=\"note\">Edge width: time waited (the {GRAPH_EDGES} largest each side). Hover for figures.</p>{}</section>",
+        svg::sync_graph(&waits, &wakes)
+    );
+}
+
+fn mpi(p: &mut String, doc: &Doc) {
+    let Some(tg) = &doc.task_graph else { return };
+    let by_host = tg.ranks.len() > MATRIX_RANKS;
+    let key_of = |r: Option<i64>| -> String {
+        match r {
+            Some(r) if by_host => tg
+                .ranks
+                .iter()
+                .find(|x| x.rank == Some(r))
+                .map_or_else(|| "?".into(), |x| x.host.clone()),
+            Some(r) => format!("rank {r}"),
+            None => "?".into(),
+        }
+    };
+    let mut labels: Vec<String> = tg.ranks.iter().map(|r| key_of(r.rank)).collect();
+    labels.sort_by_key(|l| (l.len(), l.clone()));
+    labels.dedup();
+    let idx = |l: &str| labels.iter().position(|x| x == l);
+    let n = labels.len();
+    let mut m = [
+        vec![vec![0.0; n]; n],
+        vec![vec![0.0; n]; n],
+        vec![vec![0.0; n]; n],
+    ];
+    for e in &tg.edges {
+        let (Some(i), Some(j)) = (idx(&key_of(e.src)), idx(&key_of(e.dst))) else {
+            continue;
+        };
+        let s = e
+            .sent
+            .clone()
+            .or_else(|| e.received.clone())
+            .unwrap_or_default();
+        m[0][i][j] += s.bytes as f64;
+        m[1][i][j] += s.messages as f64;
+        m[2][i][j] += s.time_ns as f64;
+    }
+    let _ = write!(
+        p,
+        "<section id=\"mpi\"><h2>MPI communication matrix{}</h2>",
+        if by_host {
+            format!(" (aggregated by node: {} ranks)", tg.ranks.len())
+        } else {
+            String::new()
+        }
+    );
+    p.push_str(&svg::heatmap(&labels, &m[0], "bytes", &|v| {
+        format!("{} bytes", count(v as u64))
+    }));
+    p.push_str(&svg::heatmap(&labels, &m[1], "messages", &|v| {
+        format!("{} messages", count(v as u64))
+    }));
+    p.push_str(&svg::heatmap(&labels, &m[2], "time in calls", &|v| {
+        ns(v as u64)
+    }));
+    p.push_str("<h2>Collectives: arrival spread is the wait for the last rank</h2><div id=\"collectives-table\"></div></section>");
+}
+
+fn system(p: &mut String, doc: &Doc) {
+    let Some(a) = &doc.ambient else { return };
+    let span = a.intervals.last().map_or(0.0, |i| i.t_s + i.dur_s);
+    let at = |i: &super::saved::Interval| i.t_s + i.dur_s;
+    let one = |name: &str, f: &dyn Fn(&super::saved::Interval) -> f64| {
+        (
+            name.to_owned(),
+            a.intervals
+                .iter()
+                .map(|i| (at(i), f(i)))
+                .collect::<Vec<_>>(),
+        )
+    };
+    p.push_str(
+        "<section id=\"system\"><h2>The system and the traced processes, on one time axis</h2>",
+    );
+    p.push_str(&svg::lines(
+        "CPU",
+        "%",
+        &[
+            one("busy", &|i| i.cpu.busy),
+            one("iowait", &|i| i.cpu.iowait),
+            one("steal", &|i| i.cpu.steal),
+        ],
+        span,
+    ));
+    p.push_str(&svg::lines(
+        "Run queue",
+        "tasks",
+        &[
+            one("running", &|i| i.procs_running as f64),
+            one("blocked", &|i| i.procs_blocked as f64),
+        ],
+        span,
+    ));
+    p.push_str(&svg::lines(
+        "Memory available",
+        "%",
+        &[one("available", &|i| i.mem_available_pct)],
+        span,
+    ));
+    if a.intervals.iter().any(|i| i.psi.is_some()) {
+        let psi = |f: fn(&super::saved::Psi) -> f64| {
+            move |i: &super::saved::Interval| i.psi.as_ref().map_or(0.0, f)
+        };
+        p.push_str(&svg::lines(
+            "Pressure (PSI, some)",
+            "%",
+            &[
+                one("cpu", &psi(|p| p.cpu_some)),
+                one("memory", &psi(|p| p.memory_some)),
+                one("io", &psi(|p| p.io_some)),
+            ],
+            span,
+        ));
+    }
+    let mut pids: Vec<u32> = a
+        .intervals
+        .iter()
+        .flat_map(|i| i.procs.iter().map(|p| p.pid))
+        .collect();
+    pids.sort_unstable();
+    pids.dedup();
+    pids.truncate(6);
+    let per = |f: fn(&super::saved::ProcUsage) -> f64| -> Vec<(String, Vec<(f64, f64)>)> {
+        pids.iter()
+            .map(|pid| {
+                let name = doc
+                    .run
+                    .targets
+                    .iter()
+                    .find(|t| t.pid == *pid)
+                    .and_then(|t| t.comm.clone())
+                    .unwrap_or_default();
+                (
+                    format!("{pid} {name}"),
+                    a.intervals
+                        .iter()
+                        .filter_map(|i| Some((at(i), f(i.procs.iter().find(|p| p.pid == *pid)?))))
+                        .collect(),
+                )
+            })
+            .collect()
+    };
+    p.push_str(&svg::lines(
+        "Traced processes: CPU",
+        "%",
+        &per(|u| u.user_pct + u.system_pct),
+        span,
+    ));
+    p.push_str(&svg::lines(
+        "Traced processes: RSS",
+        "bytes",
+        &per(|u| u.rss_bytes as f64),
+        span,
+    ));
+    p.push_str("</section>");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn target_text_comes_out_inert() {
+        let d = Doc::parse(
+            br#"{"format":"rtm-trace","version":1,"tool_version":"t","run":{"mode":"full","host":"h<b>","targets":[{"pid":5,"comm":"</script><script>alert(1)</script>"}]},
+                "sync_graph":{"objects":[{"pid":5,"kind":"mutex","addr":"0x10","name":"<img src=x onerror=alert(2)>","acquisitions":3,"wait":{"count":1,"total_ns":7}}],
+                "threads":[{"pid":5,"tid":6,"name":"\u001b[31m<i>"}],
+                "edges":[{"pid":5,"tid":6,"object":"0x10","wait":{"total_ns":7}}]}}"#,
+            "t.json",
+        )
+        .unwrap();
+        let page = render(&d);
+        assert!(!page.contains("<img"), "markup from the target");
+        assert!(!page.contains("<script>alert"), "a script from the target");
+        assert!(!page.contains("<i>"));
+        assert!(!page.contains('\x1b'));
+        assert_eq!(
+            page.matches("<script").count(),
+            2,
+            "the data block and the page's script"
+        );
+        assert!(
+            page.contains("&lt;img src=x onerror=alert(2)&gt;"),
+            "shown as text in the graph"
+        );
+    }
+}

@@ -1,0 +1,417 @@
+//! A trace as the JSON document holds it (docs/json-format.md), read back for the
+//! outputs that render it: `rtm-trace report FILE.json` (text, HTML, DOT) and the
+//! `--html` / `--dot` sinks, which build the same document from the final snapshot. Only
+//! what those outputs show is read; unknown fields are ignored, so later additions to
+//! the format do not break it, and a different format version is refused by name.
+//!
+//! The fields are those of docs/json-format.md, documented there once.
+#![allow(missing_docs)]
+
+pub mod text;
+
+use serde::Deserialize;
+
+use super::json;
+
+/// Why a document cannot be read.
+#[derive(Debug, thiserror::Error)]
+pub enum SavedError {
+    /// Not a JSON document rtm-trace wrote.
+    #[error("{path} is not a JSON document written by rtm-trace --json: {why}")]
+    NotOurs {
+        /// The file.
+        path: String,
+        /// What is wrong.
+        why: String,
+    },
+    /// Written in another version of the format.
+    #[error(
+        "{path} was written in version {version} of rtm-trace's JSON format (by rtm-trace \
+         {tool}); this rtm-trace ({ours}) reads version {reads}: render it with the \
+         rtm-trace that wrote it, or trace again"
+    )]
+    Version {
+        /// The file.
+        path: String,
+        /// Its format version.
+        version: u64,
+        /// The tool that wrote it.
+        tool: String,
+        /// This build's version.
+        ours: &'static str,
+        /// The format version this build reads.
+        reads: u32,
+    },
+}
+
+/// A time distribution's summary.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default)]
+pub struct Dist {
+    pub count: u64,
+    pub total_ns: u64,
+    pub mean_ns: Option<f64>,
+    pub p50_ns: Option<u64>,
+    pub p99_ns: Option<u64>,
+    pub max_ns: Option<u64>,
+}
+
+/// A thread.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default)]
+pub struct Thread {
+    pub pid: u32,
+    pub tid: u32,
+    pub name: Option<String>,
+    pub parent: Option<ThreadKey>,
+    pub exited: bool,
+    pub acquisitions: u64,
+    pub contended: u64,
+    pub wait: Dist,
+    pub hold: Dist,
+    pub observed_ns: u64,
+    pub wait_share: f64,
+}
+
+/// A thread's key.
+#[derive(Debug, Clone, Copy, Default, Deserialize, PartialEq, Eq, Hash)]
+#[serde(default)]
+pub struct ThreadKey {
+    pub pid: u32,
+    pub tid: u32,
+}
+
+/// A barrier round.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default)]
+pub struct Round {
+    pub first_arrival_ns: u64,
+    pub spread_ns: u64,
+    pub last_tid: u32,
+    pub threads: u32,
+}
+
+/// A barrier's rounds.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default)]
+pub struct Barrier {
+    pub rounds: u64,
+    pub spread: Dist,
+    pub last_arrivals: Vec<(u32, u64)>,
+    pub round_list: Vec<Round>,
+}
+
+/// A synchronization object.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default)]
+pub struct Object {
+    pub pid: u32,
+    pub kind: String,
+    pub addr: String,
+    pub name: Option<String>,
+    pub threads: u64,
+    pub acquisitions: u64,
+    pub contended: u64,
+    pub contended_wait_ns: u64,
+    pub waits: u64,
+    pub failed_trylocks: u64,
+    pub timeouts: u64,
+    pub wait: Dist,
+    pub hold: Dist,
+    pub barrier: Option<Barrier>,
+}
+
+impl Object {
+    /// How it is shown: its symbol, else its kind and address.
+    pub fn label(&self) -> String {
+        match &self.name {
+            Some(n) => n.clone(),
+            None => format!("{} {}", self.kind, self.addr),
+        }
+    }
+}
+
+/// A thread's use of an object.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default)]
+pub struct Edge {
+    pub pid: u32,
+    pub tid: u32,
+    pub kind: String,
+    pub object: String,
+    pub role: String,
+    pub acquisitions: u64,
+    pub contended: u64,
+    pub waits: u64,
+    pub wait: Dist,
+    pub hold: Dist,
+}
+
+/// Waits of one thread ended by another.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default)]
+pub struct WaitsFor {
+    pub pid: u32,
+    pub waiter: u32,
+    pub waker_pid: u32,
+    pub waker: u32,
+    pub outside: bool,
+    pub object: String,
+    pub object_name: Option<String>,
+    pub count: u64,
+    pub wait: Dist,
+    pub at_exit: bool,
+}
+
+/// The trace window.
+#[derive(Debug, Clone, Copy, Default, Deserialize)]
+#[serde(default)]
+pub struct Window {
+    pub start_ns: u64,
+    pub end_ns: u64,
+}
+
+/// The sync graph.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default)]
+pub struct SyncGraph {
+    pub window: Window,
+    pub threads: Vec<Thread>,
+    pub objects: Vec<Object>,
+    pub edges: Vec<Edge>,
+    pub waits_for: Vec<WaitsFor>,
+}
+
+/// A traced process.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default)]
+pub struct Target {
+    pub pid: u32,
+    pub comm: Option<String>,
+    pub ended: Option<String>,
+}
+
+/// The run's facts.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default)]
+pub struct Run {
+    pub mode: String,
+    pub command: Option<Vec<String>>,
+    pub targets: Vec<Target>,
+    pub host: String,
+    pub started_unix_ms: u64,
+    pub end_reason: Option<String>,
+    pub losses: std::collections::BTreeMap<String, u64>,
+}
+
+/// One side of an MPI edge.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default)]
+pub struct Traffic {
+    pub messages: u64,
+    pub bytes: u64,
+    pub time_ns: u64,
+}
+
+/// MPI traffic between two ranks.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default)]
+pub struct TaskEdge {
+    pub src: Option<i64>,
+    pub dst: Option<i64>,
+    pub sent: Option<Traffic>,
+    pub received: Option<Traffic>,
+}
+
+/// An MPI rank.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default)]
+pub struct Rank {
+    pub rank: Option<i64>,
+    pub pid: u32,
+    pub host: String,
+    pub calls: u64,
+    pub time_in_mpi_ns: u64,
+    pub span_ns: u64,
+}
+
+/// A collective operation.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default)]
+pub struct Collective {
+    pub comm_id: Option<u64>,
+    pub function: String,
+    pub ranks: u64,
+    pub calls: u64,
+    pub time_ns: u64,
+    pub instances: u64,
+    pub mean_spread_ns: Option<u64>,
+    pub max_spread_ns: Option<u64>,
+    pub most_often_last: Vec<i64>,
+}
+
+/// The MPI task graph.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default)]
+pub struct TaskGraph {
+    pub ranks: Vec<Rank>,
+    pub edges: Vec<TaskEdge>,
+    pub collectives: Vec<Collective>,
+}
+
+/// CPU shares.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default)]
+pub struct Cpu {
+    pub busy: f64,
+    pub iowait: f64,
+    pub steal: f64,
+}
+
+/// A process's usage over an interval.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default)]
+pub struct ProcUsage {
+    pub pid: u32,
+    pub user_pct: f64,
+    pub system_pct: f64,
+    pub rss_bytes: u64,
+}
+
+/// PSI shares.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default)]
+pub struct Psi {
+    pub cpu_some: f64,
+    pub memory_some: f64,
+    pub io_some: f64,
+}
+
+/// A system interval.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default)]
+pub struct Interval {
+    pub t_s: f64,
+    pub dur_s: f64,
+    pub cpu: Cpu,
+    pub load1: f64,
+    pub procs_running: u64,
+    pub procs_blocked: u64,
+    pub context_switches_per_s: f64,
+    pub mem_available_pct: f64,
+    pub psi: Option<Psi>,
+    pub procs: Vec<ProcUsage>,
+}
+
+/// The system over the run.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default)]
+pub struct Ambient {
+    pub period_s: f64,
+    pub intervals: Vec<Interval>,
+}
+
+/// The document.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default)]
+pub struct Doc {
+    pub format: String,
+    pub version: u64,
+    pub tool_version: String,
+    pub run: Run,
+    pub sync_graph: SyncGraph,
+    pub task_graph: Option<TaskGraph>,
+    pub ambient: Option<Ambient>,
+}
+
+impl Doc {
+    /// Parses and checks a document's text (`shown`: its name for messages).
+    pub fn parse(text: &[u8], shown: &str) -> Result<Self, SavedError> {
+        #[derive(Deserialize)]
+        struct Head {
+            format: Option<String>,
+            version: Option<u64>,
+            tool_version: Option<String>,
+        }
+        let not_ours = |why: String| SavedError::NotOurs {
+            path: shown.to_owned(),
+            why,
+        };
+        let head: Head = serde_json::from_slice(text).map_err(|e| not_ours(format!("{e}")))?;
+        if head.format.as_deref() != Some(json::FORMAT) {
+            return Err(not_ours(format!(
+                "its \"format\" is {:?}, not \"{}\"",
+                head.format.unwrap_or_default(),
+                json::FORMAT
+            )));
+        }
+        let version = head.version.unwrap_or(0);
+        if version != u64::from(json::VERSION) {
+            return Err(SavedError::Version {
+                path: shown.to_owned(),
+                version,
+                tool: head.tool_version.unwrap_or_else(|| "unknown".into()),
+                ours: env!("CARGO_PKG_VERSION"),
+                reads: json::VERSION,
+            });
+        }
+        serde_json::from_slice(text).map_err(|e| not_ours(format!("{e}")))
+    }
+
+    /// The name a thread is shown by: "tid name".
+    pub fn thread_label(&self, pid: u32, tid: u32) -> String {
+        match self
+            .sync_graph
+            .threads
+            .iter()
+            .find(|t| t.pid == pid && t.tid == tid)
+            .and_then(|t| t.name.as_deref())
+        {
+            Some(n) => format!("{tid} {n}"),
+            None => tid.to_string(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn another_format_or_version_is_refused_by_name() {
+        let e = Doc::parse(
+            br#"{"format":"rtm-trace","version":0,"tool_version":"0.0.1"}"#,
+            "old.json",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("version 0") && e.contains("0.0.1") && e.contains("reads version 1"),
+            "{e}"
+        );
+        let e = Doc::parse(br#"{"format":"other"}"#, "x.json")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("not a JSON document written by rtm-trace"),
+            "{e}"
+        );
+        let e = Doc::parse(b"{", "x.json").unwrap_err().to_string();
+        assert!(e.contains("x.json"), "{e}");
+    }
+
+    #[test]
+    fn a_document_reads_back() {
+        let d = Doc::parse(
+            br#"{"format":"rtm-trace","version":1,"tool_version":"x","run":{"mode":"full","host":"h","targets":[{"pid":5,"comm":"app"}]},
+                "sync_graph":{"objects":[{"pid":5,"kind":"mutex","addr":"0x10","name":"m","acquisitions":3,"wait":{"count":1,"total_ns":7}}],
+                "threads":[{"pid":5,"tid":6,"name":"w"}],"future_field":1}}"#,
+            "t.json",
+        )
+        .unwrap();
+        assert_eq!(d.sync_graph.objects[0].label(), "m");
+        assert_eq!(d.sync_graph.objects[0].wait.total_ns, 7);
+        assert_eq!(d.thread_label(5, 6), "6 w");
+        assert_eq!(d.run.targets[0].comm.as_deref(), Some("app"));
+    }
+}

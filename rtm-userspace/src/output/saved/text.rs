@@ -1,0 +1,246 @@
+//! The text report of a saved document (`rtm-trace report FILE.json`): what was traced,
+//! the most contended objects, the threads that waited most, who waited for whom, and
+//! the MPI traffic; `top` rows each.
+
+use super::Doc;
+use crate::output::{
+    format::{count, mean_ns, ns, opt_ns, pct},
+    table::table,
+    text::escape,
+};
+
+/// Renders the report.
+pub fn render(doc: &Doc, top: usize) -> String {
+    let mut out = String::new();
+    let g = &doc.sync_graph;
+    let r = &doc.run;
+    let targets: Vec<String> = r
+        .targets
+        .iter()
+        .map(|t| {
+            let comm = t.comm.as_deref().unwrap_or("?");
+            match &t.ended {
+                Some(e) => format!("{} ({comm}) [{e}]", t.pid),
+                None => format!("{} ({comm})", t.pid),
+            }
+        })
+        .collect();
+    out.push_str(&format!(
+        "== rtm-trace report of a saved trace (written by rtm-trace {}) ==\n",
+        escape(&doc.tool_version)
+    ));
+    out.push_str(&escape(&format!(
+        "host {}; traced {} for {} in {} mode; {} threads, {} objects",
+        r.host,
+        targets.join(", "),
+        ns(g.window.end_ns.saturating_sub(g.window.start_ns)),
+        r.mode,
+        count(g.threads.len() as u64),
+        count(g.objects.len() as u64),
+    )));
+    out.push('\n');
+    let lost: u64 = ["ring_full", "pending_full"]
+        .iter()
+        .filter_map(|k| r.losses.get(*k))
+        .sum();
+    out.push_str(&if lost == 0 {
+        "lost events: none\n".to_owned()
+    } else {
+        format!(
+            "lost events: {} (the counts below miss them)\n",
+            count(lost)
+        )
+    });
+
+    let mut objects: Vec<_> = g.objects.iter().collect();
+    objects.sort_by_key(|o| std::cmp::Reverse((o.contended_wait_ns, o.wait.total_ns)));
+    out.push_str(&format!(
+        "\nMost contended objects by time waiting (top {} of {})\n",
+        top.min(objects.len()),
+        objects.len()
+    ));
+    let rows: Vec<Vec<String>> = objects
+        .iter()
+        .take(top)
+        .map(|o| {
+            vec![
+                o.label(),
+                o.pid.to_string(),
+                count(o.acquisitions),
+                count(o.contended),
+                ns(o.wait.total_ns),
+                mean_ns(o.wait.mean_ns),
+                opt_ns(o.wait.max_ns),
+                mean_ns(o.hold.mean_ns),
+                opt_ns(o.hold.max_ns),
+                o.threads.to_string(),
+            ]
+        })
+        .collect();
+    table(
+        &mut out,
+        &[
+            "object",
+            "pid",
+            "acquired",
+            "contended",
+            "waited",
+            "wait avg",
+            "wait max",
+            "hold avg",
+            "hold max",
+            "threads",
+        ],
+        &rows,
+    );
+
+    let mut threads: Vec<_> = g.threads.iter().collect();
+    threads.sort_by_key(|t| std::cmp::Reverse(t.wait.total_ns));
+    out.push_str(&format!(
+        "\nThreads by time spent waiting (top {} of {})\n",
+        top.min(threads.len()),
+        threads.len()
+    ));
+    let rows: Vec<Vec<String>> = threads
+        .iter()
+        .take(top)
+        .map(|t| {
+            vec![
+                doc.thread_label(t.pid, t.tid),
+                t.pid.to_string(),
+                count(t.acquisitions),
+                count(t.contended),
+                ns(t.wait.total_ns),
+                pct(t.wait_share),
+                ns(t.hold.total_ns),
+            ]
+        })
+        .collect();
+    table(
+        &mut out,
+        &[
+            "thread",
+            "pid",
+            "acquired",
+            "contended",
+            "waited",
+            "of its time",
+            "held",
+        ],
+        &rows,
+    );
+
+    let mut wf: Vec<_> = g.waits_for.iter().collect();
+    wf.sort_by_key(|w| std::cmp::Reverse(w.wait.total_ns));
+    if !wf.is_empty() {
+        out.push_str(&format!(
+            "\nWho waited for whom (top {} of {})\n",
+            top.min(wf.len()),
+            wf.len()
+        ));
+        let rows: Vec<Vec<String>> = wf
+            .iter()
+            .take(top)
+            .map(|w| {
+                vec![
+                    doc.thread_label(w.pid, w.waiter),
+                    doc.thread_label(w.waker_pid, w.waker),
+                    w.object_name.clone().unwrap_or_else(|| w.object.clone()),
+                    count(w.count),
+                    ns(w.wait.total_ns),
+                    opt_ns(w.wait.max_ns),
+                ]
+            })
+            .collect();
+        table(
+            &mut out,
+            &["waiter", "woken by", "on", "waits", "waited", "max"],
+            &rows,
+        );
+    }
+
+    if let Some(tg) = &doc.task_graph {
+        let mut edges: Vec<_> = tg.edges.iter().collect();
+        edges.sort_by_key(|e| std::cmp::Reverse(e.sent.as_ref().map_or(0, |s| s.bytes)));
+        out.push_str(&format!(
+            "\nMPI: {} ranks; traffic (top {} of {} rank pairs)\n",
+            tg.ranks.len(),
+            top.min(edges.len()),
+            edges.len()
+        ));
+        let rank = |r: Option<i64>| r.map_or("?".to_owned(), |r| r.to_string());
+        let rows: Vec<Vec<String>> = edges
+            .iter()
+            .take(top)
+            .map(|e| {
+                let s = e
+                    .sent
+                    .clone()
+                    .or_else(|| e.received.clone())
+                    .unwrap_or_default();
+                vec![
+                    format!("{} -> {}", rank(e.src), rank(e.dst)),
+                    count(s.messages),
+                    count(s.bytes),
+                    ns(s.time_ns),
+                ]
+            })
+            .collect();
+        table(&mut out, &["ranks", "messages", "bytes", "time"], &rows);
+        if !tg.collectives.is_empty() {
+            out.push('\n');
+            let rows: Vec<Vec<String>> = tg
+                .collectives
+                .iter()
+                .take(top)
+                .map(|c| {
+                    vec![
+                        c.function.clone(),
+                        c.ranks.to_string(),
+                        count(c.instances),
+                        ns(c.time_ns),
+                        opt_ns(c.mean_spread_ns),
+                        opt_ns(c.max_spread_ns),
+                    ]
+                })
+                .collect();
+            table(
+                &mut out,
+                &[
+                    "collective",
+                    "ranks",
+                    "instances",
+                    "time",
+                    "arrival spread avg",
+                    "max",
+                ],
+                &rows,
+            );
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_report_lists_objects_threads_and_edges_escaped() {
+        let d = Doc::parse(
+            br#"{"format":"rtm-trace","version":1,"tool_version":"t","run":{"mode":"full","host":"h","targets":[{"pid":5,"comm":"app"}]},
+                "sync_graph":{"window":{"start_ns":0,"end_ns":2000000000},
+                "objects":[{"pid":5,"kind":"mutex","addr":"0x10","name":"big_lock","acquisitions":30,"contended":4,"contended_wait_ns":900,"wait":{"count":4,"total_ns":900}}],
+                "threads":[{"pid":5,"tid":6,"name":"evil\u001b[2J","wait":{"total_ns":900}},{"pid":5,"tid":7,"name":"w2"}],
+                "waits_for":[{"pid":5,"waiter":6,"waker_pid":5,"waker":7,"object":"0x10","object_name":"big_lock","count":4,"wait":{"total_ns":900}}]}}"#,
+            "t.json",
+        )
+        .unwrap();
+        let text = render(&d, 10);
+        assert!(text.contains("big_lock"), "{text}");
+        assert!(text.contains("6 evil\\x1b[2J"), "escaped: {text}");
+        assert!(!text.contains('\x1b'));
+        assert!(text.contains("7 w2"), "{text}");
+        assert!(text.contains("2.000 s in full mode"), "{text}");
+    }
+}
