@@ -348,3 +348,42 @@ pub fn decode_timeline(python: &Path, file: &Path) -> Value {
     );
     read_json(&json)
 }
+
+/// A page's DOM after its scripts ran, from a real headless Chromium (Debian's
+/// `chromium`, which `cargo xtask setup` installs). None, said loudly (a failure in
+/// CI), when it is missing.
+pub fn chromium_dom(test: &str, page: &Path) -> Option<String> {
+    let Some(chromium) = ["chromium", "chromium-browser"].iter().find(|c| {
+        Command::new(c)
+            .arg("--version")
+            .output()
+            .is_ok_and(|o| o.status.success())
+    }) else {
+        let msg = format!("{test}: NOT RUN: chromium is missing (cargo xtask setup installs it)");
+        if std::env::var("CI").is_ok_and(|v| v == "true") {
+            panic!("{msg}");
+        }
+        eprintln!("{msg}");
+        return None;
+    };
+    let profile = TempDir::new("chromium");
+    let out = run(
+        Command::new(chromium)
+            .args([
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--virtual-time-budget=5000",
+                "--dump-dom",
+            ])
+            .arg(format!("--user-data-dir={}", profile.0.display()))
+            .arg(format!("file://{}", page.display())),
+        Duration::from_secs(120),
+    );
+    assert!(
+        out.status.success(),
+        "chromium failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Some(String::from_utf8_lossy(&out.stdout).into_owned())
+}

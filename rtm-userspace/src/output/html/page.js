@@ -1,6 +1,6 @@
 // rtm-trace's HTML report: tabs, sortable tables and drill-down, from the data the
 // page carries (no network, no library). Every string is inserted as text, never as
-// markup. When done, <body data-rendered="1">; errors go to data-errors.
+// markup. When done, the body's dataset says it is rendered; errors are listed there.
 "use strict";
 (function () {
   var errors = [];

@@ -1,0 +1,205 @@
+//! The HTML report in a real browser, the DOT graphs through Graphviz, and
+//! `rtm-trace report` on saved documents: each checked against the workload's own
+//! counts, and with names the traced program chose to be hostile.
+
+use std::{process::Command, time::Duration};
+
+use rtm_tests::{TempDir, can_trace, chromium_dom, rtm_bin, run, truths, workload};
+
+fn trace(dir: &TempDir, args: &[&str], program: &str, program_args: &[&str]) -> String {
+    let out = run(
+        Command::new(rtm_bin())
+            .args(args)
+            .arg("--json")
+            .arg(dir.join("t.json"))
+            .arg("--html")
+            .arg(dir.join("t.html"))
+            .arg("--dot")
+            .arg(dir.join("t.dot"))
+            .args(["-o", "/dev/null", "--"])
+            .arg(workload(program))
+            .args(program_args),
+        Duration::from_secs(120),
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// The body's opening tag: where the page marks itself rendered, and lists errors.
+fn body_tag(dom: &str) -> &str {
+    let at = dom.find("<body").expect("a body");
+    &dom[at..at + dom[at..].find('>').unwrap()]
+}
+
+/// The text of the table cells of the row whose first cell is `first`.
+fn row(dom: &str, first: &str) -> Vec<String> {
+    let at = dom
+        .find(&format!("<td>{first}</td>"))
+        .unwrap_or_else(|| panic!("no row {first}"));
+    let end = dom[at..].find("</tr>").unwrap() + at;
+    dom[at..end]
+        .split("<td>")
+        .filter_map(|c| c.split("</td>").next())
+        .filter(|c| !c.is_empty())
+        .map(str::to_owned)
+        .collect()
+}
+
+#[test]
+fn the_html_report_renders_in_chromium_with_the_known_lock_and_threads() {
+    if !can_trace("the_html_report_renders_in_chromium_with_the_known_lock_and_threads") {
+        return;
+    }
+    let dir = TempDir::new("html");
+    let stdout = trace(
+        &dir,
+        &["-m", "full"],
+        "mutex_workload",
+        &["--threads", "4", "--iters", "150", "--hold-us", "100"],
+    );
+    let Some(dom) = chromium_dom("the_html_report_renders", &dir.join("t.html")) else {
+        return;
+    };
+    let body = body_tag(&dom);
+    assert!(
+        body.contains("data-rendered=\"1\""),
+        "the page finished rendering: {body}"
+    );
+    assert!(!body.contains("data-errors"), "JavaScript errors: {body}");
+    // The lock the workload contends, with the acquisitions it counted itself.
+    let t = truths(&stdout);
+    let shared: u64 = t.iter().map(|t| t.get("shared")).sum();
+    let cells = row(&dom, "shared_lock");
+    println!("shared_lock row: {cells:?} (the workload: {shared} acquisitions)");
+    assert_eq!(cells[2].replace(',', ""), shared.to_string());
+    for th in &t {
+        assert!(
+            dom.contains(&format!("{} worker-", th.tid)),
+            "thread {} shown",
+            th.tid
+        );
+    }
+    assert!(dom.contains("id=\"sync-graph\""), "the sync graph is drawn");
+
+    // The same page from the saved document, without tracing.
+    let again = dir.join("again.html");
+    let out = run(
+        Command::new(rtm_bin())
+            .arg("report")
+            .arg(dir.join("t.json"))
+            .arg("--html")
+            .arg(&again),
+        Duration::from_secs(60),
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        std::fs::read(&again).unwrap(),
+        std::fs::read(dir.join("t.html")).unwrap(),
+        "the report of the saved trace is the trace's"
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("shared_lock"), "{text}");
+
+    // The DOT graphs render with Graphviz.
+    let svg = run(
+        Command::new("dot").arg("-Tsvg").arg(dir.join("t.dot")),
+        Duration::from_secs(60),
+    );
+    assert!(
+        svg.status.success(),
+        "dot: {}",
+        String::from_utf8_lossy(&svg.stderr)
+    );
+    let svg = String::from_utf8_lossy(&svg.stdout);
+    // (Graphviz writes "-" as "&#45;".)
+    assert!(svg.contains("<svg") && svg.contains("shared_lock") && svg.contains("worker"));
+}
+
+#[test]
+fn hostile_names_are_inert_in_the_html_report() {
+    if !can_trace("hostile_names_are_inert_in_the_html_report") {
+        return;
+    }
+    let dir = TempDir::new("html-hostile");
+    trace(&dir, &["-m", "full"], "hostile_names", &["200", "markup"]);
+    let page = std::fs::read_to_string(dir.join("t.html")).unwrap();
+    for bad in ["<svg onload", "<b>bold", "<img src=x", "<i>x</i>"] {
+        assert!(!page.contains(bad), "{bad} in the page as markup");
+    }
+    let Some(dom) = chromium_dom(
+        "hostile_names_are_inert_in_the_html_report",
+        &dir.join("t.html"),
+    ) else {
+        return;
+    };
+    let body = body_tag(&dom);
+    assert!(
+        body.contains("data-rendered=\"1\""),
+        "the page finished rendering: {body}"
+    );
+    assert!(!body.contains("data-errors"), "JavaScript errors: {body}");
+    for bad in ["<svg onload", "<b>bold", "<img src=x", "<i>x</i>"] {
+        assert!(!dom.contains(bad), "{bad} became an element");
+    }
+    // Shown as text, by the tables the scripts built and by the pictures.
+    assert!(
+        dom.contains("&lt;svg onload=x&gt;"),
+        "the thread name is shown as text"
+    );
+    assert!(
+        dom.contains("&lt;img src=x onerror=alert(1)&gt;"),
+        "the lock's name as text"
+    );
+    // Graphviz takes the same names without breaking out of its quotes.
+    let svg = run(
+        Command::new("dot").arg("-Tsvg").arg(dir.join("t.dot")),
+        Duration::from_secs(60),
+    );
+    assert!(
+        svg.status.success(),
+        "dot: {}",
+        String::from_utf8_lossy(&svg.stderr)
+    );
+}
+
+#[test]
+fn a_document_of_another_format_version_is_refused_clearly() {
+    let dir = TempDir::new("report-old");
+    let old = dir.join("old.json");
+    std::fs::write(
+        &old,
+        r#"{"format":"rtm-trace","version":0,"tool_version":"0.0.1","run":{},"sync_graph":{}}"#,
+    )
+    .unwrap();
+    let out = run(
+        Command::new(rtm_bin()).arg("report").arg(&old),
+        Duration::from_secs(30),
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    println!("{stderr}");
+    assert!(!out.status.success());
+    assert!(
+        stderr.contains("version 0")
+            && stderr.contains("0.0.1")
+            && stderr.contains("reads version 1"),
+        "{stderr}"
+    );
+    // Not a document at all.
+    std::fs::write(&old, "hello").unwrap();
+    let out = run(
+        Command::new(rtm_bin()).arg("report").arg(&old),
+        Duration::from_secs(30),
+    );
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("not a JSON document written by rtm-trace")
+    );
+}
