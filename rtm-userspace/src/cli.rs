@@ -87,6 +87,12 @@ pub struct Cli {
     #[arg(long, value_name = "FILE.pftrace")]
     pub timeline: Option<PathBuf>,
 
+    /// Show a live view in the terminal while tracing (also `rtm-trace top ...`): the
+    /// top locks, threads and who waited for whom, refreshed each interval; sort,
+    /// filter, pause, drill into a lock. q stops tracing and prints the report.
+    #[arg(long)]
+    pub live: bool,
+
     /// Write the report as one self-contained HTML file (tables, sync graph, MPI matrix,
     /// time series; opens offline).
     #[arg(long, value_name = "FILE.html")]
@@ -319,6 +325,7 @@ impl Cli {
         c.output.json = self.json.or(c.output.json);
         c.output.timeline = self.timeline.or(c.output.timeline);
         c.output.html = self.html.or(c.output.html);
+        c.output.live |= self.live;
         c.output.dot = self.dot.or(c.output.dot);
         c.output.timeline_max_mb = self.timeline_max_mb.unwrap_or(c.output.timeline_max_mb);
         c

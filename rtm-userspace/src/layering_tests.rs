@@ -18,6 +18,7 @@ const ORDER: &[&str] = &[
     "output",
     "engine",
     "cli",
+    "live",
     "session",
     "agent",
 ];

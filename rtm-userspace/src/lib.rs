@@ -15,6 +15,7 @@ pub mod cli;
 pub mod config;
 pub mod engine;
 pub mod interrupt;
+pub mod live;
 pub mod model;
 pub mod output;
 pub mod probes;

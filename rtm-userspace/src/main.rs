@@ -25,6 +25,12 @@ fn main() -> ExitCode {
         args.remove(1);
         init_logging("warn");
         agent::run(AgentCli::parse_from(args))
+    } else if args.get(1).is_some_and(|a| a == "top") {
+        // `rtm-trace top ARGS` is `rtm-trace --live ARGS`.
+        args[1] = "--live".into();
+        let cli = Cli::parse_from(args);
+        init_logging(if cli.verbose { "debug" } else { "warn" });
+        session::run(cli)
     } else if args.get(1).is_some_and(|a| a == "report") {
         args.remove(1);
         init_logging("warn");

@@ -133,6 +133,8 @@ pub struct OutputConfig {
     pub top: usize,
     /// The Perfetto timeline's file (None: not written).
     pub timeline: Option<PathBuf>,
+    /// Show the live terminal view while tracing (the report is printed when it ends).
+    pub live: bool,
     /// The HTML report's file (None: not written).
     pub html: Option<PathBuf>,
     /// The Graphviz DOT file of the sync and task graphs (None: not written).
@@ -148,6 +150,7 @@ impl Default for OutputConfig {
             json: None,
             top: 10,
             timeline: None,
+            live: false,
             html: None,
             dot: None,
             timeline_max_mb: DEFAULT_TIMELINE_MB,

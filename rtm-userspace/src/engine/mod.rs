@@ -186,6 +186,8 @@ pub struct Engine {
     stop_when_targets_exit: bool,
     /// Publish per-process summaries (a metrics agent wants them).
     per_process: bool,
+    /// Rows per list in the published summary (default: the report's `top`).
+    summary_rows: Option<usize>,
     /// How long the kernel side stays loaded with nothing to trace.
     release_after: std::time::Duration,
     /// Since when nothing has been traced, while the kernel side stays loaded.
@@ -229,6 +231,7 @@ impl Engine {
             catch_up: CatchUp::default(),
             seq: 0,
             stop_when_targets_exit: false,
+            summary_rows: None,
             per_process: false,
             release_after: std::time::Duration::ZERO,
             idle_since: None,
@@ -241,6 +244,12 @@ impl Engine {
     /// default the engine keeps running with nothing attached, ready for more.
     pub fn stop_when_targets_exit(&mut self, yes: bool) {
         self.stop_when_targets_exit = yes;
+    }
+
+    /// Publishes summaries of `rows` rows per list (a live view sorts and filters more
+    /// than the report shows).
+    pub fn summary_rows(&mut self, rows: usize) {
+        self.summary_rows = Some(rows);
     }
 
     /// Keeps the kernel side loaded for `linger` after the last target is gone (a daemon

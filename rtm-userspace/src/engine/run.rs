@@ -78,7 +78,7 @@ impl Engine {
         }
         if watched {
             self.seq += 1;
-            let top = self.config.output.top;
+            let top = self.summary_rows.unwrap_or(self.config.output.top);
             let mut summary = Summary::build(self.seq, &run, &snap, followed, system, top);
             if let Some(p) = per_process {
                 summary.processes = p.build(&snap, now);

@@ -56,6 +56,9 @@ pub enum SessionError {
         /// What is wrong.
         message: String,
     },
+    /// The live view cannot run.
+    #[error(transparent)]
+    Live(#[from] crate::live::LiveError),
     /// The document given to `report` cannot be rendered.
     #[error(transparent)]
     Saved(#[from] crate::output::saved::SavedError),
@@ -118,6 +121,9 @@ pub fn run(cli: Cli) -> Result<i32, SessionError> {
     cli::check_targets(&config)?;
     // A destination that cannot be written is said before the trace, not after it.
     let sinks = crate::output::sinks(&config)?;
+    if config.output.live {
+        crate::live::check()?;
+    }
     for name in config.targets.comms.clone() {
         let found = process::named(&name);
         if found.is_empty() {

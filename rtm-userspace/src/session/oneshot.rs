@@ -70,6 +70,7 @@ pub(super) async fn trace(
         });
     }
     let duration = config.duration;
+    let config_live = config.output.live;
     let source = Box::new(KernelSource::new(&config));
     let mut engine = Engine::new(config, source, sinks);
     engine.stop_when_targets_exit(true);
@@ -104,14 +105,24 @@ pub(super) async fn trace(
         );
     }
 
+    let live = if config_live {
+        engine.summary_rows(crate::live::ROWS);
+        Some(crate::live::start(engine.handle())?)
+    } else {
+        None
+    };
     let signalled = async {
         tokio::select! {
             _ = sigint.recv() => EndReason::Signal,
             _ = sigterm.recv() => EndReason::Signal,
         }
     };
-    let reason = engine.run(signalled).await?;
-    let outcome = engine.finish(reason)?;
+    let reason = engine.run(signalled).await;
+    // The terminal is the report's again.
+    if let Some(l) = live {
+        l.finish();
+    }
+    let outcome = engine.finish(reason?)?;
 
     let exit = child
         .as_ref()
