@@ -48,23 +48,44 @@ pub fn demo(env: &Env) -> Result<()> {
     let demo = crate::measure::workload(&root(), &out, "demo")?;
     let bin = root().join("target/release/rtm-trace");
     // The default mode first (what `rtm-trace --pid` gives), then every call traced.
+    // The full run also writes the pictures: the HTML report, the timeline, the graphs.
     for mode in ["contention", "full"] {
-        let json = out.join(format!("demo-{mode}.json"));
+        let file = |ext: &str| out.join(format!("demo-{mode}.{ext}"));
+        let mut args: Vec<std::ffi::OsString> = vec![
+            "--mode".into(),
+            mode.into(),
+            "--json".into(),
+            file("json").into(),
+        ];
+        if mode == "full" {
+            for (flag, ext) in [
+                ("--html", "html"),
+                ("--timeline", "pftrace"),
+                ("--dot", "dot"),
+            ] {
+                args.push(flag.into());
+                args.push(file(ext).into());
+            }
+        }
         eprintln!(
-            "\nxtask: running: {} --mode {mode} --json {} -- {}",
+            "\nxtask: running: {} {} -- {}",
             bin.display(),
-            json.display(),
+            args.iter()
+                .map(|a| a.to_string_lossy())
+                .collect::<Vec<_>>()
+                .join(" "),
             demo.display()
         );
-        status(
-            Command::new(&bin)
-                .args(["--mode", mode, "--json"])
-                .arg(&json)
-                .arg("--")
-                .arg(&demo),
-        )
-        .with_context(|| format!("tracing the demo in {mode} mode"))?;
+        status(Command::new(&bin).args(&args).arg("--").arg(&demo))
+            .with_context(|| format!("tracing the demo in {mode} mode"))?;
     }
+    eprintln!(
+        "\nxtask: open {} in a browser; load {} at https://ui.perfetto.dev (nothing is \
+         uploaded: the page reads the file locally); `dot -Tsvg {}` draws the graphs",
+        out.join("demo-full.html").display(),
+        out.join("demo-full.pftrace").display(),
+        out.join("demo-full.dot").display()
+    );
     Ok(())
 }
 

@@ -428,13 +428,12 @@ fn mpi(p: &mut String, doc: &Doc) {
 fn system(p: &mut String, doc: &Doc) {
     let Some(a) = &doc.ambient else { return };
     let span = a.intervals.last().map_or(0.0, |i| i.t_s + i.dur_s);
-    let at = |i: &super::saved::Interval| i.t_s + i.dur_s;
     let one = |name: &str, f: &dyn Fn(&super::saved::Interval) -> f64| {
         (
             name.to_owned(),
             a.intervals
                 .iter()
-                .map(|i| (at(i), f(i)))
+                .map(|i| (i.t_s, i.t_s + i.dur_s, f(i)))
                 .collect::<Vec<_>>(),
         )
     };
@@ -489,7 +488,7 @@ fn system(p: &mut String, doc: &Doc) {
     pids.sort_unstable();
     pids.dedup();
     pids.truncate(6);
-    let per = |f: fn(&super::saved::ProcUsage) -> f64| -> Vec<(String, Vec<(f64, f64)>)> {
+    let per = |f: fn(&super::saved::ProcUsage) -> f64| -> Vec<(String, Vec<(f64, f64, f64)>)> {
         pids.iter()
             .map(|pid| {
                 let name = doc
@@ -503,7 +502,10 @@ fn system(p: &mut String, doc: &Doc) {
                     format!("{pid} {name}"),
                     a.intervals
                         .iter()
-                        .filter_map(|i| Some((at(i), f(i.procs.iter().find(|p| p.pid == *pid)?))))
+                        .filter_map(|i| {
+                            let u = i.procs.iter().find(|p| p.pid == *pid)?;
+                            Some((i.t_s, i.t_s + i.dur_s, f(u)))
+                        })
                         .collect(),
                 )
             })

@@ -164,8 +164,8 @@
       { title: "max", key: "max_spread_ns", fmt: ns }
     ], data.collectives, "time_ns");
   }
-  // A tab named in the address (report.html#locks) opens first.
-  var wanted = location.hash.slice(1);
+  // A tab named in the address (report.html#tab=locks) opens first.
+  var wanted = location.hash.replace(/^#(tab=)?/, "");
   buttons.forEach(function (b) { if (b.dataset.tab === wanted) b.click(); });
   // A row named in the address (?open=LABEL) opens its drill-down.
   var open = new URLSearchParams(location.search).get("open");

@@ -190,14 +190,20 @@ pub fn rounds(name: &str, spreads: &[u64]) -> String {
     s
 }
 
-/// A line chart of `series` (label, points (seconds, value)) over `[0, span]` seconds,
-/// `unit` after the values; all charts of a report share the time axis.
-pub fn lines(title: &str, unit: &str, series: &[(String, Vec<(f64, f64)>)], span: f64) -> String {
+/// A step chart of `series` (label, intervals (start s, end s, value): each value held
+/// over its interval, as sampled) over `[0, span]` seconds, `unit` after the values;
+/// all charts of a report share the time axis.
+pub fn lines(
+    title: &str,
+    unit: &str,
+    series: &[(String, Vec<(f64, f64, f64)>)],
+    span: f64,
+) -> String {
     let (w, h, left, right) = (960.0, 130.0, 60.0, 170.0);
     let plot = w - left - right;
     let max = series
         .iter()
-        .flat_map(|(_, p)| p.iter().map(|q| q.1))
+        .flat_map(|(_, p)| p.iter().map(|q| q.2))
         .fold(0.0f64, f64::max)
         .max(1e-9);
     let span = span.max(1e-9);
@@ -219,21 +225,25 @@ pub fn lines(title: &str, unit: &str, series: &[(String, Vec<(f64, f64)>)], span
         span,
         t = esc(title)
     );
+    let x = |t: f64| left + plot * (t / span).clamp(0.0, 1.0);
+    let y = |v: f64| (h - 20.0) - (h - 40.0) * (v / max);
     for (k, (label, pts)) in series.iter().enumerate() {
         let c = colors[k % colors.len()];
         let mut path = String::new();
-        for (t, v) in pts {
-            let px = left + plot * (t / span).clamp(0.0, 1.0);
-            let py = (h - 20.0) - (h - 40.0) * (v / max);
+        for (a, b, v) in pts {
             let _ = write!(
                 path,
-                "{}{px:.1},{py:.1}",
-                if path.is_empty() { "M" } else { " L" }
+                "{}{:.1},{:.1} L{:.1},{:.1}",
+                if path.is_empty() { "M" } else { " L" },
+                x(*a),
+                y(*v),
+                x(*b),
+                y(*v)
             );
         }
         let _ = write!(
             s,
-            r#"<path d="{path}" fill="none" stroke="{c}" stroke-width="1.5"/><text x="{}" y="{}" fill="{c}">{}</text>"#,
+            r#"<path d="{path}" fill="none" stroke="{c}" stroke-width="1.5"/><text x="{}" y="{}" style="fill:{c}">{}</text>"#,
             left + plot + 8.0,
             20.0 + 14.0 * (k as f64 + 1.0),
             esc(&label.chars().take(26).collect::<String>())
