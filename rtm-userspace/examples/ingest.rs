@@ -100,6 +100,45 @@ fn main() {
             text.len()
         );
     }
+    if let Some(path) = std::env::var_os("INGEST_HTML") {
+        // The HTML report of this graph, made as `--html` makes it: the document in
+        // memory, read back, rendered.
+        let snap = rtm::model::Snapshot::build(
+            &graph,
+            rtm::model::Window {
+                start_ns: 0,
+                end_ns: events * 100,
+            },
+            &mut |_| None,
+            &mut |_, _| None,
+        );
+        let run = rtm::output::RunInfo {
+            mode: rtm::config::Mode::Full,
+            command: None,
+            targets: vec![],
+            host: "bench".into(),
+            started_unix_ms: 0,
+            end_reason: None,
+            losses: Default::default(),
+            unprobed: vec![],
+            missing_symbols: vec![],
+            reader: Default::default(),
+            tracer_max_rss_kib: None,
+            bpf: None,
+        };
+        let start = Instant::now();
+        let doc = rtm::output::json::to_vec(&run, &snap);
+        let parsed = rtm::output::saved::Doc::parse(&doc, "bench").expect("reads back");
+        let page = rtm::output::html::render(&parsed);
+        let secs = start.elapsed().as_secs_f64();
+        std::fs::write(&path, &page).expect("writes the page");
+        println!(
+            "objects={} doc_bytes={} html_bytes={} html_secs={secs:.3}",
+            parsed.sync_graph.objects.len(),
+            doc.len(),
+            page.len()
+        );
+    }
 }
 
 /// Resident memory of this process, KiB.

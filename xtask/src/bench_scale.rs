@@ -57,6 +57,51 @@ pub fn ingest(env: &crate::setup::Env, root: &Path, dir: &Path, plan: Plan) -> R
         s.min / 1e6,
         s.max / 1e6
     );
+    // The same with the timeline written (`--timeline`), rounds alternating with the
+    // baseline so both see the same machine.
+    let timeline = dir.join("ingest.pftrace");
+    let (mut base, mut with) = (Vec::new(), Vec::new());
+    for _ in 0..plan.rounds {
+        let r = run_ok(Command::new(&ex).args([n, "64", "1000"]), "ingest")?;
+        base.push(figure(&String::from_utf8_lossy(&r.out.stdout), "rate")?);
+        let r = run_ok(
+            Command::new(&ex)
+                .env("INGEST_TIMELINE", &timeline)
+                .args([n, "64", "1000"]),
+            "ingest with the timeline",
+        )?;
+        with.push(figure(&String::from_utf8_lossy(&r.out.stdout), "rate")?);
+    }
+    let (b, w) = (Spread::of(&base), Spread::of(&with));
+    println!(
+        "With the timeline written (`--timeline`, to a file in {}): **{:.2} M events/s** \
+         [{:.2}-{:.2}] against {:.2} M/s without it in the same rounds: {:.2}x.\n",
+        dir.display(),
+        w.median / 1e6,
+        w.min / 1e6,
+        w.max / 1e6,
+        b.median / 1e6,
+        w.median / b.median
+    );
+    let html = dir.join("big.html");
+    let r = run_ok(
+        Command::new(&ex).env("INGEST_HTML", &html).args([
+            plan.pick("800000", "200000"),
+            "64",
+            plan.pick("100000", "10000"),
+        ]),
+        "the HTML of a large graph",
+    )?;
+    let text = String::from_utf8_lossy(&r.out.stdout);
+    println!(
+        "The HTML report of a graph of {:.0} mutexes (`--html`): {:.0} KiB (its tables \
+         carry the top 500 objects; the JSON document it is made from is {:.0} MiB), made \
+         in {:.2} s.\n",
+        figure(&text, "objects")?,
+        figure(&text, "html_bytes")? / 1024.0,
+        figure(&text, "doc_bytes")? / 1048576.0,
+        figure(&text, "html_secs")?
+    );
     let rate_bin = workload(root, dir, "bench_rate")?;
     let rtm = root.join("target/release/rtm-trace");
     let out = dir.join("ingest.json");
