@@ -488,7 +488,7 @@ fn system(p: &mut String, doc: &Doc) {
     pids.sort_unstable();
     pids.dedup();
     pids.truncate(6);
-    let per = |f: fn(&super::saved::ProcUsage) -> f64| -> Vec<(String, Vec<(f64, f64, f64)>)> {
+    let per = |f: fn(&super::saved::ProcUsage) -> f64| -> Vec<svg::Series> {
         pids.iter()
             .map(|pid| {
                 let name = doc

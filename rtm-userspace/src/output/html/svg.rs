@@ -190,15 +190,13 @@ pub fn rounds(name: &str, spreads: &[u64]) -> String {
     s
 }
 
+/// A series of a chart: its label and its (start s, end s, value) steps.
+pub type Series = (String, Vec<(f64, f64, f64)>);
+
 /// A step chart of `series` (label, intervals (start s, end s, value): each value held
 /// over its interval, as sampled) over `[0, span]` seconds, `unit` after the values;
 /// all charts of a report share the time axis.
-pub fn lines(
-    title: &str,
-    unit: &str,
-    series: &[(String, Vec<(f64, f64, f64)>)],
-    span: f64,
-) -> String {
+pub fn lines(title: &str, unit: &str, series: &[Series], span: f64) -> String {
     let (w, h, left, right) = (960.0, 130.0, 60.0, 170.0);
     let plot = w - left - right;
     let max = series

@@ -5,32 +5,16 @@
 use rtm_common::{Primitive, SyncOp, decode::Event, decode::SyncRecord};
 
 use super::{
-    events::{Arg, Ctx, Ev, INSTANT, slice, track_event},
     names::{Names, Obj},
     proto::Writer,
+    state::{Ctx, Hold, Pending},
     tracks::{Lane, Tracks},
+    write::{Arg, Ev, INSTANT, slice, track_event},
 };
 use crate::model::sync::semantics;
 
 /// Holds remembered per thread; a thread holding more has its oldest shown at once.
 const MAX_HOLDS: usize = 64;
-
-/// A lock held since `since`.
-pub struct Hold {
-    object: u64,
-    since: u64,
-    obj: Obj,
-}
-
-/// A pthread_mutex_lock seen at its entry only (full mode): its thread's next event
-/// settles it (a futex wait on its word is part of it; anything else means it returned,
-/// holding the lock).
-pub struct Pending {
-    object: u64,
-    start: u64,
-    acquired: u64,
-    obj: Obj,
-}
 
 fn op_name(op: SyncOp) -> &'static str {
     use SyncOp::*;

@@ -2,9 +2,9 @@
 //! tracer's event rate, on the same time axis as the events.
 
 use super::{
-    events::{COUNTER, Ev, track_event},
     proto::Writer,
     tracks::Tracks,
+    write::{COUNTER, Ev, track_event},
 };
 use crate::model::system::interval::Interval;
 

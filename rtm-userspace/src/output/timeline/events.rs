@@ -1,6 +1,5 @@
-//! Events to trace packets: the TrackEvent writer, what the timeline remembers between
-//! events, and futex waits, thread lifecycles and MPI calls. Full-mode pthread calls are
-//! in `calls`, the system's counters in `counters`.
+//! Events to trace packets: futex waits, thread lifecycles and MPI calls. Full-mode
+//! pthread calls are in `calls`, the system's counters in `counters`.
 
 use rtm_common::{
     COMM_ID_UNKNOWN, LifecycleOp, MPI_FLAG_COMPLETION, Primitive, RANK_UNKNOWN, SyncOp,
@@ -9,140 +8,16 @@ use rtm_common::{
 };
 
 use super::{
-    calls::{Hold, Pending},
-    messages::{End, Messages, Side},
-    names::{Name, Names, Obj},
-    packet,
-    proto::Writer,
-    tracks::{Lane, Tracks},
+    messages::{End, Side},
+    names::{Name, Obj},
+    state::Ctx,
+    tracks::Lane,
+    write::{Arg, Ev, INSTANT, NameRef, slice, track_event},
 };
 
-pub(super) type Map<K, V> = foldhash::HashMap<K, V>;
-
-/// TrackEvent.Type.
-pub const SLICE_BEGIN: u64 = 1;
-pub const SLICE_END: u64 = 2;
-pub const INSTANT: u64 = 3;
-pub const COUNTER: u64 = 4;
 /// Communicators whose collectives are numbered, per process.
 const MAX_COMMS: usize = 4_096;
 const ETIMEDOUT: i32 = -110;
-
-/// A debug annotation's value.
-pub enum Arg<'a> {
-    Int(i64),
-    Str(&'a str),
-}
-
-/// An event's name as written.
-#[derive(Clone, Copy)]
-pub enum NameRef<'a> {
-    Iid(u64),
-    Str(&'a str),
-}
-
-impl<'a> From<&'a Name> for NameRef<'a> {
-    fn from(n: &'a Name) -> Self {
-        match n {
-            Name::Iid(i) => NameRef::Iid(*i),
-            Name::Text(t) => NameRef::Str(t),
-        }
-    }
-}
-
-/// One TrackEvent.
-#[derive(Default)]
-pub struct Ev<'a> {
-    pub ty: u64,
-    pub name: Option<NameRef<'a>>,
-    pub flow: Option<u64>,
-    pub terminating_flow: Option<u64>,
-    pub correlation: Option<u64>,
-    pub args: &'a [(&'a str, Arg<'a>)],
-    pub value: Option<f64>,
-}
-
-/// Writes a TrackEvent packet at `ts` on `track`.
-pub fn track_event(w: &mut Writer, ts: u64, track: u64, ev: &Ev) {
-    packet::start(w, Some(ts));
-    w.begin(packet::TRACK_EVENT).uint(9, ev.ty).uint(11, track);
-    match ev.name {
-        Some(NameRef::Iid(i)) => {
-            w.uint(10, i);
-        }
-        Some(NameRef::Str(s)) => {
-            w.str(23, s);
-        }
-        None => {}
-    }
-    if let Some(f) = ev.flow {
-        w.fixed64(47, f);
-    }
-    if let Some(f) = ev.terminating_flow {
-        w.fixed64(48, f);
-    }
-    if let Some(c) = ev.correlation {
-        w.uint(52, c);
-    }
-    if let Some(v) = ev.value {
-        w.double(44, v);
-    }
-    for (name, arg) in ev.args {
-        w.begin(4).str(10, name);
-        match arg {
-            Arg::Int(i) => w.int(4, *i),
-            Arg::Str(s) => w.str(6, s),
-        };
-        w.end();
-    }
-    w.end();
-    packet::done(w);
-}
-
-/// A slice from `begin` to `end` on `track`.
-pub fn slice(w: &mut Writer, track: u64, begin: u64, end: u64, ev: Ev) {
-    track_event(
-        w,
-        begin,
-        track,
-        &Ev {
-            ty: SLICE_BEGIN,
-            ..ev
-        },
-    );
-    track_event(
-        w,
-        end.max(begin),
-        track,
-        &Ev {
-            ty: SLICE_END,
-            ..Ev::default()
-        },
-    );
-}
-
-/// What the timeline remembers between events.
-#[derive(Default)]
-pub struct State {
-    /// Each thread's lock call seen at entry only.
-    pub(super) pending: Map<(u32, u32), Pending>,
-    /// Flow ids given so far.
-    pub(super) flows: u64,
-    /// Each thread's holds, oldest first.
-    pub(super) holds: Map<(u32, u32), Vec<Hold>>,
-    /// Collectives called so far on each communicator, per process.
-    collectives: Map<(u32, u32), u64>,
-    /// MPI messages' ends not matched yet.
-    pub messages: Messages,
-}
-
-/// What an event is written with.
-pub struct Ctx<'a> {
-    pub w: &'a mut Writer,
-    pub tracks: &'a mut Tracks,
-    pub state: &'a mut State,
-    pub names: &'a mut Names,
-}
 
 /// Whether a sync record is shown (its object then needs a name).
 pub fn shown(s: &SyncRecord) -> bool {

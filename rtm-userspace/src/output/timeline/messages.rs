@@ -10,9 +10,9 @@ use std::collections::{HashMap, VecDeque};
 use rtm_common::{MPI_FLAG_COMPLETION, MPI_FLAG_STATUS_IGNORED, MpiOp, RANK_UNKNOWN};
 
 use super::{
-    events::{Arg, Ev, INSTANT, track_event},
     names::Names,
     proto::Writer,
+    write::{Arg, Ev, INSTANT, track_event},
 };
 
 /// Unmatched ends kept, each side; past it the oldest are let go (counted).

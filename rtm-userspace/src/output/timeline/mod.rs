@@ -23,9 +23,11 @@ mod events;
 mod messages;
 mod names;
 pub mod proto;
+mod state;
 #[cfg(test)]
 mod tests;
 mod tracks;
+mod write;
 
 use std::path::PathBuf;
 
@@ -91,7 +93,7 @@ pub struct Timeline {
     w: Writer,
     tracks: Tracks,
     names: names::Names,
-    state: events::State,
+    state: state::State,
     /// Bytes written and the cap.
     written: u64,
     max_bytes: u64,
@@ -137,7 +139,7 @@ impl Timeline {
             w: Writer::default(),
             tracks: Tracks::default(),
             names: names::Names::default(),
-            state: events::State::default(),
+            state: state::State::default(),
             written: 0,
             max_bytes,
             dropped: 0,
@@ -201,8 +203,8 @@ impl Timeline {
         ok
     }
 
-    fn ctx(&mut self) -> events::Ctx<'_> {
-        events::Ctx {
+    fn ctx(&mut self) -> state::Ctx<'_> {
+        state::Ctx {
             w: &mut self.w,
             tracks: &mut self.tracks,
             state: &mut self.state,

@@ -9,9 +9,9 @@ use rtm_common::{
 use crate::symbolize::objects::ObjectNamer;
 
 use super::{
-    events::{Ctx, State},
     names::Names,
     proto::{Value, Writer, fields},
+    state::{Ctx, State},
     tracks::Tracks,
 };
 

@@ -3,7 +3,7 @@
 //! system and the tracer. Each is described once, when first used, and again when its
 //! name becomes known. Uuids are given in order from 1, so events carry short ones.
 
-use super::{events::Map, packet, proto::Writer};
+use super::{packet, proto::Writer, write::Map};
 
 /// Most threads (and processes) given a track; events of others go to one shared
 /// "(other threads)" track.

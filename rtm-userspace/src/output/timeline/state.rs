@@ -1,0 +1,49 @@
+//! What the timeline remembers between events, and what an event is written with.
+
+use super::{
+    messages::Messages,
+    names::{Names, Obj},
+    proto::Writer,
+    tracks::Tracks,
+    write::Map,
+};
+
+/// A lock held since `since`.
+pub struct Hold {
+    pub object: u64,
+    pub since: u64,
+    pub obj: Obj,
+}
+
+/// A pthread_mutex_lock seen at its entry only (full mode): its thread's next event
+/// settles it (a futex wait on its word is part of it; anything else means it returned,
+/// holding the lock).
+pub struct Pending {
+    pub object: u64,
+    pub start: u64,
+    pub acquired: u64,
+    pub obj: Obj,
+}
+
+/// What the timeline remembers between events.
+#[derive(Default)]
+pub struct State {
+    /// Each thread's lock call seen at entry only.
+    pub(super) pending: Map<(u32, u32), Pending>,
+    /// Flow ids given so far.
+    pub(super) flows: u64,
+    /// Each thread's holds, oldest first.
+    pub(super) holds: Map<(u32, u32), Vec<Hold>>,
+    /// Collectives called so far on each communicator, per process.
+    pub(super) collectives: Map<(u32, u32), u64>,
+    /// MPI messages' ends not matched yet.
+    pub messages: Messages,
+}
+
+/// What an event is written with.
+pub struct Ctx<'a> {
+    pub w: &'a mut Writer,
+    pub tracks: &'a mut Tracks,
+    pub state: &'a mut State,
+    pub names: &'a mut Names,
+}
