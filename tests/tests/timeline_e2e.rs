@@ -381,3 +381,53 @@ fn mpi_messages_are_arrows_and_collectives_are_linked_across_ranks() {
         );
     }
 }
+
+#[test]
+fn barrier_rounds_are_linked_across_threads() {
+    if !can_trace("barrier_rounds_are_linked_across_threads") {
+        return;
+    }
+    let Some(python) = perfetto_python("barrier_rounds_are_linked_across_threads") else {
+        return;
+    };
+    let dir = TempDir::new("timeline-barrier");
+    let file = dir.join("t.pftrace");
+    // 4 threads, 6 rounds; thread i works (i+1) ms before each wait.
+    let out = run(
+        Command::new(rtm_bin())
+            .arg("--timeline")
+            .arg(&file)
+            .args(["-m", "full", "-o", "/dev/null", "--"])
+            .arg(workload("sync_workload"))
+            .args(["barrier", "4", "6", "1000"]),
+        Duration::from_secs(60),
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let doc = decode_timeline(&python, &file);
+    let mut rounds = std::collections::BTreeMap::<u64, Vec<u64>>::new();
+    for s in doc["slices"].as_array().unwrap() {
+        let c = s["correlation"].as_u64().unwrap_or(0);
+        if c != 0 && s["name"].as_str().unwrap().starts_with("wait ") {
+            rounds
+                .entry(c)
+                .or_default()
+                .push(s["track"].as_u64().unwrap());
+        }
+    }
+    println!("rounds: {rounds:?}");
+    assert_eq!(rounds.len(), 6, "one linked instance per round");
+    for (c, tracks) in &rounds {
+        let mut t = tracks.clone();
+        t.sort_unstable();
+        t.dedup();
+        assert_eq!(
+            t.len(),
+            4,
+            "round {c:#x}: one wait in each of the 4 threads"
+        );
+    }
+}

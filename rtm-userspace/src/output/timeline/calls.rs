@@ -15,6 +15,8 @@ use crate::model::sync::semantics;
 
 /// Holds remembered per thread; a thread holding more has its oldest shown at once.
 const MAX_HOLDS: usize = 64;
+/// (thread, barrier) pairs whose rounds are numbered.
+const MAX_BARRIER_THREADS: usize = 65_536;
 
 fn op_name(op: SyncOp) -> &'static str {
     use SyncOp::*;
@@ -162,7 +164,10 @@ impl Ctx<'_> {
             );
             return;
         }
-        if s.raw.wait_ns > 0 {
+        let round = (s.primitive == Primitive::Barrier && s.op == SyncOp::Wait)
+            .then(|| self.barrier_round(h.pid, h.tid, s.raw.object))
+            .flatten();
+        if s.raw.wait_ns > 0 || round.is_some() {
             let contended = s.raw.flags & rtm_common::SYNC_FLAG_CONTENDED != 0;
             slice(
                 self.w,
@@ -174,7 +179,12 @@ impl Ctx<'_> {
                     args: &[
                         ("return value", Arg::Int(i64::from(s.raw.ret))),
                         ("contended", Arg::Int(i64::from(contended))),
+                        (
+                            "round",
+                            Arg::Int(round.map_or(-1, |r| (r & 0xffff_ffff) as i64)),
+                        ),
                     ],
+                    correlation: round,
                     ..Ev::default()
                 },
             );
@@ -188,6 +198,22 @@ impl Ctx<'_> {
             self.release(h.pid, h.tid, s.raw.aux, start);
             self.hold(h.pid, h.tid, s.raw.aux, h.ts_ns, m);
         }
+    }
+
+    /// The correlation id of a thread's wait on a barrier: the barrier's number and the
+    /// round (the thread's count of waits on it), the same in every thread of the round.
+    fn barrier_round(&mut self, pid: u32, tid: u32, object: u64) -> Option<u64> {
+        let n = self.state.barriers.len() as u32;
+        let index = *self.state.barriers.entry((pid, object)).or_insert(n);
+        let key = (tid, object);
+        if !self.state.barrier_waits.contains_key(&key)
+            && self.state.barrier_waits.len() >= MAX_BARRIER_THREADS
+        {
+            return None;
+        }
+        let round = self.state.barrier_waits.entry(key).or_default();
+        *round += 1;
+        Some((1 << 63) | (u64::from(index) << 32) | u64::from(*round))
     }
 
     /// The thread released `object`: its hold becomes a slice, on the holds track when

@@ -242,7 +242,7 @@ impl Ctx<'_> {
                     None => return None,
                 };
                 *seq += 1;
-                Some((u64::from(r.comm_id) << 32) | (*seq & 0xffff_ffff))
+                Some((u64::from(r.comm_id & 0x7fff_ffff) << 32) | (*seq & 0xffff_ffff))
             })
             .flatten();
         let mut args = vec![

@@ -38,6 +38,10 @@ pub struct State {
     pub(super) collectives: Map<(u32, u32), u64>,
     /// MPI messages' ends not matched yet.
     pub messages: Messages,
+    /// Barriers numbered, per process, and each thread's waits on each so far: the
+    /// k-th wait of every thread on a barrier is its round k.
+    pub(super) barriers: Map<(u32, u64), u32>,
+    pub(super) barrier_waits: Map<(u32, u64), u32>,
 }
 
 /// What an event is written with.
