@@ -255,7 +255,7 @@ mod tests {
         );
         assert_eq!(
             decode(&encode(&wait)[..50]),
-            Err(DecodeError::Short { len: 50, need: 64 })
+            Err(DecodeError::Short { len: 50, need: 72 })
         );
     }
 
