@@ -137,6 +137,18 @@ impl Ctx<'_> {
             .push(Hold { object, since, obj });
     }
 
+    /// A thread exited: the holds it still had end there (nothing can release them
+    /// later), so what is remembered stays bounded by the threads alive.
+    pub(super) fn thread_exited(&mut self, pid: u32, tid: u32, ts: u64) {
+        let Some(holds) = self.state.holds.remove(&(pid, tid)) else {
+            return;
+        };
+        let t = self.tracks.thread(self.w, pid, tid, Lane::Holds);
+        for h in holds.iter().rev() {
+            hold_slice(self.w, self.names, t, h, ts);
+        }
+    }
+
     /// A pthread call (full mode): blocking calls as slices, releases end holds,
     /// wakes as instants.
     pub(super) fn call(&mut self, s: &SyncRecord, obj: Obj, mutex: Option<Obj>) {

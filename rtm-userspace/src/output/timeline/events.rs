@@ -172,6 +172,7 @@ impl Ctx<'_> {
             (LifecycleOp::Exec, Some(comm)) if !comm.is_empty() => {
                 self.tracks.name_process(self.w, h.pid, comm);
             }
+            (LifecycleOp::Exit, _) => self.thread_exited(h.pid, h.tid, h.ts_ns),
             (LifecycleOp::Spawn, _) => {
                 self.track(h.pid, l.raw.child, Lane::Main);
                 let comm = l.comm();

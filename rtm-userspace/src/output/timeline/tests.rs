@@ -320,3 +320,19 @@ fn a_condition_wait_releases_its_mutex_and_takes_it_back() {
         "{names:?}"
     );
 }
+
+#[test]
+fn a_hold_still_open_when_its_thread_exits_ends_there() {
+    let exit = rtm_common::LifecycleEvent {
+        header: header(EventKind::Lifecycle, 5_000, 7),
+        op: rtm_common::LifecycleOp::Exit as u32,
+        ..rtm_common::LifecycleEvent::default()
+    };
+    let events = [
+        sync(SyncOp::Lock, Primitive::Mutex, 1_000, 0, 0),
+        decode(encode(&exit)).unwrap(),
+    ];
+    let s = slices(&write(&events));
+    let names: Vec<_> = s.iter().map(|x| (x.1, x.2, x.3.as_str())).collect();
+    assert_eq!(names, vec![(1_000, 5_000, "hold mutex 0x2000")]);
+}
