@@ -112,16 +112,23 @@ pub fn render(doc: &Doc) -> String {
         tabs.push(("system", "System"));
     }
     let mut p = String::new();
-    let title = format!(
-        "rtm-trace: {} on {}",
-        doc.run
-            .targets
-            .iter()
-            .map(|t| t.comm.clone().unwrap_or_else(|| t.pid.to_string()))
-            .collect::<Vec<_>>()
-            .join(", "),
-        doc.run.host
-    );
+    let title = if doc.merged_from.is_empty() {
+        format!(
+            "rtm-trace: {} on {}",
+            doc.run
+                .targets
+                .iter()
+                .map(|t| t.comm.clone().unwrap_or_else(|| t.pid.to_string()))
+                .collect::<Vec<_>>()
+                .join(", "),
+            doc.run.host
+        )
+    } else {
+        format!(
+            "rtm-trace: a merged MPI job ({} parts)",
+            doc.merged_from.len()
+        )
+    };
     let _ = write!(
         p,
         "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; style-src 'unsafe-inline'; script-src 'unsafe-inline'; img-src data:\"><title>{}</title><style>{}</style></head><body>",

@@ -44,6 +44,16 @@ pub enum SavedError {
     },
 }
 
+/// A field that may be `null` in a document (a merged one leaves some empty): its
+/// default then.
+fn nullable<'de, D, T>(d: D) -> Result<T, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: Default + Deserialize<'de>,
+{
+    Ok(Option::<T>::deserialize(d)?.unwrap_or_default())
+}
+
 /// A time distribution's summary.
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(default)]
@@ -67,7 +77,9 @@ pub struct Thread {
     pub exited: bool,
     pub acquisitions: u64,
     pub contended: u64,
+    #[serde(deserialize_with = "nullable")]
     pub wait: Dist,
+    #[serde(deserialize_with = "nullable")]
     pub hold: Dist,
     pub observed_ns: u64,
     pub wait_share: f64,
@@ -96,8 +108,11 @@ pub struct Round {
 #[serde(default)]
 pub struct Barrier {
     pub rounds: u64,
+    #[serde(deserialize_with = "nullable")]
     pub spread: Dist,
+    #[serde(deserialize_with = "nullable")]
     pub last_arrivals: Vec<(u32, u64)>,
+    #[serde(deserialize_with = "nullable")]
     pub round_list: Vec<Round>,
 }
 
@@ -116,7 +131,9 @@ pub struct Object {
     pub waits: u64,
     pub failed_trylocks: u64,
     pub timeouts: u64,
+    #[serde(deserialize_with = "nullable")]
     pub wait: Dist,
+    #[serde(deserialize_with = "nullable")]
     pub hold: Dist,
     pub barrier: Option<Barrier>,
 }
@@ -143,7 +160,9 @@ pub struct Edge {
     pub acquisitions: u64,
     pub contended: u64,
     pub waits: u64,
+    #[serde(deserialize_with = "nullable")]
     pub wait: Dist,
+    #[serde(deserialize_with = "nullable")]
     pub hold: Dist,
 }
 
@@ -159,6 +178,7 @@ pub struct WaitsFor {
     pub object: String,
     pub object_name: Option<String>,
     pub count: u64,
+    #[serde(deserialize_with = "nullable")]
     pub wait: Dist,
     pub at_exit: bool,
 }
@@ -175,10 +195,15 @@ pub struct Window {
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(default)]
 pub struct SyncGraph {
+    #[serde(deserialize_with = "nullable")]
     pub window: Window,
+    #[serde(deserialize_with = "nullable")]
     pub threads: Vec<Thread>,
+    #[serde(deserialize_with = "nullable")]
     pub objects: Vec<Object>,
+    #[serde(deserialize_with = "nullable")]
     pub edges: Vec<Edge>,
+    #[serde(deserialize_with = "nullable")]
     pub waits_for: Vec<WaitsFor>,
 }
 
@@ -197,10 +222,12 @@ pub struct Target {
 pub struct Run {
     pub mode: String,
     pub command: Option<Vec<String>>,
+    #[serde(deserialize_with = "nullable")]
     pub targets: Vec<Target>,
     pub host: String,
     pub started_unix_ms: u64,
     pub end_reason: Option<String>,
+    #[serde(deserialize_with = "nullable")]
     pub losses: std::collections::BTreeMap<String, u64>,
 }
 
@@ -247,6 +274,7 @@ pub struct Collective {
     pub instances: u64,
     pub mean_spread_ns: Option<u64>,
     pub max_spread_ns: Option<u64>,
+    #[serde(deserialize_with = "nullable")]
     pub most_often_last: Vec<i64>,
 }
 
@@ -254,8 +282,11 @@ pub struct Collective {
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(default)]
 pub struct TaskGraph {
+    #[serde(deserialize_with = "nullable")]
     pub ranks: Vec<Rank>,
+    #[serde(deserialize_with = "nullable")]
     pub edges: Vec<TaskEdge>,
+    #[serde(deserialize_with = "nullable")]
     pub collectives: Vec<Collective>,
 }
 
@@ -293,6 +324,7 @@ pub struct Psi {
 pub struct Interval {
     pub t_s: f64,
     pub dur_s: f64,
+    #[serde(deserialize_with = "nullable")]
     pub cpu: Cpu,
     pub load1: f64,
     pub procs_running: u64,
@@ -300,6 +332,7 @@ pub struct Interval {
     pub context_switches_per_s: f64,
     pub mem_available_pct: f64,
     pub psi: Option<Psi>,
+    #[serde(deserialize_with = "nullable")]
     pub procs: Vec<ProcUsage>,
 }
 
@@ -308,6 +341,7 @@ pub struct Interval {
 #[serde(default)]
 pub struct Ambient {
     pub period_s: f64,
+    #[serde(deserialize_with = "nullable")]
     pub intervals: Vec<Interval>,
 }
 
@@ -318,10 +352,15 @@ pub struct Doc {
     pub format: String,
     pub version: u64,
     pub tool_version: String,
+    #[serde(deserialize_with = "nullable")]
     pub run: Run,
+    #[serde(deserialize_with = "nullable")]
     pub sync_graph: SyncGraph,
     pub task_graph: Option<TaskGraph>,
     pub ambient: Option<Ambient>,
+    /// A merged job's parts (`rtm-trace merge --json`): it has no sync graph.
+    #[serde(deserialize_with = "nullable")]
+    pub merged_from: Vec<serde_json::Value>,
 }
 
 impl Doc {

@@ -25,140 +25,43 @@ pub fn render(doc: &Doc, top: usize) -> String {
             }
         })
         .collect();
-    out.push_str(&format!(
-        "== rtm-trace report of a saved trace (written by rtm-trace {}) ==\n",
-        escape(&doc.tool_version)
-    ));
-    out.push_str(&escape(&format!(
-        "host {}; traced {} for {} in {} mode; {} threads, {} objects",
-        r.host,
-        targets.join(", "),
-        ns(g.window.end_ns.saturating_sub(g.window.start_ns)),
-        r.mode,
-        count(g.threads.len() as u64),
-        count(g.objects.len() as u64),
-    )));
-    out.push('\n');
-    let lost: u64 = ["ring_full", "pending_full"]
-        .iter()
-        .filter_map(|k| r.losses.get(*k))
-        .sum();
-    out.push_str(&if lost == 0 {
-        "lost events: none\n".to_owned()
-    } else {
-        format!(
-            "lost events: {} (the counts below miss them)\n",
-            count(lost)
-        )
-    });
-
-    let mut objects: Vec<_> = g.objects.iter().collect();
-    objects.sort_by_key(|o| std::cmp::Reverse((o.contended_wait_ns, o.wait.total_ns)));
-    out.push_str(&format!(
-        "\nMost contended objects by time waiting (top {} of {})\n",
-        top.min(objects.len()),
-        objects.len()
-    ));
-    let rows: Vec<Vec<String>> = objects
-        .iter()
-        .take(top)
-        .map(|o| {
-            vec![
-                o.label(),
-                o.pid.to_string(),
-                count(o.acquisitions),
-                count(o.contended),
-                ns(o.wait.total_ns),
-                mean_ns(o.wait.mean_ns),
-                opt_ns(o.wait.max_ns),
-                mean_ns(o.hold.mean_ns),
-                opt_ns(o.hold.max_ns),
-                o.threads.to_string(),
-            ]
-        })
-        .collect();
-    table(
-        &mut out,
-        &[
-            "object",
-            "pid",
-            "acquired",
-            "contended",
-            "waited",
-            "wait avg",
-            "wait max",
-            "hold avg",
-            "hold max",
-            "threads",
-        ],
-        &rows,
-    );
-
-    let mut threads: Vec<_> = g.threads.iter().collect();
-    threads.sort_by_key(|t| std::cmp::Reverse(t.wait.total_ns));
-    out.push_str(&format!(
-        "\nThreads by time spent waiting (top {} of {})\n",
-        top.min(threads.len()),
-        threads.len()
-    ));
-    let rows: Vec<Vec<String>> = threads
-        .iter()
-        .take(top)
-        .map(|t| {
-            vec![
-                doc.thread_label(t.pid, t.tid),
-                t.pid.to_string(),
-                count(t.acquisitions),
-                count(t.contended),
-                ns(t.wait.total_ns),
-                pct(t.wait_share),
-                ns(t.hold.total_ns),
-            ]
-        })
-        .collect();
-    table(
-        &mut out,
-        &[
-            "thread",
-            "pid",
-            "acquired",
-            "contended",
-            "waited",
-            "of its time",
-            "held",
-        ],
-        &rows,
-    );
-
-    let mut wf: Vec<_> = g.waits_for.iter().collect();
-    wf.sort_by_key(|w| std::cmp::Reverse(w.wait.total_ns));
-    if !wf.is_empty() {
+    if !doc.merged_from.is_empty() {
         out.push_str(&format!(
-            "\nWho waited for whom (top {} of {})\n",
-            top.min(wf.len()),
-            wf.len()
+            "== rtm-trace report of a merged MPI job ({} parts, merged by rtm-trace {}) ==\n",
+            doc.merged_from.len(),
+            escape(&doc.tool_version)
         ));
-        let rows: Vec<Vec<String>> = wf
-            .iter()
-            .take(top)
-            .map(|w| {
-                vec![
-                    doc.thread_label(w.pid, w.waiter),
-                    doc.thread_label(w.waker_pid, w.waker),
-                    w.object_name.clone().unwrap_or_else(|| w.object.clone()),
-                    count(w.count),
-                    ns(w.wait.total_ns),
-                    opt_ns(w.wait.max_ns),
-                ]
-            })
-            .collect();
-        table(
-            &mut out,
-            &["waiter", "woken by", "on", "waits", "waited", "max"],
-            &rows,
-        );
+    } else {
+        out.push_str(&format!(
+            "== rtm-trace report of a saved trace (written by rtm-trace {}) ==\n",
+            escape(&doc.tool_version)
+        ));
     }
-
+    if doc.merged_from.is_empty() {
+        out.push_str(&escape(&format!(
+            "host {}; traced {} for {} in {} mode; {} threads, {} objects",
+            r.host,
+            targets.join(", "),
+            ns(g.window.end_ns.saturating_sub(g.window.start_ns)),
+            r.mode,
+            count(g.threads.len() as u64),
+            count(g.objects.len() as u64),
+        )));
+        out.push('\n');
+        let lost: u64 = ["ring_full", "pending_full"]
+            .iter()
+            .filter_map(|k| r.losses.get(*k))
+            .sum();
+        out.push_str(&if lost == 0 {
+            "lost events: none\n".to_owned()
+        } else {
+            format!(
+                "lost events: {} (the counts below miss them)\n",
+                count(lost)
+            )
+        });
+        sync_sections(&mut out, doc, top);
+    }
     if let Some(tg) = &doc.task_graph {
         let mut edges: Vec<_> = tg.edges.iter().collect();
         edges.sort_by_key(|e| std::cmp::Reverse(e.sent.as_ref().map_or(0, |s| s.bytes)));
@@ -221,9 +124,144 @@ pub fn render(doc: &Doc, top: usize) -> String {
     out
 }
 
+/// The sync graph's tables.
+fn sync_sections(out: &mut String, doc: &Doc, top: usize) {
+    let g = &doc.sync_graph;
+    let mut objects: Vec<_> = g.objects.iter().collect();
+    objects.sort_by_key(|o| std::cmp::Reverse((o.contended_wait_ns, o.wait.total_ns)));
+    out.push_str(&format!(
+        "\nMost contended objects by time waiting (top {} of {})\n",
+        top.min(objects.len()),
+        objects.len()
+    ));
+    let rows: Vec<Vec<String>> = objects
+        .iter()
+        .take(top)
+        .map(|o| {
+            vec![
+                o.label(),
+                o.pid.to_string(),
+                count(o.acquisitions),
+                count(o.contended),
+                ns(o.wait.total_ns),
+                mean_ns(o.wait.mean_ns),
+                opt_ns(o.wait.max_ns),
+                mean_ns(o.hold.mean_ns),
+                opt_ns(o.hold.max_ns),
+                o.threads.to_string(),
+            ]
+        })
+        .collect();
+    table(
+        out,
+        &[
+            "object",
+            "pid",
+            "acquired",
+            "contended",
+            "waited",
+            "wait avg",
+            "wait max",
+            "hold avg",
+            "hold max",
+            "threads",
+        ],
+        &rows,
+    );
+
+    let mut threads: Vec<_> = g.threads.iter().collect();
+    threads.sort_by_key(|t| std::cmp::Reverse(t.wait.total_ns));
+    out.push_str(&format!(
+        "\nThreads by time spent waiting (top {} of {})\n",
+        top.min(threads.len()),
+        threads.len()
+    ));
+    let rows: Vec<Vec<String>> = threads
+        .iter()
+        .take(top)
+        .map(|t| {
+            vec![
+                doc.thread_label(t.pid, t.tid),
+                t.pid.to_string(),
+                count(t.acquisitions),
+                count(t.contended),
+                ns(t.wait.total_ns),
+                pct(t.wait_share),
+                ns(t.hold.total_ns),
+            ]
+        })
+        .collect();
+    table(
+        out,
+        &[
+            "thread",
+            "pid",
+            "acquired",
+            "contended",
+            "waited",
+            "of its time",
+            "held",
+        ],
+        &rows,
+    );
+
+    let mut wf: Vec<_> = g.waits_for.iter().collect();
+    wf.sort_by_key(|w| std::cmp::Reverse(w.wait.total_ns));
+    if !wf.is_empty() {
+        out.push_str(&format!(
+            "\nWho waited for whom (top {} of {})\n",
+            top.min(wf.len()),
+            wf.len()
+        ));
+        let rows: Vec<Vec<String>> = wf
+            .iter()
+            .take(top)
+            .map(|w| {
+                vec![
+                    doc.thread_label(w.pid, w.waiter),
+                    doc.thread_label(w.waker_pid, w.waker),
+                    w.object_name.clone().unwrap_or_else(|| w.object.clone()),
+                    count(w.count),
+                    ns(w.wait.total_ns),
+                    opt_ns(w.wait.max_ns),
+                ]
+            })
+            .collect();
+        table(
+            out,
+            &["waiter", "woken by", "on", "waits", "waited", "max"],
+            &rows,
+        );
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_merged_job_reads_with_its_empty_fields_and_shows_its_traffic() {
+        let d = Doc::parse(
+            br#"{"format":"rtm-trace","version":1,"tool_version":"t","merged_from":[{"path":"a.json"},{"path":"b.json"}],
+                "task_graph":{"ranks":[{"rank":0,"pid":1,"host":"n1"},{"rank":1,"pid":2,"host":"n2"}],
+                "edges":[{"src":0,"dst":1,"sent":{"messages":3,"bytes":24,"time_ns":5},"received":null}],
+                "collectives":[{"function":"barrier","ranks":2,"most_often_last":null}]}}"#,
+            "merged.json",
+        )
+        .unwrap();
+        let text = render(&d, 10);
+        assert!(text.contains("merged MPI job (2 parts"), "{text}");
+        assert!(
+            text.contains("0 -> 1") && text.contains("barrier"),
+            "{text}"
+        );
+        assert!(
+            !text.contains("Most contended"),
+            "no empty sync graph tables: {text}"
+        );
+        let page = crate::output::html::render(&d);
+        assert!(page.contains("a merged MPI job (2 parts)"));
+    }
 
     #[test]
     fn the_report_lists_objects_threads_and_edges_escaped() {
