@@ -37,6 +37,9 @@ impl clap::ValueEnum for Mode {
         sudo rtm-trace --pid 1234                 trace PID 1234 until Ctrl-C\n  \
         sudo rtm-trace -p 1234 -d 10 --json out.json   10 seconds, graph to out.json\n  \
         sudo rtm-trace -i 1 -- ./app --threads 8    launch ./app, summary every second\n  \
+        sudo rtm-trace top -p 1234                live view: top locks, threads, wakers\n  \
+        sudo rtm-trace -m full --html r.html --timeline t.pftrace -- ./app\n  \
+        rtm-trace report out.json --html r.html   render a saved trace (no root)\n  \
         rtm-trace merge a.json b.json             join MPI parts written on several nodes\n\n\
         Needs root (or CAP_BPF and CAP_PERFMON) and a kernel with BPF and uprobes.\n\
         The report goes to stdout (or --output); messages go to stderr."
