@@ -336,7 +336,15 @@ impl Sink for Timeline {
             );
         }
         match self.stream.take() {
-            Some(s) => s.finish(),
+            Some(s) => {
+                s.finish()?;
+                crate::say!(
+                    "rtm-trace: wrote {} ({} KiB; open it at https://ui.perfetto.dev)",
+                    super::text::Shown(&self.path.display().to_string()),
+                    self.written / 1024
+                );
+                Ok(())
+            }
             None => Ok(()),
         }
     }
