@@ -83,15 +83,7 @@ fn main() {
     if std::env::var_os("INGEST_MEMORY").is_some() {
         drop(stream);
         let model = rss_kib();
-        let snap = rtm::model::Snapshot::build(
-            &graph,
-            rtm::model::Window {
-                start_ns: 0,
-                end_ns: events * 100,
-            },
-            &mut |_| None,
-            &mut |_, _| None,
-        );
+        let snap = snapshot(&graph, events);
         let view = rss_kib();
         let text = serde_json::to_string_pretty(&snap).expect("serializes");
         println!(
@@ -103,15 +95,7 @@ fn main() {
     if let Some(path) = std::env::var_os("INGEST_HTML") {
         // The HTML report of this graph, made as `--html` makes it: the document in
         // memory, read back, rendered.
-        let snap = rtm::model::Snapshot::build(
-            &graph,
-            rtm::model::Window {
-                start_ns: 0,
-                end_ns: events * 100,
-            },
-            &mut |_| None,
-            &mut |_, _| None,
-        );
+        let snap = snapshot(&graph, events);
         let run = rtm::output::RunInfo {
             mode: rtm::config::Mode::Full,
             command: None,
@@ -139,6 +123,19 @@ fn main() {
             page.len()
         );
     }
+}
+
+/// The graph's views, as the outputs see them.
+fn snapshot(graph: &SyncGraph, events: u64) -> rtm::model::Snapshot<'_> {
+    rtm::model::Snapshot::build(
+        graph,
+        rtm::model::Window {
+            start_ns: 0,
+            end_ns: events * 100,
+        },
+        &mut |_| None,
+        &mut |_, _| None,
+    )
 }
 
 /// Resident memory of this process, KiB.

@@ -29,10 +29,16 @@ fn trace(dir: &TempDir, args: &[&str], program: &str, program_args: &[&str]) -> 
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
-/// The body's opening tag: where the page marks itself rendered, and lists errors.
-fn body_tag(dom: &str) -> &str {
+/// Asserts the page finished rendering (it marks its body) with no script error (it
+/// lists them there).
+fn assert_rendered(dom: &str) {
     let at = dom.find("<body").expect("a body");
-    &dom[at..at + dom[at..].find('>').unwrap()]
+    let body = &dom[at..at + dom[at..].find('>').unwrap()];
+    assert!(
+        body.contains("data-rendered=\"1\""),
+        "the page finished rendering: {body}"
+    );
+    assert!(!body.contains("data-errors"), "JavaScript errors: {body}");
 }
 
 /// The text of the table cells of the row whose first cell is `first`.
@@ -64,12 +70,7 @@ fn the_html_report_renders_in_chromium_with_the_known_lock_and_threads() {
     let Some(dom) = chromium_dom("the_html_report_renders", &dir.join("t.html")) else {
         return;
     };
-    let body = body_tag(&dom);
-    assert!(
-        body.contains("data-rendered=\"1\""),
-        "the page finished rendering: {body}"
-    );
-    assert!(!body.contains("data-errors"), "JavaScript errors: {body}");
+    assert_rendered(&dom);
     // The lock the workload contends, with the acquisitions it counted itself.
     let t = truths(&stdout);
     let shared: u64 = t.iter().map(|t| t.get("shared")).sum();
@@ -140,12 +141,7 @@ fn hostile_names_are_inert_in_the_html_report() {
     ) else {
         return;
     };
-    let body = body_tag(&dom);
-    assert!(
-        body.contains("data-rendered=\"1\""),
-        "the page finished rendering: {body}"
-    );
-    assert!(!body.contains("data-errors"), "JavaScript errors: {body}");
+    assert_rendered(&dom);
     for bad in ["<svg onload", "<b>bold", "<img src=x", "<i>x</i>"] {
         assert!(!dom.contains(bad), "{bad} became an element");
     }

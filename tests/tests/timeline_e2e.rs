@@ -2,11 +2,50 @@
 //! tracer's encoder), holds the tracks, slices, flows and counters of workloads whose
 //! waits, wakes and acquisitions are known from the workloads themselves.
 
-use std::{process::Command, time::Duration};
+use std::{ffi::OsStr, process::Command, time::Duration};
 
 use rtm_tests::{
     TempDir, Value, can_trace, decode_timeline, perfetto_python, rtm_bin, run, truths, workload,
 };
+
+/// What a traced run left: the tracer's output and its timeline, decoded with
+/// Perfetto's published schema, and the timeline's size.
+struct Traced {
+    stdout: String,
+    stderr: String,
+    size: u64,
+    doc: Value,
+}
+
+/// Runs `rtm-trace --timeline FILE OPTIONS -- PROGRAM ARGS` to its end, asserts it
+/// succeeded and decodes the timeline. None when `test` cannot run here (said loudly; a
+/// failure in CI).
+fn traced(test: &str, options: &[&str], program: &OsStr, args: &[&str]) -> Option<Traced> {
+    if !can_trace(test) {
+        return None;
+    }
+    let python = perfetto_python(test)?;
+    let dir = TempDir::new("timeline");
+    let file = dir.join("t.pftrace");
+    let out = run(
+        Command::new(rtm_bin())
+            .arg("--timeline")
+            .arg(&file)
+            .args(options)
+            .args(["-o", "/dev/null", "--"])
+            .arg(program)
+            .args(args),
+        Duration::from_secs(120),
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "{stderr}");
+    Some(Traced {
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr,
+        size: std::fs::metadata(&file).unwrap().len(),
+        doc: decode_timeline(&python, &file),
+    })
+}
 
 /// The value after `key=` on the workload's `truth cond ...` lines.
 fn cond_truth(stdout: &str, key: &str) -> String {
@@ -43,35 +82,19 @@ fn ms(s: &Value) -> f64 {
 
 #[test]
 fn waits_wakes_and_counters_of_a_condition_variable() {
-    if !can_trace("waits_wakes_and_counters_of_a_condition_variable") {
-        return;
-    }
-    let Some(python) = perfetto_python("waits_wakes_and_counters_of_a_condition_variable") else {
+    // 5 waits the signaler ends after 50 ms each, then one 30 ms wait that times out.
+    let Some(Traced { stdout, doc, .. }) = traced(
+        "waits_wakes_and_counters_of_a_condition_variable",
+        &["--interval", "0.1"],
+        workload("sync_workload").as_os_str(),
+        &["cond", "5", "50", "30"],
+    ) else {
         return;
     };
-    let dir = TempDir::new("timeline");
-    let file = dir.join("t.pftrace");
-    // 5 waits the signaler ends after 50 ms each, then one 30 ms wait that times out.
-    let out = run(
-        Command::new(rtm_bin())
-            .arg("--timeline")
-            .arg(&file)
-            .args(["--interval", "0.1", "-o", "/dev/null", "--"])
-            .arg(workload("sync_workload"))
-            .args(["cond", "5", "50", "30"]),
-        Duration::from_secs(60),
-    );
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
     let waiter: u64 = cond_truth(&stdout, "waiter").parse().unwrap();
     let signaler: u64 = cond_truth(&stdout, "signaler").parse().unwrap();
     assert_eq!(cond_truth(&stdout, "timedwait"), "timeout");
 
-    let doc = decode_timeline(&python, &file);
     assert_eq!(
         doc["clocks"],
         serde_json::json!([3, 6, 1]),
@@ -180,40 +203,23 @@ fn waits_wakes_and_counters_of_a_condition_variable() {
 
 #[test]
 fn holds_and_calls_in_full_mode_match_the_workload_count() {
-    if !can_trace("holds_and_calls_in_full_mode_match_the_workload_count") {
-        return;
-    }
-    let Some(python) = perfetto_python("holds_and_calls_in_full_mode_match_the_workload_count")
-    else {
+    let Some(Traced { stdout, doc, .. }) = traced(
+        "holds_and_calls_in_full_mode_match_the_workload_count",
+        &["-m", "full"],
+        workload("mutex_workload").as_os_str(),
+        &[
+            "--threads",
+            "4",
+            "--iters",
+            "150",
+            "--hold-us",
+            "50",
+            "--private",
+            "40",
+        ],
+    ) else {
         return;
     };
-    let dir = TempDir::new("timeline-full");
-    let file = dir.join("t.pftrace");
-    let out = run(
-        Command::new(rtm_bin())
-            .arg("--timeline")
-            .arg(&file)
-            .args(["-m", "full", "-o", "/dev/null", "--"])
-            .arg(workload("mutex_workload"))
-            .args([
-                "--threads",
-                "4",
-                "--iters",
-                "150",
-                "--hold-us",
-                "50",
-                "--private",
-                "40",
-            ]),
-        Duration::from_secs(60),
-    );
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let doc = decode_timeline(&python, &file);
     assert_eq!(doc["unclosed"], 0, "every slice ends");
     for t in truths(&stdout) {
         // Each thread's holds of the shared lock and of its own, from its own count.
@@ -240,44 +246,26 @@ fn holds_and_calls_in_full_mode_match_the_workload_count() {
 
 #[test]
 fn the_size_cap_holds_and_what_it_left_out_is_reported() {
-    if !can_trace("the_size_cap_holds_and_what_it_left_out_is_reported") {
-        return;
-    }
-    let Some(python) = perfetto_python("the_size_cap_holds_and_what_it_left_out_is_reported")
+    let Some(Traced {
+        stderr, size, doc, ..
+    }) = traced(
+        "the_size_cap_holds_and_what_it_left_out_is_reported",
+        &["-m", "full", "--timeline-max-mb", "1"],
+        workload("mutex_workload").as_os_str(),
+        &[
+            "--threads",
+            "4",
+            "--iters",
+            "200",
+            "--hold-us",
+            "1",
+            "--private",
+            "50000",
+        ],
+    )
     else {
         return;
     };
-    let dir = TempDir::new("timeline-cap");
-    let file = dir.join("t.pftrace");
-    let out = run(
-        Command::new(rtm_bin())
-            .arg("--timeline")
-            .arg(&file)
-            .args([
-                "-m",
-                "full",
-                "--timeline-max-mb",
-                "1",
-                "-o",
-                "/dev/null",
-                "--",
-            ])
-            .arg(workload("mutex_workload"))
-            .args([
-                "--threads",
-                "4",
-                "--iters",
-                "200",
-                "--hold-us",
-                "1",
-                "--private",
-                "50000",
-            ]),
-        Duration::from_secs(60),
-    );
-    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
-    assert!(out.status.success(), "{stderr}");
-    let size = std::fs::metadata(&file).unwrap().len();
     println!("timeline: {size} bytes; {stderr}");
     assert!(size <= 1 << 20, "{size} bytes over a 1 MiB cap");
     assert!(
@@ -292,45 +280,29 @@ fn the_size_cap_holds_and_what_it_left_out_is_reported() {
         .unwrap_or_else(|| panic!("no report of events left out: {stderr}"));
     assert!(left > 0);
     // What was written is a whole, decodable trace.
-    let doc = decode_timeline(&python, &file);
     assert!(!doc["slices"].as_array().unwrap().is_empty());
 }
 
 #[test]
 fn mpi_messages_are_arrows_and_collectives_are_linked_across_ranks() {
-    if !can_trace("mpi_messages_are_arrows_and_collectives_are_linked_across_ranks") {
-        return;
-    }
-    let Some(python) =
-        perfetto_python("mpi_messages_are_arrows_and_collectives_are_linked_across_ranks")
-    else {
+    let ranks = 4;
+    let steps = rtm_tests::mpi::STEPS.to_string();
+    let ring = workload("mpi_ring_openmpi");
+    let Some(Traced { doc, .. }) = traced(
+        "mpi_messages_are_arrows_and_collectives_are_linked_across_ranks",
+        &["--mpi"],
+        OsStr::new("mpirun.openmpi"),
+        &[
+            "--allow-run-as-root",
+            "--oversubscribe",
+            "-np",
+            &ranks.to_string(),
+            ring.to_str().unwrap(),
+            &steps,
+        ],
+    ) else {
         return;
     };
-    let dir = TempDir::new("timeline-mpi");
-    let file = dir.join("t.pftrace");
-    let ranks = 4;
-    let out = run(
-        Command::new(rtm_bin())
-            .arg("--timeline")
-            .arg(&file)
-            .args(["--mpi", "-o", "/dev/null", "--"])
-            .args([
-                "mpirun.openmpi",
-                "--allow-run-as-root",
-                "--oversubscribe",
-                "-np",
-                &ranks.to_string(),
-            ])
-            .arg(workload("mpi_ring_openmpi"))
-            .arg(rtm_tests::mpi::STEPS.to_string()),
-        Duration::from_secs(120),
-    );
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let doc = decode_timeline(&python, &file);
     assert_eq!(doc["unclosed"], 0);
 
     // Each arrow joins a "send to rank D" instant to a "received from rank S" one.
@@ -384,30 +356,15 @@ fn mpi_messages_are_arrows_and_collectives_are_linked_across_ranks() {
 
 #[test]
 fn barrier_rounds_are_linked_across_threads() {
-    if !can_trace("barrier_rounds_are_linked_across_threads") {
-        return;
-    }
-    let Some(python) = perfetto_python("barrier_rounds_are_linked_across_threads") else {
+    // 4 threads, 6 rounds; thread i works (i+1) ms before each wait.
+    let Some(Traced { doc, .. }) = traced(
+        "barrier_rounds_are_linked_across_threads",
+        &["-m", "full"],
+        workload("sync_workload").as_os_str(),
+        &["barrier", "4", "6", "1000"],
+    ) else {
         return;
     };
-    let dir = TempDir::new("timeline-barrier");
-    let file = dir.join("t.pftrace");
-    // 4 threads, 6 rounds; thread i works (i+1) ms before each wait.
-    let out = run(
-        Command::new(rtm_bin())
-            .arg("--timeline")
-            .arg(&file)
-            .args(["-m", "full", "-o", "/dev/null", "--"])
-            .arg(workload("sync_workload"))
-            .args(["barrier", "4", "6", "1000"]),
-        Duration::from_secs(60),
-    );
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let doc = decode_timeline(&python, &file);
     let mut rounds = std::collections::BTreeMap::<u64, Vec<u64>>::new();
     for s in doc["slices"].as_array().unwrap() {
         let c = s["correlation"].as_u64().unwrap_or(0);

@@ -18,41 +18,26 @@ enum Kind {
     Dot,
 }
 
-/// An output rendered from the final document.
-pub struct Rendered {
-    dest: Dest,
-    kind: Kind,
-}
+/// The outputs rendered from the final document: one sink for both (one line of
+/// `SINKS`), the document made once.
+pub struct Rendered(Vec<(Kind, Dest)>);
 
 /// The HTML report and the DOT graphs, when the config names files for them.
 pub fn sink(c: &TraceConfig) -> Result<Option<Box<dyn Sink>>, DestError> {
-    // Two outputs from one line of `SINKS`: one sink writes both.
-    let html = c.output.html.as_deref().map(Dest::check).transpose()?;
-    let dot = c.output.dot.as_deref().map(Dest::check).transpose()?;
-    let mut sinks: Vec<Rendered> = Vec::new();
-    if let Some(dest) = html {
-        sinks.push(Rendered {
-            dest,
-            kind: Kind::Html,
-        });
+    let mut outputs = Vec::new();
+    for (kind, path) in [(Kind::Html, &c.output.html), (Kind::Dot, &c.output.dot)] {
+        if let Some(p) = path {
+            outputs.push((kind, Dest::check(p)?));
+        }
     }
-    if let Some(dest) = dot {
-        sinks.push(Rendered {
-            dest,
-            kind: Kind::Dot,
-        });
-    }
-    Ok((!sinks.is_empty()).then(|| Box::new(Both(sinks)) as Box<dyn Sink>))
+    Ok((!outputs.is_empty()).then(|| Box::new(Rendered(outputs)) as Box<dyn Sink>))
 }
 
-/// The rendered outputs asked for.
-struct Both(Vec<Rendered>);
-
-impl Sink for Both {
+impl Sink for Rendered {
     fn name(&self) -> String {
         self.0
             .iter()
-            .map(|r| match r.kind {
+            .map(|(kind, _)| match kind {
                 Kind::Html => "the HTML report",
                 Kind::Dot => "the DOT graphs",
             })
@@ -68,15 +53,15 @@ impl Sink for Both {
         })?;
         drop(bytes);
         let mut first = Ok(());
-        for r in &mut self.0 {
-            let text = match r.kind {
+        for (kind, dest) in &mut self.0 {
+            let text = match kind {
                 Kind::Html => html::render(&doc),
                 Kind::Dot => dot::render(&doc),
             };
-            match r.dest.write(&mut |w| w.write_all(text.as_bytes())) {
+            match dest.write(&mut |w| w.write_all(text.as_bytes())) {
                 Ok(()) => crate::say!(
                     "rtm-trace: wrote {} ({} KiB)",
-                    Shown(&r.dest.path().display().to_string()),
+                    Shown(&dest.path().display().to_string()),
                     text.len() / 1024
                 ),
                 Err(e) if first.is_ok() => first = Err(e),

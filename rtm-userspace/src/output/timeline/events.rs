@@ -88,15 +88,17 @@ impl Ctx<'_> {
         };
         let track = self.track(h.pid, h.tid, Lane::Main);
         let name = self.names.of(self.w, "wait", object);
-        let mut args = vec![("result", Arg::Str(result))];
+        // On the event path: the annotations in an array, not a Vec.
+        let mut args = [("result", Arg::Str(result)); 3];
+        let mut n = 1;
         if waker != 0 {
-            args.push(("waker tid", Arg::Int(i64::from(waker))));
+            args[n] = ("waker tid", Arg::Int(i64::from(waker)));
+            n += 1;
         }
         if s.raw.repeats > 0 {
-            args.push((
-                "waits before it that did not sleep",
-                Arg::Int(i64::from(s.raw.repeats)),
-            ));
+            let unslept = Arg::Int(i64::from(s.raw.repeats));
+            args[n] = ("waits before it that did not sleep", unslept);
+            n += 1;
         }
         slice(
             self.w,
@@ -105,7 +107,7 @@ impl Ctx<'_> {
             woken,
             Ev {
                 name: Some((&name).into()),
-                args: &args,
+                args: &args[..n],
                 ..Ev::default()
             },
         );
@@ -219,11 +221,7 @@ impl Ctx<'_> {
                 bytes: b,
             };
             let (w, flows, names) = (&mut *self.w, &mut self.state.flows, &mut *self.names);
-            if send {
-                self.state.messages.send(w, names, flows, pair, end);
-            } else {
-                self.state.messages.recv(w, names, flows, pair, end);
-            }
+            self.state.messages.meet(w, names, flows, pair, end, send);
         }
         if r.flags & MPI_FLAG_COMPLETION != 0 {
             return;

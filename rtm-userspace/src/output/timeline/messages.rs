@@ -140,48 +140,39 @@ impl Messages {
         }
     }
 
-    /// A send: drawn at once when its receive is waiting, else kept.
-    pub fn send(
+    /// One end of a message (`send`: its send, else its receive): drawn at once with
+    /// the other end when that was read (the first pending one whose tag matches, the
+    /// receive's tag may be a wildcard), else kept.
+    pub fn meet(
         &mut self,
         w: &mut Writer,
         names: &mut Names,
         flows: &mut u64,
         pair: Pair,
         end: End,
+        send: bool,
     ) {
-        if let Some(q) = self.recvs.get_mut(&pair)
-            && let Some(at) = q.iter().position(|r| r.tag < 0 || r.tag == end.tag)
+        let others = if send {
+            &mut self.recvs
+        } else {
+            &mut self.sends
+        };
+        let pairs = |o: &End| if send { (end, *o) } else { (*o, end) };
+        if let Some(q) = others.get_mut(&pair)
+            && let Some(at) = q.iter().position(|o| {
+                let (s, r) = pairs(o);
+                r.tag < 0 || r.tag == s.tag
+            })
         {
-            let recv = q.remove(at).expect("found");
+            let other = q.remove(at).expect("found");
             if q.is_empty() {
-                self.recvs.remove(&pair);
+                others.remove(&pair);
             }
             self.pending -= 1;
-            return arrow(w, names, flows, pair, &end, &recv);
+            let (s, r) = pairs(&other);
+            return arrow(w, names, flows, pair, &s, &r);
         }
-        self.keep(true, pair, end);
-    }
-
-    /// A receive: drawn at once when its send was read, else kept.
-    pub fn recv(
-        &mut self,
-        w: &mut Writer,
-        names: &mut Names,
-        flows: &mut u64,
-        pair: Pair,
-        end: End,
-    ) {
-        if let Some(q) = self.sends.get_mut(&pair)
-            && let Some(at) = q.iter().position(|s| end.tag < 0 || s.tag == end.tag)
-        {
-            let send = q.remove(at).expect("found");
-            if q.is_empty() {
-                self.sends.remove(&pair);
-            }
-            self.pending -= 1;
-            return arrow(w, names, flows, pair, &send, &end);
-        }
-        self.keep(false, pair, end);
+        self.keep(send, pair, end);
     }
 
     fn keep(&mut self, send: bool, pair: Pair, end: End) {

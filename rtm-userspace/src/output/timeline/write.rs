@@ -12,6 +12,7 @@ pub const INSTANT: u64 = 3;
 pub const COUNTER: u64 = 4;
 
 /// A debug annotation's value.
+#[derive(Clone, Copy)]
 pub enum Arg<'a> {
     Int(i64),
     Str(&'a str),
