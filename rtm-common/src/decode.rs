@@ -12,17 +12,32 @@ use crate::{
         SyncOp,
     },
     mpi::{MpiEvent, MpiImpl, MpiOp},
+    stack::StacksHead,
 };
 
-/// A decoded record.
+/// A decoded record; `'a` is the record's bytes (a stacks record borrows its copies).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Event {
+pub enum Event<'a> {
     /// An operation on a synchronization object, with its enums already validated.
     Sync(SyncRecord),
     /// A thread or process lifecycle event, with its operation validated.
     Lifecycle(LifecycleRecord),
     /// An MPI call or completed request, with its operation validated.
     Mpi(MpiRecord),
+    /// The user stacks of a contended futex wait's waiter and waker.
+    Stacks(StacksRecord<'a>),
+}
+
+/// A stacks record: its fixed part and the two copies, each as long as its registers
+/// say (never longer than the record).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StacksRecord<'a> {
+    /// The fixed part.
+    pub head: StacksHead,
+    /// The top of the waiter's stack from its `sp` up.
+    pub waiter: &'a [u8],
+    /// The top of the waker's stack from its `sp` up.
+    pub waker: &'a [u8],
 }
 
 /// An [`MpiEvent`] whose discriminants have been validated.
@@ -67,13 +82,14 @@ pub struct SyncRecord {
     pub runnable_ns: u32,
 }
 
-impl Event {
+impl Event<'_> {
     /// The record's header.
     pub fn header(&self) -> &EventHeader {
         match self {
             Event::Sync(s) => &s.raw.header,
             Event::Lifecycle(t) => &t.raw.header,
             Event::Mpi(m) => &m.raw.header,
+            Event::Stacks(s) => &s.head.header,
         }
     }
 }
@@ -120,7 +136,7 @@ fn read<T: Copy>(bytes: &[u8]) -> Result<T, DecodeError> {
 }
 
 /// Decodes one ring-buffer record.
-pub fn decode(bytes: &[u8]) -> Result<Event, DecodeError> {
+pub fn decode(bytes: &[u8]) -> Result<Event<'_>, DecodeError> {
     let header: EventHeader = read(bytes)?;
     match EventKind::from_u32(header.kind) {
         Some(EventKind::Sync) => {
@@ -163,6 +179,17 @@ pub fn decode(bytes: &[u8]) -> Result<Event, DecodeError> {
                 })),
                 _ => Err(DecodeError::UnknownMpi(raw.op, raw.implementation)),
             }
+        }
+        Some(EventKind::Stacks) => {
+            let head: StacksHead = read(bytes)?;
+            let body = &bytes[size_of::<StacksHead>()..];
+            let n = body.len() / 2;
+            let copy = |at: usize, len: u32| &body[at..at + (len as usize).min(n)];
+            Ok(Event::Stacks(StacksRecord {
+                head,
+                waiter: copy(0, head.waiter_regs.len),
+                waker: copy(n, head.waker_regs.len),
+            }))
         }
         None => Err(DecodeError::UnknownKind(header.kind)),
     }
@@ -257,6 +284,26 @@ mod tests {
             decode(&encode(&wait)[..50]),
             Err(DecodeError::Short { len: 50, need: 72 })
         );
+    }
+
+    #[test]
+    fn a_stacks_record_borrows_each_copy_no_longer_than_the_record() {
+        let mut ev = crate::stack::StacksEvent::<16> {
+            head: StacksHead::default(),
+            waiter: [1; 16],
+            waker: [2; 16],
+        };
+        ev.head.header.kind = EventKind::Stacks as u32;
+        ev.head.waiter_regs.len = 8;
+        ev.head.waker_regs.len = 4096;
+        let Event::Stacks(s) = decode(encode(&ev)).unwrap() else {
+            panic!("not a stacks record")
+        };
+        assert_eq!((s.waiter, s.waker), (&[1u8; 8][..], &[2u8; 16][..]));
+        assert!(matches!(
+            decode(&encode(&ev)[..100]),
+            Err(DecodeError::Short { need: 112, .. })
+        ));
     }
 
     #[test]

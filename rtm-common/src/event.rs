@@ -41,6 +41,9 @@ abi_enum! {
         Mpi = 3,
         /// A [`FutexWaitEvent`]: a futex wait, in the compact form contention mode sends.
         FutexWait = 4,
+        /// A [`crate::StacksHead`] and the two stack copies after it: the user stacks of a
+        /// futex waiter and of the thread whose wake ended its wait.
+        Stacks = 5,
     }
 }
 

@@ -11,9 +11,11 @@
 pub mod event;
 pub mod mpi;
 pub mod names;
+pub mod stack;
 
 #[cfg(feature = "user")]
 pub mod decode;
 
 pub use event::*;
 pub use mpi::*;
+pub use stack::*;

@@ -103,6 +103,10 @@ pub const GLOBAL_TASK_PID: &str = "TASK_PID";
 /// See [`GLOBAL_TASK_PID`].
 pub const GLOBAL_TASK_TGID: &str = "TASK_TGID";
 
+/// Global in the eBPF object: bytes of each user stack copied at a contended wake
+/// (one of [`crate::STACK_SIZES`]; 0: no stacks). See [`crate::StacksHead`].
+pub const GLOBAL_STACK_BYTES: &str = "STACK_BYTES";
+
 /// Global in the eBPF object: the size of [`MAP_FUTEX_SLOTS`] minus one (a power of two
 /// minus one); threads with a larger tid use [`MAP_PENDING_FUTEX`].
 pub const GLOBAL_FUTEX_SLOT_MASK: &str = "FUTEX_SLOT_MASK";

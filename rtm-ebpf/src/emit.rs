@@ -23,7 +23,12 @@ const BPF_RB_AVAIL_DATA: u64 = 0;
 /// wakeup lost to racing producers costs at most that timer's delay.
 #[inline(always)]
 fn wakeup_flags<T>(ring: &RingBuf) -> u64 {
-    let record = size_of::<T>() as u64;
+    wakeup_flags_for(ring, size_of::<T>() as u64)
+}
+
+/// [`wakeup_flags`] for a record of `record` bytes.
+#[inline(always)]
+pub fn wakeup_flags_for(ring: &RingBuf, record: u64) -> u64 {
     let mark = WAKEUP_BYTES.load().max(1);
     let avail = ring.query(BPF_RB_AVAIL_DATA);
     // The ring buffer's 8-byte header is part of each record's footprint.

@@ -13,6 +13,7 @@ mod futex_done;
 mod lifecycle;
 mod maps;
 mod mpi;
+mod stacks;
 mod waking;
 
 #[cfg(not(test))]

@@ -188,6 +188,11 @@ pub static TASK_PID: Global<u32> = Global::new(0);
 #[unsafe(no_mangle)]
 pub static TASK_TGID: Global<u32> = Global::new(0);
 
+/// Bytes of each user stack copied at a contended wake (`names::GLOBAL_STACK_BYTES`;
+/// 0: none). A constant to the verifier, like the TASK_* offsets.
+#[unsafe(no_mangle)]
+pub static STACK_BYTES: Global<u32> = Global::new(0);
+
 /// Bytes waiting in EVENTS before a record wakes the reader (set by userspace at load).
 #[unsafe(no_mangle)]
 pub static WAKEUP_BYTES: Global<u64> = Global::new(1 << 20);

@@ -22,6 +22,7 @@ use crate::{
     futex::{ORIG_AX, REGS_DI, REGS_R8, REGS_SI, SYS_FUTEX},
     futex_done::{keep_done, task_field},
     maps::{NOTE_WAKER, TASK_PID, TASK_TGID, futex_done, futex_entry},
+    stacks,
 };
 
 /// -ETIMEDOUT.
@@ -150,12 +151,26 @@ pub fn futex_waking(ctx: BtfTracePointContext) -> i32 {
         WAIT_INTERRUPTED
     };
     let (waker, waker_pid) = if woke { (cur_tid, cur_tgid) } else { (0, 0) };
+    let wait_ns = ts.saturating_sub(f.start_ns);
+    if woke {
+        stacks::capture(
+            p,
+            stacks::head(
+                header(EventKind::Stacks, pid_tgid, ts),
+                f.uaddr,
+                wait_ns,
+                cur_tgid,
+                cur_tid,
+            ),
+            cur_tgid == tgid,
+        );
+    }
     keep_done(
         FutexWaitEvent {
             header: header(EventKind::FutexWait, pid_tgid, ts),
             uaddr: f.uaddr,
             aux: f.aux(),
-            wait_ns: ts.saturating_sub(f.start_ns),
+            wait_ns,
             ret,
             waker,
             unslept: f.unslept,

@@ -114,6 +114,21 @@ pub struct Cli {
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=config::MAX_TOP as u64))]
     pub top: Option<u64>,
 
+    /// Contention mode: no call stacks of the waiters and wakers of contended waits
+    /// (they cost a copy of both stacks at each wake that ends a sleeping wait).
+    #[arg(long)]
+    pub no_stacks: bool,
+
+    /// Bytes of each user stack copied at a contended wake (1024, 2048, 4096, 8192 or
+    /// 16384; default 4096): deeper stacks are cut there.
+    #[arg(long, value_name = "BYTES", value_parser = parse_stack_bytes)]
+    pub stack_bytes: Option<u32>,
+
+    /// Write the contended waits' call stacks as folded stacks (waiter frames from the
+    /// root, `--`, waker frames, wait ns), for flamegraph.pl or speedscope.
+    #[arg(long, value_name = "FILE")]
+    pub folded: Option<PathBuf>,
+
     /// Ring buffer size in bytes (a power of two, at least 4096; default 8 MiB; in
     /// contention mode shared by a ring per CPU, up to 4); raise it if events are lost.
     #[arg(long, value_name = "BYTES", value_parser = parse_ring_size)]
@@ -254,6 +269,13 @@ fn parse_interval(s: &str) -> Result<Duration, String> {
     parse_secs_in(s, config::INTERVAL_SECS.0, config::INTERVAL_SECS.1)
 }
 
+fn parse_stack_bytes(s: &str) -> Result<u32, String> {
+    let v: u32 = s
+        .parse()
+        .map_err(|_| format!("{s:?} is not a number of bytes"))?;
+    config::check_stack_bytes(v)
+}
+
 fn parse_ring_size(s: &str) -> Result<u32, String> {
     let v: u32 = s.parse().map_err(|_| {
         format!(
@@ -315,6 +337,13 @@ impl Cli {
         if let Some(r) = self.ring_size {
             c.limits.ring_bytes = r;
         }
+        if self.no_stacks {
+            c.stacks.enabled = false;
+        }
+        if let Some(b) = self.stack_bytes {
+            c.stacks.bytes = b;
+        }
+        c.stacks.folded = self.folded.or(c.stacks.folded);
         if let Some(n) = self.max_objects {
             c.limits.max_objects = n as usize;
         }

@@ -56,6 +56,8 @@ pub struct TraceConfig {
     pub limits: LimitsConfig,
     /// Where results go.
     pub output: OutputConfig,
+    /// Call stacks of contended waits (contention mode).
+    pub stacks: StacksConfig,
     /// Measure the eBPF programs and maps (the kernel's BPF statistics).
     pub bpf_stats: bool,
     /// Say where each probe went and what the tracer is doing.
@@ -78,6 +80,7 @@ impl Default for TraceConfig {
             thresholds: Thresholds::default(),
             limits: LimitsConfig::default(),
             output: OutputConfig::default(),
+            stacks: StacksConfig::default(),
             bpf_stats: false,
             verbose: false,
             agent: AgentConfig::default(),
@@ -118,6 +121,46 @@ impl Default for LimitsConfig {
             max_objects: l.max_objects,
             max_histograms: l.max_histograms,
         }
+    }
+}
+
+/// Call stacks of contended waits: in contention mode, the waiter's and the waker's
+/// user stacks are copied at each wake that ends a sleeping wait and unwound here.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct StacksConfig {
+    /// Capture them.
+    pub enabled: bool,
+    /// Bytes of each stack copied from its stack pointer up (one of
+    /// `rtm_common::STACK_SIZES`): deeper stacks are cut there.
+    pub bytes: u32,
+    /// A folded-stack file (waiter frames, `--`, waker frames, wait ns) for flame-graph
+    /// tools (None: not written).
+    pub folded: Option<PathBuf>,
+}
+
+/// The default bytes of each stack copy.
+pub const DEFAULT_STACK_BYTES: u32 = 4096;
+
+impl Default for StacksConfig {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            bytes: DEFAULT_STACK_BYTES,
+            folded: None,
+        }
+    }
+}
+
+/// Checks a stack copy size: one of `rtm_common::STACK_SIZES`.
+pub fn check_stack_bytes(v: u32) -> Result<u32, String> {
+    if rtm_common::STACK_SIZES.contains(&v) {
+        Ok(v)
+    } else {
+        Err(format!(
+            "{v} is not a stack copy size; use one of {:?}",
+            rtm_common::STACK_SIZES
+        ))
     }
 }
 
@@ -219,6 +262,7 @@ impl TraceConfig {
                 .map_err(|p| err("interval", p))?;
         }
         check_ring_bytes(self.limits.ring_bytes).map_err(|p| err("limits.ring_bytes", p))?;
+        check_stack_bytes(self.stacks.bytes).map_err(|p| err("stacks.bytes", p))?;
         if self.limits.max_objects == 0 {
             return Err(err("limits.max_objects", "must be at least 1".into()));
         }

@@ -3,14 +3,21 @@
 //! event touches memory only; what must be read from /proc is asked of the naming
 //! worker ([`super::naming`]) and taken in between batches.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{HashMap, HashSet, VecDeque};
 
-use rtm_common::decode::Event;
+use rtm_common::{
+    STACK_MISSING_OTHER_PROCESS, StackRegs, StacksHead,
+    decode::{Event, StacksRecord},
+};
 
 use super::naming::{Answer, Ask, Naming};
 use crate::{
-    model::{RankEnv, Snapshot, SyncGraph, TaskGraph, TaskView, Window, sync::ThreadKey},
-    symbolize::{CodeNamer, ObjectNamer},
+    model::{
+        RankEnv, Snapshot, SyncGraph, TaskGraph, TaskView, Window,
+        stacks::{MAX_STACK_ROWS, Side, StackTable, StacksView},
+        sync::ThreadKey,
+    },
+    symbolize::{CodeNamer, ObjectNamer, StackUnwinder, unwind::Capture},
     target::process,
 };
 
@@ -48,7 +55,16 @@ pub(super) struct State {
     /// Execs seen per process: an answer about an older program is dropped.
     generation: HashMap<u32, u32>,
     naming: Naming,
+    /// Call stacks of contended waits (contention mode).
+    pub stacks: StackTable,
+    unwinder: StackUnwinder,
+    /// Stack records of processes whose mappings are not known yet, kept until the
+    /// naming worker's next answers (at most [`MAX_DEFERRED_STACKS`]).
+    deferred_stacks: VecDeque<(StacksHead, Vec<u8>, Vec<u8>)>,
 }
+
+/// Most stack records kept waiting for their process's mappings.
+const MAX_DEFERRED_STACKS: usize = 1024;
 
 impl State {
     /// An empty model; `futex_objects` in contention mode.
@@ -66,6 +82,9 @@ impl State {
             env_asked: HashSet::new(),
             generation: HashMap::new(),
             naming: Naming::start(),
+            stacks: StackTable::default(),
+            unwinder: StackUnwinder::default(),
+            deferred_stacks: VecDeque::new(),
         }
     }
 
@@ -109,6 +128,8 @@ impl State {
         self.model.forget_processes(pids);
         self.namer.forget(pids);
         self.code.forget(pids);
+        self.stacks.forget(pids);
+        self.unwinder.forget(pids);
         for p in pids {
             self.rank_env.remove(p);
             self.comms.remove(p);
@@ -118,8 +139,62 @@ impl State {
         }
     }
 
+    /// A stacks record: unwound now when the waiter's mappings are known, else kept
+    /// until the naming worker's next answers (`last_try`: unwound as far as it goes).
+    fn stacks_record(&mut self, head: &StacksHead, waiter: &[u8], waker: &[u8], last_try: bool) {
+        let pid = head.header.pid;
+        if !last_try
+            && !self.unwinder.covers(&self.namer, pid, head.waiter_regs.ip)
+            && self.deferred_stacks.len() < MAX_DEFERRED_STACKS
+        {
+            self.deferred_stacks
+                .push_back((*head, waiter.to_vec(), waker.to_vec()));
+            return;
+        }
+        let mut side = |pid: u32, regs: &StackRegs, stack: &[u8]| {
+            if regs.missing == STACK_MISSING_OTHER_PROCESS {
+                return Side::OtherProcess;
+            }
+            if stack.is_empty() {
+                return Side::Unreadable;
+            }
+            let capture = Capture {
+                ip: regs.ip,
+                sp: regs.sp,
+                bp: regs.bp,
+                stack,
+            };
+            let frames = self.unwinder.unwind(&self.namer, pid, &capture);
+            if frames.is_empty() {
+                Side::NotUnwound
+            } else {
+                Side::Frames(frames.into())
+            }
+        };
+        let w = side(pid, &head.waiter_regs, waiter);
+        let k = side(head.waker_pid, &head.waker_regs, waker);
+        self.stacks
+            .add(pid, head.uaddr, head.wait_ns, w, head.waker_pid, k);
+    }
+
+    /// The stack records kept for mappings, after the naming worker's answers.
+    fn retry_stacks(&mut self) {
+        for (head, waiter, waker) in std::mem::take(&mut self.deferred_stacks) {
+            self.stacks_record(&head, &waiter, &waker, true);
+        }
+    }
+
     /// One decoded event into the model.
     pub fn apply(&mut self, ev: &Event) {
+        if let Event::Stacks(StacksRecord {
+            head,
+            waiter,
+            waker,
+        }) = ev
+        {
+            self.stacks_record(head, waiter, waker, false);
+            return;
+        }
         if let Event::Mpi(m) = ev {
             let pid = m.raw.header.pid;
             if !self.rank_env.contains_key(&pid) && self.env_asked.insert(pid) {
@@ -217,8 +292,12 @@ impl State {
     pub fn take_answers(&mut self) {
         let mut answers = Vec::new();
         self.naming.take(&mut |a| answers.push(a));
+        let answered = !answers.is_empty();
         for a in answers {
             self.answer(a);
+        }
+        if answered {
+            self.retry_stacks();
         }
     }
 
@@ -229,6 +308,7 @@ impl State {
         for a in answers {
             self.answer(a);
         }
+        self.retry_stacks();
     }
 
     /// Marks gone threads as exited, refreshes names of live ones, and builds the
@@ -255,15 +335,34 @@ impl State {
             code,
             tasks,
             rank_env,
+            stacks,
             ..
         } = self;
         let objects = std::cell::RefCell::new(namer);
+        let stacks = (!stacks.is_empty()).then(|| {
+            StacksView::build(
+                stacks,
+                MAX_STACK_ROWS,
+                &mut |pid, addr| objects.borrow_mut().name(pid, addr),
+                &mut |pid, addr| code.name(&mut objects.borrow_mut(), pid, addr),
+            )
+        });
+        let heap_names = stacks
+            .as_ref()
+            .map(StacksView::heap_names)
+            .unwrap_or_default();
         let mut snap = Snapshot::build(
             model,
             window,
-            &mut |o| objects.borrow_mut().name(o.pid, o.addr),
+            &mut |o| {
+                objects
+                    .borrow_mut()
+                    .name(o.pid, o.addr)
+                    .or_else(|| heap_names.get(&(o.pid, o.addr)).cloned())
+            },
             &mut |pid, addr| code.name(&mut objects.borrow_mut(), pid, addr),
         );
+        snap.stacks = stacks;
         if !tasks.is_empty() {
             snap.tasks = Some(TaskView::build(tasks, rank_env, &process::host_name()));
         }

@@ -7,6 +7,7 @@
 
 pub mod dist;
 pub mod mpi;
+pub mod stacks;
 pub mod sync;
 pub mod system;
 pub mod views;

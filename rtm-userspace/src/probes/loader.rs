@@ -305,8 +305,14 @@ where
 impl Probes {
     /// Loads the object with a ring buffer of `ring_bytes` and loads every program.
     /// `count_wakes` follows futex wakes to their return (full mode: threads woken per
-    /// condition-variable signal).
-    pub fn load(object: &[u8], ring_bytes: u32, count_wakes: bool) -> Result<Self, ProbeError> {
+    /// condition-variable signal). `stack_bytes`: bytes of each user stack copied at a
+    /// contended wake (contention mode; 0 for none).
+    pub fn load(
+        object: &[u8],
+        ring_bytes: u32,
+        count_wakes: bool,
+        stack_bytes: u32,
+    ) -> Result<Self, ProbeError> {
         if object.is_empty() {
             return Err(ProbeError::NoObject);
         }
@@ -360,6 +366,7 @@ impl Probes {
             .override_global(names::GLOBAL_REALTIME_OFFSET, &realtime_offset, true)
             .override_global(names::GLOBAL_TASK_PID, &task.pid, true)
             .override_global(names::GLOBAL_TASK_TGID, &task.tgid, true)
+            .override_global(names::GLOBAL_STACK_BYTES, &stack_bytes, true)
             .load(object)
             .map_err(|source| ProbeError::Load { source })?;
         // Uprobe programs are verified when first attached (`uprobe`): a run that probes

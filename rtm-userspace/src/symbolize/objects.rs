@@ -171,6 +171,11 @@ impl ObjectNamer {
             .unwrap_or_default()
     }
 
+    /// How many files `pid` is known to map (0: its mappings are not known).
+    pub fn module_count(&self, pid: u32) -> usize {
+        self.spaces.get(&pid).map_or(0, |s| s.modules().len())
+    }
+
     /// The kernel reported a new mapping in `pid`.
     pub fn mapped(&mut self, pid: u32, m: Mapping) {
         Rc::make_mut(self.spaces.entry(pid).or_default()).map(m);

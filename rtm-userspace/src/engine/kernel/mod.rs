@@ -33,6 +33,8 @@ use crate::{
 pub(super) struct Settings {
     pub mode: Mode,
     pub ring_bytes: u32,
+    /// Bytes of each stack copied at a contended wake (0: none).
+    pub stack_bytes: u32,
     pub probe_all: bool,
     pub probe_mpi: bool,
     /// MPI neither asked for nor refused: say when the targets use it.
@@ -46,6 +48,11 @@ impl Settings {
         Self {
             mode: c.mode,
             ring_bytes: c.limits.ring_bytes,
+            stack_bytes: if c.stacks.enabled && c.mode == Mode::Contention {
+                c.stacks.bytes
+            } else {
+                0
+            },
             probe_all: c.probe_all,
             probe_mpi: c.probe_mpi(),
             hint_mpi: c.mode == Mode::Contention && c.mpi.is_none(),
@@ -102,7 +109,12 @@ impl KernelSource {
 
     fn load(&self) -> Result<Live, EngineError> {
         let s = &self.settings;
-        let mut probes = Probes::load(EBPF_OBJECT, s.ring_bytes, s.mode == Mode::Full)?;
+        let mut probes = Probes::load(
+            EBPF_OBJECT,
+            s.ring_bytes,
+            s.mode == Mode::Full,
+            s.stack_bytes,
+        )?;
         if s.verbose {
             crate::say!("rtm-trace: futex calls seen at {}", probes.futex_entry());
         }

@@ -116,8 +116,9 @@ impl SyncGraph {
         match event {
             Event::Sync(s) => self.apply_sync(thread, s),
             Event::Lifecycle(t) => self.apply_lifecycle(thread, t, &mut applied),
-            // MPI calls feed the task graph.
-            Event::Mpi(_) => {}
+            // MPI calls feed the task graph; stacks are unwound and counted beside the
+            // graph (`model::stacks`).
+            Event::Mpi(_) | Event::Stacks(_) => {}
         }
         applied
     }

@@ -47,6 +47,9 @@ pub struct Snapshot<'g> {
     pub call_sites: Vec<CallSiteView>,
     /// What the model could not attribute.
     pub model: ModelCounters,
+    /// Contended waits by call stack (contention mode, when any were captured).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stacks: Option<crate::model::stacks::StacksView>,
     /// The MPI task graph, when MPI calls were traced (written beside the sync graph).
     #[serde(skip)]
     pub tasks: Option<crate::model::TaskView>,
@@ -144,6 +147,7 @@ impl<'g> Snapshot<'g> {
                     .sum(),
                 ..graph.counters()
             },
+            stacks: None,
             tasks: None,
             ambient: None,
             counters: None,

@@ -58,6 +58,7 @@ impl Ctx<'_> {
             }
             Event::Lifecycle(l) => self.lifecycle(l),
             Event::Mpi(m) => self.mpi(m),
+            Event::Stacks(_) => {}
         }
     }
 

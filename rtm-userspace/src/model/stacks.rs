@@ -1,0 +1,434 @@
+//! Call stacks of contended waits (contention mode): each wait that slept and was woken
+//! is counted per (futex word, the waiter's stack, the waker's stack), with its wait.
+//! Stacks are interned (each distinct stack once) and both tables are capped; what is
+//! over a cap is counted, never silently dropped. Pure: frames arrive unwound.
+
+use std::collections::HashMap;
+
+use indexmap::IndexSet;
+use serde::Serialize;
+
+/// A stack: code addresses, innermost first (the first is where the thread was, the
+/// others are return addresses).
+pub type Frames = Box<[u64]>;
+
+/// Which interned stack; [`StackId::NONE`] when it is not known.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct StackId(u32);
+
+impl StackId {
+    /// No stack: not captured, not readable, or over the cap.
+    pub const NONE: StackId = StackId(u32::MAX);
+
+    /// Whether this is a known stack.
+    pub fn is_known(self) -> bool {
+        self != Self::NONE
+    }
+}
+
+/// One (word, waiter stack, waker stack) of a process.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct StackEdgeKey {
+    /// The waiting process.
+    pub pid: u32,
+    /// The futex word.
+    pub addr: u64,
+    /// Where the waiter waited.
+    pub waiter: StackId,
+    /// Where the waker woke it (for a mutex: its unlock, the end of its hold).
+    pub waker: StackId,
+    /// The waker's process (another one for a process-shared word).
+    pub waker_pid: u32,
+}
+
+/// Waits counted on a [`StackEdgeKey`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct StackEdge {
+    /// Waits.
+    pub waits: u64,
+    /// Their time asleep until the wake, ns.
+    pub wait_ns: u64,
+    /// The longest, ns.
+    pub max_ns: u64,
+}
+
+/// Why stacks are missing or were not kept.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct StackCounters {
+    /// Stack records received (one per woken wait).
+    pub records: u64,
+    /// Waiter stacks not copied: the waker was in another process (a process-shared
+    /// word), whose context cannot read the waiter's memory.
+    pub waiter_other_process: u64,
+    /// Stacks whose memory could not be read at the wake (pages not resident).
+    pub unreadable: u64,
+    /// Stacks not unwound: the process's mappings were not known yet, or no frame
+    /// could be recovered.
+    pub not_unwound: u64,
+    /// Distinct stacks not kept: the cap on stacks was reached (`max_stacks`).
+    pub stacks_over_cap: u64,
+    /// Waits not counted per stack: the cap on (word, stack, stack) rows was reached.
+    pub edges_over_cap: u64,
+}
+
+/// Caps of the stack tables.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StackLimits {
+    /// Distinct stacks kept (about 8 bytes per frame each).
+    pub max_stacks: usize,
+    /// Distinct (word, waiter stack, waker stack) rows.
+    pub max_edges: usize,
+}
+
+impl Default for StackLimits {
+    fn default() -> Self {
+        Self {
+            max_stacks: 16_384,
+            max_edges: 65_536,
+        }
+    }
+}
+
+/// The stacks seen and the waits counted on them.
+#[derive(Debug, Default)]
+pub struct StackTable {
+    limits: StackLimits,
+    /// (pid, frames): addresses are the process's own.
+    stacks: IndexSet<(u32, Frames)>,
+    edges: HashMap<StackEdgeKey, StackEdge>,
+    counters: StackCounters,
+}
+
+/// One side of a wait's stacks as it arrived.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Side {
+    /// Unwound frames, innermost first.
+    Frames(Frames),
+    /// Not copied: the waker was in another process.
+    OtherProcess,
+    /// The copy could not be read.
+    Unreadable,
+    /// Copied but not unwound.
+    NotUnwound,
+}
+
+impl StackTable {
+    /// An empty table with these caps.
+    pub fn new(limits: StackLimits) -> Self {
+        Self {
+            limits,
+            ..Self::default()
+        }
+    }
+
+    fn intern(&mut self, pid: u32, side: Side) -> StackId {
+        let frames = match side {
+            Side::Frames(f) => f,
+            Side::OtherProcess => {
+                self.counters.waiter_other_process += 1;
+                return StackId::NONE;
+            }
+            Side::Unreadable => {
+                self.counters.unreadable += 1;
+                return StackId::NONE;
+            }
+            Side::NotUnwound => {
+                self.counters.not_unwound += 1;
+                return StackId::NONE;
+            }
+        };
+        let key = (pid, frames);
+        if let Some(i) = self.stacks.get_index_of(&key) {
+            return StackId(i as u32);
+        }
+        if self.stacks.len() >= self.limits.max_stacks {
+            self.counters.stacks_over_cap += 1;
+            return StackId::NONE;
+        }
+        StackId(self.stacks.insert_full(key).0 as u32)
+    }
+
+    /// A woken wait of `pid` on `addr` for `wait_ns`, with the waiter's and the
+    /// waker's (of `waker_pid`) stacks.
+    pub fn add(
+        &mut self,
+        pid: u32,
+        addr: u64,
+        wait_ns: u64,
+        waiter: Side,
+        waker_pid: u32,
+        waker: Side,
+    ) {
+        self.counters.records += 1;
+        let key = StackEdgeKey {
+            pid,
+            addr,
+            waiter: self.intern(pid, waiter),
+            waker: self.intern(waker_pid, waker),
+            waker_pid,
+        };
+        if !self.edges.contains_key(&key) && self.edges.len() >= self.limits.max_edges {
+            self.counters.edges_over_cap += 1;
+            return;
+        }
+        let e = self.edges.entry(key).or_default();
+        e.waits += 1;
+        e.wait_ns = e.wait_ns.saturating_add(wait_ns);
+        e.max_ns = e.max_ns.max(wait_ns);
+    }
+
+    /// The frames of a known stack.
+    pub fn frames(&self, id: StackId) -> Option<&[u64]> {
+        self.stacks.get_index(id.0 as usize).map(|(_, f)| &f[..])
+    }
+
+    /// Every row, in no order.
+    pub fn edges(&self) -> impl Iterator<Item = (&StackEdgeKey, &StackEdge)> {
+        self.edges.iter()
+    }
+
+    /// The `n` rows with the most wait, most first (ties by key).
+    pub fn top(&self, n: usize) -> Vec<(StackEdgeKey, StackEdge)> {
+        let mut rows: Vec<_> = self.edges.iter().map(|(k, e)| (*k, *e)).collect();
+        rows.sort_unstable_by(|a, b| b.1.wait_ns.cmp(&a.1.wait_ns).then(a.0.cmp(&b.0)));
+        rows.truncate(n);
+        rows
+    }
+
+    /// Why stacks are missing.
+    pub fn counters(&self) -> StackCounters {
+        self.counters
+    }
+
+    /// Whether any stack record arrived.
+    pub fn is_empty(&self) -> bool {
+        self.counters.records == 0
+    }
+
+    /// Forgets the processes `pids` (their stacks stay interned until the table is
+    /// rebuilt: ids must stay valid; their rows go).
+    pub fn forget(&mut self, pids: &std::collections::HashSet<u32>) {
+        self.edges.retain(|k, _| !pids.contains(&k.pid));
+        if self.edges.is_empty() {
+            self.stacks.clear();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn frames(v: &[u64]) -> Side {
+        Side::Frames(v.into())
+    }
+
+    #[test]
+    fn waits_are_counted_per_word_and_stack_pair_with_stacks_interned_once() {
+        let mut t = StackTable::default();
+        t.add(1, 0x10, 100, frames(&[1, 2, 3]), 1, frames(&[7, 8]));
+        t.add(1, 0x10, 300, frames(&[1, 2, 3]), 1, frames(&[7, 8]));
+        t.add(1, 0x10, 50, frames(&[1, 2, 4]), 1, frames(&[7, 8]));
+        t.add(1, 0x20, 10, Side::OtherProcess, 2, frames(&[7, 8]));
+        let top = t.top(10);
+        assert_eq!(top.len(), 3);
+        assert_eq!(
+            (top[0].1.waits, top[0].1.wait_ns, top[0].1.max_ns),
+            (2, 400, 300)
+        );
+        assert_eq!(t.frames(top[0].0.waiter), Some(&[1, 2, 3][..]));
+        assert_eq!(t.frames(top[0].0.waker), Some(&[7, 8][..]));
+        // The same frames in another process are another stack (addresses are its own).
+        assert_ne!(top[2].0.waker, top[0].0.waker);
+        assert_eq!(top[2].0.waiter, StackId::NONE);
+        assert_eq!(t.stacks.len(), 4);
+        assert_eq!(t.counters().waiter_other_process, 1);
+        assert_eq!(t.counters().records, 4);
+    }
+
+    #[test]
+    fn caps_are_counted() {
+        let mut t = StackTable::new(StackLimits {
+            max_stacks: 2,
+            max_edges: 2,
+        });
+        t.add(1, 0x10, 1, frames(&[1]), 1, frames(&[2]));
+        // A third distinct stack: over the cap, counted, its wait kept with no stack.
+        t.add(1, 0x10, 1, frames(&[3]), 1, frames(&[2]));
+        assert_eq!(t.counters().stacks_over_cap, 1);
+        // A third row: over the cap.
+        t.add(1, 0x30, 1, frames(&[1]), 1, frames(&[2]));
+        assert_eq!(t.counters().edges_over_cap, 1);
+        assert_eq!(t.edges().count(), 2);
+        assert_eq!(t.edges().map(|(_, e)| e.waits).sum::<u64>(), 2);
+    }
+}
+
+/// Rows of the stacks view kept in snapshots (the JSON, the report); the folded file
+/// has every row.
+pub const MAX_STACK_ROWS: usize = 500;
+
+/// One (word, waiter stack, waker stack) row, named.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct StackRowView {
+    /// The waiting process.
+    pub pid: u32,
+    /// The futex word.
+    pub object: u64,
+    /// Its symbol, or the code that waits on it for a word on the heap.
+    pub object_name: Option<String>,
+    /// The waker's process.
+    pub waker_pid: u32,
+    /// Waits, their time asleep until the wake (ns) and the longest.
+    #[serde(flatten)]
+    pub edge: StackEdge,
+    /// Where the waiter waited, innermost frame first (empty: not known).
+    pub waiter: Vec<String>,
+    /// Where the waker woke it, innermost first (for a mutex: its unlock).
+    pub waker: Vec<String>,
+}
+
+/// The contended waits' stacks: the rows with the most wait, and why any are missing.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct StacksView {
+    /// Rows, most wait first (at most [`MAX_STACK_ROWS`]).
+    pub rows: Vec<StackRowView>,
+    /// Rows in all.
+    pub rows_total: usize,
+    /// Why stacks are missing or were not kept.
+    pub counters: StackCounters,
+}
+
+/// Function names of the pthread, futex and system-call layers a wait goes through:
+/// the first frame of a stack that is none of these is the user's code.
+const LIBRARY_FRAMES: [&str; 12] = [
+    "pthread_",
+    "__pthread",
+    "___pthread",
+    "__lll_",
+    "lll_",
+    "__futex",
+    "futex_",
+    "syscall",
+    "__GI_",
+    "sem_",
+    "__new_sem",
+    "__condvar",
+];
+
+/// The first frame of `frames` (named as [`StacksView::build`] names them) that is not
+/// in the pthread and futex layers, as `FUNCTION (FILE:LINE)`.
+pub fn user_frame(frames: &[String]) -> Option<String> {
+    frames.iter().find_map(|f| {
+        let (func, rest) = f.split_once('+')?;
+        if LIBRARY_FRAMES.iter().any(|p| func.starts_with(p)) {
+            return None;
+        }
+        let line = rest.split_once(" (").map(|(_, l)| format!(" ({l}"));
+        Some(format!("{func}{}", line.unwrap_or_default()))
+    })
+}
+
+impl StacksView {
+    /// The view of `table`: `frames` rows at most, frames named by `locate(pid, addr)`
+    /// (`function+0xOFF (file:line)`), objects by `name_of(pid, addr)`.
+    pub fn build(
+        table: &StackTable,
+        rows: usize,
+        name_of: &mut dyn FnMut(u32, u64) -> Option<String>,
+        locate: &mut dyn FnMut(u32, u64) -> Option<String>,
+    ) -> StacksView {
+        let mut names = |pid: u32, id: StackId| -> Vec<String> {
+            table
+                .frames(id)
+                .unwrap_or_default()
+                .iter()
+                .enumerate()
+                .map(|(i, &a)| {
+                    // A return address is named by its call (the byte before it).
+                    let at = if i == 0 { a } else { a.saturating_sub(1) };
+                    locate(pid, at).unwrap_or_else(|| format!("{a:#x}"))
+                })
+                .collect()
+        };
+        let rows: Vec<StackRowView> = table
+            .top(rows)
+            .into_iter()
+            .map(|(k, edge)| StackRowView {
+                pid: k.pid,
+                object: k.addr,
+                object_name: None,
+                waker_pid: k.waker_pid,
+                edge,
+                waiter: names(k.pid, k.waiter),
+                waker: names(k.waker_pid, k.waker),
+            })
+            .collect();
+        // A word with no symbol (on the heap) is named by the code that waits on it
+        // most.
+        let mut heap: HashMap<(u32, u64), Option<String>> = HashMap::new();
+        let rows = rows
+            .into_iter()
+            .map(|mut r| {
+                r.object_name = name_of(r.pid, r.object).or_else(|| {
+                    heap.entry((r.pid, r.object))
+                        .or_insert_with(|| user_frame(&r.waiter).map(|f| format!("in {f}")))
+                        .clone()
+                });
+                r
+            })
+            .collect();
+        StacksView {
+            rows,
+            rows_total: table.edges.len(),
+            counters: table.counters(),
+        }
+    }
+
+    /// Names for words on the heap, from the code that waits on them.
+    pub fn heap_names(&self) -> HashMap<(u32, u64), String> {
+        self.rows
+            .iter()
+            .filter_map(|r| {
+                let n = r.object_name.as_ref()?;
+                n.starts_with("in ").then(|| ((r.pid, r.object), n.clone()))
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod view_tests {
+    use super::*;
+
+    #[test]
+    fn a_heap_word_is_named_by_the_first_frame_above_the_pthread_layer() {
+        let mut t = StackTable::default();
+        t.add(
+            1,
+            0x10,
+            5,
+            Side::Frames(vec![100, 200, 300].into()),
+            1,
+            Side::Frames(vec![400].into()),
+        );
+        let view = StacksView::build(&t, 10, &mut |_, _| None, &mut |_, a| {
+            Some(match a {
+                100 => "__lll_lock_wait+0x2f (lowlevellock.c:49)".into(),
+                199 => "___pthread_mutex_lock+0x7f (pthread_mutex_lock.c:93)".into(),
+                299 => "cache_get+0x12 (cache.c:88)".into(),
+                _ => "unlock_path+0x4".into(),
+            })
+        });
+        assert_eq!(
+            view.rows[0].object_name.as_deref(),
+            Some("in cache_get (cache.c:88)")
+        );
+        assert_eq!(view.rows[0].waiter.len(), 3);
+        assert_eq!(view.rows[0].waker, vec!["unlock_path+0x4".to_string()]);
+        assert_eq!(
+            view.heap_names().get(&(1, 0x10)).map(String::as_str),
+            Some("in cache_get (cache.c:88)")
+        );
+    }
+}

@@ -1,0 +1,106 @@
+// Threads that contend on locks through known call chains, for the call-stack tests:
+//   worker -> lock_a -> lock_b -> lock_c -> pthread_mutex_lock(&chain_lock)
+//   worker -> unlock_a -> unlock_b -> unlock_c -> pthread_mutex_unlock(&chain_lock)
+// and a mutex on the heap taken in cache_get() (named by that code in the report).
+// Every function on the chains is noinline and does work after its call, so neither
+// inlining nor tail calls remove a frame, with or without frame pointers.
+//
+// usage: stack_workload THREADS ITERATIONS HOLD_US
+// prints: chain_lock=ADDR cache_lock=ADDR threads=N iterations=N
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+#define NOINLINE __attribute__((noinline))
+
+pthread_mutex_t chain_lock = PTHREAD_MUTEX_INITIALIZER;
+
+struct cache {
+    long hits;
+    pthread_mutex_t lock;
+};
+
+static struct cache *cache;
+static volatile long depth;
+static int iterations;
+static long hold_ns;
+
+static void spin(long ns) {
+    struct timespec a, b;
+    clock_gettime(CLOCK_MONOTONIC, &a);
+    do {
+        clock_gettime(CLOCK_MONOTONIC, &b);
+    } while ((b.tv_sec - a.tv_sec) * 1000000000L + (b.tv_nsec - a.tv_nsec) < ns);
+}
+
+NOINLINE void lock_c(pthread_mutex_t *m) {
+    pthread_mutex_lock(m);
+    depth++;
+}
+
+NOINLINE void lock_b(pthread_mutex_t *m) {
+    lock_c(m);
+    depth++;
+}
+
+NOINLINE void lock_a(pthread_mutex_t *m) {
+    lock_b(m);
+    depth++;
+}
+
+NOINLINE void unlock_c(pthread_mutex_t *m) {
+    pthread_mutex_unlock(m);
+    depth--;
+}
+
+NOINLINE void unlock_b(pthread_mutex_t *m) {
+    unlock_c(m);
+    depth--;
+}
+
+NOINLINE void unlock_a(pthread_mutex_t *m) {
+    unlock_b(m);
+    depth--;
+}
+
+NOINLINE long cache_get(struct cache *c) {
+    pthread_mutex_lock(&c->lock);
+    long h = ++c->hits;
+    spin(hold_ns);
+    pthread_mutex_unlock(&c->lock);
+    return h;
+}
+
+static void *worker(void *arg) {
+    (void)arg;
+    for (int i = 0; i < iterations; i++) {
+        lock_a(&chain_lock);
+        spin(hold_ns);
+        unlock_a(&chain_lock);
+        cache_get(cache);
+    }
+    return NULL;
+}
+
+int main(int argc, char **argv) {
+    int threads = argc > 1 ? atoi(argv[1]) : 4;
+    iterations = argc > 2 ? atoi(argv[2]) : 2000;
+    hold_ns = (argc > 3 ? atol(argv[3]) : 20) * 1000;
+    if (threads < 1 || threads > 64 || iterations < 1) {
+        fprintf(stderr, "usage: stack_workload THREADS ITERATIONS HOLD_US\n");
+        return 2;
+    }
+    cache = calloc(1, sizeof *cache);
+    pthread_mutex_init(&cache->lock, NULL);
+    printf("chain_lock=%p cache_lock=%p threads=%d iterations=%d\n", (void *)&chain_lock,
+           (void *)&cache->lock, threads, iterations);
+    fflush(stdout);
+    pthread_t t[64];
+    for (int i = 0; i < threads; i++)
+        pthread_create(&t[i], NULL, worker, NULL);
+    for (int i = 0; i < threads; i++)
+        pthread_join(t[i], NULL);
+    printf("done depth=%ld hits=%ld\n", depth, cache->hits);
+    return 0;
+}
