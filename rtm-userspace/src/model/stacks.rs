@@ -295,6 +295,10 @@ pub struct StacksView {
     pub rows: Vec<StackRowView>,
     /// Rows in all.
     pub rows_total: usize,
+    /// Waits and their time in the rows not shown.
+    pub other_waits: u64,
+    /// See `other_waits`.
+    pub other_wait_ns: u64,
     /// Why stacks are missing or were not kept.
     pub counters: StackCounters,
 }
@@ -367,7 +371,7 @@ impl StacksView {
         // A word with no symbol (on the heap) is named by the code that waits on it
         // most.
         let mut heap: HashMap<(u32, u64), Option<String>> = HashMap::new();
-        let rows = rows
+        let rows: Vec<StackRowView> = rows
             .into_iter()
             .map(|mut r| {
                 r.object_name = name_of(r.pid, r.object).or_else(|| {
@@ -378,9 +382,17 @@ impl StacksView {
                 r
             })
             .collect();
+        let (shown_waits, shown_ns) = rows.iter().fold((0u64, 0u64), |(w, t), r: &StackRowView| {
+            (w + r.edge.waits, t.saturating_add(r.edge.wait_ns))
+        });
+        let (all_waits, all_ns) = table.edges.values().fold((0u64, 0u64), |(w, t), e| {
+            (w + e.waits, t.saturating_add(e.wait_ns))
+        });
         StacksView {
             rows,
             rows_total: table.edges.len(),
+            other_waits: all_waits - shown_waits,
+            other_wait_ns: all_ns.saturating_sub(shown_ns),
             counters: table.counters(),
         }
     }

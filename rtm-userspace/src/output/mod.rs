@@ -2,6 +2,7 @@
 
 pub mod dest;
 pub mod dot;
+pub mod folded;
 pub mod format;
 pub mod html;
 pub mod json;
@@ -12,6 +13,7 @@ pub mod report;
 pub mod saved;
 mod sections;
 pub mod sink;
+mod stacks_report;
 mod system_report;
 mod table;
 pub mod text;
@@ -31,7 +33,13 @@ pub type MakeSink = fn(&TraceConfig) -> Result<Option<Box<dyn sink::Sink>>, dest
 /// Every output a trace writes, one line each, in the order they are written at the
 /// end (the report first, then the JSON whatever became of the report, then the
 /// timeline, the HTML report and the DOT graphs).
-pub const SINKS: &[MakeSink] = &[report::sink, json::sink, timeline::sink, rendered::sink];
+pub const SINKS: &[MakeSink] = &[
+    report::sink,
+    json::sink,
+    timeline::sink,
+    rendered::sink,
+    folded::sink,
+];
 
 /// The outputs `config` asks for, their destinations checked.
 pub fn sinks(config: &TraceConfig) -> Result<Vec<Box<dyn sink::Sink>>, dest::DestError> {

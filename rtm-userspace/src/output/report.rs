@@ -10,7 +10,7 @@ use super::{
     format::{count, mean_ns, ns, opt_ns, pct},
     mpi_report, sections,
     sink::{Moment, Sink},
-    system_report,
+    stacks_report, system_report,
     table::table,
     text::Shown,
 };
@@ -224,6 +224,7 @@ pub fn render(title: &str, run: &RunInfo, s: &Snapshot, top: usize) -> String {
     }
     sections::waits_for(&mut out, s, top);
     sections::call_sites(&mut out, s, top);
+    stacks_report::render(&mut out, s);
     sections::rwlocks(&mut out, s, top);
     sections::condvars(&mut out, s, top);
     sections::barriers(&mut out, s, top);

@@ -1,0 +1,116 @@
+//! `--folded FILE`: the contended waits' call stacks as folded stacks, in the off-wake
+//! layout flame-graph tools read (flamegraph.pl, inferno, speedscope): one line per
+//! (word, waiter stack, waker stack), `WORD;waiter frames from the root;--;waker frames
+//! from the innermost WAIT_NS`. The waker's frames sit above the `--`, so a flame graph
+//! shows where each wait was and, above it, the code that ended it.
+
+use super::{
+    dest::{Dest, DestError},
+    sink::{Moment, Sink},
+    text::{Shown, escape},
+};
+use crate::{config::TraceConfig, model::stacks::StacksView};
+
+/// A frame as a flame graph node: the function (no offset, no line: calls from one
+/// function merge), with the separators the format uses replaced.
+fn node(frame: &str) -> String {
+    let func = frame.split_once('+').map_or(frame, |(f, _)| f);
+    escape(func).replace([';', ' '], "_")
+}
+
+/// The folded lines of `view`.
+pub fn render(view: &StacksView) -> String {
+    let mut out = String::new();
+    for r in &view.rows {
+        let word = r
+            .object_name
+            .clone()
+            .unwrap_or_else(|| format!("{:#x}", r.object));
+        let mut line = vec![node(&word)];
+        if r.waiter.is_empty() {
+            line.push("[waiter stack not known]".into());
+        }
+        line.extend(r.waiter.iter().rev().map(|f| node(f)));
+        line.push("--".into());
+        line.extend(r.waker.iter().map(|f| node(f)));
+        if r.waker.is_empty() {
+            line.push("[waker stack not known]".into());
+        }
+        out.push_str(&format!("{} {}\n", line.join(";"), r.edge.wait_ns));
+    }
+    if view.other_wait_ns > 0 {
+        out.push_str(&format!("[other stacks] {}\n", view.other_wait_ns));
+    }
+    out
+}
+
+/// The folded-stack file as a sink, written at the end.
+pub struct FoldedSink {
+    dest: Dest,
+}
+
+/// The folded-stack file, when the config names one (checked now).
+pub fn sink(c: &TraceConfig) -> Result<Option<Box<dyn Sink>>, DestError> {
+    c.stacks
+        .folded
+        .as_deref()
+        .map(|path| {
+            Ok(Box::new(FoldedSink {
+                dest: Dest::check(path)?,
+            }) as Box<dyn Sink>)
+        })
+        .transpose()
+}
+
+impl Sink for FoldedSink {
+    fn name(&self) -> String {
+        "the folded stacks".into()
+    }
+
+    fn finish(&mut self, at: &Moment) -> Result<(), DestError> {
+        let text = at.snapshot.stacks.as_ref().map(render).unwrap_or_default();
+        self.dest.write(&mut |w| w.write_all(text.as_bytes()))?;
+        crate::say!(
+            "rtm-trace: wrote {} ({} stack rows)",
+            Shown(&self.dest.path().display().to_string()),
+            text.lines().count()
+        );
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::stacks::{StackEdge, StackRowView};
+
+    #[test]
+    fn a_row_folds_waiter_root_first_then_the_waker_innermost_first() {
+        let view = StacksView {
+            rows: vec![StackRowView {
+                pid: 1,
+                object: 0x10,
+                object_name: Some("chain;lock".into()),
+                waker_pid: 1,
+                edge: StackEdge {
+                    waits: 2,
+                    wait_ns: 500,
+                    max_ns: 300,
+                },
+                waiter: vec![
+                    "__lll_lock_wait+0x2b (x.c:1)".into(),
+                    "lock_c+0x8".into(),
+                    "main+0x1".into(),
+                ],
+                waker: vec!["__lll_lock_wake+0x13".into(), "unlock_c+0x8 (y.c:2)".into()],
+            }],
+            rows_total: 3,
+            other_wait_ns: 70,
+            ..StacksView::default()
+        };
+        assert_eq!(
+            render(&view),
+            "chain_lock;main;lock_c;__lll_lock_wait;--;__lll_lock_wake;unlock_c 500\n[other stacks] 70\n"
+        );
+    }
+}
