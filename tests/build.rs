@@ -6,7 +6,20 @@ fn main() {
     let out = PathBuf::from(env::var_os("OUT_DIR").expect("OUT_DIR"));
     let src =
         PathBuf::from(env::var_os("CARGO_MANIFEST_DIR").expect("manifest dir")).join("workloads");
-    let builds: [(&str, &[&str]); 12] = [
+    let builds: [(&str, &[&str]); 15] = [
+        // Call-stack tests: without frame pointers, with them, and static.
+        (
+            "stack_workload",
+            &["-O2", "-g", "-pthread", "-fomit-frame-pointer"],
+        ),
+        (
+            "stack_workload_fp",
+            &["-O2", "-g", "-pthread", "-fno-omit-frame-pointer"],
+        ),
+        (
+            "stack_workload_static",
+            &["-O2", "-g", "-pthread", "-fomit-frame-pointer", "-static"],
+        ),
         ("idle_threads", &["-O2", "-g", "-pthread"]),
         ("fork_children", &["-O2", "-g", "-pthread"]),
         ("pingpong", &["-O2", "-g", "-pthread"]),
@@ -27,7 +40,8 @@ fn main() {
         ),
     ];
     for (name, flags) in builds {
-        let c = src.join(format!("{}.c", name.trim_end_matches("_static")));
+        let base = name.trim_end_matches("_static").trim_end_matches("_fp");
+        let c = src.join(format!("{base}.c"));
         println!("cargo:rerun-if-changed={}", c.display());
         let st = Command::new("cc")
             .args(flags)

@@ -274,6 +274,7 @@ pub struct StackRowView {
     /// The waiting process.
     pub pid: u32,
     /// The futex word.
+    #[serde(serialize_with = "crate::model::views::hex")]
     pub object: u64,
     /// Its symbol, or the code that waits on it for a word on the heap.
     pub object_name: Option<String>,

@@ -15,7 +15,7 @@ use super::{
 };
 
 /// Serializes an address as a hex string, the way people read them.
-fn hex<S: serde::Serializer>(v: &u64, s: S) -> Result<S::Ok, S::Error> {
+pub(crate) fn hex<S: serde::Serializer>(v: &u64, s: S) -> Result<S::Ok, S::Error> {
     s.serialize_str(&format!("{v:#x}"))
 }
 

@@ -1,0 +1,195 @@
+//! Call stacks in contention mode: the waiter's and the waker's user stacks of each
+//! contended wait, unwound without frame pointers. The workload's call chains are known
+//! from its source (worker -> lock_a -> lock_b -> lock_c -> pthread_mutex_lock, and the
+//! same through unlock_a/b/c), and each woken wait's stacks are counted against the
+//! waits the tracer's own wait records say were woken by a thread.
+
+use std::{process::Command, time::Duration};
+
+use rtm_tests::{TempDir, Value, can_trace, rtm_bin, run, workload};
+
+/// What a traced run of `stack_workload` left.
+struct Traced {
+    json: Value,
+    report: String,
+    folded: String,
+    stdout: String,
+}
+
+fn traced(test: &str, program: &str, options: &[&str]) -> Option<Traced> {
+    if !can_trace(test) {
+        return None;
+    }
+    let dir = TempDir::new("stacks");
+    let (json, report, folded) = (
+        dir.join("t.json"),
+        dir.join("report.txt"),
+        dir.join("t.folded"),
+    );
+    let out = run(
+        Command::new(rtm_bin())
+            .arg("--json")
+            .arg(&json)
+            .arg("-o")
+            .arg(&report)
+            .arg("--folded")
+            .arg(&folded)
+            .args(options)
+            .arg("--")
+            .arg(workload(program))
+            .args(["4", "400", "30"]),
+        Duration::from_secs(120),
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    Some(Traced {
+        json: serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap(),
+        report: std::fs::read_to_string(&report).unwrap(),
+        folded: std::fs::read_to_string(&folded).unwrap_or_default(),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+    })
+}
+
+/// The workload's `key=0x...` address.
+fn address(stdout: &str, key: &str) -> String {
+    stdout
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix(&format!("{key}=")))
+        .unwrap_or_else(|| panic!("no {key} in {stdout}"))
+        .to_owned()
+}
+
+fn frames(row: &Value, side: &str) -> Vec<String> {
+    row[side]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f.as_str().unwrap().to_owned())
+        .collect()
+}
+
+/// Asserts that `names` appear in `stack` as functions of the workload's source, in
+/// this order, innermost first.
+fn in_order(stack: &[String], names: &[&str]) {
+    let mut last = None;
+    for n in names {
+        let at = stack
+            .iter()
+            .position(|f| f.starts_with(&format!("{n}+")) && f.contains("stack_workload.c:"))
+            .unwrap_or_else(|| panic!("no frame {n} (with its source line) in {stack:#?}"));
+        assert!(last < Some(at), "{n} out of order in {stack:#?}");
+        last = Some(at);
+    }
+}
+
+fn check(t: &Traced) {
+    let stacks = &t.json["sync_graph"]["stacks"];
+    let rows = stacks["rows"].as_array().expect("stacks in the JSON");
+    let chain = address(&t.stdout, "chain_lock");
+    let cache = address(&t.stdout, "cache_lock");
+    let on = |addr: &str| -> Vec<&Value> {
+        rows.iter()
+            .filter(|r| r["object"].as_str() == Some(addr))
+            .collect()
+    };
+    let chain_rows = on(&chain);
+    assert!(
+        !chain_rows.is_empty(),
+        "no stacks for chain_lock: {stacks:#}"
+    );
+    for r in &chain_rows {
+        assert_eq!(r["object_name"], "chain_lock");
+        in_order(
+            &frames(r, "waiter"),
+            &["lock_c", "lock_b", "lock_a", "worker"],
+        );
+        in_order(
+            &frames(r, "waker"),
+            &["unlock_c", "unlock_b", "unlock_a", "worker"],
+        );
+    }
+    // The heap mutex is named by the code that waits on it.
+    let cache_rows = on(&cache);
+    assert!(!cache_rows.is_empty(), "no stacks for the cache lock");
+    for r in &cache_rows {
+        let name = r["object_name"].as_str().unwrap();
+        assert!(
+            name.starts_with("in cache_get (stack_workload.c:"),
+            "{name}"
+        );
+        in_order(&frames(r, "waiter"), &["cache_get", "worker"]);
+    }
+    // Each wait a thread woke has its stacks: as many as the wait records counted.
+    let woken: u64 = t.json["sync_graph"]["waits_for"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|w| w["object"].as_str() == Some(&chain) && w["at_exit"] == false)
+        .map(|w| w["count"].as_u64().unwrap())
+        .sum();
+    let stacked: u64 = chain_rows
+        .iter()
+        .map(|r| r["waits"].as_u64().unwrap())
+        .sum();
+    assert_eq!(stacked, woken, "stacks vs woken waits on chain_lock");
+    let c = &stacks["counters"];
+    assert_eq!(c["not_unwound"], 0, "{c}");
+    assert_eq!(c["unreadable"], 0, "{c}");
+    // The report shows the chain, and the folded file folds it root first.
+    assert!(t.report.contains("Where they waited and who let them go"));
+    assert!(t.report.contains("lock_b+"), "{}", t.report);
+    assert!(t.report.contains("in cache_get (stack_workload.c:"));
+    let line = t
+        .folded
+        .lines()
+        .find(|l| l.starts_with("chain_lock;"))
+        .unwrap_or_else(|| panic!("no chain_lock line in {}", t.folded));
+    let at = |s: &str| line.find(s).unwrap_or_else(|| panic!("no {s} in {line}"));
+    assert!(at(";worker;lock_a;lock_b;lock_c;") < at(";--;"), "{line}");
+    assert!(
+        at(";--;") < at(";unlock_c;unlock_b;unlock_a;worker;"),
+        "{line}"
+    );
+    let total: u64 = t
+        .folded
+        .lines()
+        .map(|l| l.rsplit_once(' ').unwrap().1.parse::<u64>().unwrap())
+        .sum();
+    let rows_ns: u64 = rows.iter().map(|r| r["wait_ns"].as_u64().unwrap()).sum();
+    assert_eq!(
+        total,
+        rows_ns + stacks["other_wait_ns"].as_u64().unwrap(),
+        "the folded file holds every wait"
+    );
+}
+
+#[test]
+fn waiter_and_releaser_chains_without_frame_pointers() {
+    if let Some(t) = traced("stacks without frame pointers", "stack_workload", &[]) {
+        check(&t);
+    }
+}
+
+#[test]
+fn waiter_and_releaser_chains_with_frame_pointers() {
+    if let Some(t) = traced("stacks with frame pointers", "stack_workload_fp", &[]) {
+        check(&t);
+    }
+}
+
+#[test]
+fn waiter_and_releaser_chains_in_a_static_program() {
+    if let Some(t) = traced("stacks, static", "stack_workload_static", &[]) {
+        check(&t);
+    }
+}
+
+#[test]
+fn no_stacks_when_asked_for_none() {
+    if let Some(t) = traced("--no-stacks", "stack_workload", &["--no-stacks"]) {
+        assert!(t.json["sync_graph"].get("stacks").is_none());
+        assert!(!t.report.contains("Where they waited and who let them go"));
+        // The waits are still there.
+        assert!(t.report.contains("chain_lock"), "{}", t.report);
+    }
+}
