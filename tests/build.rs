@@ -6,7 +6,7 @@ fn main() {
     let out = PathBuf::from(env::var_os("OUT_DIR").expect("OUT_DIR"));
     let src =
         PathBuf::from(env::var_os("CARGO_MANIFEST_DIR").expect("manifest dir")).join("workloads");
-    let builds: [(&str, &[&str]); 15] = [
+    let builds: [(&str, &[&str]); 16] = [
         // Call-stack tests: without frame pointers, with them, and static.
         (
             "stack_workload",
@@ -15,6 +15,10 @@ fn main() {
         (
             "stack_workload_fp",
             &["-O2", "-g", "-pthread", "-fno-omit-frame-pointer"],
+        ),
+        (
+            "stack_workload_stripped",
+            &["-O2", "-pthread", "-fomit-frame-pointer", "-s"],
         ),
         (
             "stack_workload_static",
@@ -40,7 +44,9 @@ fn main() {
         ),
     ];
     for (name, flags) in builds {
-        let base = name.trim_end_matches("_static").trim_end_matches("_fp");
+        let base = ["_static", "_fp", "_stripped"]
+            .iter()
+            .fold(name, |n, s| n.trim_end_matches(s));
         let c = src.join(format!("{base}.c"));
         println!("cargo:rerun-if-changed={}", c.display());
         let st = Command::new("cc")

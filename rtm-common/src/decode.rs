@@ -83,6 +83,21 @@ pub struct SyncRecord {
 }
 
 impl Event<'_> {
+    /// The record without the bytes it borrows (a stacks record's copies are left
+    /// out): for keeping a decoded record past its buffer.
+    pub fn to_static(&self) -> Event<'static> {
+        match *self {
+            Event::Sync(s) => Event::Sync(s),
+            Event::Lifecycle(l) => Event::Lifecycle(l),
+            Event::Mpi(m) => Event::Mpi(m),
+            Event::Stacks(s) => Event::Stacks(StacksRecord {
+                head: s.head,
+                waiter: &[],
+                waker: &[],
+            }),
+        }
+    }
+
     /// The record's header.
     pub fn header(&self) -> &EventHeader {
         match self {

@@ -137,6 +137,18 @@ pub fn futex_waking(ctx: BtfTracePointContext) -> i32 {
             // SAFETY: the woken thread's entry; it reads this at its return, after this
             // wake.
             unsafe { core::ptr::write_volatile(core::ptr::addr_of_mut!((*slot).waker), current) };
+            let ts = now();
+            stacks::capture(
+                p,
+                stacks::head(
+                    header(EventKind::Stacks, pid_tgid, ts),
+                    f.uaddr,
+                    ts.saturating_sub(f.start_ns),
+                    cur_tgid,
+                    cur_tid,
+                ),
+                cur_tgid == tgid,
+            );
         }
         return 0;
     }

@@ -114,8 +114,8 @@ pub struct Cli {
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=config::MAX_TOP as u64))]
     pub top: Option<u64>,
 
-    /// Contention mode: no call stacks of the waiters and wakers of contended waits
-    /// (they cost a copy of both stacks at each wake that ends a sleeping wait).
+    /// No call stacks of the waiters and wakers of contended waits (each wake that ends
+    /// a sleeping futex wait copies both threads' stacks).
     #[arg(long)]
     pub no_stacks: bool,
 

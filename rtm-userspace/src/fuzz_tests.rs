@@ -1,19 +1,24 @@
 //! Property tests ("fuzzing") of everything that turns input rtm-trace does not control
 //! into its results: ring-buffer records (their fields carry what probes read from the
 //! target's memory: MPI counts, ranks, handles) through the decoder, both models, the
-//! snapshot, the text report and the JSON. Whatever the bytes, nothing panics and the
-//! text stays inert. Run with the unit tests (a few hundred cases each); set
+//! snapshot, the text report and the JSON; and stack copies (the target's own memory)
+//! through the unwinder, the stack table and the folded file. Whatever the bytes,
+//! nothing panics and the text stays inert. Run with the unit tests (a few hundred cases each); set
 //! PROPTEST_CASES for a longer run.
 
 use proptest::{prelude::*, strategy::ValueTree as _};
 use rtm_common::{
-    EventHeader, EventKind, FutexWaitEvent, LifecycleEvent, MpiEvent, SyncEvent, decode,
+    EventHeader, EventKind, FutexWaitEvent, LifecycleEvent, MpiEvent, StacksHead, SyncEvent, decode,
 };
 
 use crate::{
-    model::{Limits, Snapshot, SyncGraph, TaskGraph, TaskView, Window},
-    output::{RunInfo, json, report, text},
+    model::{
+        Limits, Snapshot, SyncGraph, TaskGraph, TaskView, Window,
+        stacks::{Side, StackTable, StacksView},
+    },
+    output::{RunInfo, folded, json, report, text},
     readers::{Losses, ReaderStats},
+    symbolize::{ObjectNamer, StackUnwinder, unwind::Capture},
 };
 
 /// Copies `header` and the random `tail` into a record of `T`'s size.
@@ -36,7 +41,7 @@ fn set_u32(rec: &mut [u8], off: usize, v: u32) {
 /// enum values (so most decode), and anything else anywhere.
 fn any_record() -> impl Strategy<Value = Vec<u8>> {
     (
-        prop_oneof![8 => 1u32..=4, 1 => any::<u32>()],
+        prop_oneof![8 => 1u32..=5, 1 => any::<u32>()],
         0u32..3,
         0u32..6,
         any::<u64>(),
@@ -76,6 +81,12 @@ fn any_record() -> impl Strategy<Value = Vec<u8>> {
                     r
                 }
                 4 => record::<FutexWaitEvent>(header, &tail),
+                5 => {
+                    // The head, then two stack copies of whatever length the tail has.
+                    let mut r = record::<StacksHead>(header, &tail);
+                    r.extend_from_slice(&tail);
+                    r
+                }
                 _ => tail.clone(),
             };
             if truncate {
@@ -111,10 +122,30 @@ fn apply_and_render(records: &[Vec<u8>], contention: bool) {
     };
     let mut sync = SyncGraph::new(limits, contention);
     let mut tasks = TaskGraph::default();
+    let mut stacks = StackTable::default();
     for r in records {
         let Ok(ev) = decode::decode(r) else { continue };
         if let decode::Event::Mpi(m) = &ev {
             tasks.apply(m);
+        }
+        if let decode::Event::Stacks(s) = &ev {
+            // The copies' words stand in for unwound frames.
+            let frames = |b: &[u8]| {
+                Side::Frames(
+                    b.chunks_exact(8)
+                        .map(|w| u64::from_le_bytes(w.try_into().unwrap()))
+                        .collect(),
+                )
+            };
+            let h = &s.head;
+            stacks.add(
+                h.header.pid,
+                h.uaddr,
+                h.wait_ns,
+                frames(s.waiter),
+                h.waker_pid,
+                frames(s.waker),
+            );
         }
         sync.apply(&ev);
     }
@@ -133,6 +164,25 @@ fn apply_and_render(records: &[Vec<u8>], contention: bool) {
     if !tasks.is_empty() {
         snap.tasks = Some(TaskView::build(&tasks, &Default::default(), "node\x1b"));
     }
+    if !stacks.is_empty() {
+        let view = StacksView::build(
+            &stacks,
+            50,
+            &mut |_, a| (a % 5 == 0).then(|| "w\x1b[31m;x y".to_owned()),
+            &mut |_, a| (a % 2 == 0).then(|| format!("f\r\n;{a}+0x1 (a b;c:1)")),
+            &mut |_, a| (a % 3 == 0).then(|| "/lib/libc.so.6".into()),
+        );
+        for line in folded::render(&view).lines() {
+            // One row a line: frames; a space; the wait.
+            let (stack, ns) = line.rsplit_once(' ').expect("a value");
+            assert!(
+                ns.parse::<u64>().is_ok() && !stack.contains(' '),
+                "{line:?}"
+            );
+            assert!(text::is_inert(line), "{line:?}");
+        }
+        snap.stacks = Some(view);
+    }
     let run = run_info();
     let text = report::render("fuzz", &run, &snap, 10);
     assert!(text::is_inert(&text), "control characters in:\n{text}");
@@ -142,6 +192,28 @@ fn apply_and_render(records: &[Vec<u8>], contention: bool) {
 
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(256))]
+
+    #[test]
+    fn the_unwinder_takes_any_stack_copy(
+        at in 0u64..4096, sp in any::<u64>(), bp in any::<u64>(),
+        stack in prop::collection::vec(any::<u8>(), 0..2048),
+    ) {
+        // A real code address of this process, with a stack of any bytes.
+        let ip = (the_unwinder_takes_any_stack_copy as *const () as u64).wrapping_add(at);
+        // One unwinder for every case, as in a trace (it keeps what it read).
+        thread_local! {
+            static UNWINDER: std::cell::RefCell<(ObjectNamer, StackUnwinder)> =
+                std::cell::RefCell::new({
+                    let mut namer = ObjectNamer::default();
+                    namer.remember(std::process::id());
+                    (namer, StackUnwinder::default())
+                });
+        }
+        let frames = UNWINDER.with_borrow_mut(|(namer, unwinder)| {
+            unwinder.unwind(namer, std::process::id(), &Capture { ip, sp, bp, stack: &stack })
+        });
+        prop_assert!(frames.len() <= crate::symbolize::unwind::MAX_FRAMES);
+    }
 
     #[test]
     fn the_decoder_never_panics(bytes in prop::collection::vec(any::<u8>(), 0..256)) {
@@ -161,7 +233,7 @@ proptest! {
 fn a_record_of_each_kind_decodes() {
     // The generator's records reach the models: not all are rejected by the decoder.
     let mut runner = proptest::test_runner::TestRunner::deterministic();
-    let mut decoded = [0usize; 5];
+    let mut decoded = [0usize; 6];
     for _ in 0..2000 {
         let r = any_record().new_tree(&mut runner).unwrap().current();
         if let Ok(ev) = decode::decode(&r) {
@@ -172,6 +244,7 @@ fn a_record_of_each_kind_decodes() {
                 decode::Event::Sync(_) => 1,
                 decode::Event::Lifecycle(_) => 2,
                 decode::Event::Mpi(_) => 3,
+                decode::Event::Stacks(_) => 5,
             };
             decoded[k] += 1;
         }

@@ -17,6 +17,17 @@ struct Traced {
 }
 
 fn traced(test: &str, program: &str, options: &[&str]) -> Option<Traced> {
+    let args = [workload(program).display().to_string()];
+    traced_command(test, options, &args, &["4", "1000", "30"])
+}
+
+/// Traces `command` (then `args`) launched by rtm-trace with `options`.
+fn traced_command(
+    test: &str,
+    options: &[&str],
+    command: &[String],
+    args: &[&str],
+) -> Option<Traced> {
     if !can_trace(test) {
         return None;
     }
@@ -36,8 +47,8 @@ fn traced(test: &str, program: &str, options: &[&str]) -> Option<Traced> {
             .arg(&folded)
             .args(options)
             .arg("--")
-            .arg(workload(program))
-            .args(["4", "400", "30"]),
+            .args(command)
+            .args(args),
         Duration::from_secs(120),
     );
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -119,6 +130,22 @@ fn check(t: &Traced) {
         );
         in_order(&frames(r, "waiter"), &["cache_get", "worker"]);
     }
+    // The lock inside a stdio FILE: the caller's frames above the C library's.
+    let stdio = address(&t.stdout, "stdio_lock");
+    let stdio_rows = on(&stdio);
+    assert!(
+        !stdio_rows.is_empty(),
+        "no stacks for the FILE lock: {stacks:#}"
+    );
+    for r in &stdio_rows {
+        let name = r["object_name"].as_str().unwrap();
+        assert!(name.starts_with("in log_line (stack_workload.c:"), "{name}");
+        let w = frames(r, "waiter");
+        let fputs = w.iter().position(|f| f.contains("fputs"));
+        let caller = w.iter().position(|f| f.starts_with("log_line+"));
+        assert!(fputs.is_some() && fputs < caller, "{w:#?}");
+        in_order(&w, &["log_line", "worker"]);
+    }
     // Each wait a thread woke has its stacks: as many as the wait records counted.
     let woken: u64 = t.json["sync_graph"]["waits_for"]
         .as_array()
@@ -192,4 +219,101 @@ fn no_stacks_when_asked_for_none() {
         // The waits are still there.
         assert!(t.report.contains("chain_lock"), "{}", t.report);
     }
+}
+
+#[test]
+fn a_stripped_program_shows_file_and_offset_never_a_wrong_name() {
+    let Some(t) = traced("stacks, stripped", "stack_workload_stripped", &[]) else {
+        return;
+    };
+    let rows = t.json["sync_graph"]["stacks"]["rows"]
+        .as_array()
+        .unwrap()
+        .clone();
+    let chain = address(&t.stdout, "chain_lock");
+    let chain_rows: Vec<&Value> = rows
+        .iter()
+        .filter(|r| r["object"].as_str() == Some(chain.as_str()))
+        .collect();
+    assert!(!chain_rows.is_empty(), "no stacks for chain_lock");
+    for r in chain_rows {
+        // No symbol for the lock, and none made up from the code around it.
+        assert!(r["object_name"].is_null(), "{r}");
+        for side in ["waiter", "waker"] {
+            let f = frames(r, side);
+            // lock_c/b/a or unlock_c/b/a, then worker: four frames of the program,
+            // each shown as the file and an offset.
+            let own = f
+                .iter()
+                .filter(|n| n.starts_with("stack_workload_stripped+0x"))
+                .count();
+            assert!(own >= 4, "{f:#?}");
+            let made_up = |n: &String| {
+                ["lock_", "unlock_", "worker+"]
+                    .iter()
+                    .any(|p| n.starts_with(p))
+            };
+            assert!(
+                !f.iter().any(made_up),
+                "a name the stripped file does not have: {f:#?}"
+            );
+            // The C library's frames are still named.
+            assert!(f.iter().any(|n| n.contains("pthread_mutex")), "{f:#?}");
+        }
+    }
+}
+
+#[test]
+fn a_program_in_another_mount_namespace_is_named_through_its_mappings() {
+    if !can_trace("stacks, mount namespace") {
+        return;
+    }
+    // The program runs from a tmpfs mounted only in its own mount namespace: its path
+    // names nothing (an empty directory) in the tracer's.
+    let dir = TempDir::new("stacks-ns");
+    let bin = workload("stack_workload");
+    let script = format!(
+        "mount -t tmpfs tmpfs {d} && cp {b} {d}/prog && exec {d}/prog \"$@\"",
+        d = dir.0.display(),
+        b = bin.display()
+    );
+    let command = [
+        "unshare".to_string(),
+        "-m".into(),
+        "--propagation".into(),
+        "private".into(),
+        "sh".into(),
+        "-c".into(),
+        script,
+        "sh".into(),
+    ];
+    let t = traced_command(
+        "stacks, mount namespace",
+        &[],
+        &command,
+        &["4", "1000", "30"],
+    )
+    .expect("can trace");
+    assert!(
+        !dir.0.join("prog").exists(),
+        "the tmpfs leaked into this namespace"
+    );
+    let rows = t.json["sync_graph"]["stacks"]["rows"]
+        .as_array()
+        .unwrap()
+        .clone();
+    let chain = address(&t.stdout, "chain_lock");
+    let row = rows
+        .iter()
+        .find(|r| r["object"].as_str() == Some(chain.as_str()))
+        .unwrap_or_else(|| panic!("no stacks for chain_lock: {rows:#?}"));
+    assert_eq!(row["object_name"], "chain_lock");
+    in_order(
+        &frames(row, "waiter"),
+        &["lock_c", "lock_b", "lock_a", "worker"],
+    );
+    in_order(
+        &frames(row, "waker"),
+        &["unlock_c", "unlock_b", "unlock_a", "worker"],
+    );
 }

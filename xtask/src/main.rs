@@ -7,6 +7,7 @@ mod bench_app;
 mod bench_mpi;
 mod bench_others;
 mod bench_scale;
+mod bench_stacks;
 mod measure;
 mod setup;
 mod tasks;
@@ -69,6 +70,9 @@ enum BenchCmd {
     Ebpf,
     /// What tracing one process costs the system calls of the others.
     Others,
+    /// What contention mode's call stacks cost: contended locks with and without them,
+    /// the eBPF capture, and the unwinding rate.
+    Stacks,
     /// What `rtm-trace agent` costs a node (idle and tracing), a serving program, its
     /// scrapes, and its own memory and CPU over time.
     Agent,
@@ -92,6 +96,7 @@ fn bench(which: Vec<BenchCmd>, smoke: bool, rounds: Option<usize>) -> anyhow::Re
         BenchCmd::Memory,
         BenchCmd::Ebpf,
         BenchCmd::Others,
+        BenchCmd::Stacks,
         BenchCmd::Agent,
     ];
     let started = std::time::Instant::now();
@@ -108,6 +113,7 @@ fn bench(which: Vec<BenchCmd>, smoke: bool, rounds: Option<usize>) -> anyhow::Re
             BenchCmd::Memory => bench_scale::memory(&root, &dir, plan)?,
             BenchCmd::Ebpf => bench_scale::ebpf(&root, &dir, plan)?,
             BenchCmd::Others => bench_others::others(&root, &dir, plan)?,
+            BenchCmd::Stacks => bench_stacks::stacks(&root, &dir, plan)?,
             BenchCmd::Agent => bench_agent::agent(&root, &dir, plan)?,
         }
     }

@@ -61,6 +61,8 @@ pub(super) struct State {
     /// Stack records of processes whose mappings are not known yet, kept until the
     /// naming worker's next answers (at most [`MAX_DEFERRED_STACKS`]).
     deferred_stacks: VecDeque<(StacksHead, Vec<u8>, Vec<u8>)>,
+    /// Stacks unwound and the time it took, ns.
+    unwinding: (u64, u64),
 }
 
 /// Most stack records kept waiting for their process's mappings.
@@ -85,6 +87,7 @@ impl State {
             stacks: StackTable::default(),
             unwinder: StackUnwinder::default(),
             deferred_stacks: VecDeque::new(),
+            unwinding: (0, 0),
         }
     }
 
@@ -144,7 +147,9 @@ impl State {
     fn stacks_record(&mut self, head: &StacksHead, waiter: &[u8], waker: &[u8], last_try: bool) {
         let pid = head.header.pid;
         if !last_try
-            && !self.unwinder.covers(&self.namer, pid, head.waiter_regs.ip)
+            && !self
+                .unwinder
+                .covers(&mut self.namer, pid, head.waiter_regs.ip)
             && self.deferred_stacks.len() < MAX_DEFERRED_STACKS
         {
             self.deferred_stacks
@@ -164,7 +169,10 @@ impl State {
                 bp: regs.bp,
                 stack,
             };
-            let frames = self.unwinder.unwind(&self.namer, pid, &capture);
+            let started = std::time::Instant::now();
+            let frames = self.unwinder.unwind(&mut self.namer, pid, &capture);
+            self.unwinding.0 += 1;
+            self.unwinding.1 += started.elapsed().as_nanos() as u64;
             if frames.is_empty() {
                 Side::NotUnwound
             } else {
@@ -177,10 +185,20 @@ impl State {
             .add(pid, head.uaddr, head.wait_ns, w, head.waker_pid, k);
     }
 
-    /// The stack records kept for mappings, after the naming worker's answers.
-    fn retry_stacks(&mut self) {
+    /// The stack records kept for mappings, after the naming worker's answers: those
+    /// whose mappings are known now are unwound, the others kept, until `last` (the
+    /// answers before a snapshot), when every one is unwound as far as it goes.
+    fn retry_stacks(&mut self, last: bool) {
         for (head, waiter, waker) in std::mem::take(&mut self.deferred_stacks) {
-            self.stacks_record(&head, &waiter, &waker, true);
+            let ready = last
+                || self
+                    .unwinder
+                    .covers(&mut self.namer, head.header.pid, head.waiter_regs.ip);
+            if ready {
+                self.stacks_record(&head, &waiter, &waker, true);
+            } else {
+                self.deferred_stacks.push_back((head, waiter, waker));
+            }
         }
     }
 
@@ -292,12 +310,12 @@ impl State {
     pub fn take_answers(&mut self) {
         let mut answers = Vec::new();
         self.naming.take(&mut |a| answers.push(a));
-        let answered = !answers.is_empty();
         for a in answers {
             self.answer(a);
         }
-        if answered {
-            self.retry_stacks();
+        // Mappings may have come from the worker or the kernel's mapping records.
+        if !self.deferred_stacks.is_empty() {
+            self.retry_stacks(false);
         }
     }
 
@@ -308,7 +326,7 @@ impl State {
         for a in answers {
             self.answer(a);
         }
-        self.retry_stacks();
+        self.retry_stacks(true);
     }
 
     /// Marks gone threads as exited, refreshes names of live ones, and builds the
@@ -336,6 +354,7 @@ impl State {
             tasks,
             rank_env,
             stacks,
+            unwinding,
             ..
         } = self;
         let objects = std::cell::RefCell::new(namer);
@@ -345,7 +364,9 @@ impl State {
                 MAX_STACK_ROWS,
                 &mut |pid, addr| objects.borrow_mut().name(pid, addr),
                 &mut |pid, addr| code.name(&mut objects.borrow_mut(), pid, addr),
+                &mut |pid, addr| objects.borrow_mut().locate(pid, addr).map(|l| l.file.path),
             )
+            .with_unwinding(*unwinding)
         });
         let heap_names = stacks
             .as_ref()

@@ -3,7 +3,7 @@
 //! Stacks are interned (each distinct stack once) and both tables are capped; what is
 //! over a cap is counted, never silently dropped. Pure: frames arrive unwound.
 
-use std::collections::HashMap;
+use std::{collections::HashMap, path::PathBuf};
 
 use indexmap::IndexSet;
 use serde::Serialize;
@@ -302,11 +302,15 @@ pub struct StacksView {
     pub other_wait_ns: u64,
     /// Why stacks are missing or were not kept.
     pub counters: StackCounters,
+    /// Stacks unwound (both sides of each record), and the time that took, ns.
+    pub unwound: u64,
+    /// See `unwound`.
+    pub unwind_ns: u64,
 }
 
-/// Function names of the pthread, futex and system-call layers a wait goes through:
-/// the first frame of a stack that is none of these is the user's code.
-const LIBRARY_FRAMES: [&str; 12] = [
+/// Function names of the pthread, futex, stdio-lock and system-call layers a wait goes
+/// through (in a static program the C library's frames are in the program itself).
+const LIBRARY_FRAMES: [&str; 13] = [
     "pthread_",
     "__pthread",
     "___pthread",
@@ -319,14 +323,22 @@ const LIBRARY_FRAMES: [&str; 12] = [
     "sem_",
     "__new_sem",
     "__condvar",
+    "_IO_",
 ];
 
-/// The first frame of `frames` (named as [`StacksView::build`] names them) that is not
-/// in the pthread and futex layers, as `FUNCTION (FILE:LINE)`.
-pub fn user_frame(frames: &[String]) -> Option<String> {
-    frames.iter().find_map(|f| {
+/// The first of `frames` (named as [`StacksView::build`] names them; `modules[i]`: the
+/// file frame `i` is in, when known) that is the program's own code and named by a
+/// symbol, as `FUNCTION (FILE:LINE)`. Frames in a system library, and frames shown as
+/// `file+0xOFF` (no symbol), are passed over.
+pub fn user_frame(frames: &[String], modules: &[Option<PathBuf>]) -> Option<String> {
+    frames.iter().enumerate().find_map(|(i, f)| {
+        let module = modules.get(i).and_then(Option::as_deref);
+        if module.is_some_and(crate::target::is_system_library) {
+            return None;
+        }
         let (func, rest) = f.split_once('+')?;
-        if LIBRARY_FRAMES.iter().any(|p| func.starts_with(p)) {
+        let file = module.and_then(|m| m.file_name()).and_then(|n| n.to_str());
+        if file == Some(func) || LIBRARY_FRAMES.iter().any(|p| func.starts_with(p)) {
             return None;
         }
         let line = rest.split_once(" (").map(|(_, l)| format!(" ({l}"));
@@ -335,52 +347,55 @@ pub fn user_frame(frames: &[String]) -> Option<String> {
 }
 
 impl StacksView {
-    /// The view of `table`: `frames` rows at most, frames named by `locate(pid, addr)`
-    /// (`function+0xOFF (file:line)`), objects by `name_of(pid, addr)`.
+    /// The view of `table`: `rows` rows at most, frames named by `locate(pid, addr)`
+    /// (`function+0xOFF (file:line)`), objects by `name_of(pid, addr)`; `module(pid,
+    /// addr)`: the file the address is in.
     pub fn build(
         table: &StackTable,
         rows: usize,
         name_of: &mut dyn FnMut(u32, u64) -> Option<String>,
         locate: &mut dyn FnMut(u32, u64) -> Option<String>,
+        module: &mut dyn FnMut(u32, u64) -> Option<PathBuf>,
     ) -> StacksView {
+        // A return address is named by its call (the byte before it).
+        let at = |i: usize, a: u64| if i == 0 { a } else { a.saturating_sub(1) };
         let mut names = |pid: u32, id: StackId| -> Vec<String> {
-            table
-                .frames(id)
-                .unwrap_or_default()
-                .iter()
-                .enumerate()
-                .map(|(i, &a)| {
-                    // A return address is named by its call (the byte before it).
-                    let at = if i == 0 { a } else { a.saturating_sub(1) };
-                    locate(pid, at).unwrap_or_else(|| format!("{a:#x}"))
-                })
+            let frames = table.frames(id).unwrap_or_default();
+            let named = frames.iter().enumerate();
+            named
+                .map(|(i, &a)| locate(pid, at(i, a)).unwrap_or_else(|| format!("{a:#x}")))
                 .collect()
         };
-        let rows: Vec<StackRowView> = table
-            .top(rows)
-            .into_iter()
-            .map(|(k, edge)| StackRowView {
-                pid: k.pid,
-                object: k.addr,
-                object_name: None,
-                waker_pid: k.waker_pid,
-                edge,
-                waiter: names(k.pid, k.waiter),
-                waker: names(k.waker_pid, k.waker),
-            })
-            .collect();
         // A word with no symbol (on the heap) is named by the code that waits on it
         // most.
         let mut heap: HashMap<(u32, u64), Option<String>> = HashMap::new();
-        let rows: Vec<StackRowView> = rows
+        let rows: Vec<StackRowView> = table
+            .top(rows)
             .into_iter()
-            .map(|mut r| {
-                r.object_name = name_of(r.pid, r.object).or_else(|| {
-                    heap.entry((r.pid, r.object))
-                        .or_insert_with(|| user_frame(&r.waiter).map(|f| format!("in {f}")))
+            .map(|(k, edge)| {
+                let waiter = names(k.pid, k.waiter);
+                let object_name = name_of(k.pid, k.addr).or_else(|| {
+                    heap.entry((k.pid, k.addr))
+                        .or_insert_with(|| {
+                            let frames = table.frames(k.waiter).unwrap_or_default();
+                            let modules: Vec<Option<PathBuf>> = frames
+                                .iter()
+                                .enumerate()
+                                .map(|(i, &a)| module(k.pid, at(i, a)))
+                                .collect();
+                            user_frame(&waiter, &modules).map(|f| format!("in {f}"))
+                        })
                         .clone()
                 });
-                r
+                StackRowView {
+                    pid: k.pid,
+                    object: k.addr,
+                    object_name,
+                    waker_pid: k.waker_pid,
+                    edge,
+                    waiter,
+                    waker: names(k.waker_pid, k.waker),
+                }
             })
             .collect();
         let (shown_waits, shown_ns) = rows.iter().fold((0u64, 0u64), |(w, t), r: &StackRowView| {
@@ -395,6 +410,17 @@ impl StacksView {
             other_waits: all_waits - shown_waits,
             other_wait_ns: all_ns.saturating_sub(shown_ns),
             counters: table.counters(),
+            unwound: 0,
+            unwind_ns: 0,
+        }
+    }
+
+    /// The view with how many stacks were unwound in how long (`(stacks, ns)`).
+    pub fn with_unwinding(self, (unwound, unwind_ns): (u64, u64)) -> Self {
+        Self {
+            unwound,
+            unwind_ns,
+            ..self
         }
     }
 
@@ -425,14 +451,20 @@ mod view_tests {
             1,
             Side::Frames(vec![400].into()),
         );
-        let view = StacksView::build(&t, 10, &mut |_, _| None, &mut |_, a| {
-            Some(match a {
-                100 => "__lll_lock_wait+0x2f (lowlevellock.c:49)".into(),
-                199 => "___pthread_mutex_lock+0x7f (pthread_mutex_lock.c:93)".into(),
-                299 => "cache_get+0x12 (cache.c:88)".into(),
-                _ => "unlock_path+0x4".into(),
-            })
-        });
+        let view = StacksView::build(
+            &t,
+            10,
+            &mut |_, _| None,
+            &mut |_, a| {
+                Some(match a {
+                    100 => "__lll_lock_wait+0x2f (lowlevellock.c:49)".into(),
+                    199 => "___pthread_mutex_lock+0x7f (pthread_mutex_lock.c:93)".into(),
+                    299 => "cache_get+0x12 (cache.c:88)".into(),
+                    _ => "unlock_path+0x4".into(),
+                })
+            },
+            &mut |_, _| None,
+        );
         assert_eq!(
             view.rows[0].object_name.as_deref(),
             Some("in cache_get (cache.c:88)")
@@ -443,5 +475,27 @@ mod view_tests {
             view.heap_names().get(&(1, 0x10)).map(String::as_str),
             Some("in cache_get (cache.c:88)")
         );
+    }
+
+    #[test]
+    fn frames_in_a_system_library_or_without_a_symbol_are_never_the_users_code() {
+        let libc = Some(PathBuf::from("/usr/lib/x86_64-linux-gnu/libc.so.6"));
+        let exe = Some(PathBuf::from("/opt/app"));
+        let names = [
+            "fputs+0x7f (iofputs.c:35)".to_string(),
+            "app+0x1380".into(),
+            "log_line+0x1 (a.c:3)".into(),
+        ];
+        assert_eq!(
+            user_frame(&names, &[libc.clone(), exe.clone(), exe.clone()]).as_deref(),
+            Some("log_line (a.c:3)")
+        );
+        assert_eq!(user_frame(&names[..2], &[libc, exe]), None);
+        // Without module knowledge, the C library's known layers are still passed over.
+        let names = [
+            "_IO_fputs+0x7f (iofputs.c:35)".to_string(),
+            "main+0x9".into(),
+        ];
+        assert_eq!(user_frame(&names, &[]).as_deref(), Some("main"));
     }
 }

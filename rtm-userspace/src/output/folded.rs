@@ -28,18 +28,18 @@ pub fn render(view: &StacksView) -> String {
             .unwrap_or_else(|| format!("{:#x}", r.object));
         let mut line = vec![node(&word)];
         if r.waiter.is_empty() {
-            line.push("[waiter stack not known]".into());
+            line.push("[waiter_stack_not_known]".into());
         }
         line.extend(r.waiter.iter().rev().map(|f| node(f)));
         line.push("--".into());
         line.extend(r.waker.iter().map(|f| node(f)));
         if r.waker.is_empty() {
-            line.push("[waker stack not known]".into());
+            line.push("[waker_stack_not_known]".into());
         }
         out.push_str(&format!("{} {}\n", line.join(";"), r.edge.wait_ns));
     }
     if view.other_wait_ns > 0 {
-        out.push_str(&format!("[other stacks] {}\n", view.other_wait_ns));
+        out.push_str(&format!("[other_stacks] {}\n", view.other_wait_ns));
     }
     out
 }
@@ -110,7 +110,7 @@ mod tests {
         };
         assert_eq!(
             render(&view),
-            "chain_lock;main;lock_c;__lll_lock_wait;--;__lll_lock_wake;unlock_c 500\n[other stacks] 70\n"
+            "chain_lock;main;lock_c;__lll_lock_wait;--;__lll_lock_wake;unlock_c 500\n[other_stacks] 70\n"
         );
     }
 }

@@ -40,7 +40,12 @@ pub struct ObjectNamer {
     stripped: HashSet<(String, u64)>,
     /// Those of them in which a name was wanted, each with what to tell the user (once).
     missing: std::collections::BTreeMap<PathBuf, String>,
+    /// Files held open (see [`ObjectNamer::prepare`]), by (device, inode).
+    kept: HashMap<(String, u64), Rc<std::fs::File>>,
 }
+
+/// Most files held open by [`ObjectNamer::prepare`].
+const MAX_KEPT: usize = 512;
 
 /// A mount namespace ("mnt:[N]") and the (device, inode) of its / and /usr/lib/debug.
 type RootKey = (PathBuf, (u64, u64), (u64, u64));
@@ -55,7 +60,9 @@ pub struct Located {
     pub file: MappedFile,
     /// The address's virtual address in that file.
     pub vaddr: u64,
-    /// The file's separate debug file, open, when it is stripped and one was found.
+    /// A file to read its symbols from, open: its separate debug file when it is
+    /// stripped and one was found, else the file itself when held open
+    /// ([`ObjectNamer::prepare`]).
     pub debug: Option<Rc<std::fs::File>>,
     /// The file is stripped and no debug file was found.
     pub stripped: bool,
@@ -302,15 +309,39 @@ impl ObjectNamer {
     /// the address's virtual address inside that file, from the remembered maps.
     pub fn locate(&mut self, pid: u32, addr: u64) -> Option<Located> {
         let (module, _, vaddr) = self.resolve(pid, addr, true)?;
+        let key = (module.dev.clone(), module.inode);
+        let stripped = self.stripped.contains(&key);
         Some(Located {
-            stripped: self.stripped.contains(&(module.dev.clone(), module.inode)),
+            stripped,
             debug: self
                 .debug_files
-                .get(&(module.dev.clone(), module.inode))
+                .get(&key)
+                .or_else(|| self.kept.get(&key).filter(|_| !stripped))
                 .cloned(),
             file: module.mapped_file(pid),
             vaddr,
         })
+    }
+
+    /// Reads the symbols of the file `m` of `pid` and holds the file open, while the
+    /// process is alive: its code and variables can then be named after it exits, even
+    /// when its file is reachable only through its mappings (another mount namespace, a
+    /// file deleted or replaced since).
+    pub fn prepare(&mut self, pid: u32, m: &Module) {
+        let _ = self.symbols(pid, m);
+        let key = (m.dev.clone(), m.inode);
+        if self.kept.len() >= MAX_KEPT || self.kept.contains_key(&key) {
+            return;
+        }
+        match m
+            .mapped_file(pid)
+            .open(crate::target::files::MAX_OBJECT_BYTES)
+        {
+            Ok((f, _)) => {
+                self.kept.insert(key, Rc::new(f));
+            }
+            Err(e) => log::debug!("{}: {e}", m.path.display()),
+        }
     }
 
     /// A name was wanted in `path`, a stripped file without debug symbols: the user is

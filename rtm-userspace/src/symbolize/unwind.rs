@@ -16,7 +16,7 @@ use framehop::{
 use object::{Object as _, ObjectSection as _, ObjectSegment as _};
 
 use super::ObjectNamer;
-use crate::target::Module;
+use crate::target::{Module, files::MAX_OBJECT_BYTES};
 
 /// Section bytes shared by every process that maps the file.
 type Bytes = Arc<[u8]>;
@@ -38,8 +38,11 @@ struct FileUnwind {
 }
 
 impl FileUnwind {
-    fn parse(bytes: &[u8]) -> Option<Self> {
-        let file = object::File::parse(bytes).ok()?;
+    /// Reads the unwind sections of `file` (only those: a program with gigabytes of
+    /// debug information is not read whole).
+    fn read(file: std::fs::File) -> Option<Self> {
+        let cache = object::read::ReadCache::new(file);
+        let file = object::File::parse(&cache).ok()?;
         let section = |name: &str| {
             let s = file.section_by_name(name)?;
             let data = s.data().ok()?;
@@ -119,7 +122,7 @@ impl StackUnwinder {
     /// Whether `ip` of `pid` lies in a file whose unwind information is at hand, from
     /// the mappings `namer` knows (no /proc read): the process's unwinder is rebuilt
     /// when `namer` knows more files than it was built with.
-    pub fn covers(&mut self, namer: &ObjectNamer, pid: u32, ip: u64) -> bool {
+    pub fn covers(&mut self, namer: &mut ObjectNamer, pid: u32, ip: u64) -> bool {
         let known = namer.module_count(pid);
         if known == 0 {
             return false;
@@ -141,8 +144,8 @@ impl StackUnwinder {
         if self.files.len() >= MAX_FILES {
             return None;
         }
-        let parsed = match m.mapped_file(pid).read() {
-            Ok((bytes, _)) => FileUnwind::parse(&bytes).map(Arc::new),
+        let parsed = match m.mapped_file(pid).open(MAX_OBJECT_BYTES) {
+            Ok((file, _)) => FileUnwind::read(file).map(Arc::new),
             Err(e) => {
                 log::debug!("unwind info of {}: {e}", m.path.display());
                 None
@@ -152,7 +155,7 @@ impl StackUnwinder {
         parsed
     }
 
-    fn build(&mut self, namer: &ObjectNamer, pid: u32) -> Space {
+    fn build(&mut self, namer: &mut ObjectNamer, pid: u32) -> Space {
         let mut unwinder = UnwinderX86_64::new();
         let mut ranges = Vec::new();
         let modules = namer.modules(pid);
@@ -164,6 +167,8 @@ impl StackUnwinder {
             let Some(f) = self.file(pid, &m) else {
                 continue;
             };
+            // Its names are read now, while the process is alive.
+            namer.prepare(pid, &m);
             let bias = base.wrapping_sub(f.image_base);
             let name = m.path.display().to_string();
             unwinder.add_module(f.module(name, m.start..m.end, bias));
@@ -178,7 +183,7 @@ impl StackUnwinder {
 
     /// The return addresses of a capture of `pid`, innermost first (the first is the
     /// instruction pointer); empty when not even that is in a known module.
-    pub fn unwind(&mut self, namer: &ObjectNamer, pid: u32, c: &Capture) -> Vec<u64> {
+    pub fn unwind(&mut self, namer: &mut ObjectNamer, pid: u32, c: &Capture) -> Vec<u64> {
         if !self.covers(namer, pid, c.ip) {
             return Vec::new();
         }
@@ -261,7 +266,7 @@ mod tests {
         namer.remember(std::process::id());
         let mut u = StackUnwinder::default();
         let frames = u.unwind(
-            &namer,
+            &mut namer,
             std::process::id(),
             &Capture {
                 ip,
@@ -295,10 +300,10 @@ mod tests {
 
     #[test]
     fn a_process_without_known_mappings_yields_no_frames() {
-        let namer = ObjectNamer::default();
+        let mut namer = ObjectNamer::default();
         let mut u = StackUnwinder::default();
         let frames = u.unwind(
-            &namer,
+            &mut namer,
             1,
             &Capture {
                 ip: 0x1000,

@@ -11,3 +11,19 @@ pub mod mapped;
 pub mod process;
 
 pub use process::{Module, ProcessError};
+
+/// Whether `path` names a system library a program's waits pass through: the C library,
+/// its threads library, the dynamic loader, the C++ and GCC runtimes.
+pub fn is_system_library(path: &std::path::Path) -> bool {
+    let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
+    [
+        "libc.so",
+        "libc-",
+        "libpthread",
+        "ld-linux",
+        "libstdc++",
+        "libgcc_s",
+    ]
+    .iter()
+    .any(|p| name.starts_with(p))
+}

@@ -33,7 +33,7 @@ use crate::{
 pub(super) struct Settings {
     pub mode: Mode,
     pub ring_bytes: u32,
-    /// Bytes of each stack copied at a contended wake (0: none).
+    /// Bytes of each stack copied at the wake that ends a sleeping futex wait (0: none).
     pub stack_bytes: u32,
     pub probe_all: bool,
     pub probe_mpi: bool,
@@ -48,11 +48,7 @@ impl Settings {
         Self {
             mode: c.mode,
             ring_bytes: c.limits.ring_bytes,
-            stack_bytes: if c.stacks.enabled && c.mode == Mode::Contention {
-                c.stacks.bytes
-            } else {
-                0
-            },
+            stack_bytes: if c.stacks.enabled { c.stacks.bytes } else { 0 },
             probe_all: c.probe_all,
             probe_mpi: c.probe_mpi(),
             hint_mpi: c.mode == Mode::Contention && c.mpi.is_none(),

@@ -229,7 +229,7 @@ fn a_woken_futex_wait_is_a_sleep_a_runnable_slice_and_an_arrow_from_the_waker() 
     );
 }
 
-fn sync(op: SyncOp, primitive: Primitive, ts: u64, flags: u32, aux: u64) -> Event {
+fn sync(op: SyncOp, primitive: Primitive, ts: u64, flags: u32, aux: u64) -> Event<'static> {
     let raw = SyncEvent {
         header: header(EventKind::Sync, ts, 7),
         object: 0x2000,
@@ -239,7 +239,7 @@ fn sync(op: SyncOp, primitive: Primitive, ts: u64, flags: u32, aux: u64) -> Even
         flags,
         ..SyncEvent::default()
     };
-    decode(encode(&raw)).unwrap()
+    decode(encode(&raw)).unwrap().to_static()
 }
 
 #[test]

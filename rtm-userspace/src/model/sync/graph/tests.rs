@@ -9,7 +9,15 @@ mod forget;
 const M1: u64 = 0x1000;
 const M2: u64 = 0x2000;
 
-fn ev(tid: u32, ts: u64, op: SyncOp, obj: u64, wait: u64, ret: i32, contended: bool) -> Event {
+fn ev(
+    tid: u32,
+    ts: u64,
+    op: SyncOp,
+    obj: u64,
+    wait: u64,
+    ret: i32,
+    contended: bool,
+) -> Event<'static> {
     let flags = if contended { SYNC_FLAG_CONTENDED } else { 0 };
     evp(Primitive::Mutex, tid, ts, op, obj, wait, ret, flags, 0, 0)
 }
@@ -26,7 +34,7 @@ fn evp(
     flags: u32,
     aux: u64,
     extra: u32,
-) -> Event {
+) -> Event<'static> {
     let raw = SyncEvent {
         header: EventHeader {
             kind: EventKind::Sync as u32,
@@ -46,7 +54,7 @@ fn evp(
         extra,
         repeats: 0,
     };
-    decode(encode(&raw)).expect("valid event")
+    decode(encode(&raw)).expect("valid event").to_static()
 }
 
 fn edge(g: &SyncGraph, tid: u32, obj: u64) -> &EdgeStats {
@@ -360,7 +368,7 @@ fn spawns_build_the_thread_tree_and_report_new_processes() {
             clone_flags: flags,
             comm,
         };
-        decode(encode(&raw)).unwrap()
+        decode(encode(&raw)).unwrap().to_static()
     };
     g.apply(&task(
         100,

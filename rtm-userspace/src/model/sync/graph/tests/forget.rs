@@ -8,7 +8,7 @@ use super::*;
 #[test]
 fn process_totals_and_forgetting_a_process() {
     let mut g = SyncGraph::new(Limits::default(), true);
-    let in_pid = |pid: u32, mut e: Event| {
+    let in_pid = |pid: u32, mut e: Event<'static>| -> Event<'static> {
         if let Event::Sync(s) = &mut e {
             s.raw.header.pid = pid;
         }

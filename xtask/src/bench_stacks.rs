@@ -1,0 +1,166 @@
+//! `cargo xtask bench stacks`: what the call stacks of contention mode cost. Side by
+//! side in one run, interleaved: the contended lock pairs of the probes benchmark
+//! untraced, in contention mode without stacks, with the default 4 KiB stacks, and
+//! with 16 KiB stacks (each round's ratios to that round's untraced run and to its run
+//! without stacks); the eBPF run time of the wake program with and without a capture;
+//! the bytes a capture adds to the ring; and how fast userspace unwinds them.
+
+use std::{path::Path, process::Command};
+
+use anyhow::{Context, Result};
+
+use crate::measure::{Plan, Spread, figure, host, run_ok, workload};
+
+/// The contended workloads of the probes benchmark (`bench_lock THREADS PAIRS NS`).
+const WORKLOADS: [(&str, [&str; 3]); 2] = [
+    (
+        "contended (2 threads, 200 ns in and out of the lock)",
+        ["2", "2000000", "200"],
+    ),
+    (
+        "contended (2 threads, 2 us in and out of the lock)",
+        ["2", "400000", "2000"],
+    ),
+];
+
+/// The configurations: a label and rtm-trace's options (None: untraced).
+const CONFIGS: [(&str, Option<&[&str]>); 4] = [
+    ("no tracing", None),
+    ("contention mode --no-stacks", Some(&["--no-stacks"])),
+    ("contention mode (stacks, 4 KiB: the default)", Some(&[])),
+    (
+        "contention mode --stack-bytes 16384",
+        Some(&["--stack-bytes", "16384"]),
+    ),
+];
+
+fn json(path: &Path) -> Result<serde_json::Value> {
+    let text = std::fs::read_to_string(path).with_context(|| format!("{}", path.display()))?;
+    Ok(serde_json::from_str(&text)?)
+}
+
+fn ns_per_pair(rtm: &Path, bin: &Path, options: Option<&[&str]>, args: &[&str]) -> Result<f64> {
+    let mut cmd = match options {
+        None => Command::new(bin),
+        Some(o) => {
+            let mut c = Command::new(rtm);
+            c.args(["-o", "/dev/null"]).args(o).arg("--").arg(bin);
+            c
+        }
+    };
+    let r = run_ok(cmd.args(args), "bench_lock")?;
+    figure(&String::from_utf8_lossy(&r.out.stdout), "ns_per_pair")
+}
+
+/// The stacks benchmark.
+pub fn stacks(root: &Path, dir: &Path, plan: Plan) -> Result<()> {
+    let bin = workload(root, dir, "bench_lock")?;
+    let rtm = root.join("target/release/rtm-trace");
+    println!(
+        "\n### Call stacks in contention mode on {} ({} rounds, interleaved; median [min-max])\n",
+        host(),
+        plan.rounds
+    );
+    for (name, args) in WORKLOADS {
+        let pairs = (args[1].parse::<u64>()? / plan.pick(1, 40)).to_string();
+        let args = [args[0], pairs.as_str(), args[2]];
+        let mut samples = vec![Vec::new(); CONFIGS.len()];
+        for _ in 0..plan.rounds {
+            for (i, (_, options)) in CONFIGS.iter().enumerate() {
+                samples[i].push(ns_per_pair(&rtm, &bin, *options, &args)?);
+            }
+        }
+        println!("#### {name} (`bench_lock {}`)\n", args.join(" "));
+        println!(
+            "| configuration | ns per pair | paired vs. no tracing | paired vs. --no-stacks |"
+        );
+        println!("|---|---|---|---|");
+        for (i, (label, _)) in CONFIGS.iter().enumerate() {
+            let paired = |base: usize| {
+                let r: Vec<f64> = samples[i]
+                    .iter()
+                    .zip(&samples[base])
+                    .map(|(t, b)| t / b)
+                    .collect();
+                Spread::of(&r).show(2)
+            };
+            println!(
+                "| {label} | {} | {} | {} |",
+                Spread::of(&samples[i]).show(1),
+                paired(0),
+                if i >= 1 { paired(1) } else { "-".into() }
+            );
+        }
+        println!();
+    }
+    // The wake program with and without a capture, and what userspace made of them.
+    let pairs = plan.pick("200000", "5000");
+    let mut runs = Vec::new();
+    for (label, options) in [
+        ("--no-stacks", &["--no-stacks"][..]),
+        ("stacks 4 KiB", &[][..]),
+    ] {
+        let out = dir.join("stacks-bpf.json");
+        run_ok(
+            Command::new(&rtm)
+                .args(["--bpf-stats", "-o", "/dev/null", "--json"])
+                .arg(&out)
+                .args(options)
+                .arg("--")
+                .arg(&bin)
+                .args(["2", pairs, "200"]),
+            "bench_lock under rtm-trace --bpf-stats",
+        )?;
+        runs.push((label, json(&out)?));
+    }
+    let waking = |doc: &serde_json::Value| -> (f64, f64) {
+        doc["run"]["bpf"]["programs"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|p| p["name"] == "futex_waking")
+            .map(|p| {
+                (
+                    p["runs"].as_f64().unwrap_or(0.0),
+                    p["ns_per_run"].as_f64().unwrap_or(0.0),
+                )
+            })
+            .unwrap_or_default()
+    };
+    println!(
+        "#### The wake program (`rtm-trace --bpf-stats -- bench_lock 2 {pairs} 200`)\n\n\
+         | run | futex_waking runs | ns per run | captures | ring bytes per record read |"
+    );
+    println!("|---|---|---|---|---|");
+    for (label, doc) in &runs {
+        let (n, ns) = waking(doc);
+        let reader = &doc["run"]["reader"];
+        println!(
+            "| {label} | {n:.0} | {ns:.0} | {} | {:.0} |",
+            doc["sync_graph"]["stacks"]["counters"]["records"]
+                .as_u64()
+                .unwrap_or(0),
+            reader["bytes"].as_f64().unwrap_or(0.0) / reader["records"].as_f64().unwrap_or(1.0)
+        );
+    }
+    let ((n0, ns0), (n1, ns1)) = (waking(&runs[0].1), waking(&runs[1].1));
+    let captures = runs[1].1["sync_graph"]["stacks"]["counters"]["records"]
+        .as_f64()
+        .unwrap_or(0.0);
+    let s = &runs[1].1["sync_graph"]["stacks"];
+    let unwound = s["unwound"].as_f64().unwrap_or(0.0);
+    let unwind_ns = s["unwind_ns"].as_f64().unwrap_or(0.0);
+    println!(
+        "\nA capture adds {:.0} ns to the wake program's run ({:.0} ns per run with stacks on, \
+         {:.0} without; {n1:.0} and {n0:.0} runs) and 112 + 2 x 4096 = 8,304 bytes to the ring. \
+         Userspace unwound {unwound:.0} stacks in {:.1} ms: {:.0} ns each, {:.0} stacks/s on \
+         one core.\n",
+        (ns1 * n1 - ns0 * n1) / captures.max(1.0),
+        ns1,
+        ns0,
+        unwind_ns / 1e6,
+        unwind_ns / unwound.max(1.0),
+        unwound / (unwind_ns / 1e9).max(1e-9),
+    );
+    Ok(())
+}
