@@ -6,13 +6,16 @@
 
 use std::{process::Command, time::Duration};
 
-use rtm_tests::{TempDir, Value, can_trace, rtm_bin, run, workload};
+use rtm_tests::{
+    TempDir, Value, can_trace, decode_timeline, perfetto_python, rtm_bin, run, workload,
+};
 
 /// What a traced run of `stack_workload` left.
 struct Traced {
     json: Value,
     report: String,
     folded: String,
+    html: String,
     stdout: String,
 }
 
@@ -32,10 +35,11 @@ fn traced_command(
         return None;
     }
     let dir = TempDir::new("stacks");
-    let (json, report, folded) = (
+    let (json, report, folded, html) = (
         dir.join("t.json"),
         dir.join("report.txt"),
         dir.join("t.folded"),
+        dir.join("t.html"),
     );
     let out = run(
         Command::new(rtm_bin())
@@ -45,6 +49,8 @@ fn traced_command(
             .arg(&report)
             .arg("--folded")
             .arg(&folded)
+            .arg("--html")
+            .arg(&html)
             .args(options)
             .arg("--")
             .args(command)
@@ -57,6 +63,7 @@ fn traced_command(
         json: serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap(),
         report: std::fs::read_to_string(&report).unwrap(),
         folded: std::fs::read_to_string(&folded).unwrap_or_default(),
+        html: std::fs::read_to_string(&html).unwrap_or_default(),
         stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
     })
 }
@@ -166,6 +173,12 @@ fn check(t: &Traced) {
     assert!(t.report.contains("Where they waited and who let them go"));
     assert!(t.report.contains("lock_b+"), "{}", t.report);
     assert!(t.report.contains("in cache_get (stack_workload.c:"));
+    // The page has a tab of them, frames as text.
+    assert!(t.html.contains("data-tab=\"stacks\""), "no call stacks tab");
+    assert!(
+        t.html.contains("<li>lock_b+"),
+        "no lock_b frame in the page"
+    );
     let line = t
         .folded
         .lines()
@@ -316,4 +329,64 @@ fn a_program_in_another_mount_namespace_is_named_through_its_mappings() {
         &frames(row, "waker"),
         &["unlock_c", "unlock_b", "unlock_a", "worker"],
     );
+}
+
+#[test]
+fn the_timeline_has_each_woken_waits_stacks_at_its_wake() {
+    let test = "stacks on the timeline";
+    if !can_trace(test) {
+        return;
+    }
+    let Some(python) = perfetto_python(test) else {
+        return;
+    };
+    let dir = TempDir::new("stacks-timeline");
+    let file = dir.join("t.pftrace");
+    let out = run(
+        Command::new(rtm_bin())
+            .arg("--timeline")
+            .arg(&file)
+            .args(["-o", "/dev/null", "--"])
+            .arg(workload("stack_workload"))
+            .args(["4", "400", "30"]),
+        Duration::from_secs(120),
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // Decoded with Perfetto's published schema.
+    let doc = decode_timeline(&python, &file);
+    let list = |k: &str| doc[k].as_array().unwrap().clone();
+    let woken: Vec<Value> = list("slices")
+        .into_iter()
+        .filter(|s| {
+            let name = s["name"].as_str().unwrap_or("");
+            name.starts_with("wait ")
+                && !name.starts_with("wait exit")
+                && s["args"]["waker tid"].is_i64()
+        })
+        .collect();
+    let stacks: Vec<Value> = list("instants")
+        .into_iter()
+        .filter(|i| i["name"] == "call stacks")
+        .collect();
+    assert!(!woken.is_empty());
+    // One instant per wait a thread woke, on the waiter's track where its sleep ended.
+    assert_eq!(stacks.len(), woken.len(), "instants vs woken waits");
+    for st in &stacks {
+        assert!(
+            woken
+                .iter()
+                .any(|w| w["track"] == st["track"] && w["end"] == st["ts"]),
+            "no wait ends at {st}"
+        );
+    }
+    let chain = stacks
+        .iter()
+        .find(|s| s["args"]["waited in"].as_str().unwrap().contains("lock_b+"))
+        .expect("a wait on chain_lock");
+    let woke_from = chain["args"]["woken from"].as_str().unwrap();
+    assert!(woke_from.contains("unlock_b+"), "{woke_from}");
 }

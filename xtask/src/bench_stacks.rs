@@ -11,8 +11,9 @@ use anyhow::{Context, Result};
 
 use crate::measure::{Plan, Spread, figure, host, run_ok, workload};
 
-/// The contended workloads of the probes benchmark (`bench_lock THREADS PAIRS NS`).
-const WORKLOADS: [(&str, [&str; 3]); 2] = [
+/// The contended workloads of the probes benchmark (`bench_lock THREADS PAIRS NS`), and
+/// one where far more lock attempts sleep (4 threads on 2 CPUs).
+const WORKLOADS: [(&str, [&str; 3]); 3] = [
     (
         "contended (2 threads, 200 ns in and out of the lock)",
         ["2", "2000000", "200"],
@@ -20,6 +21,10 @@ const WORKLOADS: [(&str, [&str; 3]); 2] = [
     (
         "contended (2 threads, 2 us in and out of the lock)",
         ["2", "400000", "2000"],
+    ),
+    (
+        "many sleeps (4 threads, 2 us in and out of the lock)",
+        ["4", "100000", "2000"],
     ),
 ];
 
@@ -93,8 +98,9 @@ pub fn stacks(root: &Path, dir: &Path, plan: Plan) -> Result<()> {
         }
         println!();
     }
-    // The wake program with and without a capture, and what userspace made of them.
-    let pairs = plan.pick("200000", "5000");
+    // The wake program with and without a capture, and what userspace made of them,
+    // where many waits sleep.
+    let pairs = plan.pick("100000", "5000");
     let mut runs = Vec::new();
     for (label, options) in [
         ("--no-stacks", &["--no-stacks"][..]),
@@ -108,7 +114,7 @@ pub fn stacks(root: &Path, dir: &Path, plan: Plan) -> Result<()> {
                 .args(options)
                 .arg("--")
                 .arg(&bin)
-                .args(["2", pairs, "200"]),
+                .args(["4", pairs, "2000"]),
             "bench_lock under rtm-trace --bpf-stats",
         )?;
         runs.push((label, json(&out)?));
@@ -128,7 +134,7 @@ pub fn stacks(root: &Path, dir: &Path, plan: Plan) -> Result<()> {
             .unwrap_or_default()
     };
     println!(
-        "#### The wake program (`rtm-trace --bpf-stats -- bench_lock 2 {pairs} 200`)\n\n\
+        "#### The wake program (`rtm-trace --bpf-stats -- bench_lock 4 {pairs} 2000`)\n\n\
          | run | futex_waking runs | ns per run | captures | ring bytes per record read |"
     );
     println!("|---|---|---|---|---|");

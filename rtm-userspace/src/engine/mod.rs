@@ -203,6 +203,26 @@ fn io_err(what: &'static str) -> impl FnOnce(io::Error) -> EngineError {
     }
 }
 
+/// The stacks unwound since the last call, to the sinks that want events.
+fn give_stacks(state: &mut State, sinks: &mut [SinkSlot]) {
+    state.take_unwound(&mut |u, waiter, waker| {
+        let h = &u.head;
+        let seen = crate::output::sink::WaitStacks {
+            pid: h.header.pid,
+            tid: h.header.tid,
+            uaddr: h.uaddr,
+            wake_ns: h.header.ts_ns,
+            waiter,
+            waker,
+        };
+        for s in sinks.iter_mut() {
+            if s.sink.wants_events() {
+                s.sink.stacks(&seen);
+            }
+        }
+    });
+}
+
 impl Engine {
     /// An engine for traces like `config`, reading `source` and writing `sinks` (in
     /// this order at the end). Nothing is traced until targets are added.
@@ -437,14 +457,19 @@ impl Engine {
         let state = &mut self.state;
         let n = if self.event_sinks {
             let sinks = &mut self.sinks;
-            self.source.drain(max, &mut |ev| {
+            state.keep_unwound = true;
+            let n = self.source.drain(max, &mut |ev| {
                 state.apply(ev);
                 for s in sinks.iter_mut() {
                     if s.sink.wants_events() {
                         s.sink.event(ev, &mut state.namer);
                     }
                 }
-            })
+                if matches!(ev, Event::Stacks(_)) {
+                    give_stacks(state, sinks);
+                }
+            });
+            n
         } else {
             self.source.drain(max, &mut |ev| state.apply(ev))
         };
@@ -455,6 +480,8 @@ impl Engine {
     /// Between batches: the answers of the naming worker, counters for new threads.
     fn after_batch(&mut self) {
         self.state.take_answers();
+        // Stacks that waited for their process's mappings.
+        give_stacks(&mut self.state, &mut self.sinks);
         let new = std::mem::take(&mut self.state.changes.new_threads);
         if let Some(s) = &mut self.sampler {
             for ThreadKey { pid, tid } in new {

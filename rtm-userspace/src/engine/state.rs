@@ -63,6 +63,17 @@ pub(super) struct State {
     deferred_stacks: VecDeque<(StacksHead, Vec<u8>, Vec<u8>)>,
     /// Stacks unwound and the time it took, ns.
     unwinding: (u64, u64),
+    /// Keep each record's unwound stacks for the sinks that want events
+    /// ([`State::take_unwound`]).
+    pub keep_unwound: bool,
+    unwound: Vec<Unwound>,
+}
+
+/// A stacks record's unwound frames, for the sinks.
+pub(super) struct Unwound {
+    pub head: StacksHead,
+    pub waiter: Vec<u64>,
+    pub waker: Vec<u64>,
 }
 
 /// Most stack records kept waiting for their process's mappings.
@@ -88,6 +99,8 @@ impl State {
             unwinder: StackUnwinder::default(),
             deferred_stacks: VecDeque::new(),
             unwinding: (0, 0),
+            keep_unwound: false,
+            unwound: Vec::new(),
         }
     }
 
@@ -181,8 +194,46 @@ impl State {
         };
         let w = side(pid, &head.waiter_regs, waiter);
         let k = side(head.waker_pid, &head.waker_regs, waker);
+        if self.keep_unwound {
+            let frames = |s: &Side| match s {
+                Side::Frames(f) => f.to_vec(),
+                _ => Vec::new(),
+            };
+            self.unwound.push(Unwound {
+                head: *head,
+                waiter: frames(&w),
+                waker: frames(&k),
+            });
+        }
         self.stacks
             .add(pid, head.uaddr, head.wait_ns, w, head.waker_pid, k);
+    }
+
+    /// The stacks unwound since the last call, their frames named (for the sinks).
+    pub(super) fn take_unwound(&mut self, out: &mut dyn FnMut(&Unwound, &[String], &[String])) {
+        let State {
+            unwound,
+            code,
+            namer,
+            ..
+        } = self;
+        for u in unwound.drain(..) {
+            let mut names = |pid: u32, frames: &[u64]| -> Vec<String> {
+                frames
+                    .iter()
+                    .enumerate()
+                    .map(|(i, &a)| {
+                        // A return address is named by its call.
+                        let at = if i == 0 { a } else { a.saturating_sub(1) };
+                        code.name(namer, pid, at)
+                            .unwrap_or_else(|| format!("{a:#x}"))
+                    })
+                    .collect()
+            };
+            let waiter = names(u.head.header.pid, &u.waiter);
+            let waker = names(u.head.waker_pid, &u.waker);
+            out(&u, &waiter, &waker);
+        }
     }
 
     /// The stack records kept for mappings, after the naming worker's answers: those

@@ -11,6 +11,22 @@ use rtm_common::decode::Event;
 use super::{RunInfo, dest::DestError};
 use crate::{model::Snapshot, symbolize::objects::ObjectNamer};
 
+/// The call stacks of a wait a thread woke, frames named, innermost first.
+pub struct WaitStacks<'a> {
+    /// The waiting thread.
+    pub pid: u32,
+    /// See `pid`.
+    pub tid: u32,
+    /// The futex word.
+    pub uaddr: u64,
+    /// When the wake came (CLOCK_MONOTONIC ns).
+    pub wake_ns: u64,
+    /// Where it waited (empty: not known).
+    pub waiter: &'a [String],
+    /// Where the wake came from (empty: not known).
+    pub waker: &'a [String],
+}
+
 /// One point of the trace at which sinks are shown the state.
 pub struct Moment<'a> {
     /// Time traced so far, ns.
@@ -35,6 +51,10 @@ pub trait Sink {
     /// it runs on the event path. `names` names objects from the mappings already
     /// known ([`ObjectNamer::name_known`]: no /proc read here).
     fn event(&mut self, _event: &Event, _names: &mut ObjectNamer) {}
+
+    /// The call stacks of a woken wait, unwound and named (only to sinks that want
+    /// events; it comes before or after the wait's own record).
+    fn stacks(&mut self, _stacks: &WaitStacks) {}
 
     /// Whether it wants a snapshot at each interval (the engine builds one only when a
     /// sink or a watcher of the summary wants it).

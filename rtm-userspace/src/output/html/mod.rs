@@ -6,6 +6,7 @@
 //! is summarized. Every string the target controls is escaped (markup here, `<` in the
 //! embedded data).
 
+mod stacks;
 mod svg;
 
 use std::{collections::BTreeMap, fmt::Write as _};
@@ -101,6 +102,9 @@ pub fn render(doc: &Doc) -> String {
         ("threads", "Threads"),
         ("graph", "Sync graph"),
     ];
+    if g.stacks.as_ref().is_some_and(|s| !s.rows.is_empty()) {
+        tabs.push(("stacks", "Call stacks"));
+    }
     if doc.task_graph.is_some() {
         tabs.push(("mpi", "MPI"));
     }
@@ -171,6 +175,9 @@ pub fn render(doc: &Doc) -> String {
         threads.len()
     );
     graph(&mut p, doc);
+    if let Some(st) = g.stacks.as_ref().filter(|s| !s.rows.is_empty()) {
+        stacks::section(&mut p, st);
+    }
     if doc.task_graph.is_some() {
         mpi(&mut p, doc);
     }
@@ -543,7 +550,8 @@ mod tests {
             br#"{"format":"rtm-trace","version":1,"tool_version":"t","run":{"mode":"full","host":"h<b>","targets":[{"pid":5,"comm":"</script><script>alert(1)</script>"}]},
                 "sync_graph":{"objects":[{"pid":5,"kind":"mutex","addr":"0x10","name":"<img src=x onerror=alert(2)>","acquisitions":3,"wait":{"count":1,"total_ns":7}}],
                 "threads":[{"pid":5,"tid":6,"name":"\u001b[31m<i>"}],
-                "edges":[{"pid":5,"tid":6,"object":"0x10","wait":{"total_ns":7}}]}}"#,
+                "edges":[{"pid":5,"tid":6,"object":"0x10","wait":{"total_ns":7}}],
+                "stacks":{"rows":[{"pid":5,"object":"0x10","object_name":"<svg onload=x>","waits":2,"wait_ns":9,"max_ns":5,"waiter":["<b>f</b>+0x1 (a.c:1)"],"waker":["\u001b[2Jg+0x2"]}],"rows_total":3,"other_waits":4,"other_wait_ns":8}}}"#,
             "t.json",
         )
         .unwrap();
@@ -551,6 +559,16 @@ mod tests {
         assert!(!page.contains("<img"), "markup from the target");
         assert!(!page.contains("<script>alert"), "a script from the target");
         assert!(!page.contains("<i>"));
+        assert!(!page.contains("<svg onload") && !page.contains("<b>f"));
+        assert!(page.contains("data-tab=\"stacks\""), "the call stacks tab");
+        assert!(
+            page.contains("<li>&lt;b&gt;f&lt;/b&gt;+0x1 (a.c:1)</li>"),
+            "a frame as text"
+        );
+        assert!(
+            page.contains("4 more waits"),
+            "the rows not listed are said"
+        );
         assert!(!page.contains('\x1b'));
         assert_eq!(
             page.matches("<script").count(),

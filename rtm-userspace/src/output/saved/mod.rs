@@ -205,6 +205,36 @@ pub struct SyncGraph {
     pub edges: Vec<Edge>,
     #[serde(deserialize_with = "nullable")]
     pub waits_for: Vec<WaitsFor>,
+    /// Contended waits by call stack, when any were captured.
+    pub stacks: Option<Stacks>,
+}
+
+/// Contended waits by call stack (`sync_graph.stacks`).
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default)]
+pub struct Stacks {
+    #[serde(deserialize_with = "nullable")]
+    pub rows: Vec<StackRow>,
+    pub rows_total: u64,
+    pub other_waits: u64,
+    pub other_wait_ns: u64,
+}
+
+/// One (word, waiter stack, waker stack) row.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default)]
+pub struct StackRow {
+    pub pid: u32,
+    #[serde(deserialize_with = "nullable")]
+    pub object: String,
+    pub object_name: Option<String>,
+    pub waits: u64,
+    pub wait_ns: u64,
+    pub max_ns: u64,
+    #[serde(deserialize_with = "nullable")]
+    pub waiter: Vec<String>,
+    #[serde(deserialize_with = "nullable")]
+    pub waker: Vec<String>,
 }
 
 /// A traced process.

@@ -73,6 +73,29 @@ impl Ctx<'_> {
 
     /// A futex wait: the sleep, then the time runnable after the wake, and the wake on
     /// the waker with an arrow to the woken thread.
+    /// A woken wait's call stacks: an instant on the waiter's track at the wake, with
+    /// where it waited and where the wake came from. (Its own record, which may be
+    /// read before or after this one, draws the wait.)
+    pub fn stacks(&mut self, st: &crate::output::sink::WaitStacks) {
+        let track = self.track(st.pid, st.tid, Lane::Main);
+        let name = self.fixed("call stacks");
+        let (waited_in, woken_from) = (st.waiter.join("\n"), st.waker.join("\n"));
+        track_event(
+            self.w,
+            st.wake_ns,
+            track,
+            &Ev {
+                ty: INSTANT,
+                name: Some((&name).into()),
+                args: &[
+                    ("waited in", Arg::Str(&waited_in)),
+                    ("woken from", Arg::Str(&woken_from)),
+                ],
+                ..Ev::default()
+            },
+        );
+    }
+
     fn futex_wait(&mut self, s: &SyncRecord, object: Obj) {
         let h = &s.raw.header;
         let end = h.ts_ns;

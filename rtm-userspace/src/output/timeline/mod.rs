@@ -294,6 +294,15 @@ impl Sink for Timeline {
         self.flush_packets();
     }
 
+    fn stacks(&mut self, st: &crate::output::sink::WaitStacks) {
+        if self.closed() {
+            self.dropped += 1;
+            return;
+        }
+        self.ctx().stacks(st);
+        self.flush_packets();
+    }
+
     fn wants_intervals(&self) -> bool {
         true
     }
