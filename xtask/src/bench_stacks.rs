@@ -135,18 +135,21 @@ pub fn stacks(root: &Path, dir: &Path, plan: Plan) -> Result<()> {
     };
     println!(
         "#### The wake program (`rtm-trace --bpf-stats -- bench_lock 4 {pairs} 2000`)\n\n\
-         | run | futex_waking runs | ns per run | captures | ring bytes per record read |"
+         | run | futex_waking runs | ns per run | captures | ring bytes per record read | records lost |"
     );
-    println!("|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|");
     for (label, doc) in &runs {
         let (n, ns) = waking(doc);
         let reader = &doc["run"]["reader"];
+        let losses = &doc["run"]["losses"];
         println!(
-            "| {label} | {n:.0} | {ns:.0} | {} | {:.0} |",
+            "| {label} | {n:.0} | {ns:.0} | {} | {:.0} | {} |",
             doc["sync_graph"]["stacks"]["counters"]["records"]
                 .as_u64()
                 .unwrap_or(0),
-            reader["bytes"].as_f64().unwrap_or(0.0) / reader["records"].as_f64().unwrap_or(1.0)
+            reader["bytes"].as_f64().unwrap_or(0.0) / reader["records"].as_f64().unwrap_or(1.0),
+            losses["ring_full"].as_u64().unwrap_or(0)
+                + losses["pending_full"].as_u64().unwrap_or(0)
         );
     }
     let ((n0, ns0), (n1, ns1)) = (waking(&runs[0].1), waking(&runs[1].1));

@@ -72,7 +72,8 @@ pub(super) fn render(out: &mut String, s: &Snapshot) {
     };
     let _ = writeln!(
         out,
-        "\nWhere they waited and who let them go (call stacks of {} woken waits; top {WORDS} words)",
+        "\nWhere they waited and who let them go (call stacks of {} woken waits; top {WORDS} words; \
+         time asleep until the wake: the tables above add the time runnable after it)",
         count(v.counters.records)
     );
     missing(out, &v.counters);
@@ -85,7 +86,7 @@ pub(super) fn render(out: &mut String, s: &Snapshot) {
             .unwrap_or_else(|| format!("{:#x}", word.1));
         let _ = writeln!(
             out,
-            "  futex {} (PID {}): {} waits, {} waited",
+            "  futex {} (PID {}): {} waits, {} asleep",
             Shown(&name),
             word.0,
             count(waits),
@@ -94,7 +95,7 @@ pub(super) fn render(out: &mut String, s: &Snapshot) {
         for r in rows.iter().take(PAIRS) {
             let _ = writeln!(
                 out,
-                "    {} waits, {} waited, avg {}:",
+                "    {} waits, {} asleep, avg {}:",
                 count(r.edge.waits),
                 ns(r.edge.wait_ns),
                 mean_ns(Some(r.edge.wait_ns as f64 / r.edge.waits.max(1) as f64))
