@@ -93,8 +93,10 @@ fn load(cli: &AgentCli) -> Result<(TraceConfig, Selector), String> {
             "duration and targets are for the one-shot command: the agent runs until stopped and takes its targets from [agent] select rules".into(),
         );
     }
-    // The agent exports no counters, and samples at its update interval.
+    // The agent exports no counters and no call stacks (a copy of two stacks at every
+    // woken wait, for nothing), and samples at its update interval.
     config.counters = CounterList(Vec::new());
+    config.stacks.enabled = false;
     config.interval = Some(Duration::from_secs_f64(a.update_interval));
     Ok((config, selector))
 }
