@@ -12,7 +12,7 @@ use crate::{
         SyncOp,
     },
     mpi::{MpiEvent, MpiImpl, MpiOp},
-    stack::StacksHead,
+    stack::{STACK_SIDE_WAITER, STACK_SIDE_WAKER, StacksHead},
 };
 
 /// A decoded record; `'a` is the record's bytes (a stacks record borrows its copies).
@@ -198,12 +198,26 @@ pub fn decode(bytes: &[u8]) -> Result<Event<'_>, DecodeError> {
         Some(EventKind::Stacks) => {
             let head: StacksHead = read(bytes)?;
             let body = &bytes[size_of::<StacksHead>()..];
-            let n = body.len() / 2;
-            let copy = |at: usize, len: u32| &body[at..at + (len as usize).min(n)];
+            let (has_waiter, has_waker) = (
+                head.sides & STACK_SIDE_WAITER != 0,
+                head.sides & STACK_SIDE_WAKER != 0,
+            );
+            let n = body.len() / (usize::from(has_waiter) + usize::from(has_waker)).max(1);
+            let copy = |on: bool, at: usize, len: u32| {
+                if on {
+                    &body[at..at + (len as usize).min(n)]
+                } else {
+                    &[][..]
+                }
+            };
             Ok(Event::Stacks(StacksRecord {
                 head,
-                waiter: copy(0, head.waiter_regs.len),
-                waker: copy(n, head.waker_regs.len),
+                waiter: copy(has_waiter, 0, head.waiter_regs.len),
+                waker: copy(
+                    has_waker,
+                    if has_waiter { n } else { 0 },
+                    head.waker_regs.len,
+                ),
             }))
         }
         None => Err(DecodeError::UnknownKind(header.kind)),
@@ -309,15 +323,22 @@ mod tests {
             waker: [2; 16],
         };
         ev.head.header.kind = EventKind::Stacks as u32;
+        ev.head.sides = STACK_SIDE_WAITER | STACK_SIDE_WAKER;
         ev.head.waiter_regs.len = 8;
         ev.head.waker_regs.len = 4096;
         let Event::Stacks(s) = decode(encode(&ev)).unwrap() else {
             panic!("not a stacks record")
         };
         assert_eq!((s.waiter, s.waker), (&[1u8; 8][..], &[2u8; 16][..]));
+        // A record with one side has one copy.
+        ev.head.sides = STACK_SIDE_WAKER;
+        let Event::Stacks(s) = decode(&encode(&ev)[..128 + 16]).unwrap() else {
+            panic!("not a stacks record")
+        };
+        assert_eq!((s.waiter, s.waker), (&[][..], &[1u8; 16][..]));
         assert!(matches!(
             decode(&encode(&ev)[..100]),
-            Err(DecodeError::Short { need: 112, .. })
+            Err(DecodeError::Short { need: 128, .. })
         ));
     }
 

@@ -378,6 +378,11 @@ pub struct PendingFutex {
     pub unslept: u32,
 }
 const _: () = assert!(size_of::<PendingFutex>() == 48);
+// `flags` and `unslept` are exchanged together, as one aligned 8-byte word.
+const _: () = assert!(core::mem::offset_of!(PendingFutex, flags) % 8 == 0);
+const _: () = assert!(
+    core::mem::offset_of!(PendingFutex, unslept) == core::mem::offset_of!(PendingFutex, flags) + 4
+);
 
 impl PendingFutex {
     /// The `aux` of the wait's record: the op in the low 32 bits, the value expected in
@@ -411,6 +416,10 @@ pub const WAIT_IN_PROGRESS: i32 = -115;
 /// [`PendingFutex::flags`]: the wait has a timeout (a wake from no thread ends it as
 /// timed out).
 pub const PENDING_TIMED: u32 = 1;
+/// [`PendingFutex::flags`] bit: the waiter's call stack of this wait was taken (at its
+/// sleep, or at its wake when it had not left its CPU yet); set by whoever takes it,
+/// atomically, so it is taken once.
+pub const PENDING_STACKED: u32 = 2;
 
 /// `ret` of a futex wait that a futex wake did not end and whose deadline had not come
 /// (-EINTR): a signal, or the kernel (contention mode, where waits end at their wake).

@@ -27,35 +27,50 @@ const _: () = assert!(size_of::<StackRegs>() == 32);
 /// [`StackRegs::missing`]: it was copied.
 pub const STACK_PRESENT: u32 = 0;
 /// [`StackRegs::missing`]: the waiter's memory is another process's than the waker's,
-/// which the wake's context cannot read.
+/// which the wake's context cannot read (and it was not taken at its sleep).
 pub const STACK_MISSING_OTHER_PROCESS: u32 = 1;
 /// [`StackRegs::missing`]: no size of copy could be read (pages not resident).
 pub const STACK_MISSING_UNREADABLE: u32 = 2;
 
-/// The fixed part of a stacks record (kind [`crate::EventKind::Stacks`]); the waiter's
-/// bytes and then the waker's follow, `N` bytes each, where `N` is
-/// `(record length - size_of::<StacksHead>()) / 2`.
+/// [`StacksHead::sides`] bit: the record has the waiter's stack.
+pub const STACK_SIDE_WAITER: u32 = 1;
+/// [`StacksHead::sides`] bit: the record has the waker's stack.
+pub const STACK_SIDE_WAKER: u32 = 2;
+
+/// The fixed part of a stacks record (kind [`crate::EventKind::Stacks`]), followed by
+/// one copy of `N` bytes for each side it has (the waiter's first), where `N` is the
+/// body's length over the sides. A wait's waiter stack is taken when it goes to sleep
+/// (a record with the waiter's side only), and the waker's at the wake that ends it (a
+/// record with the waker's side, and the waiter's too when the waiter had not left its
+/// CPU yet): `(header.pid, header.tid, start_ns)` joins them.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct StacksHead {
-    /// Common header: the waiting thread; `ts_ns` is the wake.
+    /// Common header: the waiting thread; `ts_ns` is when the record was made (the
+    /// sleep, or the wake).
     pub header: EventHeader,
     /// The futex word waited on.
     pub uaddr: u64,
-    /// Nanoseconds from the start of the wait to the wake.
+    /// When the wait started (its futex call's entry): the wait's identity.
+    pub start_ns: u64,
+    /// A wake's record: nanoseconds from the start of the wait to the wake; 0 otherwise.
     pub wait_ns: u64,
-    /// The waking thread's process.
+    /// The waking thread's process (0 in a sleep's record).
     pub waker_pid: u32,
-    /// The waking thread.
+    /// The waking thread (0 in a sleep's record).
     pub waker: u32,
+    /// `STACK_SIDE_*` bits: which copies follow.
+    pub sides: u32,
+    /// Pads the head to 128 bytes.
+    pub pad: u32,
     /// The waiter's registers and copy.
     pub waiter_regs: StackRegs,
     /// The waker's registers and copy.
     pub waker_regs: StackRegs,
 }
-const _: () = assert!(size_of::<StacksHead>() == 112);
+const _: () = assert!(size_of::<StacksHead>() == 128);
 
-/// A stacks record with `N` bytes of each stack, as the kernel writes it.
+/// A stacks record with both sides, `N` bytes of each stack, as the kernel writes it.
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct StacksEvent<const N: usize> {

@@ -1,8 +1,11 @@
-//! The user stacks of a contended futex wait, copied at its wake (contention mode): the
-//! waker's, in its own context, and the waiter's, asleep in the same process (threads
-//! share their memory, and a sleeping thread's stack does not change). Only waits that
-//! slept and were woken pay for it: the uncontended path and waits that returned
-//! without sleeping never come here. Userspace unwinds the copies.
+//! The user stacks of contended futex waits. The waiter's is taken when it goes to
+//! sleep (sched_switch, in its own context), and the waker's at the wake that ends the
+//! wait (sched_waking, in the waker's context); when the waiter had not left its CPU
+//! yet, the wake takes the waiter's too (threads of one process share their memory, and
+//! a sleeping thread's stack does not change). A flag in the wait's entry, set
+//! atomically, makes sure the waiter's is taken once. Only waits that sleep pay for it:
+//! the uncontended path and waits that returned without sleeping never come here.
+//! Userspace joins the two records of a wait and unwinds the copies.
 
 use aya_ebpf::{
     helpers::{
@@ -11,14 +14,24 @@ use aya_ebpf::{
     },
     maps::{RingBuf, ring_buf::RingBufBytes},
 };
+use core::intrinsics::AtomicOrdering;
+
 use rtm_common::{
-    EventHeader, LossCounter, STACK_MISSING_OTHER_PROCESS, STACK_MISSING_UNREADABLE, StackRegs,
-    StacksHead,
+    EventKind, FUTEX_CMD_MASK, LossCounter, PENDING_STACKED, PendingFutex,
+    STACK_MISSING_OTHER_PROCESS, STACK_MISSING_UNREADABLE, STACK_SIDE_WAITER, STACK_SIDE_WAKER,
+    StackRegs, StacksHead, futex_cmd_waits,
 };
 
 use crate::{
-    emit::wakeup_flags_for,
-    maps::{EVENTS, EVENTS_1, EVENTS_2, EVENTS_3, STACK_BYTES, SYNC_RING_MASK, count_loss},
+    emit::{header, now, wakeup_flags_for},
+    filter::is_traced,
+    futex::SYS_FUTEX,
+    futex_done::task_field,
+    maps::{
+        EVENTS, EVENTS_1, EVENTS_2, EVENTS_3, STACK_BYTES, SYNC_RING_MASK, TASK_PID, TASK_TGID,
+        count_loss, futex_entry,
+    },
+    waking::syscall_of,
 };
 
 /// Offsets in x86-64 `struct pt_regs`.
@@ -71,17 +84,44 @@ fn reserve(ring: &'static RingBuf, size: usize) -> Option<(RingBufBytes<'static>
     Some((entry, wakeup_flags_for(ring, size as u64)))
 }
 
-/// The stacks of the wait of `waiter` (a BTF task pointer; `head` says which wait)
-/// ended by the current thread's wake. `same_process`: the current thread shares the
-/// waiter's memory.
+/// Claims the taking of the waiter's stack of the wait in `slot` (whose copy is `f`):
+/// true for the first caller only.
+///
+/// # Safety
+/// `slot` is a thread's futex entry (a map value).
 #[inline(always)]
-pub fn capture(waiter: *const u8, mut head: StacksHead, same_process: bool) {
+unsafe fn claim(slot: *mut PendingFutex, f: &PendingFutex) -> bool {
+    if f.flags & PENDING_STACKED != 0 {
+        return false;
+    }
+    // The BPF target exchanges 8 bytes at a time: `flags` and `unslept` together (8-byte
+    // aligned, checked in rtm-common), `unslept` as it was.
+    let before = u64::from(f.flags) | (u64::from(f.unslept) << 32);
+    let after = before | u64::from(PENDING_STACKED);
+    // SAFETY: an aligned 8-byte field pair of a map value; the exchange fails when
+    // another program claimed it first (or the thread moved on to another call).
+    let (_, ours) = unsafe {
+        core::intrinsics::atomic_cxchg::<u64, { AtomicOrdering::SeqCst }, { AtomicOrdering::SeqCst }>(
+            core::ptr::addr_of_mut!((*slot).flags).cast::<u64>(),
+            before,
+            after,
+        )
+    };
+    ours
+}
+
+/// Writes a stacks record: `head`, then a copy of the current process's memory from
+/// each side's stack pointer (`waiter`, `waker`: BTF task pointers of threads of the
+/// current process, or the current one).
+#[inline(always)]
+fn emit(mut head: StacksHead, waiter: Option<*const u8>, waker: Option<*const u8>) {
     // A constant to the verifier (read-only globals are frozen at load).
     let n = STACK_BYTES.load();
     if n == 0 {
         return;
     }
-    let size = core::mem::size_of::<StacksHead>() + 2 * n as usize;
+    let two = waiter.is_some() && waker.is_some();
+    let size = core::mem::size_of::<StacksHead>() + if two { 2 } else { 1 } * n as usize;
     // SAFETY: helper without preconditions.
     let cpu = unsafe { bpf_get_smp_processor_id() };
     // Branches, not a table of maps: each reservation names its map.
@@ -96,46 +136,110 @@ pub fn capture(waiter: *const u8, mut head: StacksHead, same_process: bool) {
         return;
     };
     let base = entry.as_mut_ptr();
-    // SAFETY: `waiter` is the tracepoint's BTF task pointer; the current task's comes
-    // from the helper. The record has room for the head and `n` bytes of each stack.
+    // SAFETY: the task pointers are BTF task pointers; the record has room for the head
+    // and `n` bytes for each side present.
     unsafe {
-        head.waiter_regs = user_regs(waiter);
-        head.waker_regs = user_regs(bpf_get_current_task_btf() as *const u8);
-        let body = base.add(core::mem::size_of::<StacksHead>());
-        if same_process {
-            head.waiter_regs.len = copy_stack(body, head.waiter_regs.sp, n);
-            if head.waiter_regs.len == 0 {
-                head.waiter_regs.missing = STACK_MISSING_UNREADABLE;
+        let mut body = base.add(core::mem::size_of::<StacksHead>());
+        let mut take = |task: *const u8, regs: &mut StackRegs| {
+            *regs = user_regs(task);
+            regs.len = copy_stack(body, regs.sp, n);
+            if regs.len == 0 {
+                regs.missing = STACK_MISSING_UNREADABLE;
             }
-        } else {
-            head.waiter_regs.missing = STACK_MISSING_OTHER_PROCESS;
+            body = body.add(n as usize);
+        };
+        if let Some(t) = waiter {
+            head.sides |= STACK_SIDE_WAITER;
+            take(t, &mut head.waiter_regs);
         }
-        head.waker_regs.len = copy_stack(body.add(n as usize), head.waker_regs.sp, n);
-        if head.waker_regs.len == 0 {
-            head.waker_regs.missing = STACK_MISSING_UNREADABLE;
+        if let Some(t) = waker {
+            head.sides |= STACK_SIDE_WAKER;
+            take(t, &mut head.waker_regs);
         }
         core::ptr::write_unaligned(base.cast::<StacksHead>(), head);
     }
     entry.submit(flags);
 }
 
-/// The head of a stacks record for a wait of `pid_tgid` on `uaddr`, woken at `ts` by
-/// `waker` of process `waker_pid` after `wait_ns`.
+/// sched_switch's `prev` (a BTF task pointer, the current task) goes to sleep, not
+/// preempted: when it is a thread of a traced process asleep in a futex wait whose
+/// stack was not taken yet, its stack is taken now, from its own context.
 #[inline(always)]
-pub fn head(
-    header: EventHeader,
-    uaddr: u64,
+pub fn at_sleep(prev: *const u8) {
+    if STACK_BYTES.load() == 0 {
+        return;
+    }
+    // SAFETY: task_struct fields at offsets from the kernel's BTF.
+    let tgid = unsafe { task_field::<i32>(prev, TASK_TGID.load()) } as u32;
+    if !is_traced(tgid) {
+        return;
+    }
+    // SAFETY: as above.
+    let pid = unsafe { task_field::<i32>(prev, TASK_PID.load()) } as u32;
+    let pid_tgid = (u64::from(tgid) << 32) | u64::from(pid);
+    let Some(slot) = futex_entry(pid_tgid) else {
+        return;
+    };
+    // SAFETY: the thread's own entry, copied out; it is the current thread.
+    let f = unsafe { *slot };
+    if f.start_ns == 0 || f.flags & PENDING_STACKED != 0 {
+        return;
+    }
+    // The thread is inside that wait's futex call (not sleeping elsewhere, nor in a
+    // wake of the same word after a wait that did not sleep).
+    // SAFETY: prev is a BTF task pointer.
+    let (id, word, op, _) = unsafe { syscall_of(prev) };
+    if id != SYS_FUTEX || word != f.uaddr || !futex_cmd_waits(op as u32 & FUTEX_CMD_MASK) {
+        return;
+    }
+    // SAFETY: slot is the thread's entry.
+    if !unsafe { claim(slot, &f) } {
+        return;
+    }
+    let mut head = StacksHead {
+        header: header(EventKind::Stacks, pid_tgid, now()),
+        uaddr: f.uaddr,
+        start_ns: f.start_ns,
+        ..StacksHead::default()
+    };
+    head.sides = 0;
+    emit(head, Some(prev), None);
+}
+
+/// The wake of the wait in `slot` (whose copy is `f`) of `waiter` (a BTF task pointer;
+/// `pid_tgid`) by the current thread (`waker`, of process `waker_pid`) at `ts`, after
+/// `wait_ns`: the waker's stack, and the waiter's when it was not taken at its sleep and
+/// the waker shares its memory (`same_process`).
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+pub fn at_wake(
+    slot: *mut PendingFutex,
+    f: &PendingFutex,
+    waiter: *const u8,
+    pid_tgid: u64,
+    ts: u64,
     wait_ns: u64,
-    waker_pid: u32,
-    waker: u32,
-) -> StacksHead {
-    StacksHead {
-        header,
-        uaddr,
+    (waker_pid, waker): (u32, u32),
+    same_process: bool,
+) {
+    if STACK_BYTES.load() == 0 {
+        return;
+    }
+    // SAFETY: slot is the waiter's entry.
+    let waiter_too = same_process && unsafe { claim(slot, f) };
+    let mut head = StacksHead {
+        header: header(EventKind::Stacks, pid_tgid, ts),
+        uaddr: f.uaddr,
+        start_ns: f.start_ns,
         wait_ns,
         waker_pid,
         waker,
-        waiter_regs: StackRegs::default(),
-        waker_regs: StackRegs::default(),
+        ..StacksHead::default()
+    };
+    if !same_process && f.flags & PENDING_STACKED == 0 {
+        head.waiter_regs.missing = STACK_MISSING_OTHER_PROCESS;
     }
+    // SAFETY: helper without preconditions; its result is a BTF task pointer.
+    let current = unsafe { bpf_get_current_task_btf() } as *const u8;
+    emit(head, waiter_too.then_some(waiter), Some(current));
 }

@@ -37,7 +37,7 @@ const FUTEX_WAKE_OP: u32 = 5;
 /// # Safety
 /// `task` is a BTF task pointer.
 #[inline(always)]
-unsafe fn syscall_of(task: *const u8) -> (u64, u64, u64, u64) {
+pub unsafe fn syscall_of(task: *const u8) -> (u64, u64, u64, u64) {
     // SAFETY: the helper returns the task's saved registers as a BTF pointer; the
     // verifier checks every field against the kernel's BTF.
     unsafe {
@@ -138,15 +138,14 @@ pub fn futex_waking(ctx: BtfTracePointContext) -> i32 {
             // wake.
             unsafe { core::ptr::write_volatile(core::ptr::addr_of_mut!((*slot).waker), current) };
             let ts = now();
-            stacks::capture(
+            stacks::at_wake(
+                slot,
+                &f,
                 p,
-                stacks::head(
-                    header(EventKind::Stacks, pid_tgid, ts),
-                    f.uaddr,
-                    ts.saturating_sub(f.start_ns),
-                    cur_tgid,
-                    cur_tid,
-                ),
+                pid_tgid,
+                ts,
+                ts.saturating_sub(f.start_ns),
+                (cur_tgid, cur_tid),
                 cur_tgid == tgid,
             );
         }
@@ -165,15 +164,14 @@ pub fn futex_waking(ctx: BtfTracePointContext) -> i32 {
     let (waker, waker_pid) = if woke { (cur_tid, cur_tgid) } else { (0, 0) };
     let wait_ns = ts.saturating_sub(f.start_ns);
     if woke {
-        stacks::capture(
+        stacks::at_wake(
+            slot,
+            &f,
             p,
-            stacks::head(
-                header(EventKind::Stacks, pid_tgid, ts),
-                f.uaddr,
-                wait_ns,
-                cur_tgid,
-                cur_tid,
-            ),
+            pid_tgid,
+            ts,
+            wait_ns,
+            (cur_tgid, cur_tid),
             cur_tgid == tgid,
         );
     }
@@ -195,13 +193,21 @@ pub fn futex_waking(ctx: BtfTracePointContext) -> i32 {
     0
 }
 
-/// sched_switch (preempt, prev, next): `next` gets a CPU. When it is a thread of a
-/// traced process whose last wait's record waits in its slot without a run time, this is
+/// sched_switch (preempt, prev, next): `prev` leaves its CPU (a futex waiter going to
+/// sleep has its call stack taken: `stacks::at_sleep`), and `next` gets a CPU. When
+/// `next` is a thread of a traced process whose last wait's record waits in its slot
+/// without a run time, this is
 /// its first switch-in since that wait's wake: the wait ends here. Its later switch-ins
 /// (a preemption in its critical section) are not the wait's. A thread woken before it
 /// had left its CPU has no such switch-in; its wait ends at the wake.
 #[btf_tracepoint(function = "sched_switch")]
 pub fn futex_switch(ctx: BtfTracePointContext) -> i32 {
+    // A thread that leaves its CPU to sleep (not preempted) may be a futex waiter whose
+    // call stack is wanted.
+    let preempt: u64 = ctx.arg(0);
+    if preempt & 1 == 0 {
+        stacks::at_sleep(ctx.arg(1));
+    }
     let next: *const u8 = ctx.arg(2);
     // SAFETY: task_struct fields at offsets from the kernel's BTF.
     let tgid: u32 = unsafe { task_field::<i32>(next, TASK_TGID.load()) } as u32;

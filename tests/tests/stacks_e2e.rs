@@ -153,6 +153,20 @@ fn check(t: &Traced) {
         assert!(fputs.is_some() && fputs < caller, "{w:#?}");
         in_order(&w, &["log_line", "worker"]);
     }
+    // A wait no thread woke (a condition variable's, until its 30 ms timeout) has the
+    // waiter's stack, taken as it went to sleep, and no waker.
+    let idle = rows
+        .iter()
+        .find(|r| {
+            r["object_name"]
+                .as_str()
+                .is_some_and(|n| n.starts_with("idle_cond"))
+        })
+        .unwrap_or_else(|| panic!("no stacks for the timed-out wait: {stacks:#}"));
+    assert_eq!(idle["waker_pid"], 0, "{idle}");
+    assert!(idle["wait_ns"].as_u64().unwrap() >= 25_000_000, "{idle}");
+    in_order(&frames(idle, "waiter"), &["wait_timeout", "main"]);
+    assert!(t.stdout.contains("timedwait=timeout"), "{}", t.stdout);
     // Each wait a thread woke has its stacks: as many as the wait records counted.
     let woken: u64 = t.json["sync_graph"]["waits_for"]
         .as_array()
@@ -163,6 +177,7 @@ fn check(t: &Traced) {
         .sum();
     let stacked: u64 = chain_rows
         .iter()
+        .filter(|r| r["waker_pid"].as_u64() != Some(0))
         .map(|r| r["waits"].as_u64().unwrap())
         .sum();
     assert_eq!(stacked, woken, "stacks vs woken waits on chain_lock");
@@ -368,9 +383,11 @@ fn the_timeline_has_each_woken_waits_stacks_at_its_wake() {
                 && s["args"]["waker tid"].is_i64()
         })
         .collect();
+    // Instants of the waits a thread woke (those no thread woke have one at their end,
+    // with no waker's stack).
     let stacks: Vec<Value> = list("instants")
         .into_iter()
-        .filter(|i| i["name"] == "call stacks")
+        .filter(|i| i["name"] == "call stacks" && i["args"]["woken from"] != "")
         .collect();
     assert!(!woken.is_empty());
     // One instant per wait a thread woke, on the waiter's track where its sleep ended.

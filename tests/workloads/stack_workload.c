@@ -2,12 +2,15 @@
 //   worker -> lock_a -> lock_b -> lock_c -> pthread_mutex_lock(&chain_lock)
 //   worker -> unlock_a -> unlock_b -> unlock_c -> pthread_mutex_unlock(&chain_lock)
 // a mutex on the heap taken in cache_get() (named by that code in the report), and the
-// lock inside a stdio FILE, taken by fputs() called from log_line().
+// lock inside a stdio FILE, taken by fputs() called from log_line(); at the end the
+// main thread waits on a condition variable that nobody signals, in wait_timeout(), until
+// its 30 ms timeout.
 // Every function on the chains is noinline and does work after its call, so neither
 // inlining nor tail calls remove a frame, with or without frame pointers.
 //
 // usage: stack_workload THREADS ITERATIONS HOLD_US
 // prints: chain_lock=ADDR cache_lock=ADDR stdio_lock=ADDR threads=N iterations=N
+#include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,6 +19,8 @@
 #define NOINLINE __attribute__((noinline))
 
 pthread_mutex_t chain_lock = PTHREAD_MUTEX_INITIALIZER;
+pthread_mutex_t idle_lock = PTHREAD_MUTEX_INITIALIZER;
+pthread_cond_t idle_cond = PTHREAD_COND_INITIALIZER;
 
 struct cache {
     long hits;
@@ -82,6 +87,19 @@ NOINLINE void log_line(FILE *f) {
     }
 }
 
+NOINLINE int wait_timeout(long ms) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_nsec += ms * 1000000L;
+    ts.tv_sec += ts.tv_nsec / 1000000000L;
+    ts.tv_nsec %= 1000000000L;
+    pthread_mutex_lock(&idle_lock);
+    int r = pthread_cond_timedwait(&idle_cond, &idle_lock, &ts);
+    pthread_mutex_unlock(&idle_lock);
+    depth++;
+    return r;
+}
+
 static void *worker(void *arg) {
     (void)arg;
     for (int i = 0; i < iterations; i++) {
@@ -120,6 +138,7 @@ int main(int argc, char **argv) {
         pthread_create(&t[i], NULL, worker, NULL);
     for (int i = 0; i < threads; i++)
         pthread_join(t[i], NULL);
-    printf("done hits=%ld\n", cache->hits);
+    int r = wait_timeout(30);
+    printf("done hits=%ld timedwait=%s\n", cache->hits, r == ETIMEDOUT ? "timeout" : "other");
     return 0;
 }

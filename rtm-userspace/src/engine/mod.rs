@@ -18,6 +18,7 @@ pub mod processes;
 mod run;
 mod sampler;
 pub mod source;
+mod stacks;
 mod state;
 pub mod summary;
 
@@ -206,12 +207,11 @@ fn io_err(what: &'static str) -> impl FnOnce(io::Error) -> EngineError {
 /// The stacks unwound since the last call, to the sinks that want events.
 fn give_stacks(state: &mut State, sinks: &mut [SinkSlot]) {
     state.take_unwound(&mut |u, waiter, waker| {
-        let h = &u.head;
         let seen = crate::output::sink::WaitStacks {
-            pid: h.header.pid,
-            tid: h.header.tid,
-            uaddr: h.uaddr,
-            wake_ns: h.header.ts_ns,
+            pid: u.pid,
+            tid: u.tid,
+            uaddr: u.uaddr,
+            wake_ns: u.at_ns,
             waiter,
             waker,
         };
@@ -457,7 +457,7 @@ impl Engine {
         let state = &mut self.state;
         let n = if self.event_sinks {
             let sinks = &mut self.sinks;
-            state.keep_unwound = true;
+            state.join.keep_unwound = true;
             let n = self.source.drain(max, &mut |ev| {
                 state.apply(ev);
                 for s in sinks.iter_mut() {

@@ -3,21 +3,24 @@
 //! event touches memory only; what must be read from /proc is asked of the naming
 //! worker ([`super::naming`]) and taken in between batches.
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{HashMap, HashSet};
 
 use rtm_common::{
-    STACK_MISSING_OTHER_PROCESS, StackRegs, StacksHead,
+    Primitive, SyncOp,
     decode::{Event, StacksRecord},
 };
 
-use super::naming::{Answer, Ask, Naming};
+use super::{
+    naming::{Answer, Ask, Naming},
+    stacks::{StackJoin, Unwound},
+};
 use crate::{
     model::{
         RankEnv, Snapshot, SyncGraph, TaskGraph, TaskView, Window,
-        stacks::{MAX_STACK_ROWS, Side, StackTable, StacksView},
+        stacks::{MAX_STACK_ROWS, StackTable, StacksView},
         sync::ThreadKey,
     },
-    symbolize::{CodeNamer, ObjectNamer, StackUnwinder, unwind::Capture},
+    symbolize::{CodeNamer, ObjectNamer},
     target::process,
 };
 
@@ -57,27 +60,9 @@ pub(super) struct State {
     naming: Naming,
     /// Call stacks of contended waits (contention mode).
     pub stacks: StackTable,
-    unwinder: StackUnwinder,
-    /// Stack records of processes whose mappings are not known yet, kept until the
-    /// naming worker's next answers (at most [`MAX_DEFERRED_STACKS`]).
-    deferred_stacks: VecDeque<(StacksHead, Vec<u8>, Vec<u8>)>,
-    /// Stacks unwound and the time it took, ns.
-    unwinding: (u64, u64),
-    /// Keep each record's unwound stacks for the sinks that want events
-    /// ([`State::take_unwound`]).
-    pub keep_unwound: bool,
-    unwound: Vec<Unwound>,
+    /// The join of stack records into `stacks`.
+    pub(super) join: StackJoin,
 }
-
-/// A stacks record's unwound frames, for the sinks.
-pub(super) struct Unwound {
-    pub head: StacksHead,
-    pub waiter: Vec<u64>,
-    pub waker: Vec<u64>,
-}
-
-/// Most stack records kept waiting for their process's mappings.
-const MAX_DEFERRED_STACKS: usize = 1024;
 
 impl State {
     /// An empty model; `futex_objects` in contention mode.
@@ -96,11 +81,7 @@ impl State {
             generation: HashMap::new(),
             naming: Naming::start(),
             stacks: StackTable::default(),
-            unwinder: StackUnwinder::default(),
-            deferred_stacks: VecDeque::new(),
-            unwinding: (0, 0),
-            keep_unwound: false,
-            unwound: Vec::new(),
+            join: StackJoin::default(),
         }
     }
 
@@ -145,7 +126,7 @@ impl State {
         self.namer.forget(pids);
         self.code.forget(pids);
         self.stacks.forget(pids);
-        self.unwinder.forget(pids);
+        self.join.forget(pids);
         for p in pids {
             self.rank_env.remove(p);
             self.comms.remove(p);
@@ -155,69 +136,13 @@ impl State {
         }
     }
 
-    /// A stacks record: unwound now when the waiter's mappings are known, else kept
-    /// until the naming worker's next answers (`last_try`: unwound as far as it goes).
-    fn stacks_record(&mut self, head: &StacksHead, waiter: &[u8], waker: &[u8], last_try: bool) {
-        let pid = head.header.pid;
-        if !last_try
-            && !self
-                .unwinder
-                .covers(&mut self.namer, pid, head.waiter_regs.ip)
-            && self.deferred_stacks.len() < MAX_DEFERRED_STACKS
-        {
-            self.deferred_stacks
-                .push_back((*head, waiter.to_vec(), waker.to_vec()));
-            return;
-        }
-        let mut side = |pid: u32, regs: &StackRegs, stack: &[u8]| {
-            if regs.missing == STACK_MISSING_OTHER_PROCESS {
-                return Side::OtherProcess;
-            }
-            if stack.is_empty() {
-                return Side::Unreadable;
-            }
-            let capture = Capture {
-                ip: regs.ip,
-                sp: regs.sp,
-                bp: regs.bp,
-                stack,
-            };
-            let started = std::time::Instant::now();
-            let frames = self.unwinder.unwind(&mut self.namer, pid, &capture);
-            self.unwinding.0 += 1;
-            self.unwinding.1 += started.elapsed().as_nanos() as u64;
-            if frames.is_empty() {
-                Side::NotUnwound
-            } else {
-                Side::Frames(frames.into())
-            }
-        };
-        let w = side(pid, &head.waiter_regs, waiter);
-        let k = side(head.waker_pid, &head.waker_regs, waker);
-        if self.keep_unwound {
-            let frames = |s: &Side| match s {
-                Side::Frames(f) => f.to_vec(),
-                _ => Vec::new(),
-            };
-            self.unwound.push(Unwound {
-                head: *head,
-                waiter: frames(&w),
-                waker: frames(&k),
-            });
-        }
-        self.stacks
-            .add(pid, head.uaddr, head.wait_ns, w, head.waker_pid, k);
-    }
-
-    /// The stacks unwound since the last call, their frames named (for the sinks).
+    /// The waits joined with their stacks since the last call, frames named (for the
+    /// sinks).
     pub(super) fn take_unwound(&mut self, out: &mut dyn FnMut(&Unwound, &[String], &[String])) {
         let State {
-            unwound,
-            code,
-            namer,
-            ..
+            join, code, namer, ..
         } = self;
-        for u in unwound.drain(..) {
+        for u in join.take_unwound() {
             let mut names = |pid: u32, frames: &[u64]| -> Vec<String> {
                 frames
                     .iter()
@@ -230,26 +155,9 @@ impl State {
                     })
                     .collect()
             };
-            let waiter = names(u.head.header.pid, &u.waiter);
-            let waker = names(u.head.waker_pid, &u.waker);
+            let waiter = names(u.pid, &u.waiter);
+            let waker = names(u.waker_pid, &u.waker);
             out(&u, &waiter, &waker);
-        }
-    }
-
-    /// The stack records kept for mappings, after the naming worker's answers: those
-    /// whose mappings are known now are unwound, the others kept, until `last` (the
-    /// answers before a snapshot), when every one is unwound as far as it goes.
-    fn retry_stacks(&mut self, last: bool) {
-        for (head, waiter, waker) in std::mem::take(&mut self.deferred_stacks) {
-            let ready = last
-                || self
-                    .unwinder
-                    .covers(&mut self.namer, head.header.pid, head.waiter_regs.ip);
-            if ready {
-                self.stacks_record(&head, &waiter, &waker, true);
-            } else {
-                self.deferred_stacks.push_back((head, waiter, waker));
-            }
         }
     }
 
@@ -261,8 +169,26 @@ impl State {
             waker,
         }) = ev
         {
-            self.stacks_record(head, waiter, waker, false);
+            self.join.record(
+                &mut self.namer,
+                &mut self.stacks,
+                head,
+                waiter,
+                waker,
+                false,
+            );
             return;
+        }
+        if let Event::Sync(r) = ev
+            && r.primitive == Primitive::Futex
+            && r.op == SyncOp::Wait
+            && r.raw.wait_ns > 0
+        {
+            let h = &r.raw.header;
+            let key = (h.pid, h.tid, h.ts_ns.saturating_sub(r.raw.wait_ns));
+            let woken = r.raw.extra != 0;
+            self.join
+                .wait_ended(&mut self.stacks, key, r.raw.wait_ns, woken);
         }
         if let Event::Mpi(m) = ev {
             let pid = m.raw.header.pid;
@@ -365,8 +291,8 @@ impl State {
             self.answer(a);
         }
         // Mappings may have come from the worker or the kernel's mapping records.
-        if !self.deferred_stacks.is_empty() {
-            self.retry_stacks(false);
+        if self.join.waiting() {
+            self.join.retry(&mut self.namer, &mut self.stacks, false);
         }
     }
 
@@ -377,7 +303,7 @@ impl State {
         for a in answers {
             self.answer(a);
         }
-        self.retry_stacks(true);
+        self.join.retry(&mut self.namer, &mut self.stacks, true);
     }
 
     /// Marks gone threads as exited, refreshes names of live ones, and builds the
@@ -405,7 +331,7 @@ impl State {
             tasks,
             rank_env,
             stacks,
-            unwinding,
+            join,
             ..
         } = self;
         let objects = std::cell::RefCell::new(namer);
@@ -417,7 +343,7 @@ impl State {
                 &mut |pid, addr| code.name(&mut objects.borrow_mut(), pid, addr),
                 &mut |pid, addr| objects.borrow_mut().locate(pid, addr).map(|l| l.file.path),
             )
-            .with_unwinding(*unwinding)
+            .with_unwinding(join.unwinding)
         });
         let heap_names = stacks
             .as_ref()

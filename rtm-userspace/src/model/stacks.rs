@@ -55,7 +55,8 @@ pub struct StackEdge {
 /// Why stacks are missing or were not kept.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct StackCounters {
-    /// Stack records received (one per woken wait).
+    /// Waits counted with their stacks (one per wait that slept: woken by a thread or
+    /// not).
     pub records: u64,
     /// Waiter stacks not copied: the waker was in another process (a process-shared
     /// word), whose context cannot read the waiter's memory.
@@ -108,8 +109,11 @@ pub enum Side {
     OtherProcess,
     /// The copy could not be read.
     Unreadable,
-    /// Copied but not unwound.
+    /// Copied but not unwound, or its record was not seen.
     NotUnwound,
+    /// No thread woke the wait (timed out, interrupted, ended by a thread's exit, or
+    /// still asleep when the trace ended): the waker's side of such a wait.
+    NoWaker,
 }
 
 impl StackTable {
@@ -136,6 +140,7 @@ impl StackTable {
                 self.counters.not_unwound += 1;
                 return StackId::NONE;
             }
+            Side::NoWaker => return StackId::NONE,
         };
         let key = (pid, frames);
         if let Some(i) = self.stacks.get_index_of(&key) {
@@ -326,6 +331,13 @@ const LIBRARY_FRAMES: [&str; 13] = [
     "_IO_",
 ];
 
+/// C library functions that take a lock of their own (stdio, malloc), by their plain
+/// names: in a static program they are in the program itself.
+const C_LIBRARY_CALLS: [&str; 18] = [
+    "fputs", "fputc", "fwrite", "fread", "fgets", "fflush", "fclose", "getc", "putc", "puts",
+    "printf", "fprintf", "vfprintf", "malloc", "free", "calloc", "realloc", "getline",
+];
+
 /// The first of `frames` (named as [`StacksView::build`] names them; `modules[i]`: the
 /// file frame `i` is in, when known) that is the program's own code and named by a
 /// symbol, as `FUNCTION (FILE:LINE)`. Frames in a system library, and frames shown as
@@ -338,7 +350,10 @@ pub fn user_frame(frames: &[String], modules: &[Option<PathBuf>]) -> Option<Stri
         }
         let (func, rest) = f.split_once('+')?;
         let file = module.and_then(|m| m.file_name()).and_then(|n| n.to_str());
-        if file == Some(func) || LIBRARY_FRAMES.iter().any(|p| func.starts_with(p)) {
+        if file == Some(func)
+            || LIBRARY_FRAMES.iter().any(|p| func.starts_with(p))
+            || C_LIBRARY_CALLS.contains(&func)
+        {
             return None;
         }
         let line = rest.split_once(" (").map(|(_, l)| format!(" ({l}"));
@@ -366,36 +381,35 @@ impl StacksView {
                 .map(|(i, &a)| locate(pid, at(i, a)).unwrap_or_else(|| format!("{a:#x}")))
                 .collect()
         };
+        let top = table.top(rows);
         // A word with no symbol (on the heap) is named by the code that waits on it
-        // most.
+        // most, among the waits a thread woke: a pthread_join's word (woken by a
+        // thread's exit) is named for what it is elsewhere.
         let mut heap: HashMap<(u32, u64), Option<String>> = HashMap::new();
-        let rows: Vec<StackRowView> = table
-            .top(rows)
+        for (k, _) in top.iter().filter(|(k, _)| k.waker_pid != 0) {
+            if heap.contains_key(&(k.pid, k.addr)) || name_of(k.pid, k.addr).is_some() {
+                continue;
+            }
+            let frames = table.frames(k.waiter).unwrap_or_default();
+            let modules: Vec<Option<PathBuf>> = frames
+                .iter()
+                .enumerate()
+                .map(|(i, &a)| module(k.pid, at(i, a)))
+                .collect();
+            let named = user_frame(&names(k.pid, k.waiter), &modules);
+            heap.insert((k.pid, k.addr), named.map(|f| format!("in {f}")));
+        }
+        let rows: Vec<StackRowView> = top
             .into_iter()
-            .map(|(k, edge)| {
-                let waiter = names(k.pid, k.waiter);
-                let object_name = name_of(k.pid, k.addr).or_else(|| {
-                    heap.entry((k.pid, k.addr))
-                        .or_insert_with(|| {
-                            let frames = table.frames(k.waiter).unwrap_or_default();
-                            let modules: Vec<Option<PathBuf>> = frames
-                                .iter()
-                                .enumerate()
-                                .map(|(i, &a)| module(k.pid, at(i, a)))
-                                .collect();
-                            user_frame(&waiter, &modules).map(|f| format!("in {f}"))
-                        })
-                        .clone()
-                });
-                StackRowView {
-                    pid: k.pid,
-                    object: k.addr,
-                    object_name,
-                    waker_pid: k.waker_pid,
-                    edge,
-                    waiter,
-                    waker: names(k.waker_pid, k.waker),
-                }
+            .map(|(k, edge)| StackRowView {
+                pid: k.pid,
+                object: k.addr,
+                object_name: name_of(k.pid, k.addr)
+                    .or_else(|| heap.get(&(k.pid, k.addr)).cloned().flatten()),
+                waker_pid: k.waker_pid,
+                edge,
+                waiter: names(k.pid, k.waiter),
+                waker: names(k.waker_pid, k.waker),
             })
             .collect();
         let (shown_waits, shown_ns) = rows.iter().fold((0u64, 0u64), |(w, t), r: &StackRowView| {

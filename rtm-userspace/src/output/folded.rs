@@ -33,7 +33,9 @@ pub fn render(view: &StacksView) -> String {
         line.extend(r.waiter.iter().rev().map(|f| node(f)));
         line.push("--".into());
         line.extend(r.waker.iter().map(|f| node(f)));
-        if r.waker.is_empty() {
+        if r.waker_pid == 0 {
+            line.push("[no_waker]".into());
+        } else if r.waker.is_empty() {
             line.push("[waker_stack_not_known]".into());
         }
         out.push_str(&format!("{} {}\n", line.join(";"), r.edge.wait_ns));

@@ -101,7 +101,14 @@ pub(super) fn render(out: &mut String, s: &Snapshot) {
                 mean_ns(Some(r.edge.wait_ns as f64 / r.edge.waits.max(1) as f64))
             );
             frames(out, "waited in", &r.waiter);
-            frames(out, "woken from", &r.waker);
+            if r.waker_pid == 0 {
+                let _ = writeln!(
+                    out,
+                    "      woken from (no thread: timed out, interrupted, ended by a thread's exit, or still asleep)"
+                );
+            } else {
+                frames(out, "woken from", &r.waker);
+            }
         }
     }
 }

@@ -63,6 +63,7 @@ fn attach_futex_btf(
     btf: &aya::Btf,
     waking: bool,
     note_waker: bool,
+    stacks: bool,
 ) -> Result<&'static str, ProbeError> {
     let enter = (names::PROG_FUTEX_ENTER, "raw_syscalls", "sys_enter");
     let waking_prog = (names::PROG_FUTEX_WAKING, "sched", "sched_waking");
@@ -71,6 +72,14 @@ fn attach_futex_btf(
         vec![
             enter,
             waking_prog,
+            (names::PROG_FUTEX_SWITCH, "sched", "sched_switch"),
+        ]
+    } else if note_waker && stacks {
+        // The waiters' call stacks are taken as they go to sleep.
+        vec![
+            enter,
+            waking_prog,
+            exit,
             (names::PROG_FUTEX_SWITCH, "sched", "sched_switch"),
         ]
     } else if note_waker {
@@ -386,8 +395,14 @@ impl Probes {
         }
         let attached = match &btf {
             None => Err(format!("{} is set", layout::FALLBACKS_ENV)),
-            Some(Ok(btf)) => attach_futex_btf(&mut ebpf, btf, waking != 0, note_waker != 0)
-                .map_err(|e| e.to_string()),
+            Some(Ok(btf)) => attach_futex_btf(
+                &mut ebpf,
+                btf,
+                waking != 0,
+                note_waker != 0,
+                stack_bytes != 0,
+            )
+            .map_err(|e| e.to_string()),
             Some(Err(e)) => Err(format!("cannot read the kernel's BTF: {e}")),
         };
         drop(btf);

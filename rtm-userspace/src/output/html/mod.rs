@@ -551,7 +551,7 @@ mod tests {
                 "sync_graph":{"objects":[{"pid":5,"kind":"mutex","addr":"0x10","name":"<img src=x onerror=alert(2)>","acquisitions":3,"wait":{"count":1,"total_ns":7}}],
                 "threads":[{"pid":5,"tid":6,"name":"\u001b[31m<i>"}],
                 "edges":[{"pid":5,"tid":6,"object":"0x10","wait":{"total_ns":7}}],
-                "stacks":{"rows":[{"pid":5,"object":"0x10","object_name":"<svg onload=x>","waits":2,"wait_ns":9,"max_ns":5,"waiter":["<b>f</b>+0x1 (a.c:1)"],"waker":["\u001b[2Jg+0x2"]}],"rows_total":3,"other_waits":4,"other_wait_ns":8}}}"#,
+                "stacks":{"rows":[{"pid":5,"object":"0x10","object_name":"<svg onload=x>","waker_pid":5,"waits":2,"wait_ns":9,"max_ns":5,"waiter":["<b>f</b>+0x1 (a.c:1)"],"waker":["\u001b[2Jg+0x2"]}],"rows_total":3,"other_waits":4,"other_wait_ns":8}}}"#,
             "t.json",
         )
         .unwrap();

@@ -66,7 +66,11 @@ pub fn section(p: &mut String, st: &Stacks) {
                 ns(r.max_ns)
             );
             frames(p, &r.waiter);
-            frames(p, &r.waker);
+            if r.waker_pid == 0 {
+                p.push_str("<td class=\"stack\"><i>no thread: timed out, interrupted, ended by a thread's exit, or still asleep</i></td>");
+            } else {
+                frames(p, &r.waker);
+            }
             p.push_str("</tr>");
         }
         p.push_str("</table>");

@@ -228,6 +228,7 @@ pub struct StackRow {
     #[serde(deserialize_with = "nullable")]
     pub object: String,
     pub object_name: Option<String>,
+    pub waker_pid: u32,
     pub waits: u64,
     pub wait_ns: u64,
     pub max_ns: u64,
