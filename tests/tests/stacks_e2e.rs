@@ -117,6 +117,13 @@ fn check(t: &Traced) {
     );
     for r in &chain_rows {
         assert_eq!(r["object_name"], "chain_lock");
+        // lock_c calls pthread_mutex_lock from take_lock, inlined into it.
+        let w = frames(r, "waiter");
+        let lock_c = w.iter().find(|f| f.starts_with("lock_c+")).unwrap();
+        assert!(
+            lock_c.contains("[inlined: take_lock (stack_workload.c:"),
+            "{lock_c}"
+        );
         in_order(
             &frames(r, "waiter"),
             &["lock_c", "lock_b", "lock_a", "worker"],

@@ -119,12 +119,12 @@ pub fn stacks(root: &Path, dir: &Path, plan: Plan) -> Result<()> {
         )?;
         runs.push((label, json(&out)?));
     }
-    let waking = |doc: &serde_json::Value| -> (f64, f64) {
+    let program = |doc: &serde_json::Value, name: &str| -> (f64, f64) {
         doc["run"]["bpf"]["programs"]
             .as_array()
             .into_iter()
             .flatten()
-            .find(|p| p["name"] == "futex_waking")
+            .find(|p| p["name"] == name)
             .map(|p| {
                 (
                     p["runs"].as_f64().unwrap_or(0.0),
@@ -134,16 +134,18 @@ pub fn stacks(root: &Path, dir: &Path, plan: Plan) -> Result<()> {
             .unwrap_or_default()
     };
     println!(
-        "#### The wake program (`rtm-trace --bpf-stats -- bench_lock 4 {pairs} 2000`)\n\n\
-         | run | futex_waking runs | ns per run | captures | ring bytes per record read | records lost |"
+        "#### The capture (`rtm-trace --bpf-stats -- bench_lock 4 {pairs} 2000`)\n\n\
+         | run | futex_switch (sleeps) runs, ns per run | futex_waking (wakes) runs, ns per run | \
+         waits with stacks | ring bytes per record read | records lost |"
     );
     println!("|---|---|---|---|---|---|");
     for (label, doc) in &runs {
-        let (n, ns) = waking(doc);
+        let (sn, sns) = program(doc, "futex_switch");
+        let (wn, wns) = program(doc, "futex_waking");
         let reader = &doc["run"]["reader"];
         let losses = &doc["run"]["losses"];
         println!(
-            "| {label} | {n:.0} | {ns:.0} | {} | {:.0} | {} |",
+            "| {label} | {sn:.0}, {sns:.0} | {wn:.0}, {wns:.0} | {} | {:.0} | {} |",
             doc["sync_graph"]["stacks"]["counters"]["records"]
                 .as_u64()
                 .unwrap_or(0),
@@ -152,21 +154,29 @@ pub fn stacks(root: &Path, dir: &Path, plan: Plan) -> Result<()> {
                 + losses["pending_full"].as_u64().unwrap_or(0)
         );
     }
-    let ((n0, ns0), (n1, ns1)) = (waking(&runs[0].1), waking(&runs[1].1));
-    let captures = runs[1].1["sync_graph"]["stacks"]["counters"]["records"]
+    // Time added per wait that slept: both programs' extra time over the waits counted.
+    let total = |doc: &serde_json::Value| {
+        let (sn, sns) = program(doc, "futex_switch");
+        let (wn, wns) = program(doc, "futex_waking");
+        (sn, sns, wn, wns)
+    };
+    let (_, s0, _, w0) = total(&runs[0].1);
+    let (sn1, s1, wn1, w1) = total(&runs[1].1);
+    let waits = runs[1].1["sync_graph"]["stacks"]["counters"]["records"]
         .as_f64()
         .unwrap_or(0.0);
     let s = &runs[1].1["sync_graph"]["stacks"];
     let unwound = s["unwound"].as_f64().unwrap_or(0.0);
     let unwind_ns = s["unwind_ns"].as_f64().unwrap_or(0.0);
     println!(
-        "\nA capture adds {:.0} ns to the wake program's run ({:.0} ns per run with stacks on, \
-         {:.0} without; {n1:.0} and {n0:.0} runs) and 112 + 2 x 4096 = 8,304 bytes to the ring. \
-         Userspace unwound {unwound:.0} stacks in {:.1} ms: {:.0} ns each, {:.0} stacks/s on \
-         one core.\n",
-        (ns1 * n1 - ns0 * n1) / captures.max(1.0),
-        ns1,
-        ns0,
+        "\nStacks add {:.0} ns per wait with stacks in the kernel: {:.0} ns in sched_switch \
+         (the waiter's copy, in its own context as it goes to sleep) and {:.0} ns in \
+         sched_waking (the waker's, on the waker's way out of its unlock). A one-sided \
+         record is 128 + 4,096 bytes. Userspace unwound {unwound:.0} stacks in {:.1} ms: {:.0} \
+         ns each, {:.0} stacks/s on one core.\n",
+        ((s1 - s0) * sn1 + (w1 - w0) * wn1) / waits.max(1.0),
+        (s1 - s0) * sn1 / waits.max(1.0),
+        (w1 - w0) * wn1 / waits.max(1.0),
         unwind_ns / 1e6,
         unwind_ns / unwound.max(1.0),
         unwound / (unwind_ns / 1e9).max(1e-9),

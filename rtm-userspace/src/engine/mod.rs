@@ -458,7 +458,7 @@ impl Engine {
         let n = if self.event_sinks {
             let sinks = &mut self.sinks;
             state.join.keep_unwound = true;
-            let n = self.source.drain(max, &mut |ev| {
+            self.source.drain(max, &mut |ev| {
                 state.apply(ev);
                 for s in sinks.iter_mut() {
                     if s.sink.wants_events() {
@@ -468,8 +468,7 @@ impl Engine {
                 if matches!(ev, Event::Stacks(_)) {
                     give_stacks(state, sinks);
                 }
-            });
-            n
+            })
         } else {
             self.source.drain(max, &mut |ev| state.apply(ev))
         };

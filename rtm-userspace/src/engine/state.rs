@@ -24,6 +24,9 @@ use crate::{
     target::process,
 };
 
+/// Takes a joined wait's stacks with their frames named (waiter's, waker's).
+pub(super) type NamedStacks<'a> = dyn FnMut(&Unwound, &[String], &[String]) + 'a;
+
 /// What happened to processes, for the engine to act on after a batch.
 #[derive(Debug, Default)]
 pub(super) struct Changes {
@@ -138,7 +141,7 @@ impl State {
 
     /// The waits joined with their stacks since the last call, frames named (for the
     /// sinks).
-    pub(super) fn take_unwound(&mut self, out: &mut dyn FnMut(&Unwound, &[String], &[String])) {
+    pub(super) fn take_unwound(&mut self, out: &mut NamedStacks<'_>) {
         let State {
             join, code, namer, ..
         } = self;

@@ -37,19 +37,19 @@ fn missing(out: &mut String, c: &StackCounters) {
     let mut said = Vec::new();
     if c.waiter_other_process > 0 {
         said.push(format!(
-            "{} waiter stacks of waits woken from another process (its context cannot read the waiter's memory)",
+            "{} waiter stacks of waits woken from another process before they slept (its context cannot read the waiter's memory)",
             count(c.waiter_other_process)
         ));
     }
     if c.unreadable > 0 {
         said.push(format!(
-            "{} stacks unreadable at the wake",
+            "{} stacks unreadable (their pages not in memory)",
             count(c.unreadable)
         ));
     }
     if c.not_unwound > 0 {
         said.push(format!(
-            "{} stacks not unwound (mappings not known, or no unwind information)",
+            "{} stacks not unwound (mappings not known, no unwind information, or the record of that half not seen)",
             count(c.not_unwound)
         ));
     }
@@ -72,8 +72,8 @@ pub(super) fn render(out: &mut String, s: &Snapshot) {
     };
     let _ = writeln!(
         out,
-        "\nWhere they waited and who let them go (call stacks of {} woken waits; top {WORDS} words; \
-         time asleep until the wake: the tables above add the time runnable after it)",
+        "\nWhere they waited and who let them go (call stacks of {} waits that slept; top {WORDS} \
+         words; time asleep until the wake: the tables above add the time runnable after it)",
         count(v.counters.records)
     );
     missing(out, &v.counters);

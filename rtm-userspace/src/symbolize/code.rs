@@ -89,12 +89,27 @@ impl CodeNamer {
         match syms.pop() {
             Some(Symbolized::Sym(sym)) => {
                 let mut s = format!("{}+{:#x}", sym.name, sym.offset);
-                if let Some(ci) = &sym.code_info {
+                let at = |s: &mut String, ci: &blazesym::symbolize::CodeInfo| {
                     s.push_str(&format!(" ({}", ci.file.to_string_lossy()));
                     if let Some(line) = ci.line {
                         s.push_str(&format!(":{line}"));
                     }
                     s.push(')');
+                };
+                if let Some(ci) = &sym.code_info {
+                    at(&mut s, ci);
+                }
+                // Functions inlined at the address, outermost first: the code really
+                // running there.
+                for (i, f) in sym.inlined.iter().enumerate() {
+                    s.push_str(if i == 0 { " [inlined: " } else { " > " });
+                    s.push_str(&f.name);
+                    if let Some(ci) = &f.code_info {
+                        at(&mut s, ci);
+                    }
+                }
+                if !sym.inlined.is_empty() {
+                    s.push(']');
                 }
                 s
             }
