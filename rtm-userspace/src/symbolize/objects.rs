@@ -328,7 +328,11 @@ impl ObjectNamer {
     /// when its file is reachable only through its mappings (another mount namespace, a
     /// file deleted or replaced since).
     pub fn prepare(&mut self, pid: u32, m: &Module) {
-        let _ = self.symbols(pid, m);
+        // A stripped file's debug file is looked for in the process's mount namespace:
+        // only once its root is known (else later, from the file held open).
+        if self.roots.contains_key(&pid) {
+            let _ = self.symbols(pid, m);
+        }
         let key = (m.dev.clone(), m.inode);
         if self.kept.len() >= MAX_KEPT || self.kept.contains_key(&key) {
             return;
@@ -379,8 +383,11 @@ impl ObjectNamer {
             return s.clone();
         }
         // The running image (through the mapping), else the path through the process's
-        // root or here, if it still names the same inode.
-        let symbols = match ElfSymbols::open_mapped(&m.mapped_file(pid)) {
+        // root or here, if it still names the same inode; else the file held open while
+        // the process lived.
+        let opened = ElfSymbols::open_mapped(&m.mapped_file(pid))
+            .or_else(|e| self.kept.get(&key).and_then(|f| kept_symbols(f)).ok_or(e));
+        let symbols = match opened {
             Ok((mut symbols, _, _)) => {
                 if !symbols.has_symtab() {
                     let root = self.roots.get(&pid).cloned();
@@ -409,6 +416,16 @@ impl ObjectNamer {
         self.files.insert(key, symbols.clone());
         symbols
     }
+}
+
+/// The symbols of a file held open (read from its start, whatever its offset).
+fn kept_symbols(f: &std::fs::File) -> Option<(ElfSymbols, Vec<u8>, PathBuf)> {
+    use std::os::unix::fs::FileExt as _;
+    let len = usize::try_from(f.metadata().ok()?.len()).ok()?;
+    let mut bytes = vec![0u8; len];
+    f.read_exact_at(&mut bytes, 0).ok()?;
+    let symbols = ElfSymbols::parse(&bytes).ok()?;
+    Some((symbols, bytes, PathBuf::new()))
 }
 
 /// glibc's pthread_cond_t (48 bytes) is waited on at its `__g_signals` words, 40 and 44
