@@ -547,3 +547,34 @@ fn a_stripped_static_executable_is_refused_with_its_own_pid() {
     assert!(!err.contains("PID 0 "), "{err}");
     assert!(err.contains("statically linked"), "{err}");
 }
+
+#[test]
+fn a_closed_stderr_does_not_stop_the_tracer_before_its_results() {
+    if !can_trace("a_closed_stderr_does_not_stop_the_tracer_before_its_results") {
+        return;
+    }
+    let dir = TempDir::new("closed-stderr");
+    let json = dir.join("t.json");
+    // stderr is a pipe whose reader is gone from the start: every message fails
+    // (EPIPE), and the tracer must go on to write its results and exit as the program.
+    let mut child = Command::new(rtm_bin())
+        .arg("--json")
+        .arg(&json)
+        .args(["-o", "/dev/null", "--"])
+        .arg(workload("stack_workload"))
+        .args(["2", "100", "20"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("rtm-trace");
+    drop(child.stderr.take());
+    let status = child.wait().expect("wait");
+    assert!(status.success(), "{status}");
+    let doc: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert!(
+        doc["sync_graph"]["objects"]
+            .as_array()
+            .is_some_and(|o| !o.is_empty())
+    );
+}

@@ -67,7 +67,10 @@ pub fn escape_lines(text: &str) -> Cow<'_, str> {
 
 /// Prints a message on stderr, inert (see [`escape_lines`]).
 pub fn say(msg: &str) {
-    eprintln!("{}", escape_lines(msg));
+    use std::io::Write as _;
+    // Never a panic: a closed stderr (a reader gone, a pipe closed) must not stop the
+    // tracer before its results are written.
+    let _ = writeln!(std::io::stderr(), "{}", escape_lines(msg));
 }
 
 /// `eprintln!` for the tracer's messages: formats, then prints through [`say`].
