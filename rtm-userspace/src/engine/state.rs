@@ -363,6 +363,30 @@ impl State {
             },
             &mut |pid, addr| code.name(&mut objects.borrow_mut(), pid, addr),
         );
+        // Words named in the snapshot only (a pthread_join's "exit of thread N"), in
+        // one pass over the objects.
+        let mut stacks = stacks;
+        let unnamed: HashSet<(u32, u64)> = stacks
+            .iter()
+            .flat_map(|s| s.rows.iter())
+            .filter(|r| r.object_name.is_none())
+            .map(|r| (r.pid, r.object))
+            .collect();
+        if !unnamed.is_empty() {
+            let named: HashMap<(u32, u64), String> = snap
+                .objects
+                .rows()
+                .iter()
+                .filter(|o| unnamed.contains(&(o.key.pid, o.key.addr)))
+                .map(|o| ((o.key.pid, o.key.addr), snap.objects.label(o)))
+                .filter(|(_, l)| !l.starts_with("0x"))
+                .collect();
+            for r in stacks.iter_mut().flat_map(|s| s.rows.iter_mut()) {
+                if r.object_name.is_none() {
+                    r.object_name = named.get(&(r.pid, r.object)).cloned();
+                }
+            }
+        }
         snap.stacks = stacks;
         if !tasks.is_empty() {
             snap.tasks = Some(TaskView::build(tasks, rank_env, &process::host_name()));

@@ -208,10 +208,20 @@ impl StackUnwinder {
         );
         while frames.len() < MAX_FRAMES {
             match it.next() {
-                Ok(Some(f)) => frames.push(match f {
-                    FrameAddress::InstructionPointer(a) => a,
-                    FrameAddress::ReturnAddress(a) => a.get(),
-                }),
+                Ok(Some(f)) => {
+                    let a = match f {
+                        FrameAddress::InstructionPointer(a) => a,
+                        FrameAddress::ReturnAddress(a) => a.get(),
+                    };
+                    frames.push(a);
+                    // A return address in no file mapped: the kernel's uretprobe
+                    // trampoline (a function with a return probe put it there in place
+                    // of its caller's address), or garbage. It is kept, and nothing
+                    // guessed beyond it.
+                    if !space.ranges.iter().any(|r| r.contains(&a)) {
+                        break;
+                    }
+                }
                 // The end of the stack, the end of the copy, or a frame it cannot
                 // unwind: what was recovered stands.
                 Ok(None) | Err(_) => break,
