@@ -323,16 +323,12 @@ impl ObjectNamer {
         })
     }
 
-    /// Reads the symbols of the file `m` of `pid` and holds the file open, while the
-    /// process is alive: its code and variables can then be named after it exits, even
-    /// when its file is reachable only through its mappings (another mount namespace, a
-    /// file deleted or replaced since).
+    /// Holds the file `m` of `pid` open while the process is alive: its code and
+    /// variables can then be named after it exits, even when its file is reachable only
+    /// through its mappings (another mount namespace, a file deleted or replaced since).
     pub fn prepare(&mut self, pid: u32, m: &Module) {
-        // A stripped file's debug file is looked for in the process's mount namespace:
-        // only once its root is known (else later, from the file held open).
-        if self.roots.contains_key(&pid) {
-            let _ = self.symbols(pid, m);
-        }
+        // Only held open here (cheap, on the event path); its symbols are read when a
+        // name is wanted, from this descriptor if the process is gone by then.
         let key = (m.dev.clone(), m.inode);
         if self.kept.len() >= MAX_KEPT || self.kept.contains_key(&key) {
             return;
