@@ -115,11 +115,46 @@ fn check(t: &Traced) {
         !chain_rows.is_empty(),
         "no stacks for chain_lock: {stacks:#}"
     );
-    for r in &chain_rows {
+    // A stack can be missing (its record lost, its pages unreadable, its process's
+    // mappings not known in time): such waits count with that side empty, and the
+    // counters say why. Every stack that is known is the workload's chain.
+    let waits = |rows: &[&Value], side: &str, known: bool| -> u64 {
+        rows.iter()
+            .filter(|r| frames(r, side).is_empty() != known)
+            .map(|r| r["waits"].as_u64().unwrap())
+            .sum()
+    };
+    let c = &stacks["counters"];
+    let missing = ["not_unwound", "unreadable", "waiter_other_process"]
+        .iter()
+        .map(|k| c[*k].as_u64().unwrap())
+        .sum::<u64>();
+    for side in ["waiter", "waker"] {
+        let (known, unknown) = (
+            waits(&chain_rows, side, true),
+            waits(&chain_rows, side, false),
+        );
+        assert!(
+            unknown <= missing,
+            "{unknown} {side} stacks missing, counters {c}"
+        );
+        assert!(
+            known >= 9 * (known + unknown) / 10,
+            "{known} of {} {side} stacks known",
+            known + unknown
+        );
+    }
+    for r in chain_rows
+        .iter()
+        .filter(|r| !frames(r, "waiter").is_empty())
+    {
         assert_eq!(r["object_name"], "chain_lock");
         // lock_c calls pthread_mutex_lock from take_lock, inlined into it.
         let w = frames(r, "waiter");
-        let lock_c = w.iter().find(|f| f.starts_with("lock_c+")).unwrap();
+        let lock_c = w
+            .iter()
+            .find(|f| f.starts_with("lock_c+"))
+            .unwrap_or_else(|| panic!("no lock_c frame in {r:#}; counters {c:#}"));
         assert!(
             lock_c.contains("[inlined: take_lock (stack_workload.c:"),
             "{lock_c}"
@@ -128,15 +163,20 @@ fn check(t: &Traced) {
             &frames(r, "waiter"),
             &["lock_c", "lock_b", "lock_a", "worker"],
         );
-        in_order(
-            &frames(r, "waker"),
-            &["unlock_c", "unlock_b", "unlock_a", "worker"],
-        );
+        if !frames(r, "waker").is_empty() {
+            in_order(
+                &frames(r, "waker"),
+                &["unlock_c", "unlock_b", "unlock_a", "worker"],
+            );
+        }
     }
     // The heap mutex is named by the code that waits on it.
     let cache_rows = on(&cache);
     assert!(!cache_rows.is_empty(), "no stacks for the cache lock");
-    for r in &cache_rows {
+    for r in cache_rows
+        .iter()
+        .filter(|r| !frames(r, "waiter").is_empty())
+    {
         let name = r["object_name"].as_str().unwrap();
         assert!(
             name.starts_with("in cache_get (stack_workload.c:"),
@@ -151,7 +191,10 @@ fn check(t: &Traced) {
         !stdio_rows.is_empty(),
         "no stacks for the FILE lock: {stacks:#}"
     );
-    for r in &stdio_rows {
+    for r in stdio_rows
+        .iter()
+        .filter(|r| !frames(r, "waiter").is_empty())
+    {
         let name = r["object_name"].as_str().unwrap();
         assert!(name.starts_with("in log_line (stack_workload.c:"), "{name}");
         let w = frames(r, "waiter");
@@ -188,9 +231,8 @@ fn check(t: &Traced) {
         .map(|r| r["waits"].as_u64().unwrap())
         .sum();
     assert_eq!(stacked, woken, "stacks vs woken waits on chain_lock");
-    let c = &stacks["counters"];
-    assert_eq!(c["not_unwound"], 0, "{c}");
-    assert_eq!(c["unreadable"], 0, "{c}");
+    // Missing stacks are rare: at most a tenth of the stacks (two a record).
+    assert!(missing * 10 <= 2 * c["records"].as_u64().unwrap(), "{c}");
     // The report shows the chain, and the folded file folds it root first.
     assert!(t.report.contains("Where they waited and who let them go"));
     assert!(t.report.contains("lock_b+"), "{}", t.report);
