@@ -17,7 +17,7 @@ use super::{
 use crate::{
     model::{
         RankEnv, Snapshot, SyncGraph, TaskGraph, TaskView, Window,
-        stacks::{MAX_STACK_ROWS, StackTable, StacksView},
+        stacks::{MAX_STACK_ROWS, StackTable, StacksView, name_frames},
         sync::ThreadKey,
     },
     symbolize::{CodeNamer, ObjectNamer},
@@ -146,18 +146,8 @@ impl State {
             join, code, namer, ..
         } = self;
         for u in join.take_unwound() {
-            let mut names = |pid: u32, frames: &[u64]| -> Vec<String> {
-                frames
-                    .iter()
-                    .enumerate()
-                    .map(|(i, &a)| {
-                        // A return address is named by its call.
-                        let at = if i == 0 { a } else { a.saturating_sub(1) };
-                        code.name(namer, pid, at)
-                            .unwrap_or_else(|| format!("{a:#x}"))
-                    })
-                    .collect()
-            };
+            let mut names =
+                |pid: u32, frames: &[u64]| name_frames(frames, &mut |a| code.name(namer, pid, a));
             let waiter = names(u.pid, &u.waiter);
             let waker = names(u.waker_pid, &u.waker);
             out(&u, &waiter, &waker);

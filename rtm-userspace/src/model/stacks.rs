@@ -361,6 +361,21 @@ pub fn user_frame(frames: &[String], modules: &[Option<PathBuf>]) -> Option<Stri
     })
 }
 
+/// The address to name frame `i` of a stack by: a return address (every frame but the
+/// innermost) is named by its call, the byte before it.
+pub fn call_address(i: usize, addr: u64) -> u64 {
+    if i == 0 { addr } else { addr.saturating_sub(1) }
+}
+
+/// The names of `frames` (innermost first) by `name`, the address where it has none.
+pub fn name_frames(frames: &[u64], name: &mut dyn FnMut(u64) -> Option<String>) -> Vec<String> {
+    frames
+        .iter()
+        .enumerate()
+        .map(|(i, &a)| name(call_address(i, a)).unwrap_or_else(|| format!("{a:#x}")))
+        .collect()
+}
+
 impl StacksView {
     /// The view of `table`: `rows` rows at most, frames named by `locate(pid, addr)`
     /// (`function+0xOFF (file:line)`), objects by `name_of(pid, addr)`; `module(pid,
@@ -372,14 +387,10 @@ impl StacksView {
         locate: &mut dyn FnMut(u32, u64) -> Option<String>,
         module: &mut dyn FnMut(u32, u64) -> Option<PathBuf>,
     ) -> StacksView {
-        // A return address is named by its call (the byte before it).
-        let at = |i: usize, a: u64| if i == 0 { a } else { a.saturating_sub(1) };
         let mut names = |pid: u32, id: StackId| -> Vec<String> {
-            let frames = table.frames(id).unwrap_or_default();
-            let named = frames.iter().enumerate();
-            named
-                .map(|(i, &a)| locate(pid, at(i, a)).unwrap_or_else(|| format!("{a:#x}")))
-                .collect()
+            name_frames(table.frames(id).unwrap_or_default(), &mut |a| {
+                locate(pid, a)
+            })
         };
         let top = table.top(rows);
         // A word with no symbol (on the heap) is named by the code that waits on it
@@ -394,7 +405,7 @@ impl StacksView {
             let modules: Vec<Option<PathBuf>> = frames
                 .iter()
                 .enumerate()
-                .map(|(i, &a)| module(k.pid, at(i, a)))
+                .map(|(i, &a)| module(k.pid, call_address(i, a)))
                 .collect();
             let named = user_frame(&names(k.pid, k.waiter), &modules);
             heap.insert((k.pid, k.addr), named.map(|f| format!("in {f}")));
