@@ -112,6 +112,13 @@ impl State {
                 if let Some(c) = process::comm(pid) {
                     self.comms.insert(pid, c);
                 }
+                // A rank's job and rank now, while it surely lives: a rank that ends
+                // soon after its first MPI call may be gone before that call's records
+                // are read (and then two jobs' parts could not be told apart).
+                let env = super::naming::rank_env(process::mpi_env(pid));
+                if env.rank.is_some() {
+                    self.rank_env.insert(pid, env);
+                }
             }
             if a.new_thread.is_some() {
                 self.model.set_thread_info(
