@@ -21,8 +21,27 @@ pub struct StackRegs {
     pub len: u32,
     /// [`STACK_MISSING_*`] reason when `len` is 0.
     pub missing: u32,
+    /// The return addresses that full mode's return probes swapped for the kernel's
+    /// uretprobe trampoline, innermost first (`slot` 0: none). Userspace reads `ret`
+    /// where the copy has the trampoline's address at `slot`.
+    pub fixes: [StackFix; STACK_FIXES],
 }
-const _: () = assert!(size_of::<StackRegs>() == 32);
+const _: () = assert!(size_of::<StackRegs>() == 32 + 16 * STACK_FIXES);
+
+/// The probed calls in flight whose return addresses a stack record restores.
+pub const STACK_FIXES: usize = 2;
+
+/// A return address on the user stack that a return probe replaced (full mode): the
+/// probed call's entry saw `ret` at `slot`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StackFix {
+    /// The stack address of the return address (the stack pointer at the call's entry
+    /// probe).
+    pub slot: u64,
+    /// The caller's return address it held before the return probe.
+    pub ret: u64,
+}
 
 /// [`StackRegs::missing`]: it was copied.
 pub const STACK_PRESENT: u32 = 0;
@@ -61,14 +80,14 @@ pub struct StacksHead {
     pub waker: u32,
     /// `STACK_SIDE_*` bits: which copies follow.
     pub sides: u32,
-    /// Pads the head to 128 bytes.
+    /// Pads the head to a multiple of 8 bytes.
     pub pad: u32,
     /// The waiter's registers and copy.
     pub waiter_regs: StackRegs,
     /// The waker's registers and copy.
     pub waker_regs: StackRegs,
 }
-const _: () = assert!(size_of::<StacksHead>() == 128);
+const _: () = assert!(size_of::<StacksHead>() == 64 + 2 * size_of::<StackRegs>());
 
 /// A stacks record with both sides, `N` bytes of each stack, as the kernel writes it.
 #[repr(C)]

@@ -17,9 +17,9 @@ use aya_ebpf::{
 use core::intrinsics::AtomicOrdering;
 
 use rtm_common::{
-    EventKind, FUTEX_CMD_MASK, LossCounter, PENDING_STACKED, PendingFutex,
-    STACK_MISSING_OTHER_PROCESS, STACK_MISSING_UNREADABLE, STACK_SIDE_WAITER, STACK_SIDE_WAKER,
-    StackRegs, StacksHead, futex_cmd_waits,
+    EventKind, FUTEX_CMD_MASK, LossCounter, MAX_CALL_DEPTH, PENDING_STACKED, PendingFutex,
+    STACK_FIXES, STACK_MISSING_OTHER_PROCESS, STACK_MISSING_UNREADABLE, STACK_SIDE_WAITER,
+    STACK_SIDE_WAKER, StackFix, StackRegs, StacksHead, futex_cmd_waits,
 };
 
 use crate::{
@@ -28,8 +28,8 @@ use crate::{
     futex::SYS_FUTEX,
     futex_done::task_field,
     maps::{
-        EVENTS, EVENTS_1, EVENTS_2, EVENTS_3, STACK_BYTES, SYNC_RING_MASK, TASK_PID, TASK_TGID,
-        count_loss, futex_entry,
+        EVENTS, EVENTS_1, EVENTS_2, EVENTS_3, PENDING, STACK_BYTES, SYNC_RING_MASK, TASK_PID,
+        TASK_TGID, count_loss, futex_entry,
     },
     waking::syscall_of,
 };
@@ -56,8 +56,35 @@ unsafe fn user_regs(task: *const u8) -> StackRegs {
             bp: at(REGS_BP),
             len: 0,
             missing: 0,
+            fixes: [StackFix::default(); STACK_FIXES],
         }
     }
+}
+
+/// The return addresses of the thread's probed calls in flight (full mode), innermost
+/// first: each call's return probe put the kernel's trampoline in its place on the
+/// stack, where an unwinder would stop.
+#[inline(always)]
+fn call_fixes(pid_tgid: u64) -> [StackFix; STACK_FIXES] {
+    let mut out = [StackFix::default(); STACK_FIXES];
+    let Some(tc) = PENDING.get_ptr(pid_tgid) else {
+        return out;
+    };
+    // SAFETY: a map value, read field by field (its thread may change it meanwhile: a
+    // torn read gives a wrong pair, which userspace applies only over the trampoline).
+    let depth = unsafe { (*tc).depth } as usize;
+    for (i, fix) in out.iter_mut().enumerate() {
+        if depth <= i || depth > MAX_CALL_DEPTH {
+            break;
+        }
+        // SAFETY: as above; the index is masked in bounds.
+        let call = unsafe { &(*tc).calls[(depth - 1 - i) & (MAX_CALL_DEPTH - 1)] };
+        *fix = StackFix {
+            slot: call.sp,
+            ret: call.caller,
+        };
+    }
+    out
 }
 
 /// Copies up to `n` bytes of the current process's memory from `sp` to `dst`: `n`,
@@ -112,9 +139,13 @@ unsafe fn claim(slot: *mut PendingFutex, f: &PendingFutex) -> bool {
 
 /// Writes a stacks record: `head`, then a copy of the current process's memory from
 /// each side's stack pointer (`waiter`, `waker`: BTF task pointers of threads of the
-/// current process, or the current one).
+/// current process, or the current one; `waiter_id`, `waker_id`: their pid_tgid).
 #[inline(always)]
-fn emit(mut head: StacksHead, waiter: Option<*const u8>, waker: Option<*const u8>) {
+fn emit(
+    mut head: StacksHead,
+    (waiter, waiter_id): (Option<*const u8>, u64),
+    (waker, waker_id): (Option<*const u8>, u64),
+) {
     // A constant to the verifier (read-only globals are frozen at load).
     let n = STACK_BYTES.load();
     if n == 0 {
@@ -140,8 +171,9 @@ fn emit(mut head: StacksHead, waiter: Option<*const u8>, waker: Option<*const u8
     // and `n` bytes for each side present.
     unsafe {
         let mut body = base.add(core::mem::size_of::<StacksHead>());
-        let mut take = |task: *const u8, regs: &mut StackRegs| {
+        let mut take = |task: *const u8, regs: &mut StackRegs, id: u64| {
             *regs = user_regs(task);
+            regs.fixes = call_fixes(id);
             regs.len = copy_stack(body, regs.sp, n);
             if regs.len == 0 {
                 regs.missing = STACK_MISSING_UNREADABLE;
@@ -150,11 +182,11 @@ fn emit(mut head: StacksHead, waiter: Option<*const u8>, waker: Option<*const u8
         };
         if let Some(t) = waiter {
             head.sides |= STACK_SIDE_WAITER;
-            take(t, &mut head.waiter_regs);
+            take(t, &mut head.waiter_regs, waiter_id);
         }
         if let Some(t) = waker {
             head.sides |= STACK_SIDE_WAKER;
-            take(t, &mut head.waker_regs);
+            take(t, &mut head.waker_regs, waker_id);
         }
         core::ptr::write_unaligned(base.cast::<StacksHead>(), head);
     }
@@ -203,7 +235,7 @@ pub fn at_sleep(prev: *const u8) {
         ..StacksHead::default()
     };
     head.sides = 0;
-    emit(head, Some(prev), None);
+    emit(head, (Some(prev), pid_tgid), (None, 0));
 }
 
 /// The wake of the wait in `slot` (whose copy is `f`) of `waiter` (a BTF task pointer;
@@ -241,5 +273,10 @@ pub fn at_wake(
     }
     // SAFETY: helper without preconditions; its result is a BTF task pointer.
     let current = unsafe { bpf_get_current_task_btf() } as *const u8;
-    emit(head, waiter_too.then_some(waiter), Some(current));
+    let waker_id = (u64::from(waker_pid) << 32) | u64::from(waker);
+    emit(
+        head,
+        (waiter_too.then_some(waiter), pid_tgid),
+        (Some(current), waker_id),
+    );
 }

@@ -210,7 +210,7 @@ proptest! {
                 });
         }
         let frames = UNWINDER.with_borrow_mut(|(namer, unwinder)| {
-            unwinder.unwind(namer, std::process::id(), &Capture { ip, sp, bp, stack: &stack })
+            unwinder.unwind(namer, std::process::id(), &Capture { ip, sp, bp, stack: &stack, fixes: &[] })
         });
         prop_assert!(frames.len() <= crate::symbolize::unwind::MAX_FRAMES);
     }

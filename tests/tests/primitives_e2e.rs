@@ -1,6 +1,9 @@
 //! Every pthread primitive in full mode, against workloads that know what they did.
 
-use std::{collections::HashMap, path::PathBuf};
+use std::{
+    collections::{BTreeMap, HashMap},
+    path::PathBuf,
+};
 
 use rtm_tests::{Value, can_trace, trace_json, within, workload};
 
@@ -74,25 +77,47 @@ fn barrier_rounds_show_the_spread_and_the_last_arriver() {
     }
     let sync = workload("sync_workload");
     let (t, doc, report) = trace(sync, &["barrier", "3", "6", "3000"]);
-    let slowest = t
-        .iter()
-        .find(|m| m.get("index").map(String::as_str) == Some("2"))
-        .map(|m| tid(&m["tid"]))
-        .unwrap();
+    let tid_of = |index: &str| {
+        t.iter()
+            .find(|m| m.get("index").map(String::as_str) == Some(index))
+            .map(|m| tid(&m["tid"]))
+            .unwrap()
+    };
     let b = named(&doc, "barrier", "round_barrier");
     let bv = &b["barrier"];
     assert_eq!(u(&bv["rounds"]), 6, "{bv}");
-    assert_eq!(bv["last_arrivals"][0], serde_json::json!([slowest, 6]));
-    // Thread i sleeps (i+1)*3 ms per round: the last arrives ~6 ms after the first. The
-    // workload measures each round's spread itself (a loaded machine stretches sleeps).
+    // Thread i sleeps (i+1)*3 ms per round: the last arrives ~3 ms after the one before,
+    // ~6 ms after the first. The workload measures each round's arrivals itself (a
+    // loaded machine stretches sleeps, and can even reorder the threads).
     let rounds = bv["round_list"].as_array().unwrap();
     let truths: Vec<_> = t.iter().filter(|m| m.contains_key("spread_ns")).collect();
     assert_eq!(truths.len(), 6, "{t:?}");
+    let mut lasts: BTreeMap<u64, u64> = BTreeMap::new();
+    let mut clear = true;
     for m in truths {
         let r = &rounds[m["round"].parse::<usize>().unwrap()];
         let spread: f64 = m["spread_ns"].parse().unwrap();
         within(u(&r["spread_ns"]) as f64, spread, 0.05, "round spread");
-        assert_eq!(u(&r["last_tid"]), slowest);
+        let last = tid_of(&m["last"]);
+        *lasts.entry(last).or_default() += 1;
+        // The workload reads its clock just before the call: an arrival closer than
+        // that to the runner-up's (a preemption in between) is a tie.
+        if m["margin_ns"].parse::<u64>().unwrap() > 200_000 {
+            assert_eq!(u(&r["last_tid"]), last, "round {}: {m:?}", m["round"]);
+        } else {
+            clear = false;
+        }
+    }
+    // Rounds per last arriver: on an idle machine, six for the thread that sleeps most.
+    let counted: BTreeMap<u64, u64> = bv["last_arrivals"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| (u(&p[0]), u(&p[1])))
+        .collect();
+    assert_eq!(counted.values().sum::<u64>(), 6, "{bv}");
+    if clear {
+        assert_eq!(counted, lasts, "{bv}");
     }
     assert_eq!(u(&bv["serial_returns"]), 6);
     assert!(report.contains("round_barrier"), "{report}");

@@ -289,6 +289,16 @@ fn waiter_and_releaser_chains_in_a_static_program() {
 }
 
 #[test]
+fn full_mode_sees_through_the_return_probes() {
+    // Full mode's return probes put the kernel's trampoline in place of each probed
+    // call's return address (pthread_cond_timedwait's, pthread_join's; the lock call
+    // has none): the chains go on past them to the workload's functions.
+    if let Some(t) = traced("stacks in full mode", "stack_workload", &["--mode", "full"]) {
+        check(&t);
+    }
+}
+
+#[test]
 fn no_stacks_when_asked_for_none() {
     if let Some(t) = traced("--no-stacks", "stack_workload", &["--no-stacks"]) {
         assert!(t.json["sync_graph"].get("stacks").is_none());

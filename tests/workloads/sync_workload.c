@@ -197,12 +197,20 @@ int main(int argc, char **argv) {
         for (long i = 0; i < a; i++)
             pthread_join(th[i], NULL);
         for (int r = 0; r < b && r < MAX_ROUNDS; r++) {
-            long long lo = b_arrive[r][0], hi = lo;
+            long long lo = b_arrive[r][0], hi = lo, next = 0;
+            long last = 0;
             for (long i = 1; i < a; i++) {
                 if (b_arrive[r][i] < lo) lo = b_arrive[r][i];
-                if (b_arrive[r][i] > hi) hi = b_arrive[r][i];
+                if (b_arrive[r][i] > hi) {
+                    hi = b_arrive[r][i];
+                    last = i;
+                }
             }
-            printf("truth barrier round=%d spread_ns=%lld\n", r, hi - lo);
+            /* The runner-up's arrival: how clear the last arriver was. */
+            for (long i = 0; i < a; i++)
+                if (i != last && b_arrive[r][i] > next) next = b_arrive[r][i];
+            printf("truth barrier round=%d spread_ns=%lld last=%ld margin_ns=%lld\n", r, hi - lo,
+                   last, a > 1 ? hi - next : 0);
         }
     } else if (!strcmp(mode, "cond") && argc == 5) {
         c_waits = a;

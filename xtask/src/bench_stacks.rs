@@ -1,8 +1,8 @@
 //! `cargo xtask bench stacks`: what the call stacks of contention mode cost. Side by
 //! side in one run, interleaved: the contended lock pairs of the probes benchmark
 //! untraced, in contention mode without stacks, with the default 4 KiB stacks, and
-//! with 16 KiB stacks (each round's ratios to that round's untraced run and to its run
-//! without stacks); the eBPF run time of the wake program with and without a capture;
+//! with 16 KiB stacks, and full mode without and with stacks (each round's ratios to
+//! that round's untraced run and to its run of the same mode without stacks); the eBPF run time of the wake program with and without a capture;
 //! the bytes a capture adds to the ring; and how fast userspace unwinds them.
 
 use std::{path::Path, process::Command};
@@ -28,14 +28,26 @@ const WORKLOADS: [(&str, [&str; 3]); 3] = [
     ),
 ];
 
-/// The configurations: a label and rtm-trace's options (None: untraced).
-const CONFIGS: [(&str, Option<&[&str]>); 4] = [
-    ("no tracing", None),
-    ("contention mode --no-stacks", Some(&["--no-stacks"])),
-    ("contention mode (stacks, 4 KiB: the default)", Some(&[])),
+/// The configurations: a label, rtm-trace's options (None: untraced), and the
+/// configuration without stacks it is paired with.
+const CONFIGS: [(&str, Option<&[&str]>, usize); 6] = [
+    ("no tracing", None, 0),
+    ("contention mode --no-stacks", Some(&["--no-stacks"]), 1),
+    ("contention mode (stacks, 4 KiB: the default)", Some(&[]), 1),
     (
         "contention mode --stack-bytes 16384",
         Some(&["--stack-bytes", "16384"]),
+        1,
+    ),
+    (
+        "full mode --no-stacks",
+        Some(&["--mode", "full", "--no-stacks"]),
+        4,
+    ),
+    (
+        "full mode (stacks, 4 KiB: the default)",
+        Some(&["--mode", "full"]),
+        4,
     ),
 ];
 
@@ -71,16 +83,17 @@ pub fn stacks(root: &Path, dir: &Path, plan: Plan) -> Result<()> {
         let args = [args[0], pairs.as_str(), args[2]];
         let mut samples = vec![Vec::new(); CONFIGS.len()];
         for _ in 0..plan.rounds {
-            for (i, (_, options)) in CONFIGS.iter().enumerate() {
+            for (i, (_, options, _)) in CONFIGS.iter().enumerate() {
                 samples[i].push(ns_per_pair(&rtm, &bin, *options, &args)?);
             }
         }
         println!("#### {name} (`bench_lock {}`)\n", args.join(" "));
         println!(
-            "| configuration | ns per pair | paired vs. no tracing | paired vs. --no-stacks |"
+            "| configuration | ns per pair | paired vs. no tracing | paired vs. the same mode \
+             --no-stacks |"
         );
         println!("|---|---|---|---|");
-        for (i, (label, _)) in CONFIGS.iter().enumerate() {
+        for (i, (label, _, base)) in CONFIGS.iter().enumerate() {
             let paired = |base: usize| {
                 let r: Vec<f64> = samples[i]
                     .iter()
@@ -93,7 +106,7 @@ pub fn stacks(root: &Path, dir: &Path, plan: Plan) -> Result<()> {
                 "| {label} | {} | {} | {} |",
                 Spread::of(&samples[i]).show(1),
                 paired(0),
-                if i >= 1 { paired(1) } else { "-".into() }
+                if i >= 1 { paired(*base) } else { "-".into() }
             );
         }
         println!();
@@ -172,9 +185,10 @@ pub fn stacks(root: &Path, dir: &Path, plan: Plan) -> Result<()> {
         "\nStacks add {:.0} ns per wait with stacks in the kernel: {:.0} ns in sched_switch \
          (the waiter's copy, in its own context as it goes to sleep) and {:.0} ns in \
          sched_waking (the waker's, on the waker's way out of its unlock). A one-sided \
-         record is 128 + 4,096 bytes. Userspace unwound {unwound:.0} stacks in {:.1} ms: {:.0} \
+         record is {} + 4,096 bytes. Userspace unwound {unwound:.0} stacks in {:.1} ms: {:.0} \
          ns each, {:.0} stacks/s on one core.\n",
         ((s1 - s0) * sn1 + (w1 - w0) * wn1) / waits.max(1.0),
+        std::mem::size_of::<rtm_common::StacksHead>(),
         (s1 - s0) * sn1 / waits.max(1.0),
         (w1 - w0) * wn1 / waits.max(1.0),
         unwind_ns / 1e6,

@@ -56,7 +56,7 @@ pub struct TraceConfig {
     pub limits: LimitsConfig,
     /// Where results go.
     pub output: OutputConfig,
-    /// Call stacks of contended waits (contention mode).
+    /// Call stacks of contended waits.
     pub stacks: StacksConfig,
     /// Measure the eBPF programs and maps (the kernel's BPF statistics).
     pub bpf_stats: bool,
@@ -124,7 +124,7 @@ impl Default for LimitsConfig {
     }
 }
 
-/// Call stacks of contended waits: in contention mode, the waiter's and the waker's
+/// Call stacks of contended waits: the waiter's and the waker's
 /// user stacks are copied at each wake that ends a sleeping wait and unwound here.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]

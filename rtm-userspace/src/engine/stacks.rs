@@ -95,11 +95,18 @@ impl StackJoin {
         if stack.is_empty() {
             return Side::Unreadable;
         }
+        let fixes: Vec<(u64, u64)> = regs
+            .fixes
+            .iter()
+            .filter(|f| f.slot != 0)
+            .map(|f| (f.slot, f.ret))
+            .collect();
         let capture = Capture {
             ip: regs.ip,
             sp: regs.sp,
             bp: regs.bp,
             stack,
+            fixes: &fixes,
         };
         let started = std::time::Instant::now();
         let frames = self.unwinder.unwind(namer, pid, &capture);

@@ -1,4 +1,4 @@
-//! The report's call-stack section (contention mode): for the words with the most wait
+//! The report's call-stack section: for the words with the most wait
 //! by stack, where their waiters waited and where the wakes that ended the waits came
 //! from (for a mutex: the unlock, the end of the holder's critical section).
 

@@ -103,6 +103,9 @@ pub struct Capture<'a> {
     pub bp: u64,
     /// The copy of the stack from `sp` up.
     pub stack: &'a [u8],
+    /// Return addresses that return probes replaced with the kernel's trampoline:
+    /// (stack address, the caller's address there before).
+    pub fixes: &'a [(u64, u64)],
 }
 
 /// Unwinds stack copies of traced processes.
@@ -191,13 +194,21 @@ impl StackUnwinder {
             return Vec::new();
         };
         let end = c.sp.saturating_add(c.stack.len() as u64);
+        let ranges = &space.ranges;
         let mut read = |addr: u64| -> Result<u64, ()> {
             if addr < c.sp || addr.checked_add(8).is_none_or(|e| e > end) {
                 return Err(());
             }
             let at = (addr - c.sp) as usize;
             let word: [u8; 8] = c.stack[at..at + 8].try_into().map_err(|_| ())?;
-            Ok(u64::from_le_bytes(word))
+            let word = u64::from_le_bytes(word);
+            // A return probe's trampoline in place of a caller's address (an address
+            // in no mapped file where a probed call's entry saw its return address):
+            // the caller's address it replaced.
+            match c.fixes.iter().find(|f| f.0 == addr && f.1 != 0) {
+                Some(&(_, ret)) if !ranges.iter().any(|r| r.contains(&word)) => Ok(ret),
+                _ => Ok(word),
+            }
         };
         let mut frames = Vec::new();
         let mut it = space.unwinder.iter_frames(
@@ -283,6 +294,7 @@ mod tests {
                 sp,
                 bp,
                 stack: &bytes,
+                fixes: &[],
             },
         );
         assert!(frames.len() >= 3, "{frames:x?}");
@@ -309,6 +321,46 @@ mod tests {
     }
 
     #[test]
+    fn a_return_probes_trampoline_is_seen_through_with_the_address_it_replaced() {
+        let mut bytes = Vec::new();
+        let (ip, sp, bp) = outer_caller(&mut bytes);
+        let me = std::process::id();
+        let mut namer = ObjectNamer::default();
+        namer.remember(me);
+        let mut u = StackUnwinder::default();
+        let mut unwind = |stack: &[u8], fixes: &[(u64, u64)]| {
+            let c = Capture {
+                ip,
+                sp,
+                bp,
+                stack,
+                fixes,
+            };
+            u.unwind(&mut namer, me, &c)
+        };
+        let whole = unwind(&bytes, &[]);
+        assert!(whole.len() >= 3, "{whole:x?}");
+        // As a return probe on outer_caller would leave it: its return address swapped
+        // for an address in no mapped file.
+        let ret = whole[2];
+        let at = bytes
+            .chunks_exact(8)
+            .position(|w| u64::from_le_bytes(w.try_into().unwrap()) == ret)
+            .expect("the return address is in the copy")
+            * 8;
+        let trampoline = 0x7fff_ffff_e000u64;
+        let mut probed = bytes.clone();
+        probed[at..at + 8].copy_from_slice(&trampoline.to_le_bytes());
+        let cut = unwind(&probed, &[]);
+        assert_eq!(cut.len(), 3, "stops at the trampoline: {cut:x?}");
+        assert_eq!(cut[2], trampoline);
+        let slot = sp + at as u64;
+        assert_eq!(unwind(&probed, &[(slot, ret)]), whole);
+        // A fix where the copy holds a real address changes nothing.
+        assert_eq!(unwind(&bytes, &[(slot, 0x1234)]), whole);
+    }
+
+    #[test]
     fn a_process_without_known_mappings_yields_no_frames() {
         let mut namer = ObjectNamer::default();
         let mut u = StackUnwinder::default();
@@ -320,6 +372,7 @@ mod tests {
                 sp: 0x2000,
                 bp: 0,
                 stack: &[0; 64],
+                fixes: &[],
             },
         );
         assert!(frames.is_empty());

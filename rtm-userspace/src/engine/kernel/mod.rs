@@ -48,12 +48,7 @@ impl Settings {
         Self {
             mode: c.mode,
             ring_bytes: c.limits.ring_bytes,
-            // Contention mode's: full mode keeps its call sites (a frame per call).
-            stack_bytes: if c.stacks.enabled && c.mode == Mode::Contention {
-                c.stacks.bytes
-            } else {
-                0
-            },
+            stack_bytes: if c.stacks.enabled { c.stacks.bytes } else { 0 },
             probe_all: c.probe_all,
             probe_mpi: c.probe_mpi(),
             hint_mpi: c.mode == Mode::Contention && c.mpi.is_none(),
