@@ -59,6 +59,46 @@ fn main() {
             .expect("running cc (cargo xtask setup installs gcc)");
         assert!(st.success(), "cc failed for {}", c.display());
     }
+    // The function-timing workload and the library it calls (found next to it through
+    // its run path), and a stripped copy.
+    let lib = src.join("libfuncs.c");
+    let funcs = src.join("func_workload.c");
+    println!("cargo:rerun-if-changed={}", lib.display());
+    println!("cargo:rerun-if-changed={}", funcs.display());
+    let cc = |args: &[&std::ffi::OsStr]| {
+        let st = Command::new("cc")
+            .args(args)
+            .status()
+            .expect("running cc (cargo xtask setup installs gcc)");
+        assert!(st.success(), "cc failed: {args:?}");
+    };
+    let os = |s: &'static str| std::ffi::OsStr::new(s);
+    cc(&[
+        os("-O2"),
+        os("-g"),
+        os("-fPIC"),
+        os("-shared"),
+        os("-Wall"),
+        os("-o"),
+        out.join("libfuncs.so").as_os_str(),
+        lib.as_os_str(),
+    ]);
+    for (name, extra) in [("func_workload", "-g"), ("func_workload_stripped", "-s")] {
+        cc(&[
+            os("-O2"),
+            os(extra),
+            os("-pthread"),
+            os("-Wall"),
+            os("-fno-optimize-sibling-calls"),
+            os("-o"),
+            out.join(name).as_os_str(),
+            funcs.as_os_str(),
+            os("-L"),
+            out.as_os_str(),
+            os("-lfuncs"),
+            os("-Wl,-rpath,$ORIGIN"),
+        ]);
+    }
     // MPI workloads need each implementation's compiler wrapper (cargo xtask setup
     // installs them); the MPI tests say so and fail if one was missing.
     let mpi = src.join("mpi_ring.c");

@@ -11,6 +11,7 @@ use crate::{
         EventHeader, EventKind, FutexWaitEvent, LifecycleEvent, LifecycleOp, Primitive, SyncEvent,
         SyncOp,
     },
+    func::FuncEvent,
     mpi::{MpiEvent, MpiImpl, MpiOp},
     stack::{STACK_SIDE_WAITER, STACK_SIDE_WAKER, StacksHead},
 };
@@ -26,6 +27,8 @@ pub enum Event<'a> {
     Mpi(MpiRecord),
     /// The user stacks of a contended futex wait's waiter and waker.
     Stacks(StacksRecord<'a>),
+    /// A timed function's call returned.
+    Func(FuncEvent),
 }
 
 /// A stacks record: its fixed part and the two copies, each as long as its registers
@@ -90,6 +93,7 @@ impl Event<'_> {
             Event::Sync(s) => Event::Sync(s),
             Event::Lifecycle(l) => Event::Lifecycle(l),
             Event::Mpi(m) => Event::Mpi(m),
+            Event::Func(f) => Event::Func(f),
             Event::Stacks(s) => Event::Stacks(StacksRecord {
                 head: s.head,
                 waiter: &[],
@@ -105,6 +109,7 @@ impl Event<'_> {
             Event::Lifecycle(t) => &t.raw.header,
             Event::Mpi(m) => &m.raw.header,
             Event::Stacks(s) => &s.head.header,
+            Event::Func(f) => &f.header,
         }
     }
 }
@@ -195,6 +200,7 @@ pub fn decode(bytes: &[u8]) -> Result<Event<'_>, DecodeError> {
                 _ => Err(DecodeError::UnknownMpi(raw.op, raw.implementation)),
             }
         }
+        Some(EventKind::Func) => Ok(Event::Func(read(bytes)?)),
         Some(EventKind::Stacks) => {
             let head: StacksHead = read(bytes)?;
             let body = &bytes[size_of::<StacksHead>()..];

@@ -44,6 +44,8 @@ abi_enum! {
         /// A [`crate::StacksHead`] and the two stack copies after it: the user stacks of a
         /// futex waiter and of the thread whose wake ended its wait.
         Stacks = 5,
+        /// A [`crate::FuncEvent`]: a call of a timed function (`--func`) returned.
+        Func = 6,
     }
 }
 
@@ -587,6 +589,10 @@ mod user_impls {
     unsafe impl aya::Pod for PendingCall {}
     // SAFETY: as above.
     unsafe impl aya::Pod for ThreadCalls {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for crate::FuncEvent {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for crate::FuncStack {}
 
     impl Primitive {
         /// Its name in reports, JSON and metric labels.

@@ -9,6 +9,7 @@
 
 #[macro_use]
 pub mod event;
+pub mod func;
 pub mod mpi;
 pub mod names;
 pub mod stack;
@@ -17,5 +18,6 @@ pub mod stack;
 pub mod decode;
 
 pub use event::*;
+pub use func::*;
 pub use mpi::*;
 pub use stack::*;

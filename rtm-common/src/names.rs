@@ -57,6 +57,13 @@ pub const PROG_CALL_ENTER: &str = "call_enter";
 pub const PROG_CALL_RETURN: &str = "call_return";
 /// Entry uprobe of calls recorded at once, with no return probe (unlock, post).
 pub const PROG_CALL_MARK: &str = "call_mark";
+/// Uprobe on a timed function's entry (`--func`); its cookie is the function's index.
+pub const PROG_FUNC_ENTER: &str = "func_enter";
+/// Uretprobe on a timed function, at the same place as [`PROG_FUNC_ENTER`].
+pub const PROG_FUNC_RETURN: &str = "func_return";
+/// pid_tgid -> the timed calls in flight on that thread ([`crate::FuncStack`]); sized
+/// by userspace at load ([`MAX_FUNC_THREADS`] with `--func`, else 1).
+pub const MAP_FUNC_PENDING: &str = "FUNC_PENDING";
 /// sys_enter as a BTF tracepoint (futex calls).
 pub const PROG_FUTEX_ENTER: &str = "futex_enter";
 /// raw_syscalls/sys_enter (futex calls), for kernels without BTF.
@@ -137,6 +144,20 @@ pub const DEFAULT_TRACED_WORDS: u32 = 4096;
 pub const MAX_TRACED_TGIDS: u32 = 4096;
 /// Capacity of the per-thread maps (threads with a call or a futex wait in flight).
 pub const MAX_PENDING: u32 = 16384;
+/// `--tid`: most threads a trace may be limited to ([`MAP_TID_FILTER`]).
+pub const MAX_FILTER_TIDS: u32 = 1024;
+/// `--cpu`: CPUs [`MAP_CPU_FILTER`] covers (0 to this minus one).
+pub const MAX_FILTER_CPUS: u32 = 4096;
+/// tid -> 1 for each thread `--tid` keeps.
+pub const MAP_TID_FILTER: &str = "TID_FILTER";
+/// A bit per CPU `--cpu` keeps, 64 to an element.
+pub const MAP_CPU_FILTER: &str = "CPU_FILTER";
+/// Global in the eBPF object: [`crate::CONTEXT_TIDS`] | [`crate::CONTEXT_CPUS`], the
+/// context filters in use (0: none).
+pub const GLOBAL_CONTEXT_FILTER: &str = "CONTEXT_FILTER";
+
+/// Threads with timed calls in flight at once ([`MAP_FUNC_PENDING`], 776 bytes each).
+pub const MAX_FUNC_THREADS: u32 = 4096;
 /// Slots of the last-waker table (a power of two; 32 bytes each).
 pub const MAX_WAKERS: u32 = 32768;
 /// Default ring buffer size in bytes (a power of two, a multiple of the page size).
@@ -156,6 +177,9 @@ pub const ALL_MAPS: &[&str] = &[
     MAP_WAKERS,
     MAP_MPI_PENDING,
     MAP_MPI_LAYOUT,
+    MAP_FUNC_PENDING,
+    MAP_TID_FILTER,
+    MAP_CPU_FILTER,
 ];
 /// Every program the loader asks the object for by name.
 pub const ALL_PROGRAMS: &[&str] = &[
@@ -164,6 +188,8 @@ pub const ALL_PROGRAMS: &[&str] = &[
     PROG_CALL_ENTER,
     PROG_CALL_RETURN,
     PROG_CALL_MARK,
+    PROG_FUNC_ENTER,
+    PROG_FUNC_RETURN,
     PROG_FUTEX_ENTER,
     PROG_FUTEX_ENTER_RAW,
     PROG_FUTEX_EXIT,
@@ -185,4 +211,5 @@ pub const ALL_GLOBALS: &[&str] = &[
     GLOBAL_TASK_PID,
     GLOBAL_TASK_TGID,
     GLOBAL_FUTEX_SLOT_MASK,
+    GLOBAL_CONTEXT_FILTER,
 ];

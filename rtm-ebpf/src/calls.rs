@@ -19,7 +19,7 @@ use rtm_common::{
 
 use crate::{
     emit::{self, header, now},
-    filter::traced_pid_tgid,
+    filter::{entry_was_kept, traced_in_context, traced_pid_tgid},
     maps::{PENDING, count_loss, thread_calls},
 };
 
@@ -60,7 +60,7 @@ fn cookie(ctx: &ProbeContext) -> u64 {
 /// Entry of a blocking call.
 #[uprobe]
 pub fn call_enter(ctx: ProbeContext) -> u32 {
-    let Some(pid_tgid) = traced_pid_tgid() else {
+    let Some(pid_tgid) = traced_in_context() else {
         return 0;
     };
     let raw = cookie(&ctx);
@@ -176,7 +176,9 @@ pub fn call_return(ctx: RetProbeContext) -> u32 {
         return 0;
     };
     let Some(tc) = PENDING.get_ptr_mut(pid_tgid) else {
-        count_loss(LossCounter::MissedEntry);
+        if entry_was_kept() {
+            count_loss(LossCounter::MissedEntry);
+        }
         return 0;
     };
     // SAFETY: this thread's own entry; only this thread writes it.
@@ -231,7 +233,7 @@ pub fn call_return(ctx: RetProbeContext) -> u32 {
 /// else; the futex waits in between are its wait), which saves a return probe's trap.
 #[uprobe]
 pub fn call_mark(ctx: ProbeContext) -> u32 {
-    let Some(pid_tgid) = traced_pid_tgid() else {
+    let Some(pid_tgid) = traced_in_context() else {
         return 0;
     };
     let c = Cookie::unpack(cookie(&ctx));

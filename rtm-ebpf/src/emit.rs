@@ -5,7 +5,8 @@ use aya_ebpf::{
     maps::RingBuf,
 };
 use rtm_common::{
-    EventHeader, EventKind, FutexWaitEvent, LifecycleEvent, LossCounter, MpiEvent, SyncEvent,
+    EventHeader, EventKind, FuncEvent, FutexWaitEvent, LifecycleEvent, LossCounter, MpiEvent,
+    SyncEvent,
 };
 
 use crate::maps::{EVENTS, EVENTS_1, EVENTS_2, EVENTS_3, SYNC_RING_MASK, WAKEUP_BYTES, count_loss};
@@ -90,6 +91,12 @@ fn per_cpu<T: 'static>(cpu: u32, event: T) {
 /// Sends a sync record.
 #[inline(always)]
 pub fn sync(event: SyncEvent) {
+    per_cpu(event.header.cpu, event);
+}
+
+/// Sends a timed call's record, to the current CPU's ring (it is self-contained).
+#[inline(always)]
+pub fn func(event: FuncEvent) {
     per_cpu(event.header.cpu, event);
 }
 

@@ -1,8 +1,9 @@
 //! In-kernel filtering to the traced processes.
 
-use aya_ebpf::helpers::bpf_get_current_pid_tgid;
+use aya_ebpf::helpers::{bpf_get_current_pid_tgid, bpf_get_smp_processor_id};
+use rtm_common::{CONTEXT_CPUS, CONTEXT_TIDS};
 
-use crate::maps::{TRACED, TRACED_TGIDS};
+use crate::maps::{CONTEXT_FILTER, CPU_FILTER, TID_FILTER, TRACED, TRACED_TGIDS};
 
 /// The filter's value for the process `tgid`: 0 when it is not traced, else
 /// [`rtm_common::TRACED_ON`] or [`rtm_common::TRACED_FOLLOW`].
@@ -30,6 +31,42 @@ pub fn trace(tgid: u32, value: u8) {
         // SAFETY: one of the 8 bytes of a map value; a byte store leaves the others be.
         unsafe { *word.cast::<u8>().add((tgid & 7) as usize) = value };
     }
+}
+
+/// Whether the current thread and CPU pass `--tid` and `--cpu` (when given).
+#[inline(always)]
+pub fn in_context(pid_tgid: u64) -> bool {
+    let filter = CONTEXT_FILTER.load();
+    if filter == 0 {
+        return true;
+    }
+    // SAFETY: the value is copied out at once.
+    if filter & CONTEXT_TIDS != 0 && unsafe { TID_FILTER.get(pid_tgid as u32) }.is_none() {
+        return false;
+    }
+    if filter & CONTEXT_CPUS != 0 {
+        // SAFETY: helper without preconditions.
+        let cpu = unsafe { bpf_get_smp_processor_id() };
+        let word = CPU_FILTER.get(cpu >> 6).copied().unwrap_or(0);
+        if word & (1u64 << (cpu & 63)) == 0 {
+            return false;
+        }
+    }
+    true
+}
+
+/// Whether a return that found no entry is a loss: not when `--tid`/`--cpu` left its
+/// entry out on purpose.
+#[inline(always)]
+pub fn entry_was_kept() -> bool {
+    CONTEXT_FILTER.load() == 0
+}
+
+/// The current thread's pid_tgid when its process is traced and it passes `--tid` and
+/// `--cpu`: where a call or a wait starts.
+#[inline(always)]
+pub fn traced_in_context() -> Option<u64> {
+    traced_pid_tgid().filter(|&p| in_context(p))
 }
 
 /// The current thread's pid_tgid when its process is traced.

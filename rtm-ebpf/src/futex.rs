@@ -27,7 +27,7 @@ use rtm_common::{
 
 use crate::{
     emit::{self, header, now},
-    filter::{is_traced, traced_pid_tgid},
+    filter::{is_traced, traced_in_context},
     futex_done::{keep_done, send_done},
     maps::{
         COUNT_WAKES, PENDING_FUTEX, REALTIME_OFFSET, WAKING, count_loss, futex_entry, innermost,
@@ -120,7 +120,7 @@ fn traced_futex(id: u64) -> Option<u64> {
     if id != SYS_FUTEX {
         return None;
     }
-    traced_pid_tgid()
+    traced_in_context()
 }
 
 /// sys_enter (regs, id) as a BTF tracepoint. On contended locks a raw tracepoint costs

@@ -8,6 +8,7 @@
 mod calls;
 mod emit;
 mod filter;
+mod func;
 mod futex;
 mod futex_done;
 mod lifecycle;

@@ -6,11 +6,12 @@ use aya_ebpf::{
     maps::{Array, HashMap, PerCpuArray, RingBuf},
 };
 use rtm_common::{
-    FutexDone, FutexWaker, LossCounter, MAX_CALL_DEPTH, MpiLayout, MpiPending, PendingCall,
-    PendingFutex, ThreadCalls,
+    FuncStack, FutexDone, FutexWaker, LossCounter, MAX_CALL_DEPTH, MpiLayout, MpiPending,
+    PendingCall, PendingFutex, ThreadCalls,
     names::{
-        DEFAULT_RING_BYTES, DEFAULT_TRACED_WORDS, MAX_FUTEX_SLOTS, MAX_PENDING, MAX_TRACED_TGIDS,
-        MAX_WAKERS, futex_slot_index,
+        DEFAULT_RING_BYTES, DEFAULT_TRACED_WORDS, MAX_FILTER_CPUS, MAX_FILTER_TIDS,
+        MAX_FUNC_THREADS, MAX_FUTEX_SLOTS, MAX_PENDING, MAX_TRACED_TGIDS, MAX_WAKERS,
+        futex_slot_index,
     },
 };
 
@@ -77,10 +78,41 @@ pub fn innermost(pid_tgid: u64) -> Option<*mut PendingCall> {
         .map(|c| c as *mut PendingCall)
 }
 
+/// `CONTEXT_*` bits: which of `--tid` and `--cpu` filter (set by userspace at load).
+#[unsafe(no_mangle)]
+pub static CONTEXT_FILTER: Global<u32> = Global::new(0);
+
+/// `--tid`: the threads traced (value unused).
+#[map(name = "TID_FILTER")]
+pub static TID_FILTER: HashMap<u32, u8> = HashMap::with_max_entries(MAX_FILTER_TIDS, 0);
+
+/// `--cpu`: a bit per CPU, 64 to an element.
+#[map(name = "CPU_FILTER")]
+pub static CPU_FILTER: Array<u64> = Array::with_max_entries(MAX_FILTER_CPUS / 64, 0);
+
+/// pid_tgid -> the timed calls (`--func`) in flight on that thread.
+#[map(name = "FUNC_PENDING")]
+pub static FUNC_PENDING: HashMap<u64, FuncStack> = HashMap::with_max_entries(MAX_FUNC_THREADS, 0);
+
+/// What a thread's first timed call inserts (too large for the BPF stack).
+static NO_FUNC_CALLS: FuncStack = FuncStack::EMPTY;
+
+/// The thread's timed calls in flight, created empty on first use; `None` when the map
+/// is full.
+#[inline(always)]
+pub fn func_stack(pid_tgid: u64) -> Option<*mut FuncStack> {
+    if let Some(p) = FUNC_PENDING.get_ptr_mut(pid_tgid) {
+        return Some(p);
+    }
+    FUNC_PENDING.insert(pid_tgid, &NO_FUNC_CALLS, 0).ok()?;
+    FUNC_PENDING.get_ptr_mut(pid_tgid)
+}
+
 /// Forgets everything in flight on an exiting thread.
 #[inline(always)]
 pub fn forget_thread(pid_tgid: u64) {
     let _ = PENDING.remove(pid_tgid);
+    let _ = FUNC_PENDING.remove(pid_tgid);
     match futex_slot(pid_tgid as u32) {
         // SAFETY: this thread's own slot; only this thread writes it while it lives.
         Some(p) => unsafe { (*p).start_ns = 0 },

@@ -19,7 +19,7 @@ use rtm_common::{
 
 use crate::{
     emit::{self, header, now},
-    filter::traced_pid_tgid,
+    filter::{entry_was_kept, traced_in_context, traced_pid_tgid},
     maps::{MPI_LAYOUT, MPI_PENDING, count_loss},
 };
 
@@ -140,7 +140,7 @@ fn read_status(e: &mut MpiEvent, layout: &MpiLayout, imp: u32, addr: u64) {
 /// is given, which it overwrites).
 #[uprobe]
 pub fn mpi_enter(ctx: ProbeContext) -> u32 {
-    let Some(pid_tgid) = traced_pid_tgid() else {
+    let Some(pid_tgid) = traced_in_context() else {
         return 0;
     };
     // SAFETY: helper without preconditions; the cookie is set by userspace at attach.
@@ -208,7 +208,9 @@ pub fn mpi_return(ctx: RetProbeContext) -> u32 {
         return 0;
     };
     let Some(p) = MPI_PENDING.get_ptr_mut(pid_tgid) else {
-        count_loss(LossCounter::MissedEntry);
+        if entry_was_kept() {
+            count_loss(LossCounter::MissedEntry);
+        }
         return 0;
     };
     // SAFETY: this thread's own entry; only this thread writes it.

@@ -182,6 +182,26 @@ pub struct Cli {
     #[arg(short, long)]
     pub verbose: bool,
 
+    /// Time FUNCTION of the targets: calls, and the distribution of their inclusive
+    /// time, per thread. SYMBOL, SYMBOL@MODULE (a file name or its start: libfoo), or a
+    /// glob (cache_*@libfoo). Repeatable. About 1 us per call.
+    #[arg(long = "func", value_name = "SPEC", value_parser = parse_func)]
+    pub funcs: Vec<String>,
+
+    /// Most functions --func may time (default 64; a glob matching more is refused).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=config::MAX_FUNCTIONS as u64))]
+    pub max_funcs: Option<u64>,
+
+    /// Only these threads of the traced processes (comma-separated or repeated), in the
+    /// kernel; alone, it traces their processes.
+    #[arg(long = "tid", value_name = "TID", value_delimiter = ',')]
+    pub tids: Vec<u32>,
+
+    /// Only what starts on these CPUs (e.g. 0,2-3), in the kernel: a call or wait
+    /// counts where it started.
+    #[arg(long = "cpu", value_name = "LIST", value_parser = parse_cpus)]
+    pub cpus: Option<Vec<u32>>,
+
     /// Command to launch and trace from its first instruction (after `--`). rtm-trace exits
     /// with its exit code.
     #[arg(last = true, value_name = "COMMAND")]
@@ -301,10 +321,39 @@ pub enum UsageError {
     /// PID 0 or a repeated PID.
     #[error("invalid --pid {0}")]
     BadPid(u32),
+    /// --tid names no running thread.
+    #[error(
+        "--tid {0}: no running thread has that id (list a process's threads with `ps -T -p PID`)"
+    )]
+    NoSuchThread(u32),
 }
 
 fn parse_counters(s: &str) -> Result<CounterList, String> {
     s.parse()
+}
+
+fn parse_func(s: &str) -> Result<String, String> {
+    crate::probes::funcs::FuncSpec::parse(s).map(|_| s.to_owned())
+}
+
+/// A CPU list as the kernel writes them: `0,2-3`.
+pub fn parse_cpus(s: &str) -> Result<Vec<u32>, String> {
+    let bad = || format!("`{s}` is not a CPU list (e.g. 0,2-3)");
+    let mut out = Vec::new();
+    for part in s.split(',') {
+        let (a, b) = part.split_once('-').unwrap_or((part, part));
+        let (a, b): (u32, u32) = (
+            a.trim().parse().map_err(|_| bad())?,
+            b.trim().parse().map_err(|_| bad())?,
+        );
+        if a > b || b >= rtm_common::names::MAX_FILTER_CPUS {
+            return Err(bad());
+        }
+        out.extend(a..=b);
+    }
+    out.sort_unstable();
+    out.dedup();
+    Ok(out)
 }
 
 impl Cli {
@@ -314,6 +363,14 @@ impl Cli {
         let mut c = base;
         c.targets.pids.extend(self.pids);
         c.targets.comms.extend(self.comms);
+        c.targets.tids.extend(self.tids);
+        if let Some(cpus) = self.cpus {
+            c.targets.cpus = cpus;
+        }
+        c.functions.time.extend(self.funcs);
+        if let Some(n) = self.max_funcs {
+            c.functions.max_functions = n as usize;
+        }
         if !self.command.is_empty() {
             c.targets.command = self.command;
         }
@@ -368,7 +425,7 @@ impl Cli {
 pub fn check_targets(c: &TraceConfig) -> Result<(), UsageError> {
     let t = &c.targets;
     match (
-        t.pids.is_empty() && t.comms.is_empty(),
+        t.pids.is_empty() && t.comms.is_empty() && t.tids.is_empty(),
         t.command.is_empty(),
     ) {
         (true, true) => return Err(UsageError::NoTarget),

@@ -8,12 +8,14 @@
 
 use proptest::{prelude::*, strategy::ValueTree as _};
 use rtm_common::{
-    EventHeader, EventKind, FutexWaitEvent, LifecycleEvent, MpiEvent, StacksHead, SyncEvent, decode,
+    EventHeader, EventKind, FuncEvent, FutexWaitEvent, LifecycleEvent, MpiEvent, StacksHead,
+    SyncEvent, decode,
 };
 
 use crate::{
     model::{
         Limits, Snapshot, SyncGraph, TaskGraph, TaskView, Window,
+        funcs::{FuncModel, RunningCall, TimedFunction},
         stacks::{Side, StackTable, StacksView},
     },
     output::{RunInfo, folded, json, report, text},
@@ -41,7 +43,7 @@ fn set_u32(rec: &mut [u8], off: usize, v: u32) {
 /// enum values (so most decode), and anything else anywhere.
 fn any_record() -> impl Strategy<Value = Vec<u8>> {
     (
-        prop_oneof![8 => 1u32..=5, 1 => any::<u32>()],
+        prop_oneof![8 => 1u32..=6, 1 => any::<u32>()],
         0u32..3,
         0u32..6,
         any::<u64>(),
@@ -87,6 +89,11 @@ fn any_record() -> impl Strategy<Value = Vec<u8>> {
                     r.extend_from_slice(&tail);
                     r
                 }
+                6 => {
+                    let mut r = record::<FuncEvent>(header, &tail);
+                    set_u32(&mut r, std::mem::offset_of!(FuncEvent, function), a % 4);
+                    r
+                }
                 _ => tail.clone(),
             };
             if truncate {
@@ -123,8 +130,23 @@ fn apply_and_render(records: &[Vec<u8>], contention: bool) {
     let mut sync = SyncGraph::new(limits, contention);
     let mut tasks = TaskGraph::default();
     let mut stacks = StackTable::default();
+    let mut funcs = FuncModel::new(8);
+    funcs.set_functions(
+        ["f\x1b[2J", "g\n|x|", "h"]
+            .iter()
+            .map(|n| TimedFunction {
+                name: (*n).into(),
+                module: "/lib/\x1b]0;x\x07.so".into(),
+                address: 0x10,
+                probe_offset: 4,
+            })
+            .collect(),
+    );
     for r in records {
         let Ok(ev) = decode::decode(r) else { continue };
+        if let decode::Event::Func(f) = &ev {
+            funcs.apply(f);
+        }
         if let decode::Event::Mpi(m) = &ev {
             tasks.apply(m);
         }
@@ -183,6 +205,16 @@ fn apply_and_render(records: &[Vec<u8>], contention: bool) {
         }
         snap.stacks = Some(view);
     }
+    snap.functions = Some(funcs.view(
+        &[RunningCall {
+            pid: 100,
+            tid: 100,
+            function: 1,
+            start_ns: 5,
+        }],
+        window.end_ns,
+        &mut |_, _| Some("t\x1b[1m".into()),
+    ));
     let run = run_info();
     let text = report::render("fuzz", &run, &snap, 10);
     assert!(text::is_inert(&text), "control characters in:\n{text}");
@@ -233,7 +265,7 @@ proptest! {
 fn a_record_of_each_kind_decodes() {
     // The generator's records reach the models: not all are rejected by the decoder.
     let mut runner = proptest::test_runner::TestRunner::deterministic();
-    let mut decoded = [0usize; 6];
+    let mut decoded = [0usize; 7];
     for _ in 0..2000 {
         let r = any_record().new_tree(&mut runner).unwrap().current();
         if let Ok(ev) = decode::decode(&r) {
@@ -245,6 +277,7 @@ fn a_record_of_each_kind_decodes() {
                 decode::Event::Lifecycle(_) => 2,
                 decode::Event::Mpi(_) => 3,
                 decode::Event::Stacks(_) => 5,
+                decode::Event::Func(_) => 6,
             };
             decoded[k] += 1;
         }

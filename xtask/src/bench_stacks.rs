@@ -188,9 +188,9 @@ pub fn stacks(root: &Path, dir: &Path, plan: Plan) -> Result<()> {
          record is {} + 4,096 bytes. Userspace unwound {unwound:.0} stacks in {:.1} ms: {:.0} \
          ns each, {:.0} stacks/s on one core.\n",
         ((s1 - s0) * sn1 + (w1 - w0) * wn1) / waits.max(1.0),
-        std::mem::size_of::<rtm_common::StacksHead>(),
         (s1 - s0) * sn1 / waits.max(1.0),
         (w1 - w0) * wn1 / waits.max(1.0),
+        std::mem::size_of::<rtm_common::StacksHead>(),
         unwind_ns / 1e6,
         unwind_ns / unwound.max(1.0),
         unwound / (unwind_ns / 1e9).max(1e-9),

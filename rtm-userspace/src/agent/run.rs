@@ -197,6 +197,7 @@ fn reason(e: &EngineError) -> &'static str {
         EngineError::Launch(_) => "launch",
         EngineError::Output(_) => "output",
         EngineError::Stopped => "stopped",
+        EngineError::Func(_) => "func",
     }
 }
 

@@ -58,6 +58,8 @@ pub struct TraceConfig {
     pub output: OutputConfig,
     /// Call stacks of contended waits.
     pub stacks: StacksConfig,
+    /// Functions of the targets to time (`--func`).
+    pub functions: FunctionsConfig,
     /// Measure the eBPF programs and maps (the kernel's BPF statistics).
     pub bpf_stats: bool,
     /// Say where each probe went and what the tracer is doing.
@@ -81,6 +83,7 @@ impl Default for TraceConfig {
             limits: LimitsConfig::default(),
             output: OutputConfig::default(),
             stacks: StacksConfig::default(),
+            functions: FunctionsConfig::default(),
             bpf_stats: false,
             verbose: false,
             agent: AgentConfig::default(),
@@ -99,7 +102,37 @@ pub struct Targets {
     /// A command to launch and trace from its first instruction.
     #[serde(with = "args")]
     pub command: Vec<OsString>,
+    /// Only these threads of the processes traced (empty: all), in the kernel.
+    pub tids: Vec<u32>,
+    /// Only what happens on these CPUs (empty: all), in the kernel: a call or wait
+    /// counts where it started.
+    pub cpus: Vec<u32>,
 }
+
+/// Functions of the targets to time: entry and return probes on each.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct FunctionsConfig {
+    /// `SYMBOL`, `SYMBOL@MODULE`, or globs of them (`cache_*@libfoo`).
+    pub time: Vec<String>,
+    /// Most functions probed (a glob matching more is refused).
+    pub max_functions: usize,
+    /// Most (process, thread, function) rows kept; calls past it are counted.
+    pub max_rows: usize,
+}
+
+impl Default for FunctionsConfig {
+    fn default() -> Self {
+        Self {
+            time: Vec::new(),
+            max_functions: crate::probes::funcs::DEFAULT_MAX_FUNCS,
+            max_rows: crate::model::funcs::DEFAULT_MAX_FUNC_ROWS,
+        }
+    }
+}
+
+/// Most functions `--func` may time.
+pub const MAX_FUNCTIONS: usize = 1024;
 
 /// Caps on what the tracer keeps.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -285,6 +318,39 @@ impl TraceConfig {
                     format!("{p} is not a process id, or is given twice"),
                 ));
             }
+        }
+        for s in &self.functions.time {
+            crate::probes::funcs::FuncSpec::parse(s).map_err(|p| err("functions.time", p))?;
+        }
+        if !(1..=MAX_FUNCTIONS).contains(&self.functions.max_functions) {
+            return Err(err(
+                "functions.max_functions",
+                format!("must be between 1 and {MAX_FUNCTIONS}"),
+            ));
+        }
+        if self.functions.max_rows == 0 {
+            return Err(err("functions.max_rows", "must be at least 1".into()));
+        }
+        if self.targets.tids.len() > rtm_common::names::MAX_FILTER_TIDS as usize
+            || self.targets.tids.contains(&0)
+        {
+            return Err(err(
+                "targets.tids",
+                format!(
+                    "at most {} thread ids, none of them 0",
+                    rtm_common::names::MAX_FILTER_TIDS
+                ),
+            ));
+        }
+        let cpus = crate::probes::layout::possible_cpus();
+        if let Some(c) = self.targets.cpus.iter().find(|&&c| c >= cpus) {
+            return Err(err(
+                "targets.cpus",
+                format!(
+                    "CPU {c} does not exist here (CPUs 0-{})",
+                    cpus.saturating_sub(1)
+                ),
+            ));
         }
         // Its messages name the field (`thresholds.steal_pct = -1 ...`).
         self.thresholds.validate().map_err(ConfigError)?;

@@ -121,6 +121,9 @@ pub enum EngineError {
     /// The engine is gone (a handle's command was not taken).
     #[error("the tracing engine has stopped")]
     Stopped,
+    /// A `--func` spec cannot be timed.
+    #[error(transparent)]
+    Func(#[from] crate::probes::funcs::FuncError),
 }
 
 impl From<ProbeError> for EngineError {
@@ -232,8 +235,10 @@ impl Engine {
             config.mode == crate::config::Mode::Contention,
         );
         let event_sinks = sinks.iter().any(|s| s.wants_events());
+        let mut state = State::new(model);
+        state.funcs = crate::model::funcs::FuncModel::new(config.functions.max_rows);
         Self {
-            state: State::new(model),
+            state,
             sampler: None,
             event_sinks,
             sinks: sinks
@@ -333,6 +338,13 @@ impl Engine {
     pub fn add_targets(&mut self, targets: Vec<Target>) -> Result<Vec<TargetInfo>, EngineError> {
         let first_load = self.targets.iter().all(|t| !t.live) && self.followed.is_empty();
         let infos = self.source.attach(&targets)?;
+        let timed = self.source.timed_functions();
+        if timed.len() != self.state.funcs.functions().len() {
+            for s in self.sinks.iter_mut() {
+                s.sink.functions(&timed);
+            }
+            self.state.funcs.set_functions(timed);
+        }
         let now = monotonic_ns();
         let start = *self.start.get_or_insert_with(|| Start {
             ns: now,
@@ -623,7 +635,8 @@ impl Engine {
         }
         self.state.model.settle_pending();
         let window = self.window(end_ns);
-        let (snap, missing) = snapshot(&mut self.state, self.sampler.as_ref(), window);
+        let running = self.source.running_calls();
+        let (snap, missing) = snapshot(&mut self.state, self.sampler.as_ref(), window, &running);
         run.missing_symbols = missing;
         let at = Moment {
             elapsed_ns: window.end_ns - window.start_ns,
@@ -664,9 +677,10 @@ fn snapshot<'s>(
     state: &'s mut State,
     sampler: Option<&Sampler>,
     window: Window,
+    running: &[crate::model::funcs::RunningCall],
 ) -> (crate::model::Snapshot<'s>, Vec<String>) {
     let views = sampler.map(Sampler::views);
-    let (mut snap, missing) = state.snapshot(window);
+    let (mut snap, missing) = state.snapshot(window, running);
     if let Some((ambient, counters)) = views {
         snap.ambient = Some(ambient);
         snap.counters = Some(counters);

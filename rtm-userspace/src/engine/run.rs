@@ -53,7 +53,9 @@ impl Engine {
         let system = self.sampler.as_ref().and_then(|s| s.latest());
         // Read before the snapshot, which holds the model.
         let per_process = (watched && self.per_process).then(|| self.process_inputs());
-        let (snap, missing) = super::snapshot(&mut self.state, self.sampler.as_ref(), window);
+        let running = self.source.running_calls();
+        let (snap, missing) =
+            super::snapshot(&mut self.state, self.sampler.as_ref(), window, &running);
         run.missing_symbols = missing;
         let at = Moment {
             elapsed_ns: window.end_ns - window.start_ns,

@@ -11,6 +11,7 @@ use rtm_common::{
 
 use super::{EngineError, Target, processes::Asleep};
 use crate::{
+    model::funcs::{RunningCall, TimedFunction},
     output::{TargetInfo, Unprobed},
     readers::{Losses, ReaderStats, bpf_stats::BpfStats},
     symbolize::ObjectNamer,
@@ -49,6 +50,16 @@ pub trait Source {
 
     /// Stops collecting for `pids` at once; what is in flight can still be drained.
     fn stop(&mut self, pids: &[u32]);
+
+    /// The functions timed (`--func`), by index: records name them by it.
+    fn timed_functions(&self) -> Vec<TimedFunction> {
+        Vec::new()
+    }
+
+    /// The calls of timed functions running now.
+    fn running_calls(&self) -> Vec<RunningCall> {
+        Vec::new()
+    }
 
     /// Detaches everything (nothing is traced any more); a later [`Source::attach`]
     /// loads again. Returns the helper process that removes breakpoints, if any.

@@ -17,6 +17,7 @@ use super::{
 use crate::{
     model::{
         RankEnv, Snapshot, SyncGraph, TaskGraph, TaskView, Window,
+        funcs::{FuncModel, RunningCall},
         stacks::{MAX_STACK_ROWS, StackTable, StacksView, name_frames},
         sync::ThreadKey,
     },
@@ -65,6 +66,8 @@ pub(super) struct State {
     pub stacks: StackTable,
     /// The join of stack records into `stacks`.
     pub(super) join: StackJoin,
+    /// Timed functions (`--func`).
+    pub funcs: FuncModel,
 }
 
 impl State {
@@ -85,6 +88,7 @@ impl State {
             naming: Naming::start(),
             stacks: StackTable::default(),
             join: StackJoin::default(),
+            funcs: FuncModel::default(),
         }
     }
 
@@ -137,6 +141,7 @@ impl State {
         self.code.forget(pids);
         self.stacks.forget(pids);
         self.join.forget(pids);
+        self.funcs.forget(pids);
         for p in pids {
             self.rank_env.remove(p);
             self.comms.remove(p);
@@ -189,6 +194,9 @@ impl State {
             let woken = r.raw.extra != 0;
             self.join
                 .wait_ended(&mut self.stacks, key, r.raw.wait_ns, woken);
+        }
+        if let Event::Func(f) = ev {
+            self.funcs.apply(f);
         }
         if let Event::Mpi(m) = ev {
             let pid = m.raw.header.pid;
@@ -309,7 +317,11 @@ impl State {
     /// Marks gone threads as exited, refreshes names of live ones, and builds the
     /// views; also returns what to tell about stripped files met (see
     /// [`ObjectNamer`]). `views` adds the system statistics and counters.
-    pub fn snapshot(&mut self, window: Window) -> (Snapshot<'_>, Vec<String>) {
+    pub fn snapshot(
+        &mut self,
+        window: Window,
+        running: &[RunningCall],
+    ) -> (Snapshot<'_>, Vec<String>) {
         self.flush_answers();
         let threads: Vec<_> = self
             .model
@@ -332,6 +344,7 @@ impl State {
             rank_env,
             stacks,
             join,
+            funcs,
             ..
         } = self;
         let objects = std::cell::RefCell::new(namer);
@@ -385,6 +398,19 @@ impl State {
             }
         }
         snap.stacks = stacks;
+        if funcs.is_active() {
+            let names: HashMap<(u32, u32), String> = snap
+                .threads
+                .iter()
+                .filter_map(|t| Some(((t.pid, t.tid), t.name.clone()?)))
+                .collect();
+            snap.functions = Some(funcs.view(running, window.end_ns, &mut |p, t| {
+                names
+                    .get(&(p, t))
+                    .cloned()
+                    .or_else(|| process::thread_name(p, t))
+            }));
+        }
         if !tasks.is_empty() {
             snap.tasks = Some(TaskView::build(tasks, rank_env, &process::host_name()));
         }

@@ -6,6 +6,7 @@
 //! Distributions (`dist`) serve them all.
 
 pub mod dist;
+pub mod funcs;
 pub mod mpi;
 pub mod stacks;
 pub mod sync;

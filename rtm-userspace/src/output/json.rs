@@ -32,6 +32,8 @@ struct Document<'a> {
     ambient: Option<&'a crate::model::system::ambient::AmbientView>,
     #[serde(skip_serializing_if = "Option::is_none")]
     counters: Option<&'a crate::model::system::counters::CountersView>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    functions: Option<&'a crate::model::funcs::FunctionsView>,
 }
 
 fn document<'a>(run: &'a RunInfo, snapshot: &'a Snapshot<'a>) -> Document<'a> {
@@ -44,6 +46,7 @@ fn document<'a>(run: &'a RunInfo, snapshot: &'a Snapshot<'a>) -> Document<'a> {
         task_graph: snapshot.tasks.as_ref(),
         ambient: snapshot.ambient.as_ref(),
         counters: snapshot.counters.as_ref(),
+        functions: snapshot.functions.as_ref(),
     }
 }
 

@@ -4,6 +4,7 @@ pub mod dest;
 pub mod dot;
 pub mod folded;
 pub mod format;
+mod funcs_report;
 pub mod html;
 pub mod json;
 pub mod merged;

@@ -8,7 +8,7 @@ use super::{
     EndReason, RunInfo,
     dest::{Dest, DestError},
     format::{count, mean_ns, ns, opt_ns, pct},
-    mpi_report, sections,
+    funcs_report, mpi_report, sections,
     sink::{Moment, Sink},
     stacks_report, system_report,
     table::table,
@@ -225,6 +225,7 @@ pub fn render(title: &str, run: &RunInfo, s: &Snapshot, top: usize) -> String {
     sections::waits_for(&mut out, s, top);
     sections::call_sites(&mut out, s, top);
     stacks_report::render(&mut out, s);
+    funcs_report::render(&mut out, s, top);
     sections::rwlocks(&mut out, s, top);
     sections::condvars(&mut out, s, top);
     sections::barriers(&mut out, s, top);

@@ -56,6 +56,10 @@ pub trait Sink {
     /// events; it comes before or after the wait's own record).
     fn stacks(&mut self, _stacks: &WaitStacks) {}
 
+    /// The functions timed (`--func`), by index, whenever the table grows: timed-call
+    /// records name them by index.
+    fn functions(&mut self, _functions: &[crate::model::funcs::TimedFunction]) {}
+
     /// Whether it wants a snapshot at each interval (the engine builds one only when a
     /// sink or a watcher of the summary wants it).
     fn wants_intervals(&self) -> bool {

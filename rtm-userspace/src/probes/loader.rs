@@ -42,12 +42,14 @@ use super::{
     traced::{Traced, TracedBytes},
 };
 
-const UPROBES: [&str; 5] = [
+const UPROBES: [&str; 7] = [
     names::PROG_CALL_ENTER,
     names::PROG_CALL_RETURN,
     names::PROG_CALL_MARK,
     names::PROG_MPI_ENTER,
     names::PROG_MPI_RETURN,
+    names::PROG_FUNC_ENTER,
+    names::PROG_FUNC_RETURN,
 ];
 
 /// Futex calls are seen through the sys_enter tracepoint, and their waits end at the
@@ -208,6 +210,17 @@ pub enum ProbeError {
         #[source]
         source: ProgramError,
     },
+    /// Attaching a timed function's probe failed.
+    #[error("cannot attach to {function} in {path} (--func): {source}")]
+    AttachFunc {
+        /// Function.
+        function: String,
+        /// File.
+        path: String,
+        /// Why.
+        #[source]
+        source: ProgramError,
+    },
     /// Attaching a uprobe failed.
     #[error("cannot attach to {function} in {path} for PID {pid}: {source}")]
     Attach {
@@ -274,6 +287,79 @@ fn one_process(pid: u32) -> UProbeScope {
         .map_or(UProbeScope::AllProcesses, UProbeScope::OneProcess)
 }
 
+/// How to load the programs.
+#[derive(Debug, Clone, Default)]
+pub struct LoadOptions {
+    /// Bytes of each ring buffer.
+    pub ring_bytes: u32,
+    /// Full mode: futex waits are counted with their wakes.
+    pub count_wakes: bool,
+    /// Bytes of each user stack copied for a contended wait (0: none).
+    pub stack_bytes: u32,
+    /// Whether `--func` times functions (their per-thread map is sized for it).
+    pub timed_functions: bool,
+    /// `--tid`: only these threads (empty: all).
+    pub tids: Vec<u32>,
+    /// `--cpu`: only on these CPUs (empty: all).
+    pub cpus: Vec<u32>,
+}
+
+/// Fills the `--tid` and `--cpu` maps.
+fn fill_context(ebpf: &mut Ebpf, tids: &[u32], cpus: &[u32]) -> Result<(), ProbeError> {
+    let map_err = |name| move |source| ProbeError::Map { name, source };
+    if !tids.is_empty() {
+        let map = ebpf
+            .map_mut(names::MAP_TID_FILTER)
+            .ok_or(ProbeError::Missing(names::MAP_TID_FILTER))?;
+        let mut m: aya::maps::HashMap<_, u32, u8> =
+            aya::maps::HashMap::try_from(map).map_err(map_err(names::MAP_TID_FILTER))?;
+        for &t in tids {
+            m.insert(t, 1, 0).map_err(map_err(names::MAP_TID_FILTER))?;
+        }
+    }
+    if !cpus.is_empty() {
+        let map = ebpf
+            .map_mut(names::MAP_CPU_FILTER)
+            .ok_or(ProbeError::Missing(names::MAP_CPU_FILTER))?;
+        let mut m: aya::maps::Array<_, u64> =
+            aya::maps::Array::try_from(map).map_err(map_err(names::MAP_CPU_FILTER))?;
+        let mut words = vec![0u64; (names::MAX_FILTER_CPUS / 64) as usize];
+        for &c in cpus {
+            if let Some(w) = words.get_mut((c / 64) as usize) {
+                *w |= 1 << (c % 64);
+            }
+        }
+        for (i, w) in words.iter().enumerate().filter(|(_, w)| **w != 0) {
+            m.set(i as u32, w, 0)
+                .map_err(map_err(names::MAP_CPU_FILTER))?;
+        }
+    }
+    Ok(())
+}
+
+/// The calls of timed functions in flight now (`--func`): (pid, tid, function, start).
+pub fn running_calls(ebpf: &Ebpf) -> Vec<(u32, u32, u32, u64)> {
+    let Some(map) = ebpf.map(names::MAP_FUNC_PENDING) else {
+        return Vec::new();
+    };
+    let Ok(m) = aya::maps::HashMap::<_, u64, rtm_common::FuncStack>::try_from(map) else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for (pid_tgid, st) in m.iter().flatten() {
+        let depth = (st.depth as usize).min(st.frames.len());
+        out.extend(st.frames[..depth].iter().map(|f| {
+            (
+                (pid_tgid >> 32) as u32,
+                pid_tgid as u32,
+                f.function,
+                f.start_ns,
+            )
+        }));
+    }
+    out
+}
+
 /// The loaded eBPF object.
 pub struct Probes {
     ebpf: Ebpf,
@@ -316,12 +402,15 @@ impl Probes {
     /// `count_wakes` follows futex wakes to their return (full mode: threads woken per
     /// condition-variable signal). `stack_bytes`: bytes of each user stack copied at a
     /// contended wake (contention mode; 0 for none).
-    pub fn load(
-        object: &[u8],
-        ring_bytes: u32,
-        count_wakes: bool,
-        stack_bytes: u32,
-    ) -> Result<Self, ProbeError> {
+    pub fn load(object: &[u8], options: &LoadOptions) -> Result<Self, ProbeError> {
+        let LoadOptions {
+            ring_bytes,
+            count_wakes,
+            stack_bytes,
+            timed_functions,
+            ref tids,
+            ref cpus,
+        } = *options;
         if object.is_empty() {
             return Err(ProbeError::NoObject);
         }
@@ -359,6 +448,24 @@ impl Probes {
         let task = task.unwrap_or_default();
         let btf = (!layout.fallbacks).then(aya::Btf::from_sys_fs);
         loader.map_max_entries(names::MAP_EVENTS, layout.per_ring);
+        // Per-thread stacks of timed calls, 776 bytes each: none without --func.
+        loader.map_max_entries(
+            names::MAP_FUNC_PENDING,
+            if timed_functions {
+                names::MAX_FUNC_THREADS
+            } else {
+                1
+            },
+        );
+        let context = if tids.is_empty() {
+            0
+        } else {
+            rtm_common::CONTEXT_TIDS
+        } | if cpus.is_empty() {
+            0
+        } else {
+            rtm_common::CONTEXT_CPUS
+        };
         for (name, bytes) in layout.sync_ring_bytes() {
             loader.map_max_entries(name, bytes);
         }
@@ -376,8 +483,10 @@ impl Probes {
             .override_global(names::GLOBAL_TASK_PID, &task.pid, true)
             .override_global(names::GLOBAL_TASK_TGID, &task.tgid, true)
             .override_global(names::GLOBAL_STACK_BYTES, &stack_bytes, true)
+            .override_global(names::GLOBAL_CONTEXT_FILTER, &context, true)
             .load(object)
             .map_err(|source| ProbeError::Load { source })?;
+        fill_context(&mut ebpf, tids, cpus)?;
         // Uprobe programs are verified when first attached (`uprobe`): a run that probes
         // no MPI library, or no pthread function, does not wait for their verification
         // (the MPI return program alone takes the verifier about 0.4 s).
@@ -839,6 +948,48 @@ impl Probes {
                 .sum::<usize>()
     }
 
+    /// Attaches the entry and return probes of timed functions (`--func`): each at its
+    /// file and offset, its index the cookie; for `pid` only, or (None) for every
+    /// process that maps the file, left to the in-kernel filter. Returns the probes.
+    pub fn attach_funcs(
+        &mut self,
+        pid: Option<u32>,
+        funcs: &[(&Path, u64, u64, &str)],
+    ) -> Result<usize, ProbeError> {
+        let mut files: Vec<&Path> = funcs.iter().map(|f| f.0).collect();
+        files.sort();
+        files.dedup();
+        let scope = pid.map_or(UProbeScope::AllProcesses, one_process);
+        for file in files {
+            let here: Vec<_> = funcs.iter().filter(|f| f.0 == file).collect();
+            let pairs: Vec<(u64, u64)> = here.iter().map(|f| (f.1, f.2)).collect();
+            for name in [names::PROG_FUNC_ENTER, names::PROG_FUNC_RETURN] {
+                if self.attach_multi(name, file, &pairs, pid) {
+                    continue;
+                }
+                for &&(_, at, cookie, function) in &here {
+                    let prog = self.uprobe(name)?;
+                    let point = UProbeAttachPoint {
+                        location: UProbeAttachLocation::AbsoluteOffset(at),
+                        cookie: Some(cookie),
+                    };
+                    let link = prog.attach(point, file, scope).map_err(|source| {
+                        ProbeError::AttachFunc {
+                            function: function.to_owned(),
+                            path: file.display().to_string(),
+                            source,
+                        }
+                    })?;
+                    self.links
+                        .entry(pid.unwrap_or(0))
+                        .or_default()
+                        .push((name, link));
+                }
+            }
+        }
+        Ok(funcs.len() * 2)
+    }
+
     /// Attaches program `name` at `points` (offset, cookie) of `path` through one
     /// uprobe_multi link, for `pid` (its live task) or every process; false when the
     /// kernel refused it (the caller attaches one by one).
@@ -857,7 +1008,10 @@ impl Probes {
         }
         let offsets: Vec<u64> = points.iter().map(|p| p.0).collect();
         let cookies: Vec<u64> = points.iter().map(|p| p.1).collect();
-        let ret = matches!(name, names::PROG_CALL_RETURN | names::PROG_MPI_RETURN);
+        let ret = matches!(
+            name,
+            names::PROG_CALL_RETURN | names::PROG_MPI_RETURN | names::PROG_FUNC_RETURN
+        );
         let task = pid.map(|p| process::live_task(p).unwrap_or(p));
         match multi.attach(name, path, &offsets, &cookies, task, ret) {
             Ok(link) => {

@@ -1,5 +1,6 @@
 //! Loading the eBPF object and attaching its programs to target processes.
 
+pub mod funcs;
 pub mod kernel_btf;
 pub mod layout;
 pub mod loader;
@@ -10,5 +11,5 @@ pub mod pthread;
 pub mod shared_memory;
 pub mod traced;
 
-pub use loader::{ProbeError, Probes};
+pub use loader::{LoadOptions, ProbeError, Probes};
 pub use traced::Traced;

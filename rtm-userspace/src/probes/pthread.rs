@@ -321,11 +321,31 @@ pub fn needed_closure(program: &std::path::Path) -> Vec<PathBuf> {
     let mut i = 0;
     while i < files.len() && files.len() < 256 {
         if let Ok(elf) = ElfSymbols::open(&files[i]) {
+            // The loader's order: the file's run path ($ORIGIN its directory), then
+            // LD_LIBRARY_PATH (a launched command inherits the tracer's), then the
+            // system's directories.
+            let origin = files[i]
+                .parent()
+                .map(|p| p.display().to_string())
+                .unwrap_or_default();
+            let env_dirs = std::env::var("LD_LIBRARY_PATH").unwrap_or_default();
+            let dirs: Vec<String> = elf
+                .runpath()
+                .iter()
+                .map(|d| d.replace("${ORIGIN}", &origin).replace("$ORIGIN", &origin))
+                .chain(
+                    env_dirs
+                        .split(':')
+                        .filter(|d| !d.is_empty())
+                        .map(str::to_owned),
+                )
+                .chain(LIB_DIRS.iter().map(|d| (*d).to_owned()))
+                .collect();
             for name in elf.needed() {
                 if !seen.insert(name.clone()) {
                     continue;
                 }
-                if let Some(p) = LIB_DIRS
+                if let Some(p) = dirs
                     .iter()
                     .map(|d| std::path::Path::new(d).join(name))
                     .find(|p| p.exists())

@@ -135,6 +135,16 @@ pub fn run(cli: Cli) -> Result<i32, SessionError> {
             }
         }
     }
+    // --tid: its thread's process is traced (when no other target is given, the only
+    // ones).
+    for tid in config.targets.tids.clone() {
+        let Some(pid) = process::tgid_of(tid) else {
+            return Err(UsageError::NoSuchThread(tid).into());
+        };
+        if config.targets.command.is_empty() && !config.targets.pids.contains(&pid) {
+            config.targets.pids.push(pid);
+        }
+    }
     preflight::check()?;
     for &pid in &config.targets.pids {
         process::check(pid)?;

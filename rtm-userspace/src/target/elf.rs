@@ -70,6 +70,11 @@ pub struct ElfSymbols {
     imports: std::collections::HashSet<String>,
     /// Its DT_NEEDED libraries.
     needed: Vec<String>,
+    /// Its DT_RUNPATH, else DT_RPATH directories, as written (`$ORIGIN` unexpanded).
+    runpath: Vec<String>,
+    /// Functions that are GNU indirect functions (their symbol is the resolver, which
+    /// runs once at load, not the implementation calls reach).
+    ifuncs: std::collections::HashSet<String>,
     /// Whether it has a static symbol table (.symtab): not stripped.
     has_symtab: bool,
     /// Its GNU build id.
@@ -160,6 +165,11 @@ impl ElfSymbols {
             }
             match sym.kind() {
                 SymbolKind::Text => {
+                    if let object::SymbolFlags::Elf { st_info, .. } = sym.flags()
+                        && st_info & 0xf == object::elf::STT_GNU_IFUNC
+                    {
+                        out.ifuncs.insert(name.to_owned());
+                    }
                     let value = (sym.address(), sym.size());
                     let is_default =
                         is_dynamic && !hidden.get(sym.index().0).copied().unwrap_or(false);
@@ -181,7 +191,14 @@ impl ElfSymbols {
                 out.imports.insert(name.to_owned());
             }
         }
-        out.needed = needed_libraries(&file);
+        out.needed = dynamic_strings(&file, DT_NEEDED);
+        out.runpath = dynamic_strings(&file, DT_RUNPATH)
+            .into_iter()
+            .chain(dynamic_strings(&file, DT_RPATH))
+            .take(1)
+            .flat_map(|s| s.split(':').map(str::to_owned).collect::<Vec<_>>())
+            .filter(|d| !d.is_empty())
+            .collect();
         out.data.sort();
         out.data.dedup_by(|a, b| a.0 == b.0);
         out.segments = file
@@ -261,6 +278,21 @@ impl ElfSymbols {
         &self.needed
     }
 
+    /// The file's DT_RUNPATH (else DT_RPATH) directories, `$ORIGIN` unexpanded.
+    pub fn runpath(&self) -> &[String] {
+        &self.runpath
+    }
+
+    /// Every defined function: (name, address, size), in no particular order.
+    pub fn functions(&self) -> impl Iterator<Item = (&str, u64, u64)> {
+        self.functions.iter().map(|(n, &(a, s))| (n.as_str(), a, s))
+    }
+
+    /// Whether `name` is a GNU indirect function (its symbol is the resolver).
+    pub fn is_ifunc(&self, name: &str) -> bool {
+        self.ifuncs.contains(name)
+    }
+
     /// Virtual address of a defined function.
     pub fn function(&self, name: &str) -> Option<u64> {
         self.functions.get(name).map(|f| f.0)
@@ -317,7 +349,16 @@ impl ElfSymbols {
 }
 
 /// DT_NEEDED names from the `.dynamic` section (64-bit little-endian files).
-fn needed_libraries<'d, R: object::ReadRef<'d>>(file: &object::File<'d, R>) -> Vec<String> {
+const DT_NEEDED: u64 = 1;
+const DT_RPATH: u64 = 15;
+const DT_RUNPATH: u64 = 29;
+
+/// The strings of the dynamic section's `tag` entries, in order.
+fn dynamic_strings<'d, R: object::ReadRef<'d>>(
+    file: &object::File<'d, R>,
+    tag: u64,
+) -> Vec<String> {
+    let want = tag;
     use object::ObjectSection;
     let (Some(dynamic), Some(dynstr)) = (
         file.section_by_name(".dynamic"),
@@ -328,12 +369,11 @@ fn needed_libraries<'d, R: object::ReadRef<'d>>(file: &object::File<'d, R>) -> V
     let (Ok(d), Ok(strs)) = (dynamic.data(), dynstr.data()) else {
         return Vec::new();
     };
-    const DT_NEEDED: u64 = 1;
     d.chunks_exact(16)
         .filter_map(|e| {
             let tag = u64::from_le_bytes(e[..8].try_into().ok()?);
             let val = u64::from_le_bytes(e[8..].try_into().ok()?) as usize;
-            if tag != DT_NEEDED {
+            if tag != want {
                 return None;
             }
             let rest = strs.get(val..)?;

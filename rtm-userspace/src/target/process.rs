@@ -123,6 +123,17 @@ fn proc_line(path: String) -> Option<String> {
         .map(|s| s.trim_end_matches('\n').to_owned())
 }
 
+/// The process thread `tid` belongs to (None when there is no such thread).
+pub fn tgid_of(tid: u32) -> Option<u32> {
+    read_proc_text(format!("/proc/{tid}/status"))
+        .ok()?
+        .lines()
+        .find_map(|l| l.strip_prefix("Tgid:"))?
+        .trim()
+        .parse()
+        .ok()
+}
+
 /// The process's command name (bytes that are not UTF-8 replaced).
 pub fn comm(pid: u32) -> Option<String> {
     proc_line(format!("/proc/{pid}/comm"))

@@ -3,6 +3,7 @@
 //! buffers; the address-space records; the waits left in the threads' slots.
 
 mod full;
+mod funcs;
 mod mpi;
 
 use std::{future::Future, io, os::fd::OwnedFd, pin::Pin};
@@ -17,8 +18,9 @@ use super::{
 use crate::{
     EBPF_OBJECT,
     config::{Mode, TraceConfig},
+    model::funcs::{RunningCall, TimedFunction},
     output::{TargetInfo, Unprobed},
-    probes::{Probes, Traced},
+    probes::{LoadOptions, Probes, Traced, funcs::FuncSpec},
     readers::{
         EventReader, LeftWaits, Losses, MmapRecord, MmapRecordReader, ReaderStats,
         bpf_stats::{self, BpfStats},
@@ -41,6 +43,13 @@ pub(super) struct Settings {
     pub hint_mpi: bool,
     pub verbose: bool,
     pub bpf_stats: bool,
+    /// `--func`: the functions to time.
+    pub funcs: Vec<FuncSpec>,
+    /// Most functions timed.
+    pub max_funcs: usize,
+    /// `--tid`, `--cpu`.
+    pub tids: Vec<u32>,
+    pub cpus: Vec<u32>,
 }
 
 impl Settings {
@@ -54,6 +63,16 @@ impl Settings {
             hint_mpi: c.mode == Mode::Contention && c.mpi.is_none(),
             verbose: c.verbose,
             bpf_stats: c.bpf_stats,
+            // Checked by the config's validation.
+            funcs: c
+                .functions
+                .time
+                .iter()
+                .filter_map(|s| FuncSpec::parse(s).ok())
+                .collect(),
+            max_funcs: c.functions.max_functions,
+            tids: c.targets.tids.clone(),
+            cpus: c.targets.cpus.clone(),
         }
     }
 }
@@ -76,6 +95,8 @@ pub struct KernelSource {
     /// Counts of earlier loads (a daemon's targets came and went).
     carried: Carried,
     follow: full::Follow,
+    /// `--func`: the functions timed, by index (the probes' cookie).
+    funcs: Vec<TimedFunction>,
 }
 
 #[derive(Debug, Default)]
@@ -100,6 +121,7 @@ impl KernelSource {
             live: None,
             carried: Carried::default(),
             follow: full::Follow::default(),
+            funcs: Vec::new(),
         }
     }
 
@@ -107,9 +129,14 @@ impl KernelSource {
         let s = &self.settings;
         let mut probes = Probes::load(
             EBPF_OBJECT,
-            s.ring_bytes,
-            s.mode == Mode::Full,
-            s.stack_bytes,
+            &LoadOptions {
+                ring_bytes: s.ring_bytes,
+                count_wakes: s.mode == Mode::Full,
+                stack_bytes: s.stack_bytes,
+                timed_functions: !s.funcs.is_empty(),
+                tids: s.tids.clone(),
+                cpus: s.cpus.clone(),
+            },
         )?;
         if s.verbose {
             crate::say!("rtm-trace: futex calls seen at {}", probes.futex_entry());
@@ -206,6 +233,7 @@ impl Source for KernelSource {
                 ),
                 Mode::Contention => None,
             };
+            funcs::attach(&mut live.probes, settings, &mut self.funcs, t)?;
             self.follow.targets.push((pid, t.follow_forks));
             infos.push(TargetInfo {
                 pid,
@@ -247,6 +275,25 @@ impl Source for KernelSource {
         if let Some(l) = &mut self.live {
             l.probes.stop(pids);
         }
+    }
+
+    fn timed_functions(&self) -> Vec<TimedFunction> {
+        self.funcs.clone()
+    }
+
+    fn running_calls(&self) -> Vec<RunningCall> {
+        let Some(live) = &self.live else {
+            return Vec::new();
+        };
+        crate::probes::loader::running_calls(live.probes.ebpf())
+            .into_iter()
+            .map(|(pid, tid, function, start_ns)| RunningCall {
+                pid,
+                tid,
+                function,
+                start_ns,
+            })
+            .collect()
     }
 
     fn release(&mut self) -> Option<u32> {

@@ -117,8 +117,8 @@ impl SyncGraph {
             Event::Sync(s) => self.apply_sync(thread, s),
             Event::Lifecycle(t) => self.apply_lifecycle(thread, t, &mut applied),
             // MPI calls feed the task graph; stacks are unwound and counted beside the
-            // graph (`model::stacks`).
-            Event::Mpi(_) | Event::Stacks(_) => {}
+            // graph (`model::stacks`), timed calls too (`model::funcs`).
+            Event::Mpi(_) | Event::Stacks(_) | Event::Func(_) => {}
         }
         applied
     }

@@ -50,6 +50,9 @@ pub struct Snapshot<'g> {
     /// Contended waits by call stack (contention mode, when any were captured).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub stacks: Option<crate::model::stacks::StacksView>,
+    /// Timed functions (`--func`; written beside the sync graph).
+    #[serde(skip)]
+    pub functions: Option<crate::model::funcs::FunctionsView>,
     /// The MPI task graph, when MPI calls were traced (written beside the sync graph).
     #[serde(skip)]
     pub tasks: Option<crate::model::TaskView>,
@@ -148,6 +151,7 @@ impl<'g> Snapshot<'g> {
                 ..graph.counters()
             },
             stacks: None,
+            functions: None,
             tasks: None,
             ambient: None,
             counters: None,

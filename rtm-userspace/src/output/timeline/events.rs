@@ -59,7 +59,33 @@ impl Ctx<'_> {
             Event::Lifecycle(l) => self.lifecycle(l),
             Event::Mpi(m) => self.mpi(m),
             Event::Stacks(_) => {}
+            Event::Func(f) => self.func(f),
         }
+    }
+
+    /// A timed function's call: a slice on the thread's "timed functions" track
+    /// (nested calls nest).
+    fn func(&mut self, f: &rtm_common::FuncEvent) {
+        let h = &f.header;
+        let Some(text) = self.state.functions.get(f.function as usize).cloned() else {
+            return;
+        };
+        let track = self.track(h.pid, h.tid, Lane::Functions);
+        let name = self
+            .names
+            .fixed(self.w, "function", f.function, || text.to_string());
+        let args = [("recursion depth", Arg::Int(i64::from(f.recursion)))];
+        slice(
+            self.w,
+            track,
+            f.start_ns,
+            h.ts_ns,
+            Ev {
+                name: Some((&name).into()),
+                args: if f.recursion > 0 { &args } else { &[] },
+                ..Ev::default()
+            },
+        );
     }
 
     pub(super) fn track(&mut self, pid: u32, tid: u32, lane: Lane) -> u64 {

@@ -294,6 +294,10 @@ impl Sink for Timeline {
         self.flush_packets();
     }
 
+    fn functions(&mut self, functions: &[crate::model::funcs::TimedFunction]) {
+        self.state.functions = functions.iter().map(|f| f.name.as_str().into()).collect();
+    }
+
     fn stacks(&mut self, st: &crate::output::sink::WaitStacks) {
         if self.closed() {
             self.dropped += 1;

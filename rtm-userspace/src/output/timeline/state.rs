@@ -42,6 +42,8 @@ pub struct State {
     /// k-th wait of every thread on a barrier is its round k.
     pub(super) barriers: Map<(u32, u64), u32>,
     pub(super) barrier_waits: Map<(u32, u64), u32>,
+    /// The timed functions' names, by index (`--func`).
+    pub(super) functions: Vec<Box<str>>,
 }
 
 /// What an event is written with.

@@ -18,6 +18,8 @@ pub enum Lane {
     Holds,
     /// Holds released out of the order taken (they cannot nest on the first).
     HoldsOverlapping,
+    /// Its calls of timed functions (`--func`).
+    Functions,
 }
 
 #[derive(Debug)]
@@ -26,6 +28,7 @@ struct Thread {
     name: Option<Box<str>>,
     holds: Option<u64>,
     holds2: Option<u64>,
+    functions: Option<u64>,
 }
 
 #[derive(Debug)]
@@ -79,6 +82,7 @@ impl Tracks {
                     name: None,
                     holds: None,
                     holds2: None,
+                    functions: None,
                 })
             }
         };
@@ -87,6 +91,7 @@ impl Tracks {
             Lane::Main => return main,
             Lane::Holds => (&mut t.holds, "holds"),
             Lane::HoldsOverlapping => (&mut t.holds2, "holds (released out of order)"),
+            Lane::Functions => (&mut t.functions, "timed functions"),
         };
         if let Some(u) = *slot {
             return u;

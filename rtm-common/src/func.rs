@@ -1,0 +1,82 @@
+//! Timed functions (`--func`): an entry and a return probe on each chosen function of
+//! the targets; the return sends one record per call with its start and duration.
+
+use core::mem::size_of;
+
+use crate::event::EventHeader;
+
+/// One finished call of a timed function (kind [`crate::EventKind::Func`]); `ts_ns` in
+/// the header is its return.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FuncEvent {
+    /// Common header: the calling thread, and when the call returned.
+    pub header: EventHeader,
+    /// When the call entered the function (CLOCK_MONOTONIC ns).
+    pub start_ns: u64,
+    /// The function's index in userspace's table (the probes' cookie).
+    pub function: u32,
+    /// Calls of timed functions the thread was inside when this one started (0: none).
+    pub depth: u32,
+    /// Of those, calls of the same function (a recursive call's outer calls).
+    pub recursion: u32,
+    /// Padding.
+    pub pad: u32,
+}
+const _: () = assert!(size_of::<FuncEvent>() == 48);
+
+/// [`crate::names::GLOBAL_CONTEXT_FILTER`] bit: only the threads of `--tid`.
+pub const CONTEXT_TIDS: u32 = 1;
+/// [`crate::names::GLOBAL_CONTEXT_FILTER`] bit: only on the CPUs of `--cpu`.
+pub const CONTEXT_CPUS: u32 = 2;
+
+/// Timed calls in flight remembered per thread: a call nested deeper is not timed (and
+/// is counted as not remembered).
+pub const MAX_FUNC_DEPTH: usize = 32;
+
+/// A timed call in flight.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FuncFrame {
+    /// When it entered.
+    pub start_ns: u64,
+    /// The stack pointer at its entry probe (where its return address is): identifies
+    /// the call, and tells a live call from one left by a longjmp or an exception.
+    pub sp: u64,
+    /// The function's index.
+    pub function: u32,
+    /// Padding.
+    pub pad: u32,
+}
+const _: () = assert!(size_of::<FuncFrame>() == 24);
+
+/// The timed calls in flight on one thread, innermost last (a map value per thread).
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct FuncStack {
+    /// How many of `frames` are in flight (64 bits for the verifier's bounds checks).
+    pub depth: u64,
+    /// The calls.
+    pub frames: [FuncFrame; MAX_FUNC_DEPTH],
+}
+const _: () = assert!(size_of::<FuncStack>() == 8 + 24 * MAX_FUNC_DEPTH);
+
+impl FuncStack {
+    /// No call in flight (a constant: the eBPF side inserts it from read-only memory,
+    /// being too large for its stack).
+    pub const EMPTY: Self = Self {
+        depth: 0,
+        frames: [FuncFrame {
+            start_ns: 0,
+            sp: 0,
+            function: 0,
+            pad: 0,
+        }; MAX_FUNC_DEPTH],
+    };
+}
+
+impl Default for FuncStack {
+    fn default() -> Self {
+        Self::EMPTY
+    }
+}

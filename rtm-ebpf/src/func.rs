@@ -1,0 +1,135 @@
+//! Timed functions (`--func`): `func_enter` remembers each call's start per thread,
+//! `func_return` sends one record per call with its start; nested and recursive calls
+//! are each timed. The cookie set at attach is the function's index.
+//!
+//! A call whose return is never seen (a longjmp or an exception past it, or one that
+//! entered before the return probe was attached) is found by its stack pointer: a live
+//! outer call's frame is above every inner one, so any remembered call at or below a
+//! new call's frame, or below a returning call's, is gone. Those are counted as missed.
+
+use aya_ebpf::{
+    EbpfContext as _,
+    helpers::bpf_get_attach_cookie,
+    macros::{uprobe, uretprobe},
+    programs::{ProbeContext, RetProbeContext},
+};
+use rtm_common::{EventKind, FuncEvent, FuncFrame, LossCounter, MAX_FUNC_DEPTH};
+
+use crate::{
+    emit::{self, header, now},
+    filter::{entry_was_kept, traced_in_context, traced_pid_tgid},
+    maps::{FUNC_PENDING, count_loss, func_stack},
+};
+
+/// Entry of a timed function.
+#[uprobe]
+pub fn func_enter(ctx: ProbeContext) -> u32 {
+    let Some(pid_tgid) = traced_in_context() else {
+        return 0;
+    };
+    // SAFETY: helper without preconditions; the cookie is set by userspace at attach.
+    let function = unsafe { bpf_get_attach_cookie(ctx.as_ptr()) } as u32;
+    // SAFETY: regs points at the probed task's saved registers.
+    let sp = unsafe { (*ctx.regs).rsp };
+    let Some(st) = func_stack(pid_tgid) else {
+        count_loss(LossCounter::PendingFull);
+        return 0;
+    };
+    // SAFETY: this thread's own entry; only this thread writes it.
+    let st = unsafe { &mut *st };
+    let mut depth = st.depth as usize;
+    // Calls remembered at or below this frame are gone (their returns were not seen).
+    for _ in 0..MAX_FUNC_DEPTH {
+        if depth == 0 || depth > MAX_FUNC_DEPTH {
+            break;
+        }
+        match st.frames.get((depth - 1) & (MAX_FUNC_DEPTH - 1)) {
+            Some(f) if f.sp <= sp => {
+                count_loss(LossCounter::MissedEntry);
+                depth -= 1;
+            }
+            _ => break,
+        }
+    }
+    if depth >= MAX_FUNC_DEPTH {
+        st.depth = depth as u64;
+        count_loss(LossCounter::PendingFull);
+        return 0;
+    }
+    if let Some(slot) = st.frames.get_mut(depth & (MAX_FUNC_DEPTH - 1)) {
+        *slot = FuncFrame {
+            start_ns: now(),
+            sp,
+            function,
+            pad: 0,
+        };
+        st.depth = depth as u64 + 1;
+    }
+    0
+}
+
+/// Return of a timed function.
+#[uretprobe]
+pub fn func_return(ctx: RetProbeContext) -> u32 {
+    let Some(pid_tgid) = traced_pid_tgid() else {
+        return 0;
+    };
+    let ts = now();
+    // SAFETY: helper without preconditions.
+    let function = unsafe { bpf_get_attach_cookie(ctx.as_ptr()) } as u32;
+    // SAFETY: regs points at the task's saved registers, after the return.
+    let sp = unsafe { (*ctx.regs).rsp };
+    let Some(st) = FUNC_PENDING.get_ptr_mut(pid_tgid) else {
+        if entry_was_kept() {
+            count_loss(LossCounter::MissedEntry);
+        }
+        return 0;
+    };
+    // SAFETY: this thread's own entry; only this thread writes it.
+    let st = unsafe { &mut *st };
+    let mut depth = st.depth as usize;
+    // The returning call is the outermost remembered one below the stack pointer after
+    // its return (its return address was just popped); any deeper ones are gone.
+    let mut found: Option<FuncFrame> = None;
+    for _ in 0..MAX_FUNC_DEPTH {
+        if depth == 0 || depth > MAX_FUNC_DEPTH {
+            break;
+        }
+        match st.frames.get((depth - 1) & (MAX_FUNC_DEPTH - 1)) {
+            Some(f) if f.sp < sp => {
+                if let Some(_deeper) = found {
+                    count_loss(LossCounter::MissedEntry);
+                }
+                found = Some(*f);
+                depth -= 1;
+            }
+            _ => break,
+        }
+    }
+    st.depth = depth as u64;
+    match found {
+        Some(f) if f.function == function => {
+            // Outer calls of the same function: this one is recursive.
+            let mut recursion = 0;
+            for i in 0..MAX_FUNC_DEPTH {
+                if i >= depth {
+                    break;
+                }
+                if st.frames.get(i).is_some_and(|o| o.function == function) {
+                    recursion += 1;
+                }
+            }
+            emit::func(FuncEvent {
+                header: header(EventKind::Func, pid_tgid, ts),
+                start_ns: f.start_ns,
+                function,
+                depth: depth as u32,
+                recursion,
+                pad: 0,
+            });
+        }
+        _ if entry_was_kept() => count_loss(LossCounter::MissedEntry),
+        _ => {}
+    }
+    0
+}

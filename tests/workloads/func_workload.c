@@ -1,0 +1,147 @@
+// Functions of known duration and call counts, for the --func tests.
+//
+// usage: func_workload THREADS ROUNDS DELAY_MS [PIN] [LONG_MS]
+//   Each thread waits DELAY_MS (tracers attach then), then ROUNDS times: work_1ms(),
+//   and every fifth round work_10ms(); descend(3) once per round (a static, recursive
+//   function: 4 calls, 3 of them recursive, 200 us busy at the bottom); lib_step(300)
+//   in libfuncs.so once per round. With PIN=1 thread i runs on CPU i % CPUs only.
+//   With LONG_MS > 0 one more thread sits in long_call() that long (still running when
+//   a shorter trace ends).
+// prints: truth lines per thread, with counts and each function's own total time:
+//   truth tid=T index=I cpu=C work_1ms=N work_1ms_ns=NS work_10ms=... descend=...
+//   descend_ns=... (outermost calls) lib_step=... lib_step_ns=...
+#define _GNU_SOURCE
+#include <pthread.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#define NOINLINE __attribute__((noinline))
+
+long long lib_step(long us);
+
+static long long now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+static void busy_us(long us) {
+    long long end = now_ns() + us * 1000;
+    volatile long spin = 0;
+    while (now_ns() < end)
+        spin++;
+}
+
+struct counts {
+    long work_1ms, work_10ms, descend, lib;
+    long long work_1ms_ns, work_10ms_ns, descend_ns, lib_ns;
+};
+
+// Each returns how long it ran by its own clock.
+NOINLINE long long work_1ms(void) {
+    long long s = now_ns();
+    busy_us(1000);
+    return now_ns() - s;
+}
+
+NOINLINE long long work_10ms(void) {
+    long long s = now_ns();
+    busy_us(10000);
+    return now_ns() - s;
+}
+
+// Static: found through the symbol table only. Recursive: depth more calls of itself.
+static NOINLINE long long descend(int depth) {
+    long long s = now_ns();
+    if (depth > 0)
+        descend(depth - 1);
+    else
+        busy_us(200);
+    __asm__ volatile("" ::: "memory"); // no tail call
+    return now_ns() - s;
+}
+
+NOINLINE void long_call(long ms) {
+    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+static int threads, rounds, pin;
+static long delay_ms, long_ms;
+static pthread_mutex_t print_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static void *worker(void *arg) {
+    long i = (long)arg;
+    if (pin) {
+        cpu_set_t set;
+        CPU_ZERO(&set);
+        CPU_SET(i % sysconf(_SC_NPROCESSORS_ONLN), &set);
+        pthread_setaffinity_np(pthread_self(), sizeof set, &set);
+    }
+    pthread_mutex_lock(&print_lock);
+    printf("truth start tid=%ld index=%ld\n", (long)syscall(SYS_gettid), i);
+    fflush(stdout);
+    pthread_mutex_unlock(&print_lock);
+    struct timespec d = {delay_ms / 1000, (delay_ms % 1000) * 1000000L};
+    nanosleep(&d, NULL);
+    struct counts c = {0};
+    for (int r = 0; r < rounds; r++) {
+        c.work_1ms_ns += work_1ms();
+        c.work_1ms++;
+        if (r % 5 == 4) {
+            c.work_10ms_ns += work_10ms();
+            c.work_10ms++;
+        }
+        c.descend_ns += descend(3);
+        c.descend += 4;
+        c.lib_ns += lib_step(300);
+        c.lib++;
+    }
+    pthread_mutex_lock(&print_lock);
+    printf("truth tid=%ld index=%ld cpu=%ld work_1ms=%ld work_1ms_ns=%lld work_10ms=%ld "
+           "work_10ms_ns=%lld descend=%ld descend_ns=%lld lib_step=%ld lib_step_ns=%lld\n",
+           (long)syscall(SYS_gettid), i, pin ? i % sysconf(_SC_NPROCESSORS_ONLN) : -1L,
+           c.work_1ms, c.work_1ms_ns, c.work_10ms, c.work_10ms_ns, c.descend, c.descend_ns,
+           c.lib, c.lib_ns);
+    pthread_mutex_unlock(&print_lock);
+    return NULL;
+}
+
+static void *long_worker(void *arg) {
+    (void)arg;
+    printf("truth long_tid=%ld\n", (long)syscall(SYS_gettid));
+    fflush(stdout);
+    long_call(long_ms);
+    return NULL;
+}
+
+int main(int argc, char **argv) {
+    if (argc < 4) {
+        fprintf(stderr, "usage: func_workload THREADS ROUNDS DELAY_MS [PIN] [LONG_MS]\n");
+        return 2;
+    }
+    threads = atoi(argv[1]);
+    rounds = atoi(argv[2]);
+    delay_ms = atol(argv[3]);
+    pin = argc > 4 ? atoi(argv[4]) : 0;
+    long_ms = argc > 5 ? atol(argv[5]) : 0;
+    if (threads < 1 || threads > 64)
+        return 2;
+    printf("truth pid=%d\n", getpid());
+    fflush(stdout);
+    pthread_t th[65];
+    for (long i = 0; i < threads; i++)
+        pthread_create(&th[i], NULL, worker, (void *)i);
+    if (long_ms > 0)
+        pthread_create(&th[threads], NULL, long_worker, NULL);
+    for (int i = 0; i < threads; i++)
+        pthread_join(th[i], NULL);
+    if (long_ms > 0)
+        pthread_join(th[threads], NULL);
+    printf("done\n");
+    return 0;
+}
