@@ -200,7 +200,7 @@ pub struct Cli {
     /// Only what starts on these CPUs (e.g. 0,2-3), in the kernel: a call or wait
     /// counts where it started.
     #[arg(long = "cpu", value_name = "LIST", value_parser = parse_cpus)]
-    pub cpus: Option<Vec<u32>>,
+    pub cpus: Option<CpuList>,
 
     /// Command to launch and trace from its first instruction (after `--`). rtm-trace exits
     /// with its exit code.
@@ -336,8 +336,12 @@ fn parse_func(s: &str) -> Result<String, String> {
     crate::probes::funcs::FuncSpec::parse(s).map(|_| s.to_owned())
 }
 
+/// CPUs, from a list as the kernel writes them (`0,2-3`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CpuList(pub Vec<u32>);
+
 /// A CPU list as the kernel writes them: `0,2-3`.
-pub fn parse_cpus(s: &str) -> Result<Vec<u32>, String> {
+pub fn parse_cpus(s: &str) -> Result<CpuList, String> {
     let bad = || format!("`{s}` is not a CPU list (e.g. 0,2-3)");
     let mut out = Vec::new();
     for part in s.split(',') {
@@ -353,7 +357,7 @@ pub fn parse_cpus(s: &str) -> Result<Vec<u32>, String> {
     }
     out.sort_unstable();
     out.dedup();
-    Ok(out)
+    Ok(CpuList(out))
 }
 
 impl Cli {
@@ -365,7 +369,7 @@ impl Cli {
         c.targets.comms.extend(self.comms);
         c.targets.tids.extend(self.tids);
         if let Some(cpus) = self.cpus {
-            c.targets.cpus = cpus;
+            c.targets.cpus = cpus.0;
         }
         c.functions.time.extend(self.funcs);
         if let Some(n) = self.max_funcs {
@@ -450,6 +454,40 @@ mod tests {
 
     fn config(args: &[&str]) -> TraceConfig {
         parse(args).unwrap().into_config(TraceConfig::default())
+    }
+
+    #[test]
+    fn functions_and_context_filters() {
+        let c = config(&[
+            "--func",
+            "work_*",
+            "--func",
+            "lib_step@libfuncs",
+            "--tid",
+            "5,6",
+            "--tid",
+            "7",
+            "--cpu",
+            "0,2-3",
+            "--max-funcs",
+            "9",
+            "-p",
+            "4",
+        ]);
+        assert_eq!(c.functions.time, vec!["work_*", "lib_step@libfuncs"]);
+        assert_eq!(c.functions.max_functions, 9);
+        assert_eq!(c.targets.tids, vec![5, 6, 7]);
+        assert_eq!(c.targets.cpus, vec![0, 2, 3]);
+        // --tid alone is a target (its process).
+        check_targets(&config(&["--tid", "9"])).unwrap();
+        for bad in [
+            &["--func", "a/b", "-p", "1"][..],
+            &["--cpu", "3-1", "-p", "1"],
+            &["--cpu", "x", "-p", "1"],
+            &["--max-funcs", "0", "-p", "1"],
+        ] {
+            assert!(parse(bad).is_err(), "{bad:?}");
+        }
     }
 
     #[test]

@@ -5,11 +5,12 @@
 //   and every fifth round work_10ms(); descend(3) once per round (a static, recursive
 //   function: 4 calls, 3 of them recursive, 200 us busy at the bottom); lib_step(300)
 //   in libfuncs.so once per round. With PIN=1 thread i runs on CPU i % CPUs only.
-//   With LONG_MS > 0 one more thread sits in long_call() that long (still running when
-//   a shorter trace ends).
-// prints: truth lines per thread, with counts and each function's own total time:
-//   truth tid=T index=I cpu=C work_1ms=N work_1ms_ns=NS work_10ms=... descend=...
-//   descend_ns=... (outermost calls) lib_step=... lib_step_ns=...
+//   With LONG_MS > 0 one more thread sits in long_call() that long after DELAY_MS (still
+//   running when a shorter trace ends).
+// prints: `truth tid=T index=I started=1` as each thread starts, then per thread its
+//   counts and each function's own total time:
+//   truth tid=T index=I cpu=C (1000000: not pinned) work_1ms=N work_1ms_ns=NS
+//   work_10ms=... descend=... descend_ns=... (outermost calls) lib_step=... lib_step_ns=...
 #define _GNU_SOURCE
 #include <pthread.h>
 #include <sched.h>
@@ -20,6 +21,8 @@
 #include <unistd.h>
 
 #define NOINLINE __attribute__((noinline))
+/* cpu= of a thread not pinned. */
+#define NOT_PINNED 1000000L
 
 long long lib_step(long us);
 
@@ -83,7 +86,7 @@ static void *worker(void *arg) {
         pthread_setaffinity_np(pthread_self(), sizeof set, &set);
     }
     pthread_mutex_lock(&print_lock);
-    printf("truth start tid=%ld index=%ld\n", (long)syscall(SYS_gettid), i);
+    printf("truth tid=%ld index=%ld started=1\n", (long)syscall(SYS_gettid), i);
     fflush(stdout);
     pthread_mutex_unlock(&print_lock);
     struct timespec d = {delay_ms / 1000, (delay_ms % 1000) * 1000000L};
@@ -104,7 +107,7 @@ static void *worker(void *arg) {
     pthread_mutex_lock(&print_lock);
     printf("truth tid=%ld index=%ld cpu=%ld work_1ms=%ld work_1ms_ns=%lld work_10ms=%ld "
            "work_10ms_ns=%lld descend=%ld descend_ns=%lld lib_step=%ld lib_step_ns=%lld\n",
-           (long)syscall(SYS_gettid), i, pin ? i % sysconf(_SC_NPROCESSORS_ONLN) : -1L,
+           (long)syscall(SYS_gettid), i, pin ? i % sysconf(_SC_NPROCESSORS_ONLN) : NOT_PINNED,
            c.work_1ms, c.work_1ms_ns, c.work_10ms, c.work_10ms_ns, c.descend, c.descend_ns,
            c.lib, c.lib_ns);
     pthread_mutex_unlock(&print_lock);
@@ -115,6 +118,8 @@ static void *long_worker(void *arg) {
     (void)arg;
     printf("truth long_tid=%ld\n", (long)syscall(SYS_gettid));
     fflush(stdout);
+    struct timespec d = {delay_ms / 1000, (delay_ms % 1000) * 1000000L};
+    nanosleep(&d, NULL);
     long_call(long_ms);
     return NULL;
 }

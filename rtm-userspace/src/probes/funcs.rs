@@ -333,6 +333,18 @@ pub fn resolve(
             found.dedup_by_key(|f| f.1);
             matches.extend(found.into_iter().map(|(n, a, s)| (*m, n, a, s)));
         }
+        if matches.is_empty()
+            && !spec.is_glob()
+            && let Some(m) = candidates.iter().find(|m| m.symbols.is_ifunc(&spec.symbol))
+            && let Some(why) = refusal(m, &spec.symbol, 0)
+        {
+            return Err(FuncError::Unsafe {
+                spec: spec.to_string(),
+                name: spec.symbol.clone(),
+                module: m.path.display().to_string(),
+                why,
+            });
+        }
         if matches.is_empty() {
             let looked: Vec<String> = candidates
                 .iter()
@@ -499,8 +511,20 @@ mod tests {
         let e = resolve(&[FuncSpec::parse("*@libc").unwrap()], &modules, 8).unwrap_err();
         assert!(matches!(e, FuncError::TooMany { .. }), "{e}");
         assert!(e.to_string().contains("narrow the pattern"), "{e}");
+        // One symbol in two files: which one is asked.
+        let twice = ["/a/app", "/b/app"].map(|p| ModuleFile {
+            path: p.into(),
+            host_path: exe.clone(),
+            symbols: ElfSymbols::open(&exe).unwrap(),
+            bytes: Vec::new(),
+        });
+        let e = resolve(&[FuncSpec::parse("main").unwrap()], &twice, 8).unwrap_err();
+        assert!(matches!(e, FuncError::Ambiguous { .. }), "{e}");
+        assert!(e.to_string().contains("main@MODULE"), "{e}");
         // An indirect function is refused with the reason.
-        let e = resolve(&[FuncSpec::parse("memcpy@libc").unwrap()], &modules, 8).unwrap_err();
-        assert!(e.to_string().contains("indirect function"), "{e}");
+        for f in ["memcpy@libc", "strlen@libc"] {
+            let e = resolve(&[FuncSpec::parse(f).unwrap()], &modules, 8).unwrap_err();
+            assert!(e.to_string().contains("indirect function"), "{e}");
+        }
     }
 }

@@ -156,6 +156,14 @@ impl ElfSymbols {
         };
         let dynamic = file.dynamic_symbols().map(|s| (true, s));
         for (is_dynamic, sym) in dynamic.chain(file.symbols().map(|s| (false, s))) {
+            // Indirect functions are not definitions to `object`: noted by name.
+            if let object::SymbolFlags::Elf { st_info, .. } = sym.flags()
+                && st_info & 0xf == object::elf::STT_GNU_IFUNC
+                && !sym.is_undefined()
+                && let Ok(name) = sym.name()
+            {
+                out.ifuncs.insert(name.to_owned());
+            }
             if !sym.is_definition() {
                 continue;
             }
@@ -165,11 +173,6 @@ impl ElfSymbols {
             }
             match sym.kind() {
                 SymbolKind::Text => {
-                    if let object::SymbolFlags::Elf { st_info, .. } = sym.flags()
-                        && st_info & 0xf == object::elf::STT_GNU_IFUNC
-                    {
-                        out.ifuncs.insert(name.to_owned());
-                    }
                     let value = (sym.address(), sym.size());
                     let is_default =
                         is_dynamic && !hidden.get(sym.index().0).copied().unwrap_or(false);

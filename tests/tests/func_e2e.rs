@@ -1,0 +1,333 @@
+//! `--func`: timed functions against a workload that counts its own calls and clocks
+//! them itself (func_workload.c): 1 ms and 10 ms busy functions, a static recursive
+//! one, one in a shared library; a stripped copy; `--tid` and `--cpu` filters on a
+//! running process, and a call still running when the trace ends.
+
+use std::{
+    collections::HashMap,
+    process::Command,
+    time::{Duration, Instant},
+};
+
+use rtm_tests::{
+    LineWatch, TempDir, Truth, Value, can_trace, decode_timeline, perfetto_python, read_json,
+    rtm_bin, run, spawn, truths, workload,
+};
+
+const T: Duration = Duration::from_secs(120);
+
+/// The JSON's rows for `function`, by thread.
+fn rows<'a>(doc: &'a Value, function: &str) -> HashMap<u64, &'a Value> {
+    doc["functions"]["threads"]
+        .as_array()
+        .expect("functions in the JSON")
+        .iter()
+        .filter(|r| r["name"] == function)
+        .map(|r| (r["tid"].as_u64().unwrap(), r))
+        .collect()
+}
+
+fn u(v: &Value) -> u64 {
+    v.as_u64().unwrap_or_else(|| panic!("not a number: {v}"))
+}
+
+/// A total measured around the calls (probe to return probe) against the workload's
+/// own clock read inside them: within 5%, plus 100 us a call for the call itself and a
+/// preemption between a probe and the workload's clock on a loaded machine.
+fn close(measured: u64, truth: u64, calls: u64, what: &str) {
+    let slack = truth / 20 + calls * 100_000;
+    println!("{what}: workload {truth} ns, rtm-trace {measured} ns ({calls} calls)");
+    assert!(
+        measured.abs_diff(truth) <= slack,
+        "{what}: rtm-trace {measured} ns vs the workload's {truth} ns ({calls} calls)"
+    );
+}
+
+/// The per-thread truth lines with counts (not the start lines).
+fn workers(stdout: &str) -> Vec<Truth> {
+    truths(stdout)
+        .into_iter()
+        .filter(|t| t.fields.contains_key("work_1ms"))
+        .collect()
+}
+
+#[test]
+fn calls_and_times_match_the_workloads_own_per_thread() {
+    let test = "--func on a launched program";
+    if !can_trace(test) {
+        return;
+    }
+    let Some(python) = perfetto_python(test) else {
+        return;
+    };
+    let dir = TempDir::new("func");
+    let (json, timeline) = (dir.join("t.json"), dir.join("t.pftrace"));
+    let rounds = 15;
+    let out = run(
+        Command::new(rtm_bin())
+            .args(["-o", "/dev/null", "--json"])
+            .arg(&json)
+            .arg("--timeline")
+            .arg(&timeline)
+            // A glob (work_1ms, work_10ms), a static function found by the symbol
+            // table, and one in a library the program loads.
+            .args(["--func", "work_*", "--func", "descend"])
+            .args(["--func", "lib_step@libfuncs", "--"])
+            .arg(workload("func_workload"))
+            .args(["3", &rounds.to_string(), "20"]),
+        T,
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let doc = read_json(&json);
+    assert_eq!(doc["run"]["losses"]["missed_entry"], 0);
+    assert_eq!(doc["run"]["losses"]["ring_full"], 0);
+    let names: Vec<&str> = doc["functions"]["functions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["name"].as_str().unwrap())
+        .collect();
+    for f in ["work_1ms", "work_10ms", "descend", "lib_step"] {
+        assert!(names.contains(&f), "{f} not timed: {names:?}");
+    }
+    let lib = doc["functions"]["functions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["name"] == "lib_step")
+        .unwrap();
+    assert!(
+        lib["module"].as_str().unwrap().ends_with("libfuncs.so"),
+        "{lib}"
+    );
+    let threads = workers(&stdout);
+    assert_eq!(threads.len(), 3, "{stdout}");
+    for t in &threads {
+        for (f, ns_key) in [
+            ("work_1ms", "work_1ms_ns"),
+            ("work_10ms", "work_10ms_ns"),
+            ("lib_step", "lib_step_ns"),
+        ] {
+            let r = rows(&doc, f)[&t.tid];
+            let calls = t.get(f);
+            assert_eq!(u(&r["time"]["count"]), calls, "{f} calls of {}", t.tid);
+            assert_eq!(u(&r["recursive_calls"]), 0);
+            close(u(&r["outer_ns"]), t.get(ns_key), calls, f);
+        }
+        // descend(3): four calls a round, three of them inside the first.
+        let r = rows(&doc, "descend")[&t.tid];
+        assert_eq!(u(&r["time"]["count"]), t.get("descend"));
+        assert_eq!(u(&r["recursive_calls"]), 3 * rounds);
+        close(
+            u(&r["outer_ns"]),
+            t.get("descend_ns"),
+            rounds,
+            "descend (outermost)",
+        );
+        // The inner calls end at the bottom: the smallest is the 200 us of busy work.
+        let min = u(&r["time"]["min_ns"]);
+        assert!((190_000..2_000_000).contains(&min), "{r}");
+        assert_eq!(u(&r["running"]), 0);
+    }
+    // The timeline: a slice per call on each thread's "timed functions" track.
+    let tl = decode_timeline(&python, &timeline);
+    assert_eq!(tl["unclosed"], 0);
+    let lanes: Vec<&Value> = tl["tracks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|t| t["name"] == "timed functions")
+        .collect();
+    assert_eq!(lanes.len(), 3, "a track per thread");
+    let slices = tl["slices"].as_array().unwrap();
+    let count = |name: &str| slices.iter().filter(|s| s["name"] == name).count() as u64;
+    let total = |key: &str| threads.iter().map(|t| t.get(key)).sum::<u64>();
+    assert_eq!(count("work_1ms"), total("work_1ms"));
+    assert_eq!(count("descend"), total("descend"));
+    assert!(
+        slices
+            .iter()
+            .filter(|s| s["name"] == "descend")
+            .any(|s| s["args"]["recursion depth"] == 3),
+        "the innermost descend says its depth"
+    );
+}
+
+#[test]
+fn a_stripped_program_is_refused_with_the_reason_and_its_library_still_timed() {
+    let test = "--func on a stripped program";
+    if !can_trace(test) {
+        return;
+    }
+    let out = run(
+        Command::new(rtm_bin())
+            .args(["-o", "/dev/null", "--func", "work_1ms", "--"])
+            .arg(workload("func_workload_stripped"))
+            .args(["1", "2", "0"]),
+        T,
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        err.contains("--func work_1ms: no function matches") && err.contains("stripped"),
+        "{err}"
+    );
+    // Its library's exported function is known.
+    let dir = TempDir::new("func-stripped");
+    let json = dir.join("t.json");
+    let out = run(
+        Command::new(rtm_bin())
+            .args(["-o", "/dev/null", "--func", "lib_step", "--json"])
+            .arg(&json)
+            .arg("--")
+            .arg(workload("func_workload_stripped"))
+            .args(["2", "7", "0"]),
+        T,
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let doc = read_json(&json);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    for t in workers(&stdout) {
+        assert_eq!(u(&rows(&doc, "lib_step")[&t.tid]["time"]["count"]), 7);
+    }
+}
+
+#[test]
+fn what_cannot_be_timed_is_refused_before_anything_runs() {
+    let test = "--func refusals";
+    if !can_trace(test) {
+        return;
+    }
+    for (spec, says) in [
+        ("no_such_function_xyz", "no function matches"),
+        ("*", "narrow the pattern"),
+        ("memcpy@libc", "indirect function"),
+        ("lib_step@libnothere", "no mapped file is named libnothere"),
+    ] {
+        let out = run(
+            Command::new(rtm_bin())
+                .args(["-o", "/dev/null", "--func", spec, "--"])
+                .arg(workload("func_workload"))
+                .args(["1", "1", "0"]),
+            T,
+        );
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{spec}: {err}");
+        assert!(err.contains(says), "{spec}: {err}");
+        // The program never ran.
+        assert!(!String::from_utf8_lossy(&out.stdout).contains("done"));
+    }
+    let out = run(
+        Command::new(rtm_bin()).args(["--func", "a;b", "--", "true"]),
+        T,
+    );
+    assert_eq!(out.status.code(), Some(2));
+}
+
+#[test]
+fn tid_and_cpu_filters_keep_exactly_their_calls_and_running_calls_are_reported() {
+    let test = "--tid, --cpu and running calls";
+    if !can_trace(test) {
+        return;
+    }
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    assert!(cpus >= 2, "{test}: needs two CPUs to pin threads apart");
+    let dir = TempDir::new("func-filters");
+    let rounds = 10u64;
+    // Two threads pinned to CPUs 0 and 1, starting their calls after 1.5 s; a third
+    // sits in long_call for 4 s from then.
+    let mut app = spawn(Command::new(workload("func_workload")).args([
+        "2",
+        &rounds.to_string(),
+        "1500",
+        "1",
+        "4000",
+    ]));
+    let started = Instant::now();
+    let mut lines = LineWatch::new(app.child.stdout.take().unwrap());
+    let first = lines.wait_for("started=1", Duration::from_secs(10));
+    let second = lines.wait_for("started=1", Duration::from_secs(10));
+    let tid_of = |line: &str, index: &str| -> Option<u64> {
+        let t = rtm_tests::truths(line).pop()?;
+        (t.fields.get("index").map(u64::to_string).as_deref() == Some(index)).then_some(t.tid)
+    };
+    let t0 = tid_of(&first, "0")
+        .or_else(|| tid_of(&second, "0"))
+        .unwrap();
+    let t1 = tid_of(&first, "1")
+        .or_else(|| tid_of(&second, "1"))
+        .unwrap();
+    let pid = app.pid().to_string();
+    let tracer = |name: &str, args: &[&str]| {
+        let json = dir.join(name);
+        let mut p = spawn(
+            Command::new(rtm_bin())
+                .args(["-o", "/dev/null", "--json"])
+                .arg(&json)
+                .args(["--pid", &pid])
+                .args(args),
+        );
+        let mut err = LineWatch::new(p.child.stderr.take().unwrap());
+        err.wait_for("attached to PID", Duration::from_secs(30));
+        (p, json)
+    };
+    let (ta, a) = tracer(
+        "tid.json",
+        &["--tid", &t0.to_string(), "--func", "work_1ms"],
+    );
+    let (tb, b) = tracer("cpu.json", &["--cpu", "1", "--func", "work_1ms"]);
+    // Ends 1.5 s after the long call began.
+    let (tc, c) = tracer("running.json", &["--func", "long_call", "-d", "2.5"]);
+    assert!(
+        started.elapsed() < Duration::from_millis(1400),
+        "attaching took {:?}: the calls may have started before the probes",
+        started.elapsed()
+    );
+    assert!(tc.wait_output(T).status.success());
+    let out = app.wait_output(T);
+    assert!(out.status.success());
+    assert!(ta.wait_output(T).status.success());
+    assert!(tb.wait_output(T).status.success());
+    let stdout: String = lines.rest(T).join("\n");
+    let pinned: HashMap<u64, u64> = workers(&stdout)
+        .iter()
+        .map(|t| (t.tid, t.get("cpu")))
+        .collect();
+    assert_eq!(pinned.len(), 2, "{stdout}");
+    // --tid: that thread's calls, all of them; none of the other's.
+    let doc = read_json(&a);
+    let r = rows(&doc, "work_1ms");
+    assert_eq!(r.keys().copied().collect::<Vec<_>>(), vec![t0], "{r:?}");
+    assert_eq!(u(&r[&t0]["time"]["count"]), rounds);
+    assert_eq!(doc["run"]["losses"]["missed_entry"], 0);
+    // --cpu 1: the thread pinned there, all its calls.
+    let doc = read_json(&b);
+    let r = rows(&doc, "work_1ms");
+    let on_1 = pinned
+        .iter()
+        .find(|(_, c)| **c == 1)
+        .map(|(t, _)| *t)
+        .unwrap();
+    assert_eq!(on_1, t1);
+    assert_eq!(r.keys().copied().collect::<Vec<_>>(), vec![on_1], "{r:?}");
+    assert_eq!(u(&r[&on_1]["time"]["count"]), rounds);
+    // The call still running when the trace ended: reported as such, not as a call.
+    let doc = read_json(&c);
+    let f = &doc["functions"]["functions"][0];
+    assert_eq!(f["name"], "long_call");
+    assert_eq!((u(&f["time"]["count"]), u(&f["running"])), (0, 1), "{f}");
+    let ran = u(&f["running_longest_ns"]);
+    assert!(
+        (300_000_000..4_000_000_000).contains(&ran),
+        "running for {ran} ns at the end"
+    );
+}
