@@ -104,6 +104,8 @@ pub fn func_stack(pid_tgid: u64) -> Option<*mut FuncStack> {
     if let Some(p) = FUNC_PENDING.get_ptr_mut(pid_tgid) {
         return Some(p);
     }
+    // By reference: a copy would not fit on the BPF stack.
+    #[allow(clippy::needless_borrows_for_generic_args)]
     FUNC_PENDING.insert(pid_tgid, &NO_FUNC_CALLS, 0).ok()?;
     FUNC_PENDING.get_ptr_mut(pid_tgid)
 }

@@ -4,6 +4,7 @@
 mod bench;
 mod bench_agent;
 mod bench_app;
+mod bench_func;
 mod bench_mpi;
 mod bench_others;
 mod bench_scale;
@@ -73,6 +74,8 @@ enum BenchCmd {
     /// What contention mode's call stacks cost: contended locks with and without them,
     /// the eBPF capture, and the unwinding rate.
     Stacks,
+    /// What `--func` adds to each call of a timed function.
+    Func,
     /// What `rtm-trace agent` costs a node (idle and tracing), a serving program, its
     /// scrapes, and its own memory and CPU over time.
     Agent,
@@ -97,6 +100,7 @@ fn bench(which: Vec<BenchCmd>, smoke: bool, rounds: Option<usize>) -> anyhow::Re
         BenchCmd::Ebpf,
         BenchCmd::Others,
         BenchCmd::Stacks,
+        BenchCmd::Func,
         BenchCmd::Agent,
     ];
     let started = std::time::Instant::now();
@@ -114,6 +118,7 @@ fn bench(which: Vec<BenchCmd>, smoke: bool, rounds: Option<usize>) -> anyhow::Re
             BenchCmd::Ebpf => bench_scale::ebpf(&root, &dir, plan)?,
             BenchCmd::Others => bench_others::others(&root, &dir, plan)?,
             BenchCmd::Stacks => bench_stacks::stacks(&root, &dir, plan)?,
+            BenchCmd::Func => bench_func::func(&root, &dir, plan)?,
             BenchCmd::Agent => bench_agent::agent(&root, &dir, plan)?,
         }
     }

@@ -211,12 +211,10 @@ pub enum ProbeError {
         source: ProgramError,
     },
     /// Attaching a timed function's probe failed.
-    #[error("cannot attach to {function} in {path} (--func): {source}")]
+    #[error("cannot attach to {what} (--func): {source}")]
     AttachFunc {
-        /// Function.
-        function: String,
-        /// File.
-        path: String,
+        /// The function and its file.
+        what: String,
         /// Why.
         #[source]
         source: ProgramError,
@@ -975,8 +973,7 @@ impl Probes {
                     };
                     let link = prog.attach(point, file, scope).map_err(|source| {
                         ProbeError::AttachFunc {
-                            function: function.to_owned(),
-                            path: file.display().to_string(),
+                            what: format!("{function} in {}", file.display()),
                             source,
                         }
                     })?;
