@@ -182,6 +182,12 @@ pub struct Cli {
     #[arg(short, long)]
     pub verbose: bool,
 
+    /// Do not trace: show which threads of the targets are blocked now, on what, held by
+    /// whom, for how long, and any deadlock among them (a snapshot from /proc and their
+    /// memory, for a hung process). Exits 3 when there is a deadlock.
+    #[arg(long)]
+    pub blocked: bool,
+
     /// Time FUNCTION of the targets: calls, and the distribution of their inclusive
     /// time, per thread. SYMBOL, SYMBOL@MODULE (a file name or its start: libfoo), or a
     /// glob (cache_*@libfoo). Repeatable. About 1 us per call.
@@ -321,6 +327,9 @@ pub enum UsageError {
     /// PID 0 or a repeated PID.
     #[error("invalid --pid {0}")]
     BadPid(u32),
+    /// --blocked with a command.
+    #[error("--blocked looks at running processes: give --pid or --comm, not a command")]
+    BlockedCommand,
     /// --tid names no running thread.
     #[error(
         "--tid {0}: no running thread has that id (list a process's threads with `ps -T -p PID`)"

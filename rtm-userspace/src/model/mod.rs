@@ -5,6 +5,7 @@
 //! (`system`), and the views every output reads (`views`: snapshots of the others).
 //! Distributions (`dist`) serve them all.
 
+pub mod blocked;
 pub mod dist;
 pub mod funcs;
 pub mod mpi;

@@ -1,5 +1,6 @@
 //! Outputs: render a snapshot plus the run's facts. Outputs read, never change, the model.
 
+pub mod blocked_report;
 pub mod dest;
 pub mod dot;
 pub mod folded;

@@ -778,20 +778,15 @@ impl Probes {
                 continue;
             }
             for (at, cookie, function) in pts {
-                let prog = self.uprobe(name)?;
-                let point = UProbeAttachPoint {
-                    location: UProbeAttachLocation::AbsoluteOffset(at),
-                    cookie: Some(cookie),
-                };
-                let link = prog
-                    .attach(point, Path::new(&lib.host_path), scope)
-                    .map_err(|source| ProbeError::Attach {
+                let path = Path::new(&lib.host_path);
+                self.attach_one(name, path, (at, cookie), scope, links_of, |source| {
+                    ProbeError::Attach {
                         function,
                         path: lib.path.display().to_string(),
                         pid,
                         source,
-                    })?;
-                self.links.entry(links_of).or_default().push((name, link));
+                    }
+                })?;
             }
         }
         if probe_scope == ProbeScope::Library {
@@ -858,23 +853,16 @@ impl Probes {
                 continue;
             }
             for &(at, cookie, function) in &points {
-                let prog = self.uprobe(name)?;
-                let point = UProbeAttachPoint {
-                    location: UProbeAttachLocation::AbsoluteOffset(at),
-                    cookie: Some(cookie),
-                };
-                let link = prog
-                    .attach(point, Path::new(&lib.host_path), scope)
-                    .map_err(|source| ProbeError::Attach {
+                let path = Path::new(&lib.host_path);
+                let owner = pid.unwrap_or(0);
+                self.attach_one(name, path, (at, cookie), scope, owner, |source| {
+                    ProbeError::Attach {
                         function,
                         path: lib.path.display().to_string(),
-                        pid: pid.unwrap_or(0),
+                        pid: owner,
                         source,
-                    })?;
-                self.links
-                    .entry(pid.unwrap_or(0))
-                    .or_default()
-                    .push((name, link));
+                    }
+                })?;
             }
         }
         Ok(probed)
@@ -966,25 +954,37 @@ impl Probes {
                     continue;
                 }
                 for &&(_, at, cookie, function) in &here {
-                    let prog = self.uprobe(name)?;
-                    let point = UProbeAttachPoint {
-                        location: UProbeAttachLocation::AbsoluteOffset(at),
-                        cookie: Some(cookie),
-                    };
-                    let link = prog.attach(point, file, scope).map_err(|source| {
+                    let owner = pid.unwrap_or(0);
+                    self.attach_one(name, file, (at, cookie), scope, owner, |source| {
                         ProbeError::AttachFunc {
                             what: format!("{function} in {}", file.display()),
                             source,
                         }
                     })?;
-                    self.links
-                        .entry(pid.unwrap_or(0))
-                        .or_default()
-                        .push((name, link));
                 }
             }
         }
         Ok(funcs.len() * 2)
+    }
+
+    /// Attaches program `name` at (offset, cookie) `point` of `path` through a link of
+    /// its own, kept with `owner`'s (a pid, or 0 for probes of every process).
+    fn attach_one(
+        &mut self,
+        name: &'static str,
+        path: &Path,
+        (at, cookie): (u64, u64),
+        scope: UProbeScope,
+        owner: u32,
+        err: impl FnOnce(ProgramError) -> ProbeError,
+    ) -> Result<(), ProbeError> {
+        let point = UProbeAttachPoint {
+            location: UProbeAttachLocation::AbsoluteOffset(at),
+            cookie: Some(cookie),
+        };
+        let link = self.uprobe(name)?.attach(point, path, scope).map_err(err)?;
+        self.links.entry(owner).or_default().push((name, link));
+        Ok(())
     }
 
     /// Attaches program `name` at `points` (offset, cookie) of `path` through one

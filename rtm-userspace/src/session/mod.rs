@@ -2,6 +2,7 @@
 //! trace until the targets exit, the duration passes or a signal comes, and the final
 //! outputs; also `rtm-trace merge`.
 
+mod blocked;
 mod input;
 mod merge;
 mod oneshot;
@@ -107,6 +108,7 @@ pub fn run(cli: Cli) -> Result<i32, SessionError> {
     // The config file first: the command line goes over it. A bad one is refused
     // before anything is loaded or run.
     let file = cli.config.clone();
+    let blocked = cli.blocked;
     let base = match &file {
         Some(path) => read_config(path)?,
         None => TraceConfig::default(),
@@ -120,7 +122,11 @@ pub fn run(cli: Cli) -> Result<i32, SessionError> {
     })?;
     cli::check_targets(&config)?;
     // A destination that cannot be written is said before the trace, not after it.
-    let sinks = crate::output::sinks(&config)?;
+    let sinks = if blocked {
+        Vec::new()
+    } else {
+        crate::output::sinks(&config)?
+    };
     if config.output.live {
         crate::live::check()?;
     }
@@ -148,6 +154,12 @@ pub fn run(cli: Cli) -> Result<i32, SessionError> {
     preflight::check()?;
     for &pid in &config.targets.pids {
         process::check(pid)?;
+    }
+    if blocked {
+        if !config.targets.command.is_empty() {
+            return Err(UsageError::BlockedCommand.into());
+        }
+        return blocked::run(&config);
     }
     // Fork before the runtime starts any thread.
     let child = if config.targets.command.is_empty() {

@@ -3,6 +3,7 @@
 //! user code runs before the probes are live.
 
 pub mod address_space;
+pub mod blocked;
 pub mod elf;
 pub mod files;
 pub mod host;

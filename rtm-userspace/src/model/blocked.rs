@@ -1,0 +1,316 @@
+//! Who is blocked now, on what, held by whom, and the cycles among them (deadlocks).
+//! Pure: the futex word a thread waits on and the bytes around it in, holders and
+//! cycles out.
+//!
+//! A glibc mutex (`struct __pthread_mutex_s`, x86-64) is `int __lock; unsigned
+//! __count; int __owner; unsigned __nusers; int __kind; ...`: `__owner` is the holder's
+//! TID for every type. A normal, recursive, error-checking or adaptive mutex's waiters
+//! sleep on `__lock` with the value 2; a robust one's `__lock` holds the owner's TID
+//! (with the waiters bit); a priority-inheritance one is waited on with FUTEX_LOCK_PI,
+//! its word holding the owner's TID. Condition variables, barriers, semaphores and
+//! other futexes have no owner: their waits say so. The offsets are checked against
+//! the installed headers by a test (tests/workloads/layout_probe.c).
+
+use serde::Serialize;
+
+/// Offset of `__owner` in `pthread_mutex_t`.
+pub const MUTEX_OWNER: usize = 8;
+/// Offset of `__kind` in `pthread_mutex_t`.
+pub const MUTEX_KIND: usize = 16;
+/// Bytes of a mutex read to judge it.
+pub const MUTEX_BYTES: usize = 20;
+
+/// `__kind` bits: type (normal, recursive, error-checking, adaptive), robust, priority
+/// inheritance, priority protection, process-shared, elision.
+const KIND_TYPE: i32 = 3;
+const KIND_ROBUST: i32 = 16;
+const KIND_PI: i32 = 32;
+const KIND_PP: i32 = 64;
+const KIND_PSHARED: i32 = 128;
+const KIND_ELISION: i32 = 256 | 512;
+const KIND_KNOWN: i32 = KIND_TYPE | KIND_ROBUST | KIND_PI | KIND_PP | KIND_PSHARED | KIND_ELISION;
+/// The futex word's TID bits (the rest: waiters, owner died).
+const FUTEX_TID_MASK: u32 = 0x3fff_ffff;
+/// A robust mutex whose owner died, or that can no longer be recovered.
+const OWNER_DEAD: [i32; 2] = [0x7fff_ffff, 0x7fff_fffe];
+
+/// Futex operations (`op & 0x7f`).
+const FUTEX_WAIT: u64 = 0;
+const FUTEX_LOCK_PI: u64 = 6;
+const FUTEX_WAIT_BITSET: u64 = 9;
+const FUTEX_WAIT_REQUEUE_PI: u64 = 11;
+const FUTEX_LOCK_PI2: u64 = 13;
+
+/// Whether futex op `op` waits (rather than wakes).
+pub fn futex_op_waits(op: u64) -> bool {
+    matches!(
+        op & 0x7f,
+        FUTEX_WAIT | FUTEX_LOCK_PI | FUTEX_WAIT_BITSET | FUTEX_WAIT_REQUEUE_PI | FUTEX_LOCK_PI2
+    )
+}
+
+/// What a wait's word says of its holder.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case", tag = "kind")]
+pub enum Holder {
+    /// A mutex held by this thread (a TID, possibly of another process for a
+    /// process-shared mutex).
+    Thread {
+        /// The holder's TID.
+        tid: u32,
+        /// The mutex's type.
+        mutex: &'static str,
+    },
+    /// No holder can be known: why.
+    Unknown {
+        /// Why.
+        why: &'static str,
+    },
+}
+
+/// The holder of the futex word a thread waits on with `op` (its value expected: `val`),
+/// from `bytes` read at the word (up to [`MUTEX_BYTES`]).
+pub fn holder(op: u64, bytes: &[u8]) -> Holder {
+    let int = |at: usize| -> Option<i32> {
+        Some(i32::from_le_bytes(bytes.get(at..at + 4)?.try_into().ok()?))
+    };
+    let Some(lock) = int(0) else {
+        return Holder::Unknown {
+            why: "its word could not be read",
+        };
+    };
+    if matches!(op & 0x7f, FUTEX_LOCK_PI | FUTEX_LOCK_PI2) {
+        let tid = lock as u32 & FUTEX_TID_MASK;
+        return if tid == 0 {
+            Holder::Unknown {
+                why: "the priority-inheritance lock has no owner now",
+            }
+        } else {
+            Holder::Thread {
+                tid,
+                mutex: "priority-inheritance",
+            }
+        };
+    }
+    let (Some(owner), Some(kind)) = (int(MUTEX_OWNER), int(MUTEX_KIND)) else {
+        return not_a_mutex();
+    };
+    if kind & !KIND_KNOWN != 0 || kind & (KIND_PI | KIND_PP) != 0 || owner <= 0 {
+        return not_a_mutex();
+    }
+    if OWNER_DEAD.contains(&owner) {
+        return Holder::Unknown {
+            why: "a robust mutex whose owner died",
+        };
+    }
+    let robust = kind & KIND_ROBUST != 0;
+    // A waiter of a plain mutex sleeps on the value 2; a robust mutex's word holds its
+    // owner's TID. Anything else is not a mutex's wait.
+    let fits = if robust {
+        lock as u32 & FUTEX_TID_MASK == owner as u32
+    } else {
+        lock == 2
+    };
+    if !fits {
+        return not_a_mutex();
+    }
+    let mutex = match (robust, kind & KIND_TYPE) {
+        (true, _) => "robust",
+        (false, 0) => "normal",
+        (false, 1) => "recursive",
+        (false, 2) => "error-checking",
+        _ => "adaptive",
+    };
+    Holder::Thread {
+        tid: owner as u32,
+        mutex,
+    }
+}
+
+fn not_a_mutex() -> Holder {
+    Holder::Unknown {
+        why: "not a mutex (a condition variable, barrier, semaphore, join or other futex): no owner",
+    }
+}
+
+/// A thread blocked now.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct BlockedThread {
+    /// Process.
+    pub pid: u32,
+    /// Thread.
+    pub tid: u32,
+    /// Its name.
+    pub name: Option<String>,
+    /// The futex word it waits on.
+    pub word: u64,
+    /// The word's name (a variable, or the code that uses it), when known.
+    pub word_name: Option<String>,
+    /// Who holds it.
+    pub holder: Holder,
+    /// The holder's process, when it is a thread that exists.
+    pub holder_pid: Option<u32>,
+    /// About how long since it last ran (blocked at least that long).
+    pub off_cpu_ns: Option<u64>,
+    /// Its user stack, innermost first, named.
+    pub stack: Vec<String>,
+}
+
+/// Threads waiting on each other in a cycle: a deadlock.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Cycle {
+    /// Its threads as (pid, tid), each waiting for the next's mutex (the last for the
+    /// first's).
+    pub threads: Vec<(u32, u32)>,
+}
+
+/// The cycles of the waits-for graph of `threads` (each thread waits for at most one
+/// holder), each once, starting at its smallest (pid, tid).
+pub fn cycles(threads: &[BlockedThread]) -> Vec<Cycle> {
+    use std::collections::HashMap;
+    let by_tid: HashMap<u32, usize> = threads
+        .iter()
+        .enumerate()
+        .map(|(i, t)| (t.tid, i))
+        .collect();
+    let next = |i: usize| -> Option<usize> {
+        match threads[i].holder {
+            Holder::Thread { tid, .. } => by_tid.get(&tid).copied(),
+            Holder::Unknown { .. } => None,
+        }
+    };
+    let mut out: Vec<Cycle> = Vec::new();
+    // 0: not seen, 1: on the current path, 2: done.
+    let mut state = vec![0u8; threads.len()];
+    for start in 0..threads.len() {
+        let mut path = Vec::new();
+        let mut at = Some(start);
+        while let Some(i) = at {
+            match state[i] {
+                0 => {
+                    state[i] = 1;
+                    path.push(i);
+                    at = next(i);
+                }
+                1 => {
+                    // Back on this path: the cycle is the path from i on.
+                    let from = path.iter().position(|&p| p == i).expect("on the path");
+                    let mut ring: Vec<(u32, u32)> = path[from..]
+                        .iter()
+                        .map(|&p| (threads[p].pid, threads[p].tid))
+                        .collect();
+                    let min = (0..ring.len()).min_by_key(|&k| ring[k]).expect("non-empty");
+                    ring.rotate_left(min);
+                    out.push(Cycle { threads: ring });
+                    break;
+                }
+                _ => break,
+            }
+        }
+        for p in path {
+            state[p] = 2;
+        }
+    }
+    out.sort_by(|a, b| a.threads.cmp(&b.threads));
+    out
+}
+
+/// The blocked threads and their deadlocks, for the outputs.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct BlockedView {
+    /// When the snapshot was taken (CLOCK_MONOTONIC ns).
+    pub at_ns: u64,
+    /// How long taking it took, ns.
+    pub took_ns: u64,
+    /// Threads of the traced processes looked at.
+    pub threads_seen: usize,
+    /// Those blocked in a futex wait, longest blocked first.
+    pub blocked: Vec<BlockedThread>,
+    /// The deadlocks among them.
+    pub cycles: Vec<Cycle>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn mutex(lock: i32, owner: i32, kind: i32) -> Vec<u8> {
+        let mut b = vec![0u8; MUTEX_BYTES];
+        b[0..4].copy_from_slice(&lock.to_le_bytes());
+        b[MUTEX_OWNER..MUTEX_OWNER + 4].copy_from_slice(&owner.to_le_bytes());
+        b[MUTEX_KIND..MUTEX_KIND + 4].copy_from_slice(&kind.to_le_bytes());
+        b
+    }
+
+    #[test]
+    fn each_mutex_type_names_its_holder_and_others_say_unknown() {
+        let t = |h: Holder| match h {
+            Holder::Thread { tid, mutex } => Some((tid, mutex)),
+            Holder::Unknown { .. } => None,
+        };
+        assert_eq!(t(holder(0x80, &mutex(2, 77, 0))), Some((77, "normal")));
+        assert_eq!(t(holder(0, &mutex(2, 77, 1))), Some((77, "recursive")));
+        assert_eq!(t(holder(0, &mutex(2, 77, 2))), Some((77, "error-checking")));
+        assert_eq!(t(holder(0, &mutex(2, 77, 128))), Some((77, "normal")));
+        // Robust: the word holds the owner's TID and the waiters bit.
+        let robust = (77u32 | 0x8000_0000) as i32;
+        assert_eq!(t(holder(0, &mutex(robust, 77, 16))), Some((77, "robust")));
+        // Priority inheritance: FUTEX_LOCK_PI on a word holding the owner.
+        assert_eq!(
+            t(holder(6 | 0x80, &mutex(robust, 0, 32))),
+            Some((77, "priority-inheritance"))
+        );
+        // Not mutexes: a condition variable's sequence word, a semaphore, a word with
+        // garbage around it.
+        assert_eq!(t(holder(9, &mutex(5, 0, 0))), None);
+        assert_eq!(t(holder(0, &mutex(1, 77, 0))), None);
+        assert_eq!(t(holder(0, &mutex(2, 77, 0x4000))), None);
+        assert_eq!(t(holder(0, &mutex(2, -3, 0))), None);
+        assert_eq!(t(holder(0, &[1, 2])), None);
+        assert!(matches!(
+            holder(0, &mutex(robust, 0x7fff_ffff, 16)),
+            Holder::Unknown { why } if why.contains("died")
+        ));
+    }
+
+    fn blocked(tid: u32, waits_for: Option<u32>) -> BlockedThread {
+        BlockedThread {
+            pid: 1,
+            tid,
+            name: None,
+            word: 0,
+            word_name: None,
+            holder: match waits_for {
+                Some(tid) => Holder::Thread {
+                    tid,
+                    mutex: "normal",
+                },
+                None => Holder::Unknown { why: "x" },
+            },
+            holder_pid: Some(1),
+            off_cpu_ns: None,
+            stack: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn cycles_are_found_once_and_chains_are_not_cycles() {
+        let threads = [
+            blocked(12, Some(11)),
+            blocked(11, Some(12)),
+            blocked(20, Some(21)),
+            blocked(21, Some(22)),
+            blocked(22, Some(20)),
+            // A chain into a cycle, and one ending at a running thread.
+            blocked(30, Some(11)),
+            blocked(40, Some(41)),
+            blocked(41, None),
+        ];
+        let c = cycles(&threads);
+        assert_eq!(
+            c.iter().map(|c| c.threads.clone()).collect::<Vec<_>>(),
+            vec![vec![(1, 11), (1, 12)], vec![(1, 20), (1, 21), (1, 22)]]
+        );
+        assert!(cycles(&threads[5..]).is_empty());
+    }
+}

@@ -1,0 +1,151 @@
+//! `--blocked`: the snapshot of blocked threads and their deadlocks, as text and JSON.
+
+use std::fmt::Write as _;
+
+use serde::Serialize;
+
+use super::{
+    format::{count, ns},
+    json::{FORMAT, VERSION},
+    table::table,
+    text::Shown,
+};
+use crate::model::blocked::{BlockedThread, BlockedView, Cycle, Holder};
+
+/// Frames shown of each deadlocked thread's stack.
+const FRAMES: usize = 10;
+
+fn thread(t: &BlockedThread) -> String {
+    match &t.name {
+        Some(n) => format!("{} {n}", t.tid),
+        None => t.tid.to_string(),
+    }
+}
+
+fn word(t: &BlockedThread) -> String {
+    t.word_name
+        .clone()
+        .unwrap_or_else(|| format!("{:#x}", t.word))
+}
+
+fn holder(v: &BlockedView, t: &BlockedThread) -> String {
+    match &t.holder {
+        Holder::Thread { tid, mutex } => {
+            let name = v
+                .blocked
+                .iter()
+                .find(|b| b.tid == *tid)
+                .and_then(|b| b.name.clone());
+            let pid = match t.holder_pid {
+                Some(p) if p != t.pid => format!(" of PID {p}"),
+                Some(_) => String::new(),
+                None => " (no such thread now: it exited holding it?)".into(),
+            };
+            match name {
+                Some(n) => format!("{tid} {n}{pid} ({mutex} mutex)"),
+                None => format!("{tid}{pid} ({mutex} mutex)"),
+            }
+        }
+        Holder::Unknown { why } => format!("unknown: {why}"),
+    }
+}
+
+/// One line naming a deadlock's threads and locks.
+pub fn cycle_line(v: &BlockedView, c: &Cycle) -> String {
+    let of = |tid: u32| v.blocked.iter().find(|b| b.tid == tid);
+    let parts: Vec<String> = c
+        .threads
+        .iter()
+        .filter_map(|&(_, tid)| of(tid))
+        .map(|t| {
+            let held_by = match t.holder {
+                Holder::Thread { tid, .. } => tid.to_string(),
+                Holder::Unknown { .. } => "?".into(),
+            };
+            format!("{} waits for {} held by {held_by}", thread(t), word(t))
+        })
+        .collect();
+    Shown(&format!("deadlock: {}", parts.join("; "))).to_string()
+}
+
+/// The text report.
+pub fn render(v: &BlockedView, top: usize) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "Blocked now: {} of {} threads in a futex wait (snapshot took {})",
+        count(v.blocked.len() as u64),
+        count(v.threads_seen as u64),
+        ns(v.took_ns)
+    );
+    let rows: Vec<Vec<String>> = v
+        .blocked
+        .iter()
+        .take(top)
+        .map(|t| {
+            vec![
+                thread(t),
+                t.pid.to_string(),
+                word(t),
+                holder(v, t),
+                t.off_cpu_ns.map_or_else(|| "?".into(), ns),
+            ]
+        })
+        .collect();
+    if !rows.is_empty() {
+        table(
+            &mut out,
+            &["thread", "pid", "waits on", "held by", "off CPU for"],
+            &rows,
+        );
+    }
+    if v.blocked.len() > top {
+        let _ = writeln!(out, "  ... {} more (--top)", v.blocked.len() - top);
+    }
+    if v.cycles.is_empty() {
+        let _ = writeln!(
+            out,
+            "\nNo deadlock: no cycle of threads waiting on each other's mutexes."
+        );
+        return out;
+    }
+    let _ = writeln!(out, "\nDeadlocks ({})", v.cycles.len());
+    for c in &v.cycles {
+        let _ = writeln!(out, "  {}", cycle_line(v, c));
+        for &(_, tid) in &c.threads {
+            let Some(t) = v.blocked.iter().find(|b| b.tid == tid) else {
+                continue;
+            };
+            let _ = writeln!(
+                out,
+                "    {} waits for {} (held by {}), where:",
+                Shown(&thread(t)),
+                Shown(&word(t)),
+                Shown(&holder(v, t))
+            );
+            for f in t.stack.iter().take(FRAMES) {
+                let _ = writeln!(out, "      {}", Shown(f));
+            }
+        }
+    }
+    out
+}
+
+#[derive(Serialize)]
+struct Doc<'a> {
+    format: &'static str,
+    version: u32,
+    tool_version: &'static str,
+    blocked: &'a BlockedView,
+}
+
+/// The JSON document.
+pub fn json(v: &BlockedView) -> String {
+    serde_json::to_string_pretty(&Doc {
+        format: FORMAT,
+        version: VERSION,
+        tool_version: env!("CARGO_PKG_VERSION"),
+        blocked: v,
+    })
+    .expect("the document serializes")
+}

@@ -1,0 +1,168 @@
+// Threads that deadlock, or just wait, for `rtm-trace --blocked`.
+//
+// usage: deadlock MODE
+//   abba      thread 1 takes lock_a then lock_b, thread 2 lock_b then lock_a: a deadlock
+//   three     three threads, lock_a -> lock_b -> lock_c -> lock_a: a deadlock
+//   pshared   two processes, process-shared mutexes in shared memory, taken in opposite
+//             orders: a deadlock across processes
+//   types     for each mutex type (normal, recursive, errorcheck, robust, pi) a thread
+//             holds one and another waits on it; a thread waits on a condition variable
+//   contended four threads pass one mutex around for ever (no deadlock)
+// prints: `truth ...` lines (who holds and waits on what), then `ready` once every
+// thread is about to block; then hangs until killed.
+#define _GNU_SOURCE
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+pthread_mutex_t lock_a = PTHREAD_MUTEX_INITIALIZER;
+pthread_mutex_t lock_b = PTHREAD_MUTEX_INITIALIZER;
+pthread_mutex_t lock_c = PTHREAD_MUTEX_INITIALIZER;
+pthread_mutex_t type_locks[5];
+pthread_cond_t never_signalled = PTHREAD_COND_INITIALIZER;
+pthread_mutex_t cond_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_barrier_t all_hold;
+static const char *type_names[5] = {"normal", "recursive", "errorcheck", "robust", "pi"};
+
+static long tid(void) { return syscall(SYS_gettid); }
+
+static void say(const char *fmt, long a, long b) {
+    printf(fmt, a, b);
+    fflush(stdout);
+}
+
+struct pair {
+    pthread_mutex_t *first, *second;
+    int index;
+};
+
+static void *take_two(void *arg) {
+    struct pair *p = arg;
+    pthread_mutex_lock(p->first);
+    say("truth index=%ld tid=%ld\n", p->index, tid());
+    pthread_barrier_wait(&all_hold);
+    pthread_mutex_lock(p->second); // never returns
+    return NULL;
+}
+
+static void *holder(void *arg) {
+    long i = (long)arg;
+    pthread_mutex_lock(&type_locks[i]);
+    printf("truth holder=%s tid=%ld\n", type_names[i], tid());
+    fflush(stdout);
+    pthread_barrier_wait(&all_hold);
+    pause();
+    return NULL;
+}
+
+static void *waiter(void *arg) {
+    long i = (long)arg;
+    pthread_barrier_wait(&all_hold);
+    printf("truth waiter=%s tid=%ld\n", type_names[i], tid());
+    fflush(stdout);
+    pthread_mutex_lock(&type_locks[i]);
+    return NULL;
+}
+
+static void *cond_waiter(void *arg) {
+    (void)arg;
+    pthread_mutex_lock(&cond_lock);
+    say("truth cond_waiter=1 tid=%ld%.0ld\n", tid(), 0);
+    pthread_barrier_wait(&all_hold);
+    for (;;)
+        pthread_cond_wait(&never_signalled, &cond_lock);
+    return NULL;
+}
+
+static void *passer(void *arg) {
+    (void)arg;
+    for (;;) {
+        pthread_mutex_lock(&lock_a);
+        for (volatile int i = 0; i < 20000; i++)
+            ;
+        pthread_mutex_unlock(&lock_a);
+    }
+    return NULL;
+}
+
+static void ready_then_hang(void) {
+    usleep(200 * 1000);
+    printf("ready\n");
+    fflush(stdout);
+    for (;;)
+        pause();
+}
+
+int main(int argc, char **argv) {
+    const char *mode = argc > 1 ? argv[1] : "";
+    pthread_t th[16];
+    if (!strcmp(mode, "abba") || !strcmp(mode, "three")) {
+        int n = !strcmp(mode, "abba") ? 2 : 3;
+        pthread_mutex_t *locks[3] = {&lock_a, &lock_b, &lock_c};
+        static struct pair pairs[3];
+        pthread_barrier_init(&all_hold, NULL, n);
+        for (int i = 0; i < n; i++) {
+            pairs[i] = (struct pair){locks[i], locks[(i + 1) % n], i};
+            pthread_create(&th[i], NULL, take_two, &pairs[i]);
+        }
+        ready_then_hang();
+    } else if (!strcmp(mode, "pshared")) {
+        pthread_mutex_t *m = mmap(NULL, 2 * sizeof *m, PROT_READ | PROT_WRITE,
+                                  MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+        pthread_mutexattr_t a;
+        pthread_mutexattr_init(&a);
+        pthread_mutexattr_setpshared(&a, PTHREAD_PROCESS_SHARED);
+        pthread_mutex_init(&m[0], &a);
+        pthread_mutex_init(&m[1], &a);
+        int to_child[2], to_parent[2];
+        if (pipe(to_child) || pipe(to_parent))
+            return 1;
+        char c = 0;
+        pid_t child = fork();
+        int me = child == 0;
+        pthread_mutex_lock(&m[me]);
+        printf("truth pshared_index=%d tid=%ld\n", me, tid());
+        fflush(stdout);
+        // Each tells the other it holds its mutex, then takes the other's.
+        if (write(me ? to_parent[1] : to_child[1], &c, 1) != 1 ||
+            read(me ? to_child[0] : to_parent[0], &c, 1) != 1)
+            return 1;
+        if (!me) {
+            usleep(100 * 1000);
+            printf("ready\n");
+            fflush(stdout);
+        }
+        pthread_mutex_lock(&m[!me]); // never returns
+        return 0;
+    } else if (!strcmp(mode, "types")) {
+        pthread_barrier_init(&all_hold, NULL, 11);
+        for (long i = 0; i < 5; i++) {
+            pthread_mutexattr_t a;
+            pthread_mutexattr_init(&a);
+            if (i == 1)
+                pthread_mutexattr_settype(&a, PTHREAD_MUTEX_RECURSIVE);
+            if (i == 2)
+                pthread_mutexattr_settype(&a, PTHREAD_MUTEX_ERRORCHECK);
+            if (i == 3)
+                pthread_mutexattr_setrobust(&a, PTHREAD_MUTEX_ROBUST);
+            if (i == 4)
+                pthread_mutexattr_setprotocol(&a, PTHREAD_PRIO_INHERIT);
+            pthread_mutex_init(&type_locks[i], &a);
+            pthread_create(&th[2 * i], NULL, holder, (void *)i);
+            pthread_create(&th[2 * i + 1], NULL, waiter, (void *)i);
+        }
+        pthread_create(&th[10], NULL, cond_waiter, NULL);
+        ready_then_hang();
+    } else if (!strcmp(mode, "contended")) {
+        for (int i = 0; i < 4; i++)
+            pthread_create(&th[i], NULL, passer, NULL);
+        ready_then_hang();
+    }
+    fprintf(stderr, "usage: deadlock abba|three|pshared|types|contended\n");
+    return 2;
+}
