@@ -126,7 +126,7 @@ fn an_abba_deadlock_names_both_threads_locks_and_holders() {
     assert_eq!(members, want);
     assert!(report.contains("Deadlocks (1)"), "{report}");
     assert!(report.contains("lock_a") && report.contains("lock_b"));
-    // How long it took is a speed figure (cargo xtask bench blocked), not checked here.
+    // How long it took is a speed figure (`cargo xtask bench blocked`), not checked here.
     println!("snapshot took {} ns", doc["took_ns"]);
     drop(p);
 }

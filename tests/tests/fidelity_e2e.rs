@@ -96,7 +96,12 @@ fn barrier_imbalance_within_two_percent() {
         .lines()
         .filter_map(|l| l.strip_prefix("truth barrier round="))
         .map(|r| {
-            let (round, spread) = r.split_once(" spread_ns=").expect("round line");
+            // `ROUND spread_ns=NS last=I margin_ns=NS`
+            let (round, rest) = r.split_once(' ').expect("round line");
+            let spread = rest
+                .split_whitespace()
+                .find_map(|kv| kv.strip_prefix("spread_ns="))
+                .expect("spread_ns");
             (round.parse().unwrap(), spread.parse().unwrap())
         })
         .collect();

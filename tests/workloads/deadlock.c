@@ -8,6 +8,7 @@
 //   types     for each mutex type (normal, recursive, errorcheck, robust, pi) a thread
 //             holds one and another waits on it; a thread waits on a condition variable
 //   contended four threads pass one mutex around for ever (no deadlock)
+//   many N    the main thread holds lock_a; N threads wait on it (no deadlock)
 // prints: `truth ...` lines (who holds and waits on what), then `ready` once every
 // thread is about to block; then hangs until killed.
 #define _GNU_SOURCE
@@ -157,6 +158,14 @@ int main(int argc, char **argv) {
             pthread_create(&th[2 * i + 1], NULL, waiter, (void *)i);
         }
         pthread_create(&th[10], NULL, cond_waiter, NULL);
+        ready_then_hang();
+    } else if (!strcmp(mode, "many") && argc > 2) {
+        int n = atoi(argv[2]);
+        pthread_mutex_lock(&lock_a);
+        for (int i = 0; i < n; i++) {
+            pthread_t t;
+            pthread_create(&t, NULL, passer, NULL);
+        }
         ready_then_hang();
     } else if (!strcmp(mode, "contended")) {
         for (int i = 0; i < 4; i++)

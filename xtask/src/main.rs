@@ -4,6 +4,7 @@
 mod bench;
 mod bench_agent;
 mod bench_app;
+mod bench_blocked;
 mod bench_func;
 mod bench_mpi;
 mod bench_others;
@@ -76,6 +77,8 @@ enum BenchCmd {
     Stacks,
     /// What `--func` adds to each call of a timed function.
     Func,
+    /// How long `rtm-trace --blocked` takes on a hung process.
+    Blocked,
     /// What `rtm-trace agent` costs a node (idle and tracing), a serving program, its
     /// scrapes, and its own memory and CPU over time.
     Agent,
@@ -101,6 +104,7 @@ fn bench(which: Vec<BenchCmd>, smoke: bool, rounds: Option<usize>) -> anyhow::Re
         BenchCmd::Others,
         BenchCmd::Stacks,
         BenchCmd::Func,
+        BenchCmd::Blocked,
         BenchCmd::Agent,
     ];
     let started = std::time::Instant::now();
@@ -119,6 +123,7 @@ fn bench(which: Vec<BenchCmd>, smoke: bool, rounds: Option<usize>) -> anyhow::Re
             BenchCmd::Others => bench_others::others(&root, &dir, plan)?,
             BenchCmd::Stacks => bench_stacks::stacks(&root, &dir, plan)?,
             BenchCmd::Func => bench_func::func(&root, &dir, plan)?,
+            BenchCmd::Blocked => bench_blocked::blocked(&root, &dir, plan)?,
             BenchCmd::Agent => bench_agent::agent(&root, &dir, plan)?,
         }
     }
