@@ -1,8 +1,8 @@
 //! `--func SPEC`: which functions of a target to time, and where their probes go.
 //!
 //! A spec is `SYMBOL`, `SYMBOL@MODULE` or a glob of either (`cache_*@libfoo`). It is
-//! looked up in the symbol tables (dynamic and static, and a separate debug file's for
-//! a stripped file) of the executable and the libraries the target maps (or, for a
+//! looked up in the symbol tables (dynamic and static; the caller adds a stripped
+//! file's debug file's) of the executable and the libraries the target maps (or, for a
 //! command about to run, the program and the libraries it needs). Each function's probe
 //! goes on its first instruction the kernel emulates, as for the pthread probes; what
 //! cannot be probed safely is refused with the reason.
@@ -12,7 +12,6 @@ use std::path::{Path, PathBuf};
 use super::placement::{self, Placement};
 use crate::target::{
     elf::{ElfError, ElfSymbols, read_object_file},
-    mapped::ProcRoot,
     process,
 };
 
@@ -124,17 +123,15 @@ impl ModuleFile {
     /// The executable files `pid` maps.
     pub fn of_process(pid: u32) -> Result<Vec<Self>, FuncError> {
         let modules = process::modules(pid).map_err(|e| FuncError::Process(e.to_string()))?;
-        let root = crate::target::mapped::open_root(pid).ok();
         let mut out = Vec::new();
         for m in modules.iter().filter(|m| m.executable) {
             match ElfSymbols::open_mapped(&m.mapped_file(pid)) {
-                Ok((symbols, bytes, host_path)) => out.push(Self::with_debug(
-                    m.path.clone(),
+                Ok((symbols, bytes, host_path)) => out.push(Self {
+                    path: m.path.clone(),
                     host_path,
                     symbols,
                     bytes,
-                    root.as_ref(),
-                )),
+                }),
                 Err(e) => log::debug!("--func: skipping {}: {e}", m.path.display()),
             }
         }
@@ -162,29 +159,14 @@ impl ModuleFile {
             let Ok(symbols) = ElfSymbols::parse(&bytes) else {
                 continue;
             };
-            out.push(Self::with_debug(path.clone(), path, symbols, bytes, None));
+            out.push(Self {
+                path: path.clone(),
+                host_path: path,
+                symbols,
+                bytes,
+            });
         }
         Ok(out)
-    }
-
-    fn with_debug(
-        path: PathBuf,
-        host_path: PathBuf,
-        mut symbols: ElfSymbols,
-        bytes: Vec<u8>,
-        root: Option<&ProcRoot>,
-    ) -> Self {
-        if !symbols.has_symtab()
-            && let Some(d) = crate::symbolize::debuginfo::find(root, &path, &symbols)
-        {
-            symbols.add_debug_symbols(d.symbols);
-        }
-        Self {
-            path,
-            host_path,
-            symbols,
-            bytes,
-        }
     }
 }
 

@@ -23,10 +23,19 @@ pub(super) fn attach(
     if settings.funcs.is_empty() {
         return Ok(());
     }
-    let modules = match &target.launched {
-        Some(l) => ModuleFile::of_program(&l.program)?,
-        None => ModuleFile::of_process(target.pid)?,
+    let (mut modules, root) = match &target.launched {
+        Some(l) => (ModuleFile::of_program(&l.program)?, None),
+        None => (
+            ModuleFile::of_process(target.pid)?,
+            crate::target::mapped::open_root(target.pid).ok(),
+        ),
     };
+    // A stripped file's static functions, from its debug file when one is installed.
+    for m in modules.iter_mut().filter(|m| !m.symbols.has_symtab()) {
+        if let Some(d) = crate::symbolize::debuginfo::find(root.as_ref(), &m.path, &m.symbols) {
+            m.symbols.add_debug_symbols(d.symbols);
+        }
+    }
     let resolved = funcs::resolve(&settings.funcs, &modules, settings.max_funcs)?;
     let mut points = Vec::with_capacity(resolved.len());
     for r in &resolved {
