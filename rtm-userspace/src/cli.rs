@@ -188,6 +188,12 @@ pub struct Cli {
     #[arg(long)]
     pub blocked: bool,
 
+    /// When a deadlock is found while tracing (threads waiting on each other's mutexes):
+    /// `report` (the default) says it on stderr at once and keeps tracing; `exit` says
+    /// it, stops and writes the results (exit code 3).
+    #[arg(long, value_name = "WHAT", value_parser = ["report", "exit"])]
+    pub on_deadlock: Option<String>,
+
     /// Time FUNCTION of the targets: calls, and the distribution of their inclusive
     /// time, per thread. SYMBOL, SYMBOL@MODULE (a file name or its start: libfoo), or a
     /// glob (cache_*@libfoo). Repeatable. About 1 us per call.
@@ -381,6 +387,13 @@ impl Cli {
             c.targets.cpus = cpus.0;
         }
         c.functions.time.extend(self.funcs);
+        if let Some(w) = self.on_deadlock.as_deref() {
+            c.deadlocks.on_deadlock = if w == "exit" {
+                config::OnDeadlock::Exit
+            } else {
+                config::OnDeadlock::Report
+            };
+        }
         if let Some(n) = self.max_funcs {
             c.functions.max_functions = n as usize;
         }

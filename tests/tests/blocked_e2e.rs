@@ -1,7 +1,8 @@
-//! `rtm-trace --pid N --blocked`: a snapshot of who is blocked on what, held by whom,
-//! and the deadlocks among them, against workloads that deadlock on purpose and say
-//! which thread holds what (deadlock.c); and the mutex layout it reads, against the
-//! installed glibc (layout_probe.c).
+//! Deadlocks and who holds what: `rtm-trace --pid N --blocked` (a snapshot of who is
+//! blocked on what, held by whom, and the cycles among them) and the live detection
+//! while tracing (`--on-deadlock exit`), against workloads that deadlock on purpose and
+//! say which thread holds what and when it blocked (deadlock.c); and the mutex layout
+//! read, against the installed glibc (layout_probe.c).
 
 use std::{
     collections::HashMap,
@@ -92,6 +93,7 @@ fn an_abba_deadlock_names_both_threads_locks_and_holders() {
     assert_eq!(code, Some(3), "a deadlock exits 3:\n{report}");
     let by_index: HashMap<&str, u64> = truths
         .iter()
+        .filter(|t| t.contains_key("tid"))
         .map(|t| (t["index"].as_str(), tid(t)))
         .collect();
     let (t0, t1) = (by_index["0"], by_index["1"]);
@@ -142,7 +144,7 @@ fn a_three_thread_cycle_and_one_across_processes() {
     let cycles = doc["cycles"].as_array().unwrap();
     assert_eq!(cycles.len(), 1, "{doc:#}");
     assert_eq!(cycles[0]["threads"].as_array().unwrap().len(), 3);
-    for t in &truths {
+    for t in truths.iter().filter(|t| t.contains_key("tid")) {
         let b = blocked_thread(&doc, tid(t));
         assert_eq!(b["holder"]["kind"], "thread", "{b}");
     }
@@ -272,4 +274,207 @@ fn the_mutex_layout_is_the_installed_glibcs() {
             facts[ty]
         );
     }
+}
+
+/// Traces `deadlock MODE` launched, `--on-deadlock exit` and `options`; returns the exit
+/// code, stdout (the workload's truth lines), and the JSON; the deadlocked processes
+/// are killed.
+fn live(mode: &str, options: &[&str]) -> (Option<i32>, String, Value) {
+    let dir = TempDir::new("deadlock-live");
+    let (json, out_file, err_file) = (dir.join("t.json"), dir.join("out"), dir.join("err"));
+    // Output to files: the deadlocked program keeps them open after rtm-trace exits.
+    let status = Command::new(rtm_bin())
+        .args([
+            "--on-deadlock",
+            "exit",
+            "-o",
+            "/dev/null",
+            "-d",
+            "20",
+            "--json",
+        ])
+        .arg(&json)
+        .args(options)
+        .arg("--")
+        .arg(workload("deadlock"))
+        .arg(mode)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::fs::File::create(&out_file).unwrap())
+        .stderr(std::fs::File::create(&err_file).unwrap())
+        .status()
+        .expect("running rtm-trace");
+    let stdout = std::fs::read_to_string(&out_file).unwrap();
+    let stderr = std::fs::read_to_string(&err_file).unwrap();
+    // The launched program (and its child) are deadlocked: they go now.
+    let mut pids: Vec<i32> = stderr
+        .split_whitespace()
+        .skip_while(|w| *w != "PID")
+        .nth(1)
+        .and_then(|p| p.trim_end_matches(';').parse().ok())
+        .into_iter()
+        .collect();
+    pids.extend(
+        stdout
+            .lines()
+            .filter(|l| l.contains("pshared_index=1"))
+            .filter_map(|l| l.rsplit_once("tid=")?.1.trim().parse::<i32>().ok()),
+    );
+    for p in pids {
+        // SAFETY: kill has no memory effects; these are the workload's processes.
+        unsafe { libc::kill(p, libc::SIGKILL) };
+    }
+    println!("{stderr}");
+    (status.code(), stdout, read_json(&json))
+}
+
+/// The workload's `truth` lines as maps.
+fn truth_maps(stdout: &str) -> Vec<HashMap<String, String>> {
+    stdout
+        .lines()
+        .filter_map(|l| l.strip_prefix("truth "))
+        .map(|rest| {
+            rest.split_whitespace()
+                .filter_map(|kv| kv.split_once('='))
+                .map(|(k, v)| (k.to_owned(), v.to_owned()))
+                .collect()
+        })
+        .collect()
+}
+
+/// Checks the one deadlock found: its threads are the workload's, each waiting for the
+/// next's lock, found within a second of the last of them blocking.
+fn check_live(code: Option<i32>, stdout: &str, doc: &Value, n: usize) -> Vec<Value> {
+    assert_eq!(code, Some(3), "a deadlock ends the run with 3:\n{stdout}");
+    let found = doc["sync_graph"]["deadlocks"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no deadlocks in the JSON: {}", doc["sync_graph"]));
+    assert_eq!(found.len(), 1, "{found:#?}");
+    let threads = found[0]["threads"].as_array().unwrap().clone();
+    assert_eq!(threads.len(), n, "{found:#?}");
+    let truths = truth_maps(stdout);
+    let closed = truths
+        .iter()
+        .filter_map(|t| t.get("at_ns")?.parse::<u64>().ok())
+        .max()
+        .expect("blocking times");
+    let detected = found[0]["detected_ns"].as_u64().unwrap();
+    println!(
+        "found {} ms after the cycle closed",
+        (detected - closed) as f64 / 1e6
+    );
+    assert!(
+        detected > closed && detected - closed < 1_000_000_000,
+        "found {} ns after the cycle closed",
+        detected.saturating_sub(closed)
+    );
+    // Each waits for the next's lock.
+    for (i, t) in threads.iter().enumerate() {
+        let next = &threads[(i + 1) % n];
+        assert_eq!(t["holder"]["tid"], next["tid"], "{t}");
+        // How long: from the wait's start where the tracer saw it (contention mode),
+        // else since it last ran.
+        assert!(
+            t["waited_ns"]
+                .as_u64()
+                .or(t["off_cpu_ns"].as_u64())
+                .is_some(),
+            "{t}"
+        );
+        let stack: Vec<&str> = t["stack"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|f| f.as_str().unwrap())
+            .collect();
+        assert!(!stack.is_empty(), "{t}");
+    }
+    threads
+}
+
+#[test]
+fn a_deadlock_is_found_while_tracing_within_a_second_and_ends_the_run() {
+    if !can_trace("live deadlock, abba") {
+        return;
+    }
+    let (code, stdout, doc) = live("abba", &[]);
+    let threads = check_live(code, &stdout, &doc, 2);
+    let mut words: Vec<&str> = threads
+        .iter()
+        .map(|t| t["word_name"].as_str().unwrap())
+        .collect();
+    words.sort_unstable();
+    assert_eq!(words, ["lock_a", "lock_b"]);
+    for t in &threads {
+        assert!(
+            t["stack"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|f| f.as_str().unwrap().starts_with("take_two+")),
+            "{t}"
+        );
+    }
+    // Full mode finds it too (it reads /proc for the threads that wait).
+    let (code, stdout, doc) = live("abba", &["--mode", "full"]);
+    check_live(code, &stdout, &doc, 2);
+}
+
+#[test]
+fn three_threads_and_two_processes_deadlocked_live() {
+    if !can_trace("live deadlock, three and pshared") {
+        return;
+    }
+    let (code, stdout, doc) = live("three", &[]);
+    check_live(code, &stdout, &doc, 3);
+    let (code, stdout, doc) = live("pshared", &[]);
+    let threads = check_live(code, &stdout, &doc, 2);
+    let mut pids: Vec<u64> = threads.iter().map(|t| t["pid"].as_u64().unwrap()).collect();
+    pids.dedup();
+    assert_eq!(pids.len(), 2, "one thread in each process: {threads:#?}");
+}
+
+#[test]
+fn a_contended_lock_passed_around_is_no_deadlock_while_tracing() {
+    if !can_trace("live deadlock, contended") {
+        return;
+    }
+    let dir = TempDir::new("deadlock-none");
+    let json = dir.join("t.json");
+    let mut p = spawn(Command::new(workload("deadlock")).arg("contended"));
+    let out = run(
+        Command::new(rtm_bin())
+            .args([
+                "--on-deadlock",
+                "exit",
+                "-o",
+                "/dev/null",
+                "-d",
+                "3",
+                "--json",
+            ])
+            .arg(&json)
+            .args(["--pid", &p.pid().to_string()]),
+        T,
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let doc = read_json(&json);
+    assert!(
+        doc["sync_graph"].get("deadlocks").is_none(),
+        "{}",
+        doc["sync_graph"]
+    );
+    // It was contended: the four threads slept on the lock.
+    let waits: u64 = doc["sync_graph"]["waits_for"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|w| w["count"].as_u64().unwrap())
+        .sum();
+    assert!(waits > 10, "{waits} woken waits");
+    let _ = p.child.kill();
 }

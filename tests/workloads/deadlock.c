@@ -19,6 +19,7 @@
 #include <sys/mman.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 pthread_mutex_t lock_a = PTHREAD_MUTEX_INITIALIZER;
@@ -31,6 +32,12 @@ static pthread_barrier_t all_hold;
 static const char *type_names[5] = {"normal", "recursive", "errorcheck", "robust", "pi"};
 
 static long tid(void) { return syscall(SYS_gettid); }
+
+static long long now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
 
 static void say(const char *fmt, long a, long b) {
     printf(fmt, a, b);
@@ -47,6 +54,8 @@ static void *take_two(void *arg) {
     pthread_mutex_lock(p->first);
     say("truth index=%ld tid=%ld\n", p->index, tid());
     pthread_barrier_wait(&all_hold);
+    printf("truth blocking=%d at_ns=%lld\n", p->index, now_ns());
+    fflush(stdout);
     pthread_mutex_lock(p->second); // never returns
     return NULL;
 }
@@ -138,6 +147,8 @@ int main(int argc, char **argv) {
             printf("ready\n");
             fflush(stdout);
         }
+        printf("truth blocking=%d at_ns=%lld\n", me, now_ns());
+        fflush(stdout);
         pthread_mutex_lock(&m[!me]); // never returns
         return 0;
     } else if (!strcmp(mode, "types")) {

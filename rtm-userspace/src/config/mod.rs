@@ -60,6 +60,8 @@ pub struct TraceConfig {
     pub stacks: StacksConfig,
     /// Functions of the targets to time (`--func`).
     pub functions: FunctionsConfig,
+    /// Live deadlock detection.
+    pub deadlocks: DeadlocksConfig,
     /// Measure the eBPF programs and maps (the kernel's BPF statistics).
     pub bpf_stats: bool,
     /// Say where each probe went and what the tracer is doing.
@@ -84,6 +86,7 @@ impl Default for TraceConfig {
             output: OutputConfig::default(),
             stacks: StacksConfig::default(),
             functions: FunctionsConfig::default(),
+            deadlocks: DeadlocksConfig::default(),
             bpf_stats: false,
             verbose: false,
             agent: AgentConfig::default(),
@@ -129,6 +132,37 @@ impl Default for FunctionsConfig {
             max_rows: crate::model::funcs::DEFAULT_MAX_FUNC_ROWS,
         }
     }
+}
+
+/// Live deadlock detection: every quarter second, the threads asleep in a futex wait
+/// for a while, the holders of their mutexes, and the cycles among them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct DeadlocksConfig {
+    /// Look for them.
+    pub detect: bool,
+    /// What to do when one is found.
+    pub on_deadlock: OnDeadlock,
+}
+
+impl Default for DeadlocksConfig {
+    fn default() -> Self {
+        Self {
+            detect: true,
+            on_deadlock: OnDeadlock::Report,
+        }
+    }
+}
+
+/// What a one-shot trace does when it finds a deadlock.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OnDeadlock {
+    /// Say it on stderr at once and keep tracing (it is in the results).
+    #[default]
+    Report,
+    /// Say it, stop tracing and write the results (exit code 3).
+    Exit,
 }
 
 /// Most functions `--func` may time.

@@ -9,7 +9,9 @@
 //! The kernel side is loaded when the first target is added and released when none is
 //! left (a daemon between targets holds no probes); the model stays.
 
+pub mod blocked;
 mod catch_up;
+mod deadlocks;
 pub mod exits;
 mod handle;
 mod kernel;
@@ -168,6 +170,8 @@ pub struct Engine {
     config: TraceConfig,
     source: Box<dyn Source>,
     state: State,
+    /// Deadlocks found while tracing.
+    deadlocks: deadlocks::Deadlocks,
     sampler: Option<Sampler>,
     sinks: Vec<SinkSlot>,
     /// Whether some sink wants every event.
@@ -239,6 +243,7 @@ impl Engine {
         state.funcs = crate::model::funcs::FuncModel::new(config.functions.max_rows);
         Self {
             state,
+            deadlocks: deadlocks::Deadlocks::default(),
             sampler: None,
             event_sinks,
             sinks: sinks
@@ -636,7 +641,13 @@ impl Engine {
         self.state.model.settle_pending();
         let window = self.window(end_ns);
         let running = self.source.running_calls();
-        let (snap, missing) = snapshot(&mut self.state, self.sampler.as_ref(), window, &running);
+        let (snap, missing) = snapshot(
+            &mut self.state,
+            self.sampler.as_ref(),
+            window,
+            &running,
+            &self.deadlocks,
+        );
         run.missing_symbols = missing;
         let at = Moment {
             elapsed_ns: window.end_ns - window.start_ns,
@@ -678,9 +689,11 @@ fn snapshot<'s>(
     sampler: Option<&Sampler>,
     window: Window,
     running: &[crate::model::funcs::RunningCall],
+    deadlocks: &deadlocks::Deadlocks,
 ) -> (crate::model::Snapshot<'s>, Vec<String>) {
     let views = sampler.map(Sampler::views);
     let (mut snap, missing) = state.snapshot(window, running);
+    snap.deadlocks = deadlocks.found.clone();
     if let Some((ambient, counters)) = views {
         snap.ambient = Some(ambient);
         snap.counters = Some(counters);

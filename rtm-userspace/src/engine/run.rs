@@ -30,6 +30,7 @@ enum Wake {
     Sample,
     Stop(EndReason),
     Exited(u32),
+    DeadlockCheck,
     Command(Command),
 }
 
@@ -54,8 +55,13 @@ impl Engine {
         // Read before the snapshot, which holds the model.
         let per_process = (watched && self.per_process).then(|| self.process_inputs());
         let running = self.source.running_calls();
-        let (snap, missing) =
-            super::snapshot(&mut self.state, self.sampler.as_ref(), window, &running);
+        let (snap, missing) = super::snapshot(
+            &mut self.state,
+            self.sampler.as_ref(),
+            window,
+            &running,
+            &self.deadlocks,
+        );
         run.missing_symbols = missing;
         let at = Moment {
             elapsed_ns: window.end_ns - window.start_ns,
@@ -109,7 +115,7 @@ impl Engine {
             .threads()
             .filter(|(k, n)| running.contains(&k.pid) && n.exited_ns.is_none())
             .map(|(k, _)| (k.pid, k.tid));
-        let asleep = self.source.asleep(&mut threads);
+        let asleep = self.source.asleep(&mut threads, None);
         let totals = pids
             .iter()
             .filter_map(|(p, _)| Some((*p, *self.state.model.process_totals(*p)?)))
@@ -140,6 +146,11 @@ impl Engine {
             t.set_missed_tick_behavior(MissedTickBehavior::Delay);
             t
         });
+        let mut deadlock_check = self.config.deadlocks.detect.then(|| {
+            let mut t = tokio::time::interval(super::deadlocks::CHECK_EVERY);
+            t.set_missed_tick_behavior(MissedTickBehavior::Delay);
+            t
+        });
         let every = self.config.sample_every();
         let mut sampling = tokio::time::interval_at(Instant::now() + every, every);
         sampling.set_missed_tick_behavior(MissedTickBehavior::Delay);
@@ -154,6 +165,7 @@ impl Engine {
                 }
                 _ = drain.tick() => Wake::Events { backlog: false },
                 _ = sampling.tick() => Wake::Sample,
+                _ = async { deadlock_check.as_mut().expect("guarded").tick().await }, if deadlock_check.is_some() => Wake::DeadlockCheck,
                 _ = async { ticker.as_mut().expect("guarded").tick().await }, if ticker.is_some() => Wake::Tick,
                 _ = async { tokio::time::sleep_until(deadline.expect("guarded")).await }, if deadline.is_some() => Wake::Stop(EndReason::Duration),
                 r = &mut stop => Wake::Stop(r),
@@ -176,6 +188,13 @@ impl Engine {
                     self.drain(usize::MAX);
                     self.take_left(self.all_pids(), false);
                     self.publish(true);
+                }
+                Wake::DeadlockCheck => {
+                    if self.check_deadlocks()
+                        && self.config.deadlocks.on_deadlock == crate::config::OnDeadlock::Exit
+                    {
+                        return Ok(EndReason::Deadlock);
+                    }
                 }
                 Wake::Sample => {
                     let alive = self.all_pids();

@@ -98,10 +98,20 @@ pub trait Source {
     /// Acts on what happened to processes (full mode probes followed processes).
     fn changes(&mut self, changes: ProcessChanges, modules: &dyn Fn(u32) -> Vec<Module>);
 
-    /// The threads of `threads` (pid, tid) asleep in a futex wait now, with when each
-    /// wait began (sources that cannot tell: none).
-    fn asleep(&self, _threads: &mut dyn Iterator<Item = (u32, u32)>) -> Vec<Asleep> {
+    /// The threads of `threads` (pid, tid) asleep in a futex wait now (one that began
+    /// before `before_ns`, when given), with when each wait began (sources that cannot
+    /// tell: none).
+    fn asleep(
+        &self,
+        _threads: &mut dyn Iterator<Item = (u32, u32)>,
+        _before_ns: Option<u64>,
+    ) -> Vec<Asleep> {
         Vec::new()
+    }
+
+    /// Whether [`Source::asleep`] can tell.
+    fn knows_asleep(&self) -> bool {
+        false
     }
 
     /// Drops what the source holds for processes `pids`, which have exited and are

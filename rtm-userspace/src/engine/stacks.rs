@@ -82,6 +82,11 @@ impl StackJoin {
         self.wakes.retain(|k, _| !pids.contains(&k.0));
     }
 
+    /// The unwinder (its files are shared with other readers of stacks).
+    pub fn unwinder(&mut self) -> &mut StackUnwinder {
+        &mut self.unwinder
+    }
+
     fn unwind(
         &mut self,
         namer: &mut ObjectNamer,

@@ -152,6 +152,8 @@ pub struct BlockedThread {
     pub holder_pid: Option<u32>,
     /// About how long since it last ran (blocked at least that long).
     pub off_cpu_ns: Option<u64>,
+    /// How long its wait has lasted, when the tracer saw it begin.
+    pub waited_ns: Option<u64>,
     /// Its user stack, innermost first, named.
     pub stack: Vec<String>,
 }
@@ -213,6 +215,16 @@ pub fn cycles(threads: &[BlockedThread]) -> Vec<Cycle> {
     }
     out.sort_by(|a, b| a.threads.cmp(&b.threads));
     out
+}
+
+/// A deadlock found while tracing.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct DeadlockView {
+    /// When it was found (CLOCK_MONOTONIC ns).
+    pub detected_ns: u64,
+    /// Its threads, each waiting for the next's mutex (the last for the first's), with
+    /// their words, holders and stacks.
+    pub threads: Vec<BlockedThread>,
 }
 
 /// The blocked threads and their deadlocks, for the outputs.
@@ -289,6 +301,7 @@ mod tests {
             },
             holder_pid: Some(1),
             off_cpu_ns: None,
+            waited_ns: None,
             stack: Vec::new(),
         }
     }

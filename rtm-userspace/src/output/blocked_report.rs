@@ -10,7 +10,7 @@ use super::{
     table::table,
     text::Shown,
 };
-use crate::model::blocked::{BlockedThread, BlockedView, Cycle, Holder};
+use crate::model::blocked::{BlockedThread, BlockedView, Cycle, DeadlockView, Holder};
 
 /// Frames shown of each deadlocked thread's stack.
 const FRAMES: usize = 10;
@@ -129,6 +129,63 @@ pub fn render(v: &BlockedView, top: usize) -> String {
         }
     }
     out
+}
+
+/// The report's section on the deadlocks found while tracing.
+pub(super) fn found(out: &mut String, deadlocks: &[DeadlockView]) {
+    if deadlocks.is_empty() {
+        return;
+    }
+    let _ = writeln!(out, "\nDeadlocks found while tracing ({})", deadlocks.len());
+    for d in deadlocks {
+        let _ = writeln!(
+            out,
+            "  {}",
+            Shown(&crate::output::blocked_report::describe(d))
+        );
+        for t in &d.threads {
+            let held = match &t.holder {
+                Holder::Thread { tid, mutex } => format!("{tid} ({mutex} mutex)"),
+                Holder::Unknown { why } => format!("unknown: {why}"),
+            };
+            let _ = writeln!(
+                out,
+                "    {} waits for {} (held by {}), where:",
+                Shown(&thread(t)),
+                Shown(&word(t)),
+                Shown(&held)
+            );
+            for f in t.stack.iter().take(FRAMES) {
+                let _ = writeln!(out, "      {}", Shown(f));
+            }
+        }
+    }
+}
+
+/// One line naming a deadlock's threads, locks, how long each waited, and holders.
+pub fn describe(d: &DeadlockView) -> String {
+    let parts: Vec<String> = d
+        .threads
+        .iter()
+        .map(|t| {
+            let held = match t.holder {
+                Holder::Thread { tid, .. } => tid.to_string(),
+                Holder::Unknown { .. } => "?".into(),
+            };
+            let waited = t
+                .waited_ns
+                .map(|w| format!(" for {}", ns(w)))
+                .unwrap_or_default();
+            format!("{} waits{waited} for {} held by {held}", thread(t), word(t))
+        })
+        .collect();
+    let pids: std::collections::HashSet<u32> = d.threads.iter().map(|t| t.pid).collect();
+    let across = if pids.len() > 1 {
+        " (across processes)"
+    } else {
+        ""
+    };
+    format!("deadlock{across}: {}", parts.join("; "))
 }
 
 #[derive(Serialize)]

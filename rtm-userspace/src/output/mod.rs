@@ -90,6 +90,8 @@ pub enum EndReason {
     Duration,
     /// SIGINT (Ctrl-C) or SIGTERM.
     Signal,
+    /// A deadlock was found (`--on-deadlock exit`).
+    Deadlock,
 }
 
 /// Facts about the run that are not in the model.

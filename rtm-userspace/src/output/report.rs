@@ -5,7 +5,7 @@
 use std::fmt::Write as _;
 
 use super::{
-    EndReason, RunInfo,
+    EndReason, RunInfo, blocked_report,
     dest::{Dest, DestError},
     format::{count, mean_ns, ns, opt_ns, pct},
     funcs_report, mpi_report, sections,
@@ -93,6 +93,7 @@ pub fn render(title: &str, run: &RunInfo, s: &Snapshot, top: usize) -> String {
             EndReason::TargetsExited => "the traced processes exited",
             EndReason::Duration => "--duration elapsed",
             EndReason::Signal => "interrupted (Ctrl-C or SIGTERM)",
+            EndReason::Deadlock => "a deadlock was found (--on-deadlock exit)",
         };
         let _ = writeln!(out, "stopped: {why}");
     }
@@ -226,6 +227,7 @@ pub fn render(title: &str, run: &RunInfo, s: &Snapshot, top: usize) -> String {
     sections::call_sites(&mut out, s, top);
     stacks_report::render(&mut out, s);
     funcs_report::render(&mut out, s, top);
+    blocked_report::found(&mut out, &s.deadlocks);
     sections::rwlocks(&mut out, s, top);
     sections::condvars(&mut out, s, top);
     sections::barriers(&mut out, s, top);

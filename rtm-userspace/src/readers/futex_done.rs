@@ -104,15 +104,20 @@ impl LeftWaits {
         }
     }
 
-    /// The threads of `threads` (pid, tid) asleep in a futex wait now, each with when
-    /// its wait began: read from their entries and checked against
-    /// /proc/PID/task/TID/syscall (an entry outlives its wait). Nothing is taken.
-    pub fn asleep(&self, threads: impl IntoIterator<Item = (u32, u32)>) -> Vec<(u32, u32, u64)> {
+    /// The threads of `threads` (pid, tid) asleep in a futex wait now (one that began
+    /// before `before_ns`, when given), each with when its wait began: read from their
+    /// entries and checked against /proc/PID/task/TID/syscall (an entry outlives its
+    /// wait). Nothing is taken.
+    pub fn asleep(
+        &self,
+        threads: impl IntoIterator<Item = (u32, u32)>,
+        before_ns: Option<u64>,
+    ) -> Vec<(u32, u32, u64)> {
         threads
             .into_iter()
             .filter_map(|(pid, tid)| {
                 let f = self.entry(pid, tid)?;
-                if f.start_ns == 0 {
+                if f.start_ns == 0 || before_ns.is_some_and(|b| f.start_ns > b) {
                     return None;
                 }
                 let path = format!("/proc/{pid}/task/{tid}/syscall");

@@ -122,7 +122,17 @@ pub(super) async fn trace(
     if let Some(l) = live {
         l.finish();
     }
-    let outcome = engine.finish(reason?)?;
+    let reason = reason?;
+    let outcome = engine.finish(reason)?;
+    if reason == EndReason::Deadlock {
+        if let Some(c) = &child {
+            crate::say!(
+                "rtm-trace: results written; PID {} is deadlocked and keeps running",
+                c.pid
+            );
+        }
+        return Ok(3);
+    }
 
     let exit = child
         .as_ref()

@@ -372,11 +372,19 @@ impl Source for KernelSource {
         }
     }
 
-    fn asleep(&self, threads: &mut dyn Iterator<Item = (u32, u32)>) -> Vec<Asleep> {
+    fn knows_asleep(&self) -> bool {
+        self.live.as_ref().is_some_and(|l| l.left.is_some())
+    }
+
+    fn asleep(
+        &self,
+        threads: &mut dyn Iterator<Item = (u32, u32)>,
+        before_ns: Option<u64>,
+    ) -> Vec<Asleep> {
         let Some(left) = self.live.as_ref().and_then(|l| l.left.as_ref()) else {
             return Vec::new();
         };
-        left.asleep(threads)
+        left.asleep(threads, before_ns)
             .into_iter()
             .map(|(pid, tid, start_ns)| Asleep { pid, tid, start_ns })
             .collect()

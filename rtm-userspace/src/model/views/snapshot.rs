@@ -50,6 +50,9 @@ pub struct Snapshot<'g> {
     /// Contended waits by call stack (contention mode, when any were captured).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub stacks: Option<crate::model::stacks::StacksView>,
+    /// Deadlocks found while tracing.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub deadlocks: Vec<crate::model::blocked::DeadlockView>,
     /// Timed functions (`--func`; written beside the sync graph).
     #[serde(skip)]
     pub functions: Option<crate::model::funcs::FunctionsView>,
@@ -151,6 +154,7 @@ impl<'g> Snapshot<'g> {
                 ..graph.counters()
             },
             stacks: None,
+            deadlocks: Vec::new(),
             functions: None,
             tasks: None,
             ambient: None,

@@ -1,0 +1,114 @@
+//! Who is blocked on what, held by whom, read from /proc and the targets' memory: for
+//! `--blocked` (a snapshot of every thread) and for the engine's live deadlock check
+//! (the threads asleep in futex waits, and the stacks of a deadlock's threads).
+
+use std::time::Instant;
+
+use crate::{
+    model::{
+        blocked::{self, BlockedThread, BlockedView, Holder, MUTEX_BYTES},
+        stacks::{name_frames, user_frame},
+    },
+    symbolize::{CodeNamer, ObjectNamer, StackUnwinder, unwind::Capture},
+    target::{
+        blocked::{off_cpu_ns, read_memory, syscall_of},
+        process,
+    },
+};
+
+/// The futex system call (x86-64).
+const SYS_FUTEX: u64 = 202;
+/// Bytes of a blocked thread's stack read to unwind it.
+const STACK_BYTES: usize = 16 * 1024;
+
+/// What names a blocked thread's word and stack.
+pub struct Namers<'a> {
+    /// Names words (variables) and knows the mappings.
+    pub objects: &'a mut ObjectNamer,
+    /// Names code addresses.
+    pub code: &'a mut CodeNamer,
+    /// Unwinds stacks.
+    pub unwinder: &'a mut StackUnwinder,
+}
+
+/// Thread `tid` of `pid` when it is blocked in a futex wait now: its word, the word's
+/// holder, and (with `namers`) the word's name, its stack, and how long since it ran.
+pub fn read_thread(pid: u32, tid: u32, namers: Option<&mut Namers<'_>>) -> Option<BlockedThread> {
+    let s = syscall_of(pid, tid)?;
+    if s.nr != SYS_FUTEX || !blocked::futex_op_waits(s.args[1]) {
+        return None;
+    }
+    let word = s.args[0];
+    let holder = blocked::holder(s.args[1], &read_memory(pid, word, MUTEX_BYTES));
+    // A holder that is no thread now exited holding the lock (the outputs say so).
+    let holder_pid = match holder {
+        Holder::Thread { tid: h, .. } => process::tgid_of(h),
+        Holder::Unknown { .. } => None,
+    };
+    let mut t = BlockedThread {
+        pid,
+        tid,
+        name: process::thread_name(pid, tid),
+        word,
+        word_name: None,
+        holder,
+        holder_pid,
+        off_cpu_ns: None,
+        waited_ns: None,
+        stack: Vec::new(),
+    };
+    if let Some(n) = namers {
+        let bytes = read_memory(pid, s.sp, STACK_BYTES);
+        let capture = Capture {
+            ip: s.pc,
+            sp: s.sp,
+            bp: 0,
+            stack: &bytes,
+            fixes: &[],
+        };
+        let frames = n.unwinder.unwind(n.objects, pid, &capture);
+        t.stack = name_frames(&frames, &mut |a| n.code.name(n.objects, pid, a));
+        let modules: Vec<_> = frames
+            .iter()
+            .map(|&a| n.objects.locate(pid, a).map(|l| l.file.path))
+            .collect();
+        t.word_name = n
+            .objects
+            .name(pid, word)
+            .or_else(|| user_frame(&t.stack, &modules).map(|f| format!("in {f}")));
+        t.off_cpu_ns = off_cpu_ns(pid, tid);
+    }
+    Some(t)
+}
+
+/// Every thread of `pids` blocked in a futex wait now, and the deadlocks among them.
+pub fn snapshot(pids: &[u32]) -> BlockedView {
+    let started = Instant::now();
+    let at_ns = process::monotonic_ns();
+    let mut objects = ObjectNamer::default();
+    let mut code = CodeNamer::default();
+    let mut unwinder = StackUnwinder::default();
+    let mut namers = Namers {
+        objects: &mut objects,
+        code: &mut code,
+        unwinder: &mut unwinder,
+    };
+    let mut seen = 0;
+    let mut out = Vec::new();
+    for &pid in pids {
+        namers.objects.remember(pid);
+        for tid in process::thread_ids(pid) {
+            seen += 1;
+            out.extend(read_thread(pid, tid, Some(&mut namers)));
+        }
+    }
+    out.sort_by(|a, b| b.off_cpu_ns.cmp(&a.off_cpu_ns).then(a.tid.cmp(&b.tid)));
+    let cycles = blocked::cycles(&out);
+    BlockedView {
+        at_ns,
+        took_ns: started.elapsed().as_nanos() as u64,
+        threads_seen: seen,
+        blocked: out,
+        cycles,
+    }
+}
