@@ -1,6 +1,8 @@
 //! `cargo xtask bench blocked`: how long `rtm-trace --blocked` takes on a hung process:
 //! a two-thread deadlock, and 16 to 256 threads blocked on one mutex (each thread's
-//! syscall, word and stack read, unwound and named).
+//! syscall, word and stack read, unwound and named); and what the live deadlock check
+//! costs the contended lock benchmarks in contention mode (on, the default, against
+//! off, paired by round).
 
 use std::{
     io::{BufRead as _, BufReader},
@@ -11,7 +13,7 @@ use std::{
 
 use anyhow::{Context, Result, bail};
 
-use crate::measure::{Plan, Spread, host};
+use crate::measure::{Plan, Spread, figure, host, run_ok, workload};
 
 /// Starts `deadlock ARGS` and waits until it says it is ready.
 fn start(bin: &Path, args: &[&str]) -> Result<std::process::Child> {
@@ -88,6 +90,53 @@ pub fn blocked(root: &Path, dir: &Path, plan: Plan) -> Result<()> {
         let _ = child.kill();
         let _ = child.wait();
         println!("| {label} | {blocked} | {} |", Spread::of(&ms).show(1));
+    }
+    println!();
+    live_check(root, dir, plan)
+}
+
+/// The contended workloads of the probes benchmark.
+const CONTENDED: [(&str, [&str; 3]); 2] = [
+    ("2 threads, 200 ns in and out of the lock", ["2", "2000000", "200"]),
+    ("4 threads, 2 us in and out of the lock", ["4", "100000", "2000"]),
+];
+
+/// The live deadlock check's cost: contention mode with it (the default) and without.
+fn live_check(root: &Path, dir: &Path, plan: Plan) -> Result<()> {
+    let bin = workload(root, dir, "bench_lock")?;
+    let rtm = root.join("target/release/rtm-trace");
+    let off = dir.join("no-deadlock-check.toml");
+    std::fs::write(&off, "[deadlocks]\ndetect = false\n")?;
+    println!(
+        "### The live deadlock check in contention mode on {} ({} rounds, interleaved; median \
+         [min-max] ns per pair)\n",
+        host(),
+        plan.rounds
+    );
+    println!("| workload | check off | check on (default) | paired on/off |");
+    println!("|---|---|---|---|");
+    for (label, args) in CONTENDED {
+        let pairs = (args[1].parse::<u64>()? / plan.pick(1, 40)).to_string();
+        let args = [args[0], pairs.as_str(), args[2]];
+        let (mut with, mut without) = (Vec::new(), Vec::new());
+        for _ in 0..plan.rounds {
+            for (config, out) in [(Some(&off), &mut without), (None, &mut with)] {
+                let mut cmd = Command::new(&rtm);
+                cmd.args(["-o", "/dev/null"]);
+                if let Some(c) = config {
+                    cmd.arg("--config").arg(c);
+                }
+                let r = run_ok(cmd.arg("--").arg(&bin).args(args), "bench_lock")?;
+                out.push(figure(&String::from_utf8_lossy(&r.out.stdout), "ns_per_pair")?);
+            }
+        }
+        let ratio: Vec<f64> = with.iter().zip(&without).map(|(a, b)| a / b).collect();
+        println!(
+            "| {label} | {} | {} | {} |",
+            Spread::of(&without).show(1),
+            Spread::of(&with).show(1),
+            Spread::of(&ratio).show(3)
+        );
     }
     println!();
     Ok(())
