@@ -478,3 +478,58 @@ fn a_contended_lock_passed_around_is_no_deadlock_while_tracing() {
     assert!(waits > 10, "{waits} woken waits");
     let _ = p.child.kill();
 }
+
+#[test]
+fn locks_taken_in_both_orders_are_reported_before_they_hang() {
+    if !can_trace("lock-order inversion") {
+        return;
+    }
+    let dir = TempDir::new("inversion");
+    let (json, report) = (dir.join("t.json"), dir.join("r.txt"));
+    let out = run(
+        Command::new(rtm_bin())
+            .args(["--mode", "full", "--json"])
+            .arg(&json)
+            .arg("-o")
+            .arg(&report)
+            .arg("--")
+            .arg(workload("deadlock"))
+            .arg("inversion"),
+        T,
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("done"));
+    let doc = read_json(&json);
+    let order = &doc["sync_graph"]["lock_order"];
+    let inv = order["inversions"].as_array().expect("inversions");
+    assert_eq!(inv.len(), 1, "{order:#}");
+    let i = &inv[0];
+    let mut names = [i["a_name"].as_str().unwrap(), i["b_name"].as_str().unwrap()];
+    names.sort_unstable();
+    assert_eq!(names, ["lock_a", "lock_b"]);
+    // Each order three times, from its own function, both call sites named.
+    for (o, first_is_a) in [(&i["a_then_b"], true), (&i["b_then_a"], false)] {
+        assert_eq!(o["count"], 3, "{o}");
+        let path = if (i["a_name"] == "lock_a") == first_is_a {
+            "path_ab+"
+        } else {
+            "path_ba+"
+        };
+        for site in ["first_site", "then_site"] {
+            let s = o[site].as_str().unwrap_or("");
+            assert!(
+                s.starts_with(path) && s.contains("deadlock.c:"),
+                "{site}: {s} ({o})"
+            );
+        }
+    }
+    let text = std::fs::read_to_string(&report).unwrap();
+    assert!(text.contains("Lock-order inversions"), "{text}");
+    // Contention mode does not see acquisitions, so it claims none.
+    let (_, doc) = rtm_tests::trace_json(&[], &workload("deadlock"), &["inversion"]);
+    assert!(doc["sync_graph"].get("lock_order").is_none());
+}

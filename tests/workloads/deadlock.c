@@ -9,6 +9,8 @@
 //             holds one and another waits on it; a thread waits on a condition variable
 //   contended four threads pass one mutex around for ever (no deadlock)
 //   many N    the main thread holds lock_a; N threads wait on it (no deadlock)
+//   inversion one thread takes lock_a then lock_b (in path_ab), later another takes
+//             lock_b then lock_a (in path_ba): never at once, so it never hangs; exits
 // prints: `truth ...` lines (who holds and waits on what), then `ready` once every
 // thread is about to block; then hangs until killed.
 #define _GNU_SOURCE
@@ -100,6 +102,27 @@ static void *passer(void *arg) {
     return NULL;
 }
 
+__attribute__((noinline)) static void path_ab(void) {
+    pthread_mutex_lock(&lock_a);
+    pthread_mutex_lock(&lock_b);
+    pthread_mutex_unlock(&lock_b);
+    pthread_mutex_unlock(&lock_a);
+}
+
+__attribute__((noinline)) static void path_ba(void) {
+    pthread_mutex_lock(&lock_b);
+    pthread_mutex_lock(&lock_a);
+    pthread_mutex_unlock(&lock_a);
+    pthread_mutex_unlock(&lock_b);
+}
+
+static void *run_path(void *arg) {
+    void (*path)(void) = (void (*)(void))arg;
+    for (int i = 0; i < 3; i++)
+        path();
+    return NULL;
+}
+
 static void ready_then_hang(void) {
     usleep(200 * 1000);
     printf("ready\n");
@@ -178,6 +201,14 @@ int main(int argc, char **argv) {
             pthread_create(&t, NULL, passer, NULL);
         }
         ready_then_hang();
+    } else if (!strcmp(mode, "inversion")) {
+        // One path, then the other: never both at once.
+        pthread_create(&th[0], NULL, run_path, (void *)path_ab);
+        pthread_join(th[0], NULL);
+        pthread_create(&th[1], NULL, run_path, (void *)path_ba);
+        pthread_join(th[1], NULL);
+        printf("done\n");
+        return 0;
     } else if (!strcmp(mode, "contended")) {
         for (int i = 0; i < 4; i++)
             pthread_create(&th[i], NULL, passer, NULL);

@@ -97,8 +97,14 @@ pub fn blocked(root: &Path, dir: &Path, plan: Plan) -> Result<()> {
 
 /// The contended workloads of the probes benchmark.
 const CONTENDED: [(&str, [&str; 3]); 2] = [
-    ("2 threads, 200 ns in and out of the lock", ["2", "2000000", "200"]),
-    ("4 threads, 2 us in and out of the lock", ["4", "100000", "2000"]),
+    (
+        "2 threads, 200 ns in and out of the lock",
+        ["2", "2000000", "200"],
+    ),
+    (
+        "4 threads, 2 us in and out of the lock",
+        ["4", "100000", "2000"],
+    ),
 ];
 
 /// The live deadlock check's cost: contention mode with it (the default) and without.
@@ -127,7 +133,10 @@ fn live_check(root: &Path, dir: &Path, plan: Plan) -> Result<()> {
                     cmd.arg("--config").arg(c);
                 }
                 let r = run_ok(cmd.arg("--").arg(&bin).args(args), "bench_lock")?;
-                out.push(figure(&String::from_utf8_lossy(&r.out.stdout), "ns_per_pair")?);
+                out.push(figure(
+                    &String::from_utf8_lossy(&r.out.stdout),
+                    "ns_per_pair",
+                )?);
             }
         }
         let ratio: Vec<f64> = with.iter().zip(&without).map(|(a, b)| a / b).collect();

@@ -10,7 +10,10 @@ use super::{
     table::table,
     text::Shown,
 };
-use crate::model::blocked::{BlockedThread, BlockedView, Cycle, DeadlockView, Holder};
+use crate::model::{
+    blocked::{BlockedThread, BlockedView, Cycle, DeadlockView, Holder},
+    views::snapshot::LockOrderView,
+};
 
 /// Frames shown of each deadlocked thread's stack.
 const FRAMES: usize = 10;
@@ -186,6 +189,45 @@ pub fn describe(d: &DeadlockView) -> String {
         ""
     };
     format!("deadlock{across}: {}", parts.join("; "))
+}
+
+/// The report's section on locks taken in both orders (full mode).
+pub(super) fn inversions(out: &mut String, v: Option<&LockOrderView>, top: usize) {
+    let Some(v) = v.filter(|v| !v.inversions.is_empty()) else {
+        return;
+    };
+    let _ = writeln!(
+        out,
+        "\nLock-order inversions: pairs of locks taken in both orders, which can deadlock \
+         ({} of {} ordered pairs{})",
+        v.inversions.len(),
+        count(v.pairs as u64),
+        if v.over_cap > 0 {
+            format!("; {} orderings over the caps", count(v.over_cap))
+        } else {
+            String::new()
+        }
+    );
+    let name = |n: &Option<String>, a: u64| n.clone().unwrap_or_else(|| format!("{a:#x}"));
+    let site = |s: &Option<String>| s.clone().unwrap_or_else(|| "?".into());
+    for i in v.inversions.iter().take(top) {
+        let (a, b) = (name(&i.a_name, i.a), name(&i.b_name, i.b));
+        let _ = writeln!(out, "  {} and {} (PID {})", Shown(&a), Shown(&b), i.pid);
+        for (first, then, o) in [(&a, &b, &i.a_then_b), (&b, &a, &i.b_then_a)] {
+            let _ = writeln!(
+                out,
+                "    {} then {}: {} times (thread {}); {} taken at {}, then {} at {}",
+                Shown(first),
+                Shown(then),
+                count(o.count),
+                o.tid,
+                Shown(first),
+                Shown(&site(&o.first_site)),
+                Shown(then),
+                Shown(&site(&o.then_site))
+            );
+        }
+    }
 }
 
 #[derive(Serialize)]

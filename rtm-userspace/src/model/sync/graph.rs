@@ -57,6 +57,8 @@ pub struct SyncGraph {
     call_sites: Arena<(u32, u64), CallSite>,
     unwoken: Vec<UnwokenWait>,
     holds: Holds,
+    /// Which lock was taken while holding which (full mode).
+    order: super::order::LockOrder,
     /// pthread_mutex_lock calls seen at entry only, per thread: the record, with its
     /// timestamp moved to the end of the last futex wait on the mutex since.
     pending_locks: HashMap<ThreadKey, PendingLock>,
@@ -91,6 +93,7 @@ impl SyncGraph {
             call_sites: Arena::default(),
             unwoken: Vec::new(),
             holds: Holds::default(),
+            order: super::order::LockOrder::default(),
             pending_locks: HashMap::default(),
             barrier_calls: 0,
             counters: ModelCounters::default(),
@@ -209,6 +212,7 @@ impl SyncGraph {
                 }
             }
             LifecycleOp::Exit => {
+                self.order.thread_exited(thread.pid, thread.tid);
                 let node = self.threads.get_mut(&thread).expect("touched");
                 node.exited_ns.get_or_insert(ts);
                 if !t.comm().is_empty() {
@@ -416,7 +420,7 @@ impl SyncGraph {
                 edge.record(Span::Wait, raw.wait_ns, budget);
             }
             if s.primitive == Primitive::Cond {
-                self.cond_wait_moved_mutex(thread, raw.aux, ts, raw.wait_ns);
+                self.cond_wait_moved_mutex(thread, raw.aux, ts, raw.wait_ns, raw.caller);
             }
             return;
         }
@@ -441,18 +445,28 @@ impl SyncGraph {
             {
                 self.counters.interrupted_holds += 1;
             }
+            self.order
+                .acquired(thread.pid, thread.tid, raw.object, raw.caller);
         }
     }
 
     /// A condition-variable wait released `mutex` when it started and re-acquired it
     /// inside libc before returning: end the hold at the wait's start (when the start
     /// record was not seen), start a new one at its end.
-    fn cond_wait_moved_mutex(&mut self, thread: ThreadKey, mutex: u64, ts: u64, wait_ns: u64) {
+    fn cond_wait_moved_mutex(
+        &mut self,
+        thread: ThreadKey,
+        mutex: u64,
+        ts: u64,
+        wait_ns: u64,
+        site: u64,
+    ) {
         let m = ObjectKey {
             pid: thread.pid,
             primitive: Primitive::Mutex,
             addr: mutex,
         };
+        self.order.released(thread.pid, thread.tid, mutex);
         let (released, _) = self
             .holds
             .release(m, thread.tid, ts.saturating_sub(wait_ns));
@@ -464,9 +478,11 @@ impl SyncGraph {
         if self.holds.acquire(m, thread.tid, ts, Role::Use, true) == Acquired::Interrupted {
             self.counters.interrupted_holds += 1;
         }
+        self.order.acquired(thread.pid, thread.tid, mutex, site);
     }
 
     fn release(&mut self, thread: ThreadKey, object: ObjectKey, ts: u64) {
+        self.order.released(thread.pid, thread.tid, object.addr);
         let (released, known) = self.holds.release(object, thread.tid, ts);
         if !known {
             self.counters.unmatched_releases += 1;
@@ -683,6 +699,11 @@ impl SyncGraph {
     /// The futex wait totals of process `pid`.
     pub fn process_totals(&self, pid: u32) -> Option<&ProcessTotals> {
         self.totals.get(&pid)
+    }
+
+    /// Which lock was taken while holding which (full mode).
+    pub fn lock_order(&self) -> &super::order::LockOrder {
+        &self.order
     }
 
     /// Counters of incomplete attribution, histogram budget included.

@@ -7,6 +7,7 @@ pub mod barrier;
 pub mod edge;
 pub mod graph;
 pub mod holds;
+pub mod order;
 pub mod semantics;
 pub mod types;
 

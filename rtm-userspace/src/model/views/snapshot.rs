@@ -50,6 +50,9 @@ pub struct Snapshot<'g> {
     /// Contended waits by call stack (contention mode, when any were captured).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub stacks: Option<crate::model::stacks::StacksView>,
+    /// Locks taken in both orders (full mode, when any pair was).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lock_order: Option<LockOrderView>,
     /// Deadlocks found while tracing.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub deadlocks: Vec<crate::model::blocked::DeadlockView>,
@@ -154,6 +157,7 @@ impl<'g> Snapshot<'g> {
                 ..graph.counters()
             },
             stacks: None,
+            lock_order: lock_order_view(graph, name_of, locate),
             deadlocks: Vec::new(),
             functions: None,
             tasks: None,
@@ -264,4 +268,96 @@ fn exit_waits(graph: &SyncGraph) -> HashMap<(u32, u32, u32, u64), Dist> {
         }
     }
     out
+}
+
+/// One order of an inversion, its call sites named.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct OrderView {
+    /// How often it was taken in this order.
+    pub count: u64,
+    /// A thread that did.
+    pub tid: u32,
+    /// Where the first lock was taken (the lock call's return address, named).
+    pub first_site: Option<String>,
+    /// Where the second was taken while the first was held.
+    pub then_site: Option<String>,
+}
+
+/// Two locks taken in both orders: a deadlock waiting to happen.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct InversionView {
+    /// Process.
+    pub pid: u32,
+    /// One lock.
+    #[serde(serialize_with = "super::hex")]
+    pub a: u64,
+    /// Its name, when it is a variable.
+    pub a_name: Option<String>,
+    /// The other.
+    #[serde(serialize_with = "super::hex")]
+    pub b: u64,
+    /// Its name.
+    pub b_name: Option<String>,
+    /// `b` taken while holding `a`.
+    pub a_then_b: OrderView,
+    /// `a` taken while holding `b`.
+    pub b_then_a: OrderView,
+}
+
+/// The lock-order graph's inversions (full mode).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct LockOrderView {
+    /// Ordered pairs seen (A held while taking B).
+    pub pairs: usize,
+    /// Orderings not kept (caps).
+    pub over_cap: u64,
+    /// Pairs taken in both orders, most taken first (at most 100).
+    pub inversions: Vec<InversionView>,
+}
+
+fn lock_order_view(
+    graph: &SyncGraph,
+    name_of: &mut dyn FnMut(&ObjectKey) -> Option<String>,
+    locate: &mut dyn FnMut(u32, u64) -> Option<String>,
+) -> Option<LockOrderView> {
+    let order = graph.lock_order();
+    if order.pairs() == 0 {
+        return None;
+    }
+    let mut name = |pid: u32, addr: u64| {
+        name_of(&ObjectKey {
+            pid,
+            primitive: Primitive::Mutex,
+            addr,
+        })
+    };
+    let mut view = |pid: u32, o: &crate::model::sync::order::Ordering| OrderView {
+        count: o.count,
+        tid: o.tid,
+        first_site: (o.first_site != 0)
+            .then(|| locate(pid, o.first_site))
+            .flatten(),
+        then_site: (o.then_site != 0)
+            .then(|| locate(pid, o.then_site))
+            .flatten(),
+    };
+    let inversions = order
+        .inversions()
+        .into_iter()
+        .take(100)
+        .map(|i| InversionView {
+            pid: i.pid,
+            a: i.a,
+            a_name: name(i.pid, i.a),
+            b: i.b,
+            b_name: name(i.pid, i.b),
+            a_then_b: view(i.pid, &i.a_then_b),
+            b_then_a: view(i.pid, &i.b_then_a),
+        })
+        .collect();
+    Some(LockOrderView {
+        pairs: order.pairs(),
+        over_cap: order.over_cap,
+        inversions,
+    })
 }

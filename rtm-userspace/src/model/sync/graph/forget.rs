@@ -47,6 +47,7 @@ impl SyncGraph {
         self.traced.retain(|p| !gone(p));
         self.unwoken.retain(|w| !gone(&w.pid));
         self.holds.forget(pids);
+        self.order.forget(pids);
         self.pending_locks.retain(|k, _| !gone(&k.pid));
         self.totals.retain(|p, _| !gone(p));
         self.objects.shrink_to_fit();
