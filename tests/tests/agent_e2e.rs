@@ -689,3 +689,35 @@ fn short_lived_targets_leave_the_process_filter() {
     );
     assert_eq!(metric("rtm_programs_loaded"), Some(1.0));
 }
+
+#[test]
+fn a_deadlock_in_a_target_shows_as_deadlocked_threads() {
+    if !can_trace("a_deadlock_in_a_target_shows_as_deadlocked_threads") {
+        return;
+    }
+    let dir = TempDir::new("agent-deadlock");
+    let agent = start_agent(&dir, 17476, "[[agent.select]]\ncomm = \"deadlock\"\n");
+    let mut app = spawn(Command::new(workload("deadlock")).arg("abba"));
+    let mut out = rtm_tests::LineWatch::new(app.child.stdout.take().unwrap());
+    out.wait_for("ready", Duration::from_secs(20));
+    wait_for(
+        "the deadlock in the metrics",
+        Duration::from_secs(30),
+        || {
+            get(&agent.addr, "/metrics", "")
+                .1
+                .lines()
+                .any(|l| l.starts_with("rtm_deadlocked_threads{") && l.ends_with(" 2"))
+        },
+    );
+    // The agent said it on its log too, with both threads and both locks.
+    drop(app);
+    agent.proc.signal(libc::SIGTERM);
+    let out = agent.proc.wait_output(Duration::from_secs(30));
+    let log = String::from_utf8_lossy(&out.stderr);
+    let line = log
+        .lines()
+        .find(|l| l.contains("deadlock: "))
+        .unwrap_or_else(|| panic!("{log}"));
+    assert!(line.contains("lock_a") && line.contains("lock_b"), "{line}");
+}

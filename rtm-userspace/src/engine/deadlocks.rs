@@ -37,37 +37,52 @@ pub(super) struct Deadlocks {
     pub found: Vec<DeadlockView>,
     /// Each one's threads and words, so it is reported once.
     seen: HashSet<Vec<(u32, u64)>>,
+    /// Checks made.
+    checks: u64,
 }
 
 impl Engine {
     /// Looks for deadlocks; returns whether one was found now.
     pub(super) fn check_deadlocks(&mut self) -> bool {
         let now = monotonic_ns();
+        let quiet_since = now.saturating_sub(MIN_WAIT_NS);
         let live: HashSet<u32> = self.all_pids().into_iter().collect();
-        let threads: Vec<(u32, u32)> = self
+        // Threads that did nothing traced for a while: (pid, tid, nothing since).
+        let threads: Vec<(u32, u32, bool)> = self
             .state
             .model
             .threads()
             .filter(|(k, n)| live.contains(&k.pid) && n.exited_ns.is_none())
-            .map(|(k, _)| (k.pid, k.tid))
+            .map(|(k, n)| (k.pid, k.tid, n.last_event_ns <= quiet_since))
             .collect();
-        // (pid, tid) -> when its wait began, where the source knows.
-        let asleep: Vec<(u32, u32, Option<u64>)> = if self.source.knows_asleep() {
+        // (pid, tid) -> when its wait began, where the source knows: waits seen to begin.
+        let knows = self.source.knows_asleep();
+        let mut asleep: Vec<(u32, u32, Option<u64>)> = if knows {
             self.source
                 .asleep(
-                    &mut threads.iter().copied(),
-                    Some(now.saturating_sub(MIN_WAIT_NS)),
+                    &mut threads.iter().map(|&(p, t, _)| (p, t)),
+                    Some(quiet_since),
                 )
                 .into_iter()
                 .map(|a| (a.pid, a.tid, Some(a.start_ns)))
                 .collect()
         } else {
-            threads
-                .iter()
-                .take(MAX_SCANNED)
-                .map(|&(p, t)| (p, t, None))
-                .collect()
+            Vec::new()
         };
+        // Threads quiet for a while whose wait was not seen to begin (blocked since
+        // before the attach; any thread in full mode): through /proc, at most
+        // MAX_SCANNED, every fourth check where the source knows the others.
+        self.deadlocks.checks += 1;
+        if !knows || self.deadlocks.checks % 4 == 1 {
+            let known: HashSet<(u32, u32)> = asleep.iter().map(|&(p, t, _)| (p, t)).collect();
+            asleep.extend(
+                threads
+                    .iter()
+                    .filter(|&&(p, t, quiet)| quiet && !known.contains(&(p, t)))
+                    .take(MAX_SCANNED)
+                    .map(|&(p, t, _)| (p, t, None)),
+            );
+        }
         if asleep.len() < 2 {
             return false;
         }

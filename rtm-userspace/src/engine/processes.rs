@@ -100,6 +100,8 @@ pub struct ProcessSummary {
     pub asleep: u64,
     /// The longest of those waits so far, ns.
     pub oldest_asleep_ns: u64,
+    /// Its threads in a deadlock found while tracing.
+    pub deadlocked_threads: u64,
     /// Object groups, most time waited first (at most MAX_GROUPS).
     pub locks: Vec<LockGroup>,
     /// Every object's counts summed.
@@ -122,6 +124,8 @@ pub struct Inputs {
     pub totals: HashMap<u32, ProcessTotals>,
     /// The waits their threads are asleep in.
     pub asleep: Vec<Asleep>,
+    /// The threads (pid, tid) in the deadlocks found so far.
+    pub deadlocked: Vec<(u32, u32)>,
 }
 
 impl Inputs {
@@ -136,6 +140,7 @@ fn build(inputs: Inputs, snap: &Snapshot, now_ns: u64) -> Vec<ProcessSummary> {
         pids,
         totals,
         asleep,
+        deadlocked,
     } = inputs;
     let mut out: HashMap<u32, ProcessSummary> = pids
         .iter()
@@ -156,6 +161,11 @@ fn build(inputs: Inputs, snap: &Snapshot, now_ns: u64) -> Vec<ProcessSummary> {
         if let Some(p) = out.get_mut(&t.pid) {
             p.threads += usize::from(!t.exited);
             names.insert((t.pid, t.tid), fold::thread(t.name.as_deref()));
+        }
+    }
+    for &(pid, _) in &deadlocked {
+        if let Some(p) = out.get_mut(&pid).filter(|p| p.live) {
+            p.deadlocked_threads += 1;
         }
     }
     for a in &asleep {

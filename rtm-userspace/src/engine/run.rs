@@ -120,10 +120,17 @@ impl Engine {
             .iter()
             .filter_map(|(p, _)| Some((*p, *self.state.model.process_totals(*p)?)))
             .collect();
+        let deadlocked = self
+            .deadlocks
+            .found
+            .iter()
+            .flat_map(|d| d.threads.iter().map(|t| (t.pid, t.tid)))
+            .collect();
         super::processes::Inputs {
             pids,
             totals,
             asleep,
+            deadlocked,
         }
     }
 

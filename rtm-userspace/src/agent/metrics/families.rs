@@ -59,6 +59,10 @@ pub(super) fn target_families(m: &Metrics) -> Vec<Family> {
         "rtm_oldest_wait_in_progress_seconds",
         "The longest futex wait in progress now (a hang or deadlock shows here).",
     );
+    let mut deadlocked = gauge(
+        "rtm_deadlocked_threads",
+        "The target's threads in a deadlock (waiting on each other's mutexes) found while tracing.",
+    );
     let mut threads = gauge("rtm_target_threads", "The target's threads now.");
     let mut procs = gauge(
         "rtm_target_processes",
@@ -115,12 +119,14 @@ pub(super) fn target_families(m: &Metrics) -> Vec<Family> {
         let base = key.labels();
         let mut total = t.retired;
         let (mut n_threads, mut n_asleep, mut oldest_ns, mut live) = (0, 0, 0, 0);
+        let mut n_deadlocked = 0;
         for p in t.procs.values() {
             total.add(&p.totals);
             if p.live {
                 live += 1;
                 n_threads += p.threads;
                 n_asleep += p.asleep;
+                n_deadlocked += p.deadlocked_threads;
                 oldest_ns = oldest_ns.max(p.oldest_asleep_ns);
             }
         }
@@ -152,6 +158,9 @@ pub(super) fn target_families(m: &Metrics) -> Vec<Family> {
             .samples
             .push((base.clone(), Value::Int(total.timeouts)));
         asleep.samples.push((base.clone(), Value::Int(n_asleep)));
+        deadlocked
+            .samples
+            .push((base.clone(), Value::Int(n_deadlocked)));
         oldest
             .samples
             .push((base.clone(), Value::Float(secs(oldest_ns))));
@@ -243,6 +252,7 @@ pub(super) fn target_families(m: &Metrics) -> Vec<Family> {
         timeouts,
         asleep,
         oldest,
+        deadlocked,
         lock_seconds,
         edge_seconds,
         info,
