@@ -83,6 +83,9 @@ pub struct SyncRecord {
     /// A futex wait's time runnable after its wake ([`FutexWaitEvent::runnable_ns`]);
     /// 0 for every other record.
     pub runnable_ns: u32,
+    /// A futex wait's holder when it began ([`FutexWaitEvent::holder`]); 0 for every
+    /// other record.
+    pub holder: u32,
 }
 
 impl Event<'_> {
@@ -169,6 +172,7 @@ pub fn decode(bytes: &[u8]) -> Result<Event<'_>, DecodeError> {
                 primitive,
                 op,
                 runnable_ns: 0,
+                holder: 0,
             }))
         }
         Some(EventKind::FutexWait) => {
@@ -178,6 +182,7 @@ pub fn decode(bytes: &[u8]) -> Result<Event<'_>, DecodeError> {
                 primitive: Primitive::Futex,
                 op: SyncOp::Wait,
                 runnable_ns: wait.runnable_ns,
+                holder: wait.holder,
             }))
         }
         Some(EventKind::Lifecycle) => {
@@ -293,7 +298,7 @@ mod tests {
             unslept: 3,
             waker_pid: 41,
             runnable_ns: 7,
-            pad: 0,
+            holder: 45,
         };
         let Event::Sync(s) = decode(encode(&wait)).unwrap() else {
             panic!("not a sync event")
@@ -302,7 +307,7 @@ mod tests {
         assert_eq!(s.op, SyncOp::Wait);
         assert_eq!(s.raw.header.kind, EventKind::Sync as u32);
         assert_eq!(s.raw.repeats, 3);
-        assert_eq!(s.runnable_ns, 7);
+        assert_eq!((s.runnable_ns, s.holder), (7, 45));
         assert_eq!(
             (s.raw.header.ts_ns, s.raw.header.pid, s.raw.header.tid),
             (5_000, 42, 43)

@@ -215,8 +215,10 @@ pub struct FutexWaitEvent {
     /// (runnable, waiting for a CPU), in contention mode; saturates at u32::MAX. 0 when
     /// the thread never left its CPU, and when the wake time is not known (full mode).
     pub runnable_ns: u32,
-    /// Pads the record to 72 bytes.
-    pub pad: u32,
+    /// The thread that held the word's mutex when the wait began, read from the mutex
+    /// in the waiter's context ([`mutex_holder`]); 0 when the word is no mutex's (a
+    /// condition variable, barrier, semaphore, join or custom futex) or it is unknown.
+    pub holder: u32,
 }
 const _: () = assert!(size_of::<FutexWaitEvent>() == 72);
 
@@ -378,8 +380,45 @@ pub struct PendingFutex {
     /// Contention mode: waits on this word before this one that returned without
     /// sleeping, not yet sent ([`FutexWaitEvent::unslept`]).
     pub unslept: u32,
+    /// The mutex's holder when the wait began ([`FutexWaitEvent::holder`]).
+    pub holder: u32,
+    /// Padding.
+    pub pad: u32,
 }
-const _: () = assert!(size_of::<PendingFutex>() == 48);
+const _: () = assert!(size_of::<PendingFutex>() == 56);
+
+/// Bytes of a glibc `pthread_mutex_t` read at a futex wait's word to find its holder:
+/// `int __lock; unsigned __count; int __owner; unsigned __nusers; int __kind`.
+pub const MUTEX_HEAD_WORDS: usize = 5;
+
+/// The holder of the glibc mutex whose head (`words`, read at the futex word) a thread
+/// waits on with futex command `cmd` (`op & FUTEX_CMD_MASK`): every mutex type keeps its
+/// owner's TID in `__owner`; a normal, recursive, error-checking or adaptive mutex's
+/// waiters sleep on `__lock` with the value 2; a robust one's `__lock` holds the owner
+/// (with the waiters bit); a priority-inheritance one is waited on with FUTEX_LOCK_PI
+/// (or LOCK_PI2), its word holding the owner. 0 for anything else: not a mutex, or an
+/// owner that died. The layout is checked against the installed glibc by a test.
+pub const fn mutex_holder(cmd: u32, words: [u32; MUTEX_HEAD_WORDS]) -> u32 {
+    const TID_MASK: u32 = 0x3fff_ffff;
+    const KNOWN_KIND: u32 = 3 | 16 | 32 | 64 | 128 | 256 | 512;
+    const KIND_ROBUST: u32 = 16;
+    const KIND_PI_PP: u32 = 32 | 64;
+    const LOCK_PI: u32 = 6;
+    const LOCK_PI2: u32 = 13;
+    let (lock, owner, kind) = (words[0], words[2], words[4]);
+    if cmd == LOCK_PI || cmd == LOCK_PI2 {
+        return lock & TID_MASK;
+    }
+    if kind & !KNOWN_KIND != 0 || kind & KIND_PI_PP != 0 || owner == 0 || owner >= 0x7fff_fffe {
+        return 0;
+    }
+    let fits = if kind & KIND_ROBUST != 0 {
+        lock & TID_MASK == owner
+    } else {
+        lock == 2
+    };
+    if fits { owner } else { 0 }
+}
 // `flags` and `unslept` are exchanged together, as one aligned 8-byte word.
 const _: () = assert!(core::mem::offset_of!(PendingFutex, flags) % 8 == 0);
 const _: () = assert!(
@@ -406,7 +445,7 @@ impl PendingFutex {
             unslept: earlier,
             waker_pid: 0,
             runnable_ns: 0,
-            pad: 0,
+            holder: self.holder,
         }
     }
 }

@@ -156,6 +156,10 @@ pub const MAP_CPU_FILTER: &str = "CPU_FILTER";
 /// context filters in use (0: none).
 pub const GLOBAL_CONTEXT_FILTER: &str = "CONTEXT_FILTER";
 
+/// Global in the eBPF object: 1 when each futex wait's entry reads the holder of the
+/// mutex it waits on ([`crate::mutex_holder`]; `[deadlocks] detect`).
+pub const GLOBAL_READ_HOLDERS: &str = "READ_HOLDERS";
+
 /// Threads with timed calls in flight at once ([`MAP_FUNC_PENDING`], 776 bytes each).
 pub const MAX_FUNC_THREADS: u32 = 4096;
 /// Slots of the last-waker table (a power of two; 32 bytes each).
@@ -212,4 +216,5 @@ pub const ALL_GLOBALS: &[&str] = &[
     GLOBAL_TASK_TGID,
     GLOBAL_FUTEX_SLOT_MASK,
     GLOBAL_CONTEXT_FILTER,
+    GLOBAL_READ_HOLDERS,
 ];

@@ -20,9 +20,9 @@ use aya_ebpf::{
     programs::{BtfTracePointContext, RawTracePointContext, TracePointContext},
 };
 use rtm_common::{
-    EventKind, FUTEX_CMD_MASK, FutexWaitEvent, FutexWaker, LossCounter, PENDING_TIMED,
-    PendingFutex, SYNC_FLAG_BLOCKED, futex_cmd_waits, futex_cmd_wakes, futex_timeout_realtime,
-    futex_timeout_relative,
+    EventKind, FUTEX_CMD_MASK, FutexWaitEvent, FutexWaker, LossCounter, MUTEX_HEAD_WORDS,
+    PENDING_TIMED, PendingFutex, SYNC_FLAG_BLOCKED, futex_cmd_waits, futex_cmd_wakes,
+    futex_timeout_realtime, futex_timeout_relative, mutex_holder,
 };
 
 use crate::{
@@ -30,8 +30,8 @@ use crate::{
     filter::{is_traced, traced_in_context},
     futex_done::{keep_done, send_done},
     maps::{
-        COUNT_WAKES, PENDING_FUTEX, REALTIME_OFFSET, WAKING, count_loss, futex_entry, innermost,
-        waker_slot,
+        COUNT_WAKES, PENDING_FUTEX, READ_HOLDERS, REALTIME_OFFSET, WAKING, count_loss, futex_entry,
+        innermost, waker_slot,
     },
 };
 
@@ -166,6 +166,17 @@ pub fn futex_enter_raw(ctx: RawTracePointContext) -> u32 {
     enter(pid_tgid, r.di, r.si as u32, r.dx as u32, 0, false)
 }
 
+/// The holder of the glibc mutex at `uaddr` a thread is about to wait on with `cmd`
+/// (0: not a mutex, or unreadable).
+#[inline(always)]
+fn holder_of(uaddr: u64, cmd: u32) -> u32 {
+    // SAFETY: bpf_probe_read_user checks the user address itself.
+    match unsafe { bpf_probe_read_user(uaddr as *const [u32; MUTEX_HEAD_WORDS]) } {
+        Ok(words) => mutex_holder(cmd, words),
+        Err(_) => 0,
+    }
+}
+
 /// A futex call's entry; `timeout` is its timeout argument (a user pointer, 0 for none).
 /// `waking`: contention mode's waits end at their wake (`waking::futex_waking`), and
 /// nothing runs at the return.
@@ -227,6 +238,14 @@ fn enter(pid_tgid: u64, uaddr: u64, op: u32, val: u32, timeout: u64, waking: boo
         val,
         flags: if timed { PENDING_TIMED } else { 0 },
         unslept: 0,
+        // Who holds the word's mutex now (only waits pay: the uncontended path never
+        // enters the kernel).
+        holder: if waits && READ_HOLDERS.load() != 0 {
+            holder_of(uaddr, cmd)
+        } else {
+            0
+        },
+        pad: 0,
     };
     // The thread's entry is reused from call to call (start_ns 0: none in flight) and
     // removed when the thread exits.
@@ -375,7 +394,7 @@ fn exit(pid_tgid: u64, ret: i64) -> u32 {
         unslept: 0,
         waker_pid,
         runnable_ns: 0,
-        pad: 0,
+        holder: f.holder,
     };
     // The thread was just woken, and is on its way to the lock it waited for: in
     // contention mode the record waits in its slot until the thread next waits or exits,

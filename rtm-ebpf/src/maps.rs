@@ -78,6 +78,10 @@ pub fn innermost(pid_tgid: u64) -> Option<*mut PendingCall> {
         .map(|c| c as *mut PendingCall)
 }
 
+/// 1: each futex wait's entry reads its mutex's holder (set by userspace at load).
+#[unsafe(no_mangle)]
+pub static READ_HOLDERS: Global<u32> = Global::new(1);
+
 /// `CONTEXT_*` bits: which of `--tid` and `--cpu` filter (set by userspace at load).
 #[unsafe(no_mangle)]
 pub static CONTEXT_FILTER: Global<u32> = Global::new(0);

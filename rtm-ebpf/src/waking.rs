@@ -186,7 +186,7 @@ pub fn futex_waking(ctx: BtfTracePointContext) -> i32 {
             unslept: f.unslept,
             waker_pid,
             runnable_ns: 0,
-            pad: 0,
+            holder: f.holder,
         },
         true,
     );

@@ -533,3 +533,62 @@ fn locks_taken_in_both_orders_are_reported_before_they_hang() {
     let (_, doc) = rtm_tests::trace_json(&[], &workload("deadlock"), &["inversion"]);
     assert!(doc["sync_graph"].get("lock_order").is_none());
 }
+
+#[test]
+fn each_waits_holder_is_recorded_when_the_wait_begins() {
+    if !can_trace("holder at wait start") {
+        return;
+    }
+    let dir = TempDir::new("held-by");
+    let json = dir.join("t.json");
+    // The threads lock after 1.5 s; the trace, attached before, ends 1.5 s later with
+    // every waiter still asleep.
+    let mut p = spawn(Command::new(workload("deadlock")).args(["types", "1500"]));
+    let started = Instant::now();
+    let mut tracer = spawn(
+        Command::new(rtm_bin())
+            .args(["-o", "/dev/null", "-d", "3", "--json"])
+            .arg(&json)
+            .args(["--pid", &p.pid().to_string()]),
+    );
+    let mut err = LineWatch::new(tracer.child.stderr.take().unwrap());
+    err.wait_for("attached to PID", Duration::from_secs(30));
+    assert!(
+        started.elapsed() < Duration::from_millis(1400),
+        "attaching took {:?}",
+        started.elapsed()
+    );
+    let mut out = LineWatch::new(p.child.stdout.take().unwrap());
+    out.wait_for("ready", Duration::from_secs(20));
+    assert!(tracer.wait_output(T).status.success());
+    let truths = truth_maps(&out.seen.join("\n"));
+    let doc = read_json(&json);
+    let held_by = doc["sync_graph"]["held_by"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no held_by: {}", doc["sync_graph"]));
+    let holder_of: HashMap<&str, u64> = truths
+        .iter()
+        .filter_map(|t| Some((t.get("holder")?.as_str(), tid(t))))
+        .collect();
+    for t in truths.iter().filter(|t| t.contains_key("waiter")) {
+        let ty = t["waiter"].as_str();
+        let rows: Vec<&Value> = held_by.iter().filter(|h| h["waiter"] == tid(t)).collect();
+        assert_eq!(rows.len(), 1, "{ty}: {held_by:#?}");
+        assert_eq!(rows[0]["holder"], holder_of[ty], "{ty}: {}", rows[0]);
+        assert_eq!(rows[0]["in_progress"], 1, "{ty}: still asleep at the end");
+    }
+    // The condition variable's waiter has none: it is counted as unknown.
+    let cond = truths
+        .iter()
+        .find(|t| t.contains_key("cond_waiter"))
+        .map(tid)
+        .unwrap();
+    assert!(!held_by.iter().any(|h| h["waiter"] == cond), "{held_by:#?}");
+    assert!(
+        doc["sync_graph"]["model"]["waits_holder_unknown"]
+            .as_u64()
+            .unwrap()
+            >= 1
+    );
+    drop(p);
+}

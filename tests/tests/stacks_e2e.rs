@@ -323,11 +323,21 @@ fn a_stripped_program_shows_file_and_offset_never_a_wrong_name() {
         .filter(|r| r["object"].as_str() == Some(chain.as_str()))
         .collect();
     assert!(!chain_rows.is_empty(), "no stacks for chain_lock");
+    // A side can be missing (a record lost, a waiter woken before it slept): `check`
+    // counts those; here every side that is known is looked at, and most are.
+    let known = chain_rows
+        .iter()
+        .filter(|r| !frames(r, "waiter").is_empty() && !frames(r, "waker").is_empty())
+        .count();
+    assert!(known * 2 >= chain_rows.len(), "{chain_rows:#?}");
     for r in chain_rows {
         // No symbol for the lock, and none made up from the code around it.
         assert!(r["object_name"].is_null(), "{r}");
         for side in ["waiter", "waker"] {
             let f = frames(r, side);
+            if f.is_empty() {
+                continue;
+            }
             // lock_c/b/a or unlock_c/b/a, then worker: four frames of the program,
             // each shown as the file and an offset.
             let own = f

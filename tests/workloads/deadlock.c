@@ -5,8 +5,9 @@
 //   three     three threads, lock_a -> lock_b -> lock_c -> lock_a: a deadlock
 //   pshared   two processes, process-shared mutexes in shared memory, taken in opposite
 //             orders: a deadlock across processes
-//   types     for each mutex type (normal, recursive, errorcheck, robust, pi) a thread
-//             holds one and another waits on it; a thread waits on a condition variable
+//   types [MS] for each mutex type (normal, recursive, errorcheck, robust, pi) a thread
+//             holds one and another waits on it; a thread waits on a condition
+//             variable (after MS ms, when given)
 //   contended four threads pass one mutex around for ever (no deadlock)
 //   many N    the main thread holds lock_a; N threads wait on it (no deadlock)
 //   inversion one thread takes lock_a then lock_b (in path_ab), later another takes
@@ -175,6 +176,9 @@ int main(int argc, char **argv) {
         pthread_mutex_lock(&m[!me]); // never returns
         return 0;
     } else if (!strcmp(mode, "types")) {
+        // `types MS`: the threads start after MS ms (a tracer attaches meanwhile).
+        if (argc > 2)
+            usleep(atoi(argv[2]) * 1000);
         pthread_barrier_init(&all_hold, NULL, 11);
         for (long i = 0; i < 5; i++) {
             pthread_mutexattr_t a;

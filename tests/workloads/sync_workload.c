@@ -218,18 +218,26 @@ int main(int argc, char **argv) {
         printf("truth cond waiter=%ld\n", tid());
         pthread_create(&th[0], NULL, signaler, NULL);
         pthread_mutex_lock(&cond_lock);
+        /* Time inside the waits, by this thread's own clock. */
+        long long in_waits = 0;
         for (int k = 0; k < c_waits; k++) {
             int seen = c_generation;
-            while (c_generation == seen)
+            while (c_generation == seen) {
+                long long t0 = now_ns();
                 pthread_cond_wait(&ready_cond, &cond_lock);
+                in_waits += now_ns() - t0;
+            }
         }
         struct timespec dl;
         clock_gettime(CLOCK_REALTIME, &dl);
         dl.tv_nsec += c * 1000000L;
         dl.tv_sec += dl.tv_nsec / 1000000000L;
         dl.tv_nsec %= 1000000000L;
+        long long t0 = now_ns();
         int r = pthread_cond_timedwait(&ready_cond, &cond_lock, &dl);
+        in_waits += now_ns() - t0;
         printf("truth cond timedwait=%s\n", r ? "timeout" : "woken");
+        printf("truth cond waited_ns=%lld\n", in_waits);
         pthread_mutex_unlock(&cond_lock);
         pthread_join(th[0], NULL);
     } else if (!strcmp(mode, "rwlock") && argc == 6 && a + b <= 64) {

@@ -1,8 +1,9 @@
 //! `cargo xtask bench blocked`: how long `rtm-trace --blocked` takes on a hung process:
 //! a two-thread deadlock, and 16 to 256 threads blocked on one mutex (each thread's
-//! syscall, word and stack read, unwound and named); and what the live deadlock check
-//! costs the contended lock benchmarks in contention mode (on, the default, against
-//! off, paired by round).
+//! syscall, word and stack read, unwound and named); and what the deadlock work costs
+//! the contended lock benchmarks in contention mode: the holder read at each futex
+//! wait's entry and the live check (`[deadlocks] detect`, on by default, against off,
+//! paired by round).
 
 use std::{
     io::{BufRead as _, BufReader},
@@ -114,12 +115,12 @@ fn live_check(root: &Path, dir: &Path, plan: Plan) -> Result<()> {
     let off = dir.join("no-deadlock-check.toml");
     std::fs::write(&off, "[deadlocks]\ndetect = false\n")?;
     println!(
-        "### The live deadlock check in contention mode on {} ({} rounds, interleaved; median \
-         [min-max] ns per pair)\n",
+        "### Holders at wait start and the live deadlock check, in contention mode, on {} ({} \
+         rounds, interleaved; median [min-max] ns per pair)\n",
         host(),
         plan.rounds
     );
-    println!("| workload | check off | check on (default) | paired on/off |");
+    println!("| workload | `detect = false` | on (default) | paired on/off |");
     println!("|---|---|---|---|");
     for (label, args) in CONTENDED {
         let pairs = (args[1].parse::<u64>()? / plan.pick(1, 40)).to_string();

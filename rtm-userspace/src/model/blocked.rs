@@ -20,17 +20,9 @@ pub const MUTEX_KIND: usize = 16;
 /// Bytes of a mutex read to judge it.
 pub const MUTEX_BYTES: usize = 20;
 
-/// `__kind` bits: type (normal, recursive, error-checking, adaptive), robust, priority
-/// inheritance, priority protection, process-shared, elision.
+/// `__kind` bits: type (normal, recursive, error-checking, adaptive), robust.
 const KIND_TYPE: i32 = 3;
 const KIND_ROBUST: i32 = 16;
-const KIND_PI: i32 = 32;
-const KIND_PP: i32 = 64;
-const KIND_PSHARED: i32 = 128;
-const KIND_ELISION: i32 = 256 | 512;
-const KIND_KNOWN: i32 = KIND_TYPE | KIND_ROBUST | KIND_PI | KIND_PP | KIND_PSHARED | KIND_ELISION;
-/// The futex word's TID bits (the rest: waiters, owner died).
-const FUTEX_TID_MASK: u32 = 0x3fff_ffff;
 /// A robust mutex whose owner died, or that can no longer be recovered.
 const OWNER_DEAD: [i32; 2] = [0x7fff_ffff, 0x7fff_fffe];
 
@@ -68,19 +60,29 @@ pub enum Holder {
     },
 }
 
-/// The holder of the futex word a thread waits on with `op` (its value expected: `val`),
-/// from `bytes` read at the word (up to [`MUTEX_BYTES`]).
+/// The holder of the futex word a thread waits on with `op`, from `bytes` read at the
+/// word (up to [`MUTEX_BYTES`]): [`rtm_common::mutex_holder`], the rule the eBPF side
+/// applies at each wait's start, with the mutex's type and why when there is none.
 pub fn holder(op: u64, bytes: &[u8]) -> Holder {
-    let int = |at: usize| -> Option<i32> {
-        Some(i32::from_le_bytes(bytes.get(at..at + 4)?.try_into().ok()?))
+    let int = |at: usize| -> Option<u32> {
+        Some(u32::from_le_bytes(bytes.get(at..at + 4)?.try_into().ok()?))
     };
     let Some(lock) = int(0) else {
         return Holder::Unknown {
             why: "its word could not be read",
         };
     };
-    if matches!(op & 0x7f, FUTEX_LOCK_PI | FUTEX_LOCK_PI2) {
-        let tid = lock as u32 & FUTEX_TID_MASK;
+    let cmd = (op & 0x7f) as u32;
+    let words = [
+        lock,
+        int(4).unwrap_or(0),
+        int(MUTEX_OWNER).unwrap_or(0),
+        int(12).unwrap_or(0),
+        int(MUTEX_KIND).unwrap_or(u32::MAX),
+    ];
+    let tid = rtm_common::mutex_holder(cmd, words);
+    let (owner, kind) = (words[2] as i32, words[4] as i32);
+    if matches!(u64::from(cmd), FUTEX_LOCK_PI | FUTEX_LOCK_PI2) {
         return if tid == 0 {
             Holder::Unknown {
                 why: "the priority-inheritance lock has no owner now",
@@ -92,39 +94,23 @@ pub fn holder(op: u64, bytes: &[u8]) -> Holder {
             }
         };
     }
-    let (Some(owner), Some(kind)) = (int(MUTEX_OWNER), int(MUTEX_KIND)) else {
-        return not_a_mutex();
-    };
-    if kind & !KIND_KNOWN != 0 || kind & (KIND_PI | KIND_PP) != 0 || owner <= 0 {
-        return not_a_mutex();
-    }
-    if OWNER_DEAD.contains(&owner) {
-        return Holder::Unknown {
-            why: "a robust mutex whose owner died",
+    if tid == 0 {
+        return if OWNER_DEAD.contains(&owner) && kind & KIND_ROBUST != 0 {
+            Holder::Unknown {
+                why: "a robust mutex whose owner died",
+            }
+        } else {
+            not_a_mutex()
         };
     }
-    let robust = kind & KIND_ROBUST != 0;
-    // A waiter of a plain mutex sleeps on the value 2; a robust mutex's word holds its
-    // owner's TID. Anything else is not a mutex's wait.
-    let fits = if robust {
-        lock as u32 & FUTEX_TID_MASK == owner as u32
-    } else {
-        lock == 2
-    };
-    if !fits {
-        return not_a_mutex();
-    }
-    let mutex = match (robust, kind & KIND_TYPE) {
+    let mutex = match (kind & KIND_ROBUST != 0, kind & KIND_TYPE) {
         (true, _) => "robust",
         (false, 0) => "normal",
         (false, 1) => "recursive",
         (false, 2) => "error-checking",
         _ => "adaptive",
     };
-    Holder::Thread {
-        tid: owner as u32,
-        mutex,
-    }
+    Holder::Thread { tid, mutex }
 }
 
 fn not_a_mutex() -> Holder {

@@ -224,6 +224,7 @@ pub fn render(title: &str, run: &RunInfo, s: &Snapshot, top: usize) -> String {
         );
     }
     sections::waits_for(&mut out, s, top);
+    sections::held_by(&mut out, s, top);
     sections::call_sites(&mut out, s, top);
     stacks_report::render(&mut out, s);
     funcs_report::render(&mut out, s, top);

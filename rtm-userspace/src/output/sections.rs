@@ -79,6 +79,54 @@ pub(super) fn waits_for(out: &mut String, s: &Snapshot, top: usize) {
     );
 }
 
+/// Who held the mutex each thread waited on, when its wait began (contention mode).
+pub(super) fn held_by(out: &mut String, s: &Snapshot, top: usize) {
+    if s.held_by.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        out,
+        "\nWho held what they waited for (the mutex's owner when each wait began; top {} of {}; \
+         waits on condition variables, barriers and other words have none: {})",
+        top.min(s.held_by.len()),
+        s.held_by.len(),
+        count(s.model.waits_holder_unknown)
+    );
+    let rows: Vec<Vec<String>> = s
+        .held_by
+        .iter()
+        .take(top)
+        .map(|h| {
+            vec![
+                thread_label(s, h.pid, h.waiter),
+                thread_label(s, h.pid, h.holder),
+                h.object_name
+                    .clone()
+                    .unwrap_or_else(|| format!("{:#x}", h.object)),
+                count(h.count),
+                ns(h.wait_ns),
+                if h.in_progress > 0 {
+                    count(h.in_progress)
+                } else {
+                    "-".into()
+                },
+            ]
+        })
+        .collect();
+    table(
+        out,
+        &[
+            "waiter",
+            "held by",
+            "on",
+            "waits",
+            "waited",
+            "still waiting",
+        ],
+        &rows,
+    );
+}
+
 /// Call sites: where in the program the waiting happens.
 pub(super) fn call_sites(out: &mut String, s: &Snapshot, top: usize) {
     let sites: Vec<_> = s

@@ -296,6 +296,8 @@ pub struct LoadOptions {
     pub stack_bytes: u32,
     /// Whether `--func` times functions (their per-thread map is sized for it).
     pub timed_functions: bool,
+    /// Whether each futex wait's entry reads its mutex's holder.
+    pub read_holders: bool,
     /// `--tid`: only these threads (empty: all).
     pub tids: Vec<u32>,
     /// `--cpu`: only on these CPUs (empty: all).
@@ -406,9 +408,11 @@ impl Probes {
             count_wakes,
             stack_bytes,
             timed_functions,
+            read_holders,
             ref tids,
             ref cpus,
         } = *options;
+        let read_holders = u32::from(read_holders);
         if object.is_empty() {
             return Err(ProbeError::NoObject);
         }
@@ -482,6 +486,7 @@ impl Probes {
             .override_global(names::GLOBAL_TASK_TGID, &task.tgid, true)
             .override_global(names::GLOBAL_STACK_BYTES, &stack_bytes, true)
             .override_global(names::GLOBAL_CONTEXT_FILTER, &context, true)
+            .override_global(names::GLOBAL_READ_HOLDERS, &read_holders, true)
             .load(object)
             .map_err(|source| ProbeError::Load { source })?;
         fill_context(&mut ebpf, tids, cpus)?;

@@ -275,7 +275,7 @@ mod tests {
             unslept: 0,
             waker_pid: 0,
             runnable_ns: 0,
-            pad: 0,
+            holder: 0,
         }
     }
 
@@ -336,6 +336,8 @@ mod tests {
             val: 2,
             flags: 0,
             unslept: 4,
+            holder: 0,
+            pad: 0,
         };
         // No such thread: its last wait returned too.
         let w = left_in_entry(u32::MAX, u32::MAX, &f, 20_000).unwrap();

@@ -47,6 +47,8 @@ pub(super) struct Settings {
     pub funcs: Vec<FuncSpec>,
     /// Most functions timed.
     pub max_funcs: usize,
+    /// Read each futex wait's mutex holder at its start (`[deadlocks] detect`).
+    pub read_holders: bool,
     /// `--tid`, `--cpu`.
     pub tids: Vec<u32>,
     pub cpus: Vec<u32>,
@@ -71,6 +73,7 @@ impl Settings {
                 .filter_map(|s| FuncSpec::parse(s).ok())
                 .collect(),
             max_funcs: c.functions.max_functions,
+            read_holders: c.deadlocks.detect,
             tids: c.targets.tids.clone(),
             cpus: c.targets.cpus.clone(),
         }
@@ -134,6 +137,7 @@ impl KernelSource {
                 count_wakes: s.mode == Mode::Full,
                 stack_bytes: s.stack_bytes,
                 timed_functions: !s.funcs.is_empty(),
+                read_holders: s.read_holders,
                 tids: s.tids.clone(),
                 cpus: s.cpus.clone(),
             },

@@ -53,6 +53,8 @@ pub struct SyncGraph {
     objects: Arena<ObjectKey, ObjectMeta>,
     edges: Arena<EdgeId, EdgeStats>,
     waits_for: Arena<WaitsForKey, WaitsFor>,
+    /// Waiter -> the mutex's holder when the wait began (contention mode).
+    held_by: HashMap<HeldByKey, HeldBy>,
     /// Keyed by the object's position in `objects` and the return address.
     call_sites: Arena<(u32, u64), CallSite>,
     unwoken: Vec<UnwokenWait>,
@@ -90,6 +92,7 @@ impl SyncGraph {
             objects: Arena::default(),
             edges: Arena::default(),
             waits_for: Arena::default(),
+            held_by: HashMap::default(),
             call_sites: Arena::default(),
             unwoken: Vec::new(),
             holds: Holds::default(),
@@ -529,6 +532,24 @@ impl SyncGraph {
             }
         }
         if slept {
+            if s.holder != 0 {
+                let key = HeldByKey {
+                    pid: thread.pid,
+                    waiter: thread.tid,
+                    holder: s.holder,
+                    object: raw.object,
+                };
+                if self.held_by.contains_key(&key) || self.held_by.len() < self.limits.max_edges {
+                    let h = self.held_by.entry(key).or_default();
+                    h.count += 1;
+                    h.wait_ns = h.wait_ns.saturating_add(raw.wait_ns);
+                    h.in_progress += u64::from(raw.ret == WAIT_IN_PROGRESS);
+                } else {
+                    self.counters.dropped_over_limits += 1;
+                }
+            } else if self.futex_objects {
+                self.counters.waits_holder_unknown += 1;
+            }
             if raw.extra != 0 {
                 // The waker's process: in `caller` for futex waits (0: the waiter's own,
                 // as the fallback path knows only those).
@@ -673,6 +694,11 @@ impl SyncGraph {
     /// The waiter -> waker edges.
     pub fn waits_for(&self) -> impl Iterator<Item = (&WaitsForKey, &WaitsFor)> {
         self.waits_for.iter()
+    }
+
+    /// Waiter -> the mutex's holder when each wait began (contention mode).
+    pub fn held_by(&self) -> impl Iterator<Item = (&HeldByKey, &HeldBy)> {
+        self.held_by.iter()
     }
 
     /// Futex waits woken by no thread of their process (at most 4096 kept).

@@ -60,7 +60,11 @@ impl LockOrder {
             held.push((addr, site));
             return;
         }
-        for &(first, first_site) in held.iter() {
+        for (i, &(first, first_site)) in held.iter().enumerate() {
+            // A lock re-entered is held once.
+            if held[..i].iter().any(|h| h.0 == first) {
+                continue;
+            }
             let key = (pid, first, addr);
             let full = self.pairs.len() >= MAX_PAIRS;
             match self.pairs.get_mut(&key) {

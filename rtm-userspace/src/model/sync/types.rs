@@ -287,6 +287,31 @@ pub struct WaitsFor {
     pub wait: Dist,
 }
 
+/// A waiter, the thread that held the mutex it waited on when the wait began, and the
+/// mutex's word.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct HeldByKey {
+    /// Process id.
+    pub pid: u32,
+    /// The thread that waited.
+    pub waiter: u32,
+    /// The thread that held the mutex when the wait began.
+    pub holder: u32,
+    /// The futex word (the mutex).
+    pub object: u64,
+}
+
+/// The waits of one [`HeldByKey`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct HeldBy {
+    /// Waits that slept.
+    pub count: u64,
+    /// Their total time, ns.
+    pub wait_ns: u64,
+    /// Of them, waits still asleep when the trace ended.
+    pub in_progress: u64,
+}
+
 /// Where in the program an object was waited on: one call site's totals.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord)]
 pub struct CallSite {
@@ -329,6 +354,9 @@ pub struct ModelCounters {
     /// Futex waits still asleep when the trace ended (contention mode), counted with
     /// their wait so far: a thread blocked for the whole trace shows.
     pub waits_in_progress: u64,
+    /// Futex waits that slept on a word that is no mutex's, or whose holder could not
+    /// be read when they began (contention mode): they have no holder edge.
+    pub waits_holder_unknown: u64,
     /// Distributions that got no percentile histogram because the budget was spent.
     pub histograms_refused: u64,
 }

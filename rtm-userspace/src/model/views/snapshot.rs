@@ -50,6 +50,10 @@ pub struct Snapshot<'g> {
     /// Contended waits by call stack (contention mode, when any were captured).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub stacks: Option<crate::model::stacks::StacksView>,
+    /// Waiter -> the mutex's holder when each wait began (contention mode), most wait
+    /// first (at most 500).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub held_by: Vec<HeldByRow>,
     /// Locks taken in both orders (full mode, when any pair was).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub lock_order: Option<LockOrderView>,
@@ -157,6 +161,7 @@ impl<'g> Snapshot<'g> {
                 ..graph.counters()
             },
             stacks: None,
+            held_by: held_by_rows(graph, name_of),
             lock_order: lock_order_view(graph, name_of, locate),
             deadlocks: Vec::new(),
             functions: None,
@@ -360,4 +365,59 @@ fn lock_order_view(
         over_cap: order.over_cap,
         inversions,
     })
+}
+
+/// Who held the mutex a thread waited on when its wait began.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct HeldByRow {
+    /// Process.
+    pub pid: u32,
+    /// The waiting thread.
+    pub waiter: u32,
+    /// The holder when the waits began.
+    pub holder: u32,
+    /// The mutex's word.
+    #[serde(serialize_with = "super::hex")]
+    pub object: u64,
+    /// Its name, when it is a variable.
+    pub object_name: Option<String>,
+    /// Waits that slept.
+    pub count: u64,
+    /// Their total time, ns.
+    pub wait_ns: u64,
+    /// Of them, still asleep when the trace ended.
+    pub in_progress: u64,
+}
+
+fn held_by_rows(
+    graph: &SyncGraph,
+    name_of: &mut dyn FnMut(&ObjectKey) -> Option<String>,
+) -> Vec<HeldByRow> {
+    let mut rows: Vec<HeldByRow> = graph
+        .held_by()
+        .map(|(k, h)| HeldByRow {
+            pid: k.pid,
+            waiter: k.waiter,
+            holder: k.holder,
+            object: k.object,
+            object_name: None,
+            count: h.count,
+            wait_ns: h.wait_ns,
+            in_progress: h.in_progress,
+        })
+        .collect();
+    rows.sort_by(|a, b| {
+        b.wait_ns
+            .cmp(&a.wait_ns)
+            .then((a.pid, a.waiter, a.holder, a.object).cmp(&(b.pid, b.waiter, b.holder, b.object)))
+    });
+    rows.truncate(500);
+    for r in &mut rows {
+        r.object_name = name_of(&ObjectKey {
+            pid: r.pid,
+            primitive: Primitive::Futex,
+            addr: r.object,
+        });
+    }
+    rows
 }

@@ -42,6 +42,7 @@ impl SyncGraph {
             .filter_map(|((object, at), c)| Some(((moved[object as usize]?, at), c)))
             .collect();
         self.waits_for.retain(|k, _| !gone(&k.pid));
+        self.held_by.retain(|k, _| !gone(&k.pid));
         self.threads.retain(|k, _| !gone(&k.pid));
         self.pids.retain(|p| !gone(p));
         self.traced.retain(|p| !gone(p));
