@@ -30,8 +30,8 @@ use crate::{
     filter::{is_traced, traced_in_context},
     futex_done::{keep_done, send_done},
     maps::{
-        COUNT_WAKES, PENDING_FUTEX, READ_HOLDERS, REALTIME_OFFSET, WAKING, count_loss, futex_entry,
-        innermost, waker_slot,
+        COUNT_WAKES, PENDING_FUTEX, REALTIME_OFFSET, WAKING, count_loss, futex_entry, innermost,
+        waker_slot,
     },
 };
 
@@ -169,7 +169,7 @@ pub fn futex_enter_raw(ctx: RawTracePointContext) -> u32 {
 /// The holder of the glibc mutex at `uaddr` a thread is about to wait on with `cmd`
 /// (0: not a mutex, or unreadable).
 #[inline(always)]
-fn holder_of(uaddr: u64, cmd: u32) -> u32 {
+pub fn holder_of(uaddr: u64, cmd: u32) -> u32 {
     // SAFETY: bpf_probe_read_user checks the user address itself.
     match unsafe { bpf_probe_read_user(uaddr as *const [u32; MUTEX_HEAD_WORDS]) } {
         Ok(words) => mutex_holder(cmd, words),
@@ -238,13 +238,9 @@ fn enter(pid_tgid: u64, uaddr: u64, op: u32, val: u32, timeout: u64, waking: boo
         val,
         flags: if timed { PENDING_TIMED } else { 0 },
         unslept: 0,
-        // Who holds the word's mutex now (only waits pay: the uncontended path never
-        // enters the kernel).
-        holder: if waits && READ_HOLDERS.load() != 0 {
-            holder_of(uaddr, cmd)
-        } else {
-            0
-        },
+        // Read when the thread goes to sleep (`stacks::at_sleep`): only waits that
+        // sleep pay.
+        holder: 0,
         pad: 0,
     };
     // The thread's entry is reused from call to call (start_ns 0: none in flight) and

@@ -25,11 +25,11 @@ use rtm_common::{
 use crate::{
     emit::{header, now, wakeup_flags_for},
     filter::is_traced,
-    futex::SYS_FUTEX,
+    futex::{SYS_FUTEX, holder_of},
     futex_done::task_field,
     maps::{
-        EVENTS, EVENTS_1, EVENTS_2, EVENTS_3, PENDING, STACK_BYTES, SYNC_RING_MASK, TASK_PID,
-        TASK_TGID, count_loss, futex_entry,
+        EVENTS, EVENTS_1, EVENTS_2, EVENTS_3, PENDING, READ_HOLDERS, STACK_BYTES, SYNC_RING_MASK,
+        TASK_PID, TASK_TGID, count_loss, futex_entry,
     },
     waking::syscall_of,
 };
@@ -194,11 +194,14 @@ fn emit(
 }
 
 /// sched_switch's `prev` (a BTF task pointer, the current task) goes to sleep, not
-/// preempted: when it is a thread of a traced process asleep in a futex wait whose
-/// stack was not taken yet, its stack is taken now, from its own context.
+/// preempted: when it is a thread of a traced process asleep in a futex wait, the holder
+/// of the mutex it waits on is read now (in its own context, as its wait begins to
+/// sleep: only waits that sleep pay), and its stack is taken if it was not yet.
 #[inline(always)]
 pub fn at_sleep(prev: *const u8) {
-    if STACK_BYTES.load() == 0 {
+    let holders = READ_HOLDERS.load() != 0;
+    let stacks = STACK_BYTES.load() != 0;
+    if !holders && !stacks {
         return;
     }
     // SAFETY: task_struct fields at offsets from the kernel's BTF.
@@ -214,7 +217,7 @@ pub fn at_sleep(prev: *const u8) {
     };
     // SAFETY: the thread's own entry, copied out; it is the current thread.
     let f = unsafe { *slot };
-    if f.start_ns == 0 || f.flags & PENDING_STACKED != 0 {
+    if f.start_ns == 0 || (!holders && f.flags & PENDING_STACKED != 0) {
         return;
     }
     // The thread is inside that wait's futex call (not sleeping elsewhere, nor in a
@@ -222,6 +225,17 @@ pub fn at_sleep(prev: *const u8) {
     // SAFETY: prev is a BTF task pointer.
     let (id, word, op, _) = unsafe { syscall_of(prev) };
     if id != SYS_FUTEX || word != f.uaddr || !futex_cmd_waits(op as u32 & FUTEX_CMD_MASK) {
+        return;
+    }
+    if holders && f.holder == 0 {
+        let h = holder_of(f.uaddr, f.op & FUTEX_CMD_MASK);
+        if h != 0 {
+            // SAFETY: the thread's own entry; the wake that reads it comes after this
+            // sleep.
+            unsafe { (*slot).holder = h };
+        }
+    }
+    if !stacks || f.flags & PENDING_STACKED != 0 {
         return;
     }
     // SAFETY: slot is the thread's entry.
