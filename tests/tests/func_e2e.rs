@@ -134,6 +134,13 @@ fn calls_and_times_match_the_workloads_own_per_thread() {
         assert!((190_000..2_000_000).contains(&min), "{r}");
         assert_eq!(u(&r["running"]), 0);
     }
+    // The saved trace renders them again (no root needed for that).
+    let again = run(Command::new(rtm_bin()).arg("report").arg(&json), T);
+    let text = String::from_utf8_lossy(&again.stdout);
+    assert!(
+        text.contains("Timed functions") && text.contains("work_10ms"),
+        "{text}"
+    );
     // The timeline: a slice per call on each thread's "timed functions" track.
     let tl = decode_timeline(&python, &timeline);
     assert_eq!(tl["unclosed"], 0);

@@ -162,7 +162,8 @@ impl Dist {
 
 /// What a [`Dist`] reports. Percentiles are `None` when no histogram was kept
 /// (histogram budget exhausted) and everything but count and total is `None` when empty.
-#[derive(Debug, Clone, Copy, Default, Serialize, PartialEq)]
+#[derive(Debug, Clone, Copy, Default, Serialize, serde::Deserialize, PartialEq)]
+#[serde(default)]
 pub struct DistSummary {
     /// Number of durations.
     pub count: u64,

@@ -6,7 +6,7 @@
 use std::collections::HashMap;
 
 use rtm_common::FuncEvent;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::dist::{Dist, DistSummary, HistogramBudget};
 
@@ -217,8 +217,9 @@ impl FuncModel {
     }
 }
 
-/// Timed functions, for the outputs.
-#[derive(Debug, Clone, Default, Serialize, PartialEq)]
+/// Timed functions, for the outputs (and read back from a saved trace).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[serde(default)]
 pub struct FunctionsView {
     /// One per function probed, most time in outermost calls first.
     pub functions: Vec<FunctionRow>,
@@ -229,7 +230,8 @@ pub struct FunctionsView {
 }
 
 /// A function over every thread.
-#[derive(Debug, Clone, Serialize, PartialEq)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[serde(default)]
 pub struct FunctionRow {
     /// Its index (the probes' cookie).
     pub index: u32,
@@ -256,7 +258,8 @@ pub struct FunctionRow {
 }
 
 /// A function on one thread.
-#[derive(Debug, Clone, Serialize, PartialEq)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[serde(default)]
 pub struct FunctionThreadRow {
     /// The function's index.
     pub function: u32,
@@ -281,7 +284,8 @@ pub struct FunctionThreadRow {
 }
 
 /// What the function timing could not count.
-#[derive(Debug, Clone, Copy, Default, Serialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(default)]
 pub struct FuncCounters {
     /// Calls of (process, thread, function) rows past the cap.
     pub rows_over_cap: u64,

@@ -7,7 +7,7 @@ use super::{
     format::{count, mean_ns, ns, opt_ns},
     table::table,
 };
-use crate::model::{Snapshot, funcs::FunctionsView};
+use crate::model::funcs::FunctionsView;
 
 fn running(n: u64, longest: u64) -> String {
     if n == 0 {
@@ -18,8 +18,8 @@ fn running(n: u64, longest: u64) -> String {
 }
 
 /// The section; nothing when no function was timed.
-pub(super) fn render(out: &mut String, s: &Snapshot, top: usize) {
-    let Some(v) = &s.functions else {
+pub(crate) fn render(out: &mut String, v: Option<&FunctionsView>, top: usize) {
+    let Some(v) = v else {
         return;
     };
     let _ = writeln!(

@@ -227,7 +227,7 @@ pub fn render(title: &str, run: &RunInfo, s: &Snapshot, top: usize) -> String {
     sections::held_by(&mut out, s, top);
     sections::call_sites(&mut out, s, top);
     stacks_report::render(&mut out, s);
-    funcs_report::render(&mut out, s, top);
+    funcs_report::render(&mut out, s.functions.as_ref(), top);
     blocked_report::found(&mut out, &s.deadlocks);
     blocked_report::inversions(&mut out, s.lock_order.as_ref(), top);
     sections::rwlocks(&mut out, s, top);

@@ -389,6 +389,8 @@ pub struct Doc {
     pub sync_graph: SyncGraph,
     pub task_graph: Option<TaskGraph>,
     pub ambient: Option<Ambient>,
+    /// Timed functions (`--func`).
+    pub functions: Option<crate::model::funcs::FunctionsView>,
     /// A merged job's parts (`rtm-trace merge --json`): it has no sync graph.
     #[serde(deserialize_with = "nullable")]
     pub merged_from: Vec<serde_json::Value>,

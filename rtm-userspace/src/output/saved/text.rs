@@ -62,6 +62,7 @@ pub fn render(doc: &Doc, top: usize) -> String {
         });
         sync_sections(&mut out, doc, top);
     }
+    crate::output::funcs_report::render(&mut out, doc.functions.as_ref(), top);
     if let Some(tg) = &doc.task_graph {
         let mut edges: Vec<_> = tg.edges.iter().collect();
         edges.sort_by_key(|e| std::cmp::Reverse(e.sent.as_ref().map_or(0, |s| s.bytes)));
