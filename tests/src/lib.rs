@@ -201,6 +201,20 @@ impl Truth {
     }
 }
 
+/// Every `truth k=v ...` line as a map of strings (values that are not numbers).
+pub fn truth_maps(stdout: &str) -> Vec<HashMap<String, String>> {
+    stdout
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("truth "))
+        .map(|rest| {
+            rest.split_whitespace()
+                .filter_map(|kv| kv.split_once('='))
+                .map(|(k, v)| (k.to_owned(), v.to_owned()))
+                .collect()
+        })
+        .collect()
+}
+
 /// Parses every `truth` line.
 pub fn truths(stdout: &str) -> Vec<Truth> {
     stdout

@@ -12,7 +12,8 @@ use std::{
 
 use rtm::model::blocked::{self, Holder, MUTEX_BYTES, MUTEX_KIND, MUTEX_OWNER};
 use rtm_tests::{
-    LineWatch, Proc, TempDir, Value, can_trace, read_json, rtm_bin, run, spawn, workload,
+    LineWatch, Proc, TempDir, Value, can_trace, read_json, rtm_bin, run, spawn, truth_maps,
+    workload,
 };
 
 const T: Duration = Duration::from_secs(60);
@@ -21,22 +22,8 @@ const T: Duration = Duration::from_secs(60);
 fn start(mode: &str) -> (Proc, Vec<HashMap<String, String>>) {
     let mut p = spawn(Command::new(workload("deadlock")).arg(mode));
     let mut out = LineWatch::new(p.child.stdout.take().unwrap());
-    let mut truths = Vec::new();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let line = out.wait_for("", deadline.saturating_duration_since(Instant::now()));
-        if line.trim() == "ready" {
-            break;
-        }
-        if let Some(rest) = line.trim().strip_prefix("truth ") {
-            truths.push(
-                rest.split_whitespace()
-                    .filter_map(|kv| kv.split_once('='))
-                    .map(|(k, v)| (k.to_owned(), v.to_owned()))
-                    .collect(),
-            );
-        }
-    }
+    out.wait_for("ready", Duration::from_secs(20));
+    let truths = truth_maps(&out.seen.join("\n"));
     (p, truths)
 }
 
@@ -325,20 +312,6 @@ fn live(mode: &str, options: &[&str]) -> (Option<i32>, String, Value) {
     }
     println!("{stderr}");
     (status.code(), stdout, read_json(&json))
-}
-
-/// The workload's `truth` lines as maps.
-fn truth_maps(stdout: &str) -> Vec<HashMap<String, String>> {
-    stdout
-        .lines()
-        .filter_map(|l| l.strip_prefix("truth "))
-        .map(|rest| {
-            rest.split_whitespace()
-                .filter_map(|kv| kv.split_once('='))
-                .map(|(k, v)| (k.to_owned(), v.to_owned()))
-                .collect()
-        })
-        .collect()
 }
 
 /// Checks the one deadlock found: its threads are the workload's, each waiting for the

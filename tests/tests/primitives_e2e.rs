@@ -5,21 +5,7 @@ use std::{
     path::PathBuf,
 };
 
-use rtm_tests::{Value, can_trace, trace_json, within, workload};
-
-/// `truth k=v ...` lines as string maps.
-fn truth_lines(stdout: &str) -> Vec<HashMap<String, String>> {
-    stdout
-        .lines()
-        .filter_map(|l| l.strip_prefix("truth "))
-        .map(|rest| {
-            rest.split_whitespace()
-                .filter_map(|kv| kv.split_once('='))
-                .map(|(k, v)| (k.to_owned(), v.to_owned()))
-                .collect()
-        })
-        .collect()
-}
+use rtm_tests::{Value, can_trace, trace_json, truth_maps, within, workload};
 
 /// The value of `key` in the first truth line that has it.
 fn truth(t: &[HashMap<String, String>], key: &str) -> String {
@@ -34,7 +20,7 @@ fn trace(bin: PathBuf, args: &[&str]) -> (Vec<HashMap<String, String>>, Value, S
     let (stdout, doc) = trace_json(&["--mode", "full"], &bin, args);
     assert!(stdout.contains(&format!("done {}", args[0])), "{stdout}");
     assert_eq!(doc["run"]["losses"]["ring_full"], 0);
-    (truth_lines(&stdout), doc, stdout)
+    (truth_maps(&stdout), doc, stdout)
 }
 
 fn objects<'a>(doc: &'a Value, kind: &str) -> Vec<&'a Value> {

@@ -4,6 +4,8 @@
 
 use std::time::Instant;
 
+use rtm_common::{FUTEX_CMD_MASK, futex_cmd_waits};
+
 use crate::{
     model::{
         blocked::{self, BlockedThread, BlockedView, Holder, MUTEX_BYTES},
@@ -31,33 +33,36 @@ pub struct Namers<'a> {
     pub unwinder: &'a mut StackUnwinder,
 }
 
-/// Thread `tid` of `pid` when it is blocked in a futex wait now: its word, the word's
-/// holder, and (with `namers`) the word's name, its stack, and how long since it ran.
+/// Thread `tid` of `pid` when it is blocked in a futex wait now: its word and the word's
+/// holder; with `namers` also its name, the holder's process, the word's name, its
+/// stack, and how long since it ran (the live check reads those only for a deadlock's
+/// threads).
 pub fn read_thread(pid: u32, tid: u32, namers: Option<&mut Namers<'_>>) -> Option<BlockedThread> {
     let s = syscall_of(pid, tid)?;
-    if s.nr != SYS_FUTEX || !blocked::futex_op_waits(s.args[1]) {
+    if s.nr != SYS_FUTEX || !futex_cmd_waits(s.args[1] as u32 & FUTEX_CMD_MASK) {
         return None;
     }
     let word = s.args[0];
     let holder = blocked::holder(s.args[1], &read_memory(pid, word, MUTEX_BYTES));
-    // A holder that is no thread now exited holding the lock (the outputs say so).
-    let holder_pid = match holder {
-        Holder::Thread { tid: h, .. } => process::tgid_of(h),
-        Holder::Unknown { .. } => None,
-    };
     let mut t = BlockedThread {
         pid,
         tid,
-        name: process::thread_name(pid, tid),
+        name: None,
         word,
         word_name: None,
         holder,
-        holder_pid,
+        holder_pid: None,
         off_cpu_ns: None,
         waited_ns: None,
         stack: Vec::new(),
     };
     if let Some(n) = namers {
+        t.name = process::thread_name(pid, tid);
+        // A holder that is no thread now exited holding the lock (the outputs say so).
+        t.holder_pid = match t.holder {
+            Holder::Thread { tid: h, .. } => process::tgid_of(h),
+            Holder::Unknown { .. } => None,
+        };
         let bytes = read_memory(pid, s.sp, STACK_BYTES);
         let capture = Capture {
             ip: s.pc,

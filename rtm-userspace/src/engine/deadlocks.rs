@@ -93,6 +93,9 @@ impl Engine {
         };
         let first: Vec<BlockedThread> = asleep.iter().copied().filter_map(read).collect();
         let cycles = blocked::cycles(&first);
+        // When each wait began, where the source knows.
+        let starts: HashMap<(u32, u32), Option<u64>> =
+            asleep.iter().map(|&(p, t, s)| ((p, t), s)).collect();
         let mut new = false;
         for c in cycles {
             let members: Vec<&BlockedThread> = c
@@ -104,49 +107,39 @@ impl Engine {
             if self.deadlocks.seen.contains(&key) {
                 continue;
             }
-            // Again: the same waits, the same holders.
-            let starts: HashMap<(u32, u32), Option<u64>> =
-                asleep.iter().map(|&(p, t, s)| ((p, t), s)).collect();
-            let again: Vec<(u32, u32, Option<u64>)> = c
-                .threads
-                .iter()
-                .map(|&(p, t)| (p, t, starts.get(&(p, t)).copied().flatten()))
-                .collect();
-            let still = self.source.knows_asleep().then(|| {
-                let mut ts = c.threads.iter().copied();
-                self.source.asleep(&mut ts, None)
-            });
-            let confirmed = again.iter().zip(&members).all(|(&(p, t, start), m)| {
-                let same_wait = match (&still, start) {
-                    (Some(s), Some(start)) => s
+            // Again: the same waits...
+            if knows {
+                let still = self.source.asleep(&mut c.threads.iter().copied(), None);
+                let same = c.threads.iter().all(|&(p, t)| match starts.get(&(p, t)) {
+                    Some(&Some(start)) => still
                         .iter()
                         .any(|a| a.pid == p && a.tid == t && a.start_ns == start),
                     _ => true,
-                };
-                same_wait
-                    && read_thread(p, t, None)
-                        .is_some_and(|b| b.word == m.word && b.holder == m.holder)
-            });
-            if !confirmed {
-                continue;
+                });
+                if !same {
+                    continue;
+                }
             }
-            self.deadlocks.seen.insert(key);
-            new = true;
-            // Now named, with their stacks.
+            // ...and the same words and holders, read this time named, with stacks.
             let state = &mut self.state;
             let mut namers = Namers {
                 objects: &mut state.namer,
                 code: &mut state.code,
                 unwinder: state.join.unwinder(),
             };
-            let threads: Vec<BlockedThread> = again
-                .into_iter()
-                .filter_map(|(p, t, start)| {
-                    let mut b = read_thread(p, t, Some(&mut namers))?;
-                    b.waited_ns = start.map(|s| now.saturating_sub(s));
-                    Some(b)
+            let threads: Vec<BlockedThread> = members
+                .iter()
+                .filter_map(|m| {
+                    let mut b = read_thread(m.pid, m.tid, Some(&mut namers))?;
+                    b.waited_ns = m.waited_ns;
+                    (b.word == m.word && b.holder == m.holder).then_some(b)
                 })
                 .collect();
+            if threads.len() != members.len() {
+                continue;
+            }
+            self.deadlocks.seen.insert(key);
+            new = true;
             let view = DeadlockView {
                 detected_ns: now,
                 threads,

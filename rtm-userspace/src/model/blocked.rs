@@ -26,20 +26,9 @@ const KIND_ROBUST: i32 = 16;
 /// A robust mutex whose owner died, or that can no longer be recovered.
 const OWNER_DEAD: [i32; 2] = [0x7fff_ffff, 0x7fff_fffe];
 
-/// Futex operations (`op & 0x7f`).
-const FUTEX_WAIT: u64 = 0;
-const FUTEX_LOCK_PI: u64 = 6;
-const FUTEX_WAIT_BITSET: u64 = 9;
-const FUTEX_WAIT_REQUEUE_PI: u64 = 11;
-const FUTEX_LOCK_PI2: u64 = 13;
-
-/// Whether futex op `op` waits (rather than wakes).
-pub fn futex_op_waits(op: u64) -> bool {
-    matches!(
-        op & 0x7f,
-        FUTEX_WAIT | FUTEX_LOCK_PI | FUTEX_WAIT_BITSET | FUTEX_WAIT_REQUEUE_PI | FUTEX_LOCK_PI2
-    )
-}
+/// Futex commands that take a priority-inheritance lock.
+const FUTEX_LOCK_PI: u32 = 6;
+const FUTEX_LOCK_PI2: u32 = 13;
 
 /// What a wait's word says of its holder.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -82,7 +71,7 @@ pub fn holder(op: u64, bytes: &[u8]) -> Holder {
     ];
     let tid = rtm_common::mutex_holder(cmd, words);
     let (owner, kind) = (words[2] as i32, words[4] as i32);
-    if matches!(u64::from(cmd), FUTEX_LOCK_PI | FUTEX_LOCK_PI2) {
+    if matches!(cmd, FUTEX_LOCK_PI | FUTEX_LOCK_PI2) {
         return if tid == 0 {
             Holder::Unknown {
                 why: "the priority-inheritance lock has no owner now",

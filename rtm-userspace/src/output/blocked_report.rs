@@ -53,22 +53,44 @@ fn holder(v: &BlockedView, t: &BlockedThread) -> String {
     }
 }
 
-/// One line naming a deadlock's threads and locks.
-pub fn cycle_line(v: &BlockedView, c: &Cycle) -> String {
-    let of = |tid: u32| v.blocked.iter().find(|b| b.tid == tid);
-    let parts: Vec<String> = c
-        .threads
-        .iter()
-        .filter_map(|&(_, tid)| of(tid))
+/// Each of `threads` waiting (and for how long, when known) for its word and holder,
+/// `; `-separated.
+fn waits<'a>(threads: impl Iterator<Item = &'a BlockedThread>) -> String {
+    let parts: Vec<String> = threads
         .map(|t| {
-            let held_by = match t.holder {
+            let held = match t.holder {
                 Holder::Thread { tid, .. } => tid.to_string(),
                 Holder::Unknown { .. } => "?".into(),
             };
-            format!("{} waits for {} held by {held_by}", thread(t), word(t))
+            let waited = t
+                .waited_ns
+                .map(|w| format!(" for {}", ns(w)))
+                .unwrap_or_default();
+            format!("{} waits{waited} for {} held by {held}", thread(t), word(t))
         })
         .collect();
-    Shown(&format!("deadlock: {}", parts.join("; "))).to_string()
+    parts.join("; ")
+}
+
+/// A deadlocked thread, its word and holder (`held`), and where it waits.
+fn thread_with_stack(out: &mut String, t: &BlockedThread, held: &str) {
+    let _ = writeln!(
+        out,
+        "    {} waits for {} (held by {}), where:",
+        Shown(&thread(t)),
+        Shown(&word(t)),
+        Shown(held)
+    );
+    for f in t.stack.iter().take(FRAMES) {
+        let _ = writeln!(out, "      {}", Shown(f));
+    }
+}
+
+/// One line naming a deadlock's threads and locks.
+pub fn cycle_line(v: &BlockedView, c: &Cycle) -> String {
+    let of = |tid: u32| v.blocked.iter().find(|b| b.tid == tid);
+    let members = c.threads.iter().filter_map(|&(_, tid)| of(tid));
+    Shown(&format!("deadlock: {}", waits(members))).to_string()
 }
 
 /// The text report.
@@ -116,18 +138,8 @@ pub fn render(v: &BlockedView, top: usize) -> String {
     for c in &v.cycles {
         let _ = writeln!(out, "  {}", cycle_line(v, c));
         for &(_, tid) in &c.threads {
-            let Some(t) = v.blocked.iter().find(|b| b.tid == tid) else {
-                continue;
-            };
-            let _ = writeln!(
-                out,
-                "    {} waits for {} (held by {}), where:",
-                Shown(&thread(t)),
-                Shown(&word(t)),
-                Shown(&holder(v, t))
-            );
-            for f in t.stack.iter().take(FRAMES) {
-                let _ = writeln!(out, "      {}", Shown(f));
+            if let Some(t) = v.blocked.iter().find(|b| b.tid == tid) {
+                thread_with_stack(&mut out, t, &holder(v, t));
             }
         }
     }
@@ -141,54 +153,26 @@ pub(super) fn found(out: &mut String, deadlocks: &[DeadlockView]) {
     }
     let _ = writeln!(out, "\nDeadlocks found while tracing ({})", deadlocks.len());
     for d in deadlocks {
-        let _ = writeln!(
-            out,
-            "  {}",
-            Shown(&crate::output::blocked_report::describe(d))
-        );
+        let _ = writeln!(out, "  {}", Shown(&describe(d)));
         for t in &d.threads {
             let held = match &t.holder {
                 Holder::Thread { tid, mutex } => format!("{tid} ({mutex} mutex)"),
                 Holder::Unknown { why } => format!("unknown: {why}"),
             };
-            let _ = writeln!(
-                out,
-                "    {} waits for {} (held by {}), where:",
-                Shown(&thread(t)),
-                Shown(&word(t)),
-                Shown(&held)
-            );
-            for f in t.stack.iter().take(FRAMES) {
-                let _ = writeln!(out, "      {}", Shown(f));
-            }
+            thread_with_stack(out, t, &held);
         }
     }
 }
 
 /// One line naming a deadlock's threads, locks, how long each waited, and holders.
 pub fn describe(d: &DeadlockView) -> String {
-    let parts: Vec<String> = d
-        .threads
-        .iter()
-        .map(|t| {
-            let held = match t.holder {
-                Holder::Thread { tid, .. } => tid.to_string(),
-                Holder::Unknown { .. } => "?".into(),
-            };
-            let waited = t
-                .waited_ns
-                .map(|w| format!(" for {}", ns(w)))
-                .unwrap_or_default();
-            format!("{} waits{waited} for {} held by {held}", thread(t), word(t))
-        })
-        .collect();
     let pids: std::collections::HashSet<u32> = d.threads.iter().map(|t| t.pid).collect();
     let across = if pids.len() > 1 {
         " (across processes)"
     } else {
         ""
     };
-    format!("deadlock{across}: {}", parts.join("; "))
+    format!("deadlock{across}: {}", waits(d.threads.iter()))
 }
 
 /// The report's section on locks taken in both orders (full mode).

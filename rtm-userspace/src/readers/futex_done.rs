@@ -192,11 +192,7 @@ fn left_in_entry(pid: u32, tid: u32, f: &PendingFutex, now_ns: u64) -> Option<Fu
 
 /// Whether a /proc syscall line ("202 0xADDR ...") is a futex call on `uaddr`.
 fn in_futex_on(line: &str, uaddr: u64) -> bool {
-    let mut f = line.split_ascii_whitespace();
-    f.next() == Some("202")
-        && f.next()
-            .and_then(|a| u64::from_str_radix(a.trim_start_matches("0x"), 16).ok())
-            == Some(uaddr)
+    crate::target::blocked::parse_syscall(line).is_some_and(|s| s.nr == 202 && s.args[0] == uaddr)
 }
 
 /// The wait in `done`, ended at its thread's first switch-in after the wake (or at the
