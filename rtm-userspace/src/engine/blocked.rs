@@ -13,7 +13,7 @@ use crate::{
     },
     symbolize::{CodeNamer, ObjectNamer, StackUnwinder, unwind::Capture},
     target::{
-        blocked::{off_cpu_ns, read_memory, syscall_of},
+        blocked::{CpuClocks, read_memory, syscall_of},
         process,
     },
 };
@@ -31,6 +31,8 @@ pub struct Namers<'a> {
     pub code: &'a mut CodeNamer,
     /// Unwinds stacks.
     pub unwinder: &'a mut StackUnwinder,
+    /// Tells how long threads have been off their CPU.
+    pub clocks: CpuClocks,
 }
 
 /// Thread `tid` of `pid` when it is blocked in a futex wait now: its word and the word's
@@ -71,7 +73,13 @@ pub fn read_thread(pid: u32, tid: u32, namers: Option<&mut Namers<'_>>) -> Optio
             stack: &bytes,
             fixes: &[],
         };
-        let frames = n.unwinder.unwind(n.objects, pid, &capture);
+        let mut frames = n.unwinder.unwind(n.objects, pid, &capture);
+        if frames.is_empty() {
+            // Its code is in no file the mappings known say it maps (records lost, or
+            // not read yet): the process lives, so read them and try once more.
+            n.objects.remember(pid);
+            frames = n.unwinder.unwind(n.objects, pid, &capture);
+        }
         t.stack = name_frames(&frames, &mut |a| n.code.name(n.objects, pid, a));
         let modules: Vec<_> = frames
             .iter()
@@ -81,7 +89,7 @@ pub fn read_thread(pid: u32, tid: u32, namers: Option<&mut Namers<'_>>) -> Optio
             .objects
             .name(pid, word)
             .or_else(|| user_frame(&t.stack, &modules).map(|f| format!("in {f}")));
-        t.off_cpu_ns = off_cpu_ns(pid, tid);
+        t.off_cpu_ns = n.clocks.off_cpu_ns(pid, tid);
     }
     Some(t)
 }
@@ -97,6 +105,7 @@ pub fn snapshot(pids: &[u32]) -> BlockedView {
         objects: &mut objects,
         code: &mut code,
         unwinder: &mut unwinder,
+        clocks: CpuClocks::default(),
     };
     let mut seen = 0;
     let mut out = Vec::new();

@@ -126,6 +126,7 @@ impl Engine {
                 objects: &mut state.namer,
                 code: &mut state.code,
                 unwinder: state.join.unwinder(),
+                clocks: Default::default(),
             };
             let threads: Vec<BlockedThread> = members
                 .iter()

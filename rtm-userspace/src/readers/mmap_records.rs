@@ -128,21 +128,26 @@ impl MmapRecordReader {
         self.lost
     }
 
-    /// Hands the records about processes `wanted` accepts to `sink`, oldest first.
-    pub fn drain(&mut self, wanted: &mut dyn FnMut(u32) -> bool, sink: &mut dyn FnMut(MmapRecord)) {
+    /// Hands the records about processes `wanted` accepts to `sink`, oldest first, each
+    /// with its time (CLOCK_MONOTONIC ns, the clock of [`crate::target::process::monotonic_ns`]).
+    pub fn drain(
+        &mut self,
+        wanted: &mut dyn FnMut(u32) -> bool,
+        sink: &mut dyn FnMut(u64, MmapRecord),
+    ) {
         let mut raw = Vec::new();
         for r in &mut self.rings {
             r.take(&mut raw);
         }
         raw.sort_by_key(|(t, _)| *t);
         let mut verdicts = std::collections::HashMap::new();
-        for (_, rec) in raw {
+        for (time, rec) in raw {
             match parse(&rec) {
                 Some(Parsed::Lost(n)) => self.lost += n,
                 Some(Parsed::Record(r))
                     if *verdicts.entry(r.pid()).or_insert_with(|| wanted(r.pid())) =>
                 {
-                    sink(r)
+                    sink(time, r)
                 }
                 Some(Parsed::Record(_)) => {}
                 None => {}
@@ -239,6 +244,10 @@ fn open_ring(cpu: i32, page: usize) -> io::Result<Ring> {
     attr.set_sample_id_all(1);
     attr.set_exclude_kernel(1);
     attr.set_exclude_hv(1);
+    // Times on the clock a /proc read is stamped with, so a read can be ordered
+    // against the records (one made after it is applied over it).
+    attr.set_use_clockid(1);
+    attr.clockid = libc::CLOCK_MONOTONIC;
     // SAFETY: attr is initialized; a dummy event counts nothing and only reports
     // side-band records.
     let fd = unsafe {
@@ -369,6 +378,7 @@ mod tests {
         }
         let mut reader = MmapRecordReader::open().expect("perf dummy events");
         let f = std::fs::File::open("/proc/self/exe").unwrap();
+        let before_ns = crate::target::process::monotonic_ns();
         // SAFETY: mapping a readable file privately; unmapped below.
         let addr = unsafe {
             libc::mmap(
@@ -383,7 +393,17 @@ mod tests {
         assert_ne!(addr, libc::MAP_FAILED);
         let me = std::process::id();
         let mut seen = Vec::new();
-        reader.drain(&mut |pid| pid == me, &mut |r| seen.push(r));
+        let (before, after) = (before_ns, crate::target::process::monotonic_ns());
+        let mut times = Vec::new();
+        reader.drain(&mut |pid| pid == me, &mut |t, r| {
+            times.push(t);
+            seen.push(r)
+        });
+        // Stamped on the monotonic clock, between the two readings around the mmap.
+        assert!(
+            times.iter().any(|&t| t >= before && t <= after),
+            "{times:?} not in {before}..{after}"
+        );
         // SAFETY: the mapping made above.
         unsafe { libc::munmap(addr, 4096) };
         assert!(

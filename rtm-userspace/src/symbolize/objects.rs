@@ -78,6 +78,8 @@ pub const MAX_EXITED_SPACES: usize = 1024;
 #[derive(Debug)]
 pub struct SpaceRead {
     pid: u32,
+    /// When the maps were read (CLOCK_MONOTONIC ns, the mapping records' clock).
+    at_ns: u64,
     mappings: Result<Vec<Mapping>, String>,
     /// Its mount namespace and what its / and /usr/lib/debug are, and its root open.
     root: Option<(Option<RootKey>, mapped::ProcRoot)>,
@@ -88,6 +90,7 @@ impl SpaceRead {
     /// [`ObjectNamer::remember`], done apart from the namer (a worker thread does them
     /// off the event path).
     pub fn read(pid: u32) -> Self {
+        let at_ns = process::monotonic_ns();
         let mappings = process::mappings(pid).map_err(|e| e.to_string());
         let root = match &mappings {
             Ok(m) if !m.is_empty() => {
@@ -110,6 +113,7 @@ impl SpaceRead {
         };
         Self {
             pid,
+            at_ns,
             mappings,
             root,
         }
@@ -136,8 +140,9 @@ impl ObjectNamer {
             Ok(m) if m.is_empty() => log::debug!("maps of {pid}: empty, the process is exiting"),
             Ok(m) => {
                 let space = self.spaces.entry(pid).or_default();
-                if !space.holds(&m) {
-                    Rc::make_mut(space).replace(m);
+                if !space.holds(&m) && !Rc::make_mut(space).replace_read(m, read.at_ns) {
+                    log::debug!("maps of {pid}: read before its exec, not taken");
+                    return;
                 }
                 if let Some((key, fd)) = read.root {
                     self.keep_root(pid, key, fd);
@@ -178,19 +183,27 @@ impl ObjectNamer {
             .unwrap_or_default()
     }
 
+    /// Which state of `pid`'s known mappings this is (another value after any change;
+    /// 0: none known).
+    pub fn space_version(&self, pid: u32) -> u64 {
+        self.spaces.get(&pid).map_or(0, |s| s.version())
+    }
+
     /// How many files `pid` is known to map (0: its mappings are not known).
     pub fn module_count(&self, pid: u32) -> usize {
         self.spaces.get(&pid).map_or(0, |s| s.modules().len())
     }
 
-    /// The kernel reported a new mapping in `pid`.
-    pub fn mapped(&mut self, pid: u32, m: Mapping) {
-        Rc::make_mut(self.spaces.entry(pid).or_default()).map(m);
+    /// The kernel reported a new mapping in `pid`, made at `at_ns` (CLOCK_MONOTONIC).
+    pub fn mapped(&mut self, pid: u32, at_ns: u64, m: Mapping) {
+        Rc::make_mut(self.spaces.entry(pid).or_default()).map_at(at_ns, m);
     }
 
-    /// `pid` runs a new program: its old mappings are gone.
-    pub fn exec(&mut self, pid: u32) {
-        self.spaces.insert(pid, Rc::default());
+    /// `pid` runs a new program since `at_ns`: its old mappings are gone.
+    pub fn exec(&mut self, pid: u32, at_ns: u64) {
+        let mut space = AddressSpace::default();
+        space.exec_at(at_ns);
+        self.spaces.insert(pid, Rc::new(space));
         // A new program may run in another mount namespace (unshare -m, then exec).
         self.roots.remove(&pid);
         self.refreshed.remove(&pid);

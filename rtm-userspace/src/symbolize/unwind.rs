@@ -88,8 +88,19 @@ impl FileUnwind {
 struct Space {
     unwinder: UnwinderX86_64<Bytes>,
     ranges: Vec<Range<u64>>,
-    /// The files the process was known to map when it was built.
-    modules: usize,
+    /// The state of the process's known mappings it was built from.
+    version: u64,
+    /// The code files it was built from: (start, end, inode).
+    code: Vec<(u64, u64, u64)>,
+}
+
+/// The code files of `modules` an unwinder is built from: (start, end, inode).
+fn code_of(modules: &[crate::target::address_space::Module]) -> Vec<(u64, u64, u64)> {
+    modules
+        .iter()
+        .filter(|m| m.executable && m.base.is_some())
+        .map(|m| (m.start, m.end, m.inode))
+        .collect()
 }
 
 /// The user registers and stack copy of a thread.
@@ -124,15 +135,19 @@ impl StackUnwinder {
 
     /// Whether `ip` of `pid` lies in a file whose unwind information is at hand, from
     /// the mappings `namer` knows (no /proc read): the process's unwinder is rebuilt
-    /// when `namer` knows more files than it was built with.
+    /// when the code files `namer` knows have changed since it was built.
     pub fn covers(&mut self, namer: &mut ObjectNamer, pid: u32, ip: u64) -> bool {
-        let known = namer.module_count(pid);
-        if known == 0 {
+        let version = namer.space_version(pid);
+        if namer.module_count(pid) == 0 {
             return false;
         }
-        if self.spaces.get(&pid).is_none_or(|s| s.modules != known) {
-            let space = self.build(namer, pid);
-            self.spaces.insert(pid, space);
+        match self.spaces.get_mut(&pid) {
+            Some(s) if s.version == version => {}
+            Some(s) if s.code == code_of(&namer.modules(pid)) => s.version = version,
+            _ => {
+                let space = self.build(namer, pid, version);
+                self.spaces.insert(pid, space);
+            }
         }
         self.spaces
             .get(&pid)
@@ -158,11 +173,11 @@ impl StackUnwinder {
         parsed
     }
 
-    fn build(&mut self, namer: &mut ObjectNamer, pid: u32) -> Space {
+    fn build(&mut self, namer: &mut ObjectNamer, pid: u32, version: u64) -> Space {
         let mut unwinder = UnwinderX86_64::new();
         let mut ranges = Vec::new();
         let modules = namer.modules(pid);
-        let count = modules.len();
+        let code = code_of(&modules);
         for m in modules {
             let Some(base) = m.base.filter(|_| m.executable) else {
                 continue;
@@ -180,7 +195,8 @@ impl StackUnwinder {
         Space {
             unwinder,
             ranges,
-            modules: count,
+            version,
+            code,
         }
     }
 
@@ -318,6 +334,37 @@ mod tests {
             inner.is_some() && inner < outer && outer < test,
             "{names:#?}"
         );
+    }
+
+    /// The unwinder follows what the namer knows: after an exec into files as many as
+    /// before but elsewhere, this process's code is no longer covered (it once went by
+    /// the count of files and kept the old ones), and a fresh read covers it again.
+    #[test]
+    fn the_unwinder_is_rebuilt_when_the_code_files_change() {
+        let me = std::process::id();
+        let ip = the_unwinder_is_rebuilt_when_the_code_files_change as usize as u64;
+        let mut namer = ObjectNamer::default();
+        namer.remember(me);
+        let mut u = StackUnwinder::default();
+        assert!(u.covers(&mut namer, me, ip));
+        let n = namer.module_count(me) as u64;
+        namer.exec(me, 1);
+        for i in 0..n {
+            let m = crate::target::address_space::Mapping {
+                start: 0x1000_0000 + i * 0x10_000,
+                end: 0x1000_1000 + i * 0x10_000,
+                offset: 0,
+                dev: "fd:01".into(),
+                inode: 1_000_000 + i,
+                path: format!("/nowhere/{i}.so"),
+                executable: true,
+            };
+            namer.mapped(me, 2, m);
+        }
+        assert_eq!(namer.module_count(me) as u64, n);
+        assert!(!u.covers(&mut namer, me, ip));
+        namer.remember(me);
+        assert!(u.covers(&mut namer, me, ip));
     }
 
     #[test]

@@ -130,14 +130,30 @@ pub fn modules_of<'a>(mappings: impl IntoIterator<Item = &'a Mapping>) -> Vec<Mo
 
 /// Most mappings one address space keeps; beyond it new ones are counted, not kept.
 pub const MAX_MAPPINGS: usize = 16_384;
+/// Most mapping records kept to be applied again over a /proc snapshot read before
+/// them (a dynamic loader's burst at a program's start is a few dozen).
+const MAX_RECENT: usize = 64;
 
 /// A process's mappings as they change: a snapshot of /proc replaces them, a mapping
 /// record overlays them (what it covers is unmapped first, as the kernel does), an exec
 /// empties them. Anonymous memory is kept only where it can be a file's .bss, so a
 /// program that maps and unmaps heap memory all day does not grow the table.
+///
+/// Snapshots are read apart from the records (by a worker, later): one read before
+/// records already applied must not undo them (a program's libraries mapped by its
+/// loader after a read taken at its exec), and one read before an exec describes the
+/// old program. Records and snapshots carry their times (CLOCK_MONOTONIC) for that.
 #[derive(Debug, Clone, Default)]
 pub struct AddressSpace {
     mappings: BTreeMap<u64, Mapping>,
+    /// The latest mapping records, with their times, to apply again over an older
+    /// snapshot (the oldest go first beyond [`MAX_RECENT`]).
+    recent: std::collections::VecDeque<(u64, Mapping)>,
+    /// When the current program was execed (0: not seen).
+    exec_ns: u64,
+    /// Changes with every change of the mappings kept (unique across all spaces), so
+    /// what is built from them knows when to build again.
+    version: u64,
     /// The modules, worked out on first use after a change (shared copies read them
     /// without a copy).
     modules: std::cell::OnceCell<Vec<Module>>,
@@ -163,13 +179,60 @@ impl AddressSpace {
     /// Replaces everything with a full snapshot.
     pub fn replace(&mut self, all: Vec<Mapping>) {
         self.mappings = Self::kept(all).map(|m| (m.start, m)).collect();
+        self.changed();
+    }
+
+    fn changed(&mut self) {
+        static VERSIONS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
         self.modules = Default::default();
+        self.version = VERSIONS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Which state of the mappings this is: another value after any change (0 for a
+    /// space never changed).
+    pub fn version(&self) -> u64 {
+        self.version
+    }
+
+    /// Replaces everything with a snapshot read at `read_ns`, then applies again the
+    /// records made since (the snapshot may predate them). A snapshot read before the
+    /// last exec is of the old program: ignored (returns false).
+    pub fn replace_read(&mut self, all: Vec<Mapping>, read_ns: u64) -> bool {
+        if read_ns < self.exec_ns {
+            return false;
+        }
+        self.replace(all);
+        // Records older than this snapshot are in it; later snapshots are later still.
+        while self.recent.front().is_some_and(|&(t, _)| t < read_ns) {
+            self.recent.pop_front();
+        }
+        let again: Vec<Mapping> = self.recent.iter().map(|(_, m)| m.clone()).collect();
+        for m in again {
+            self.map(m);
+        }
+        true
     }
 
     /// The program was replaced (exec).
     pub fn clear(&mut self) {
         self.mappings.clear();
-        self.modules = Default::default();
+        self.recent.clear();
+        self.changed();
+    }
+
+    /// The program was replaced by an exec at `at_ns`.
+    pub fn exec_at(&mut self, at_ns: u64) {
+        self.clear();
+        self.exec_ns = self.exec_ns.max(at_ns);
+    }
+
+    /// Applies one mapping record made at `at_ns`.
+    pub fn map_at(&mut self, at_ns: u64, m: Mapping) {
+        if self.recent.len() >= MAX_RECENT {
+            self.recent.pop_front();
+        }
+        self.recent.push_back((at_ns, m.clone()));
+        self.map(m);
     }
 
     /// Applies one new mapping.
@@ -193,11 +256,11 @@ impl AddressSpace {
             return;
         }
         self.mappings.insert(m.start, m);
+        self.changed();
     }
 
     /// Removes `[start, end)`, trimming mappings that straddle its edges.
     fn unmap(&mut self, start: u64, end: u64) {
-        self.modules = Default::default();
         let hit: Vec<u64> = self
             .mappings
             .range(..end)
@@ -206,6 +269,9 @@ impl AddressSpace {
             .filter(|(_, m)| m.end > start)
             .map(|(&s, _)| s)
             .collect();
+        if !hit.is_empty() {
+            self.changed();
+        }
         for s in hit {
             let old = self.mappings.remove(&s).expect("present");
             if old.start < start {
@@ -338,6 +404,46 @@ mod tests {
         a.map(anon(0x10000, 0x20000));
         assert_eq!(a.mappings.len(), 2);
         assert_eq!(a.modules()[0].end, 0x4000);
+    }
+
+    /// The race behind a deadlock's thread once shown with no stack: the maps read at
+    /// a program's exec (program and loader only) came back after the records of the
+    /// libraries its loader mapped, and replaced them.
+    #[test]
+    fn a_snapshot_older_than_the_records_keeps_them() {
+        let (program, loader, libc) = (
+            file(0x1000, 0x2000, 0, 1),
+            file(0x8000, 0x9000, 0, 2),
+            file(0x4000, 0x6000, 0, 3),
+        );
+        let mut a = AddressSpace::default();
+        a.exec_at(100);
+        a.map_at(101, program.clone());
+        a.map_at(102, loader.clone());
+        // The worker reads /proc at 103; the loader maps libc at 110.
+        a.map_at(110, libc.clone());
+        assert!(a.replace_read(vec![program.clone(), loader.clone()], 103));
+        let inodes: Vec<u64> = a.modules().iter().map(|m| m.inode).collect();
+        assert_eq!(inodes, [1, 3, 2], "libc kept, in address order");
+        // A read after the records stands as read (libc unmapped since: gone), and the
+        // records it covers are let go.
+        assert!(a.replace_read(vec![program.clone(), loader.clone()], 120));
+        assert_eq!(a.modules().len(), 2);
+        assert!(a.recent.is_empty());
+        // A read from before an exec is of the old program: not taken.
+        a.exec_at(200);
+        a.map_at(201, libc.clone());
+        assert!(!a.replace_read(vec![program, loader], 150));
+        let inodes: Vec<u64> = a.modules().iter().map(|m| m.inode).collect();
+        assert_eq!(inodes, [3]);
+        // The records kept are bounded.
+        for i in 0..(MAX_RECENT as u64 + 5) {
+            a.map_at(
+                300 + i,
+                file(0x10000 + i * 0x1000, 0x11000 + i * 0x1000, 0, 10 + i),
+            );
+        }
+        assert_eq!(a.recent.len(), MAX_RECENT);
     }
 
     #[test]

@@ -51,13 +51,71 @@ fn exec_start_ms(text: &str) -> Option<f64> {
         .ok()
 }
 
-/// Nanoseconds since thread `tid` of `pid` last ran (the scheduler's clock, against
-/// this thread's own last run, which is now): for a blocked thread, about how long it
-/// has been blocked.
-pub fn off_cpu_ns(pid: u32, tid: u32) -> Option<u64> {
-    let theirs = exec_start_ms(&read_proc_text(format!("/proc/{pid}/task/{tid}/sched")).ok()?)?;
-    let ours = exec_start_ms(&read_proc_text("/proc/thread-self/sched").ok()?)?;
-    Some(((ours - theirs).max(0.0) * 1e6) as u64)
+/// The CPU thread `tid` of `pid` last ran on (`stat` field 39).
+fn last_cpu(pid: u32, tid: u32) -> Option<u32> {
+    let stat = read_proc_text(format!("/proc/{pid}/task/{tid}/stat")).ok()?;
+    // Counting from the state (field 3) after the comm's ')'.
+    stat.rsplit_once(')')?
+        .1
+        .split_whitespace()
+        .nth(36)?
+        .parse()
+        .ok()
+}
+
+/// How long threads have been off their CPU, from when the scheduler last ran them.
+///
+/// That time (`se.exec_start`) is on the task clock of the CPU the thread last ran on,
+/// which leaves out that CPU's interrupt and steal time: the CPUs' clocks drift apart
+/// (160 ms after six hours on a two-CPU VM here; seconds on a busy host), so a thread's
+/// last run is compared with its own CPU's clock. Each CPU's clock is read once, by a
+/// short-lived thread run on it, against CLOCK_MONOTONIC.
+#[derive(Debug, Default)]
+pub struct CpuClocks {
+    /// Per CPU: its task clock minus CLOCK_MONOTONIC, in ms (None: it cannot be run on
+    /// here, e.g. outside this process's cpuset).
+    offsets: std::collections::HashMap<u32, Option<f64>>,
+}
+
+impl CpuClocks {
+    /// Nanoseconds since thread `tid` of `pid` last ran: for a blocked thread, about
+    /// how long it has been blocked. None when unknown (never a guess).
+    pub fn off_cpu_ns(&mut self, pid: u32, tid: u32) -> Option<u64> {
+        let theirs = exec_start_ms(&read_proc_text(format!("/proc/{pid}/task/{tid}/sched")).ok()?)?;
+        let cpu = last_cpu(pid, tid)?;
+        let offset = (*self
+            .offsets
+            .entry(cpu)
+            .or_insert_with(|| clock_offset_ms(cpu)))?;
+        let now = super::process::monotonic_ns() as f64 / 1e6 + offset;
+        Some(((now - theirs).max(0.0) * 1e6) as u64)
+    }
+}
+
+/// CPU `cpu`'s task clock minus CLOCK_MONOTONIC (ms), read by a thread moved onto it:
+/// its own last run there began just now.
+fn clock_offset_ms(cpu: u32) -> Option<f64> {
+    let read = move || -> Option<f64> {
+        // SAFETY: a zeroed cpu_set_t is a valid empty set; CPU_SET writes inside it
+        // (the index is checked against its size first).
+        let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+        if cpu as usize >= 8 * std::mem::size_of::<libc::cpu_set_t>() {
+            return None;
+        }
+        // SAFETY: see above.
+        unsafe { libc::CPU_SET(cpu as usize, &mut set) };
+        // SAFETY: sets this (short-lived) thread's own affinity from a valid set.
+        if unsafe { libc::sched_setaffinity(0, std::mem::size_of_val(&set), &set) } != 0 {
+            return None;
+        }
+        // SAFETY: sched_getcpu has no preconditions.
+        if unsafe { libc::sched_getcpu() } != cpu as i32 {
+            return None;
+        }
+        let ours = exec_start_ms(&read_proc_text("/proc/thread-self/sched").ok()?)?;
+        Some(ours - super::process::monotonic_ns() as f64 / 1e6)
+    };
+    std::thread::scope(|s| s.spawn(read).join().ok().flatten())
 }
 
 /// Most bytes one read of a process's memory returns.
@@ -120,6 +178,43 @@ mod tests {
         let got = read_memory(std::process::id(), data.as_ptr() as u64, 4);
         assert_eq!(got, data);
         assert!(read_memory(std::process::id(), 8, 16).is_empty());
-        assert!(off_cpu_ns(std::process::id(), std::process::id()).is_some());
+    }
+
+    /// A thread asleep on another CPU than the reader's: how long since it ran is its
+    /// own clock's, within a few ms (comparing with the reader's CPU's clock was off by
+    /// those clocks' drift: 160 ms here).
+    #[test]
+    fn off_cpu_time_is_read_on_the_threads_own_cpus_clock() {
+        let cpus = crate::target::host::online_cpus().unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let sleeper = std::thread::spawn(move || {
+            // On the last CPU (the reader then mostly runs on another).
+            let cpu = *cpus.last().unwrap() as usize;
+            // SAFETY: a zeroed set is valid; CPU_SET writes inside it.
+            let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+            // SAFETY: see above.
+            unsafe { libc::CPU_SET(cpu, &mut set) };
+            // SAFETY: this thread's own affinity, from a valid set.
+            unsafe { libc::sched_setaffinity(0, std::mem::size_of_val(&set), &set) };
+            // SAFETY: gettid has no preconditions.
+            let tid = unsafe { libc::gettid() } as u32;
+            tx.send((tid, crate::target::process::monotonic_ns()))
+                .unwrap();
+            std::thread::sleep(std::time::Duration::from_millis(1500));
+        });
+        let (tid, slept_at) = rx.recv().unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(700));
+        let mut clocks = CpuClocks::default();
+        let off = clocks.off_cpu_ns(std::process::id(), tid).unwrap() as i64;
+        let truth = (crate::target::process::monotonic_ns() - slept_at) as i64;
+        sleeper.join().unwrap();
+        // It ran a little after it said when (to send and to sleep): never less than
+        // that; preempted on the way on a loaded machine, more.
+        assert!(
+            off <= truth + 5_000_000 && off >= truth - 200_000_000,
+            "off CPU {off} ns, asleep {truth} ns"
+        );
+        // The clock of a CPU this process can run on is known.
+        assert!(clocks.offsets.values().all(Option::is_some), "{clocks:?}");
     }
 }

@@ -349,9 +349,9 @@ impl Source for KernelSource {
         };
         if let Some(m) = &mut live.mappings {
             let probes = &live.probes;
-            m.drain(&mut |pid| probes.is_traced(pid), &mut |r| match r {
-                MmapRecord::Map { pid, mapping } => namer.mapped(pid, mapping),
-                MmapRecord::Exec { pid } => namer.exec(pid),
+            m.drain(&mut |pid| probes.is_traced(pid), &mut |t, r| match r {
+                MmapRecord::Map { pid, mapping } => namer.mapped(pid, t, mapping),
+                MmapRecord::Exec { pid } => namer.exec(pid, t),
                 MmapRecord::Fork { parent, child } => namer.forked(parent, child),
             });
         }
