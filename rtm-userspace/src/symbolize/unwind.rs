@@ -342,7 +342,7 @@ mod tests {
     #[test]
     fn the_unwinder_is_rebuilt_when_the_code_files_change() {
         let me = std::process::id();
-        let ip = the_unwinder_is_rebuilt_when_the_code_files_change as usize as u64;
+        let ip = the_unwinder_is_rebuilt_when_the_code_files_change as *const () as u64;
         let mut namer = ObjectNamer::default();
         namer.remember(me);
         let mut u = StackUnwinder::default();
