@@ -50,21 +50,27 @@ pub struct FuncFrame {
 }
 const _: () = assert!(size_of::<FuncFrame>() == 24);
 
-/// The timed calls in flight on one thread, innermost last (a map value per thread).
+/// The timed calls in flight on one thread, innermost last: the thread's slot in
+/// [`crate::names::MAP_FUNC_SLOTS`], or its entry in
+/// [`crate::names::MAP_FUNC_PENDING`].
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct FuncStack {
+    /// The thread (pid_tgid) that holds the slot, claimed atomically from 0 at its first
+    /// timed call and given back at its exit (unused in FUNC_PENDING).
+    pub owner: u64,
     /// How many of `frames` are in flight (64 bits for the verifier's bounds checks).
     pub depth: u64,
     /// The calls.
     pub frames: [FuncFrame; MAX_FUNC_DEPTH],
 }
-const _: () = assert!(size_of::<FuncStack>() == 8 + 24 * MAX_FUNC_DEPTH);
+const _: () = assert!(size_of::<FuncStack>() == 16 + 24 * MAX_FUNC_DEPTH);
 
 impl FuncStack {
     /// No call in flight (a constant: the eBPF side inserts it from read-only memory,
     /// being too large for its stack).
     pub const EMPTY: Self = Self {
+        owner: 0,
         depth: 0,
         frames: [FuncFrame {
             start_ns: 0,

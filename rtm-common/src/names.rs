@@ -61,9 +61,26 @@ pub const PROG_CALL_MARK: &str = "call_mark";
 pub const PROG_FUNC_ENTER: &str = "func_enter";
 /// Uretprobe on a timed function, at the same place as [`PROG_FUNC_ENTER`].
 pub const PROG_FUNC_RETURN: &str = "func_return";
-/// pid_tgid -> the timed calls in flight on that thread ([`crate::FuncStack`]); sized
-/// by userspace at load ([`MAX_FUNC_THREADS`] with `--func`, else 1).
+/// pid_tgid -> the timed calls in flight on that thread ([`crate::FuncStack`]), for a
+/// thread whose slot in [`MAP_FUNC_SLOTS`] another holds; sized by userspace at load
+/// ([`MAX_FUNC_THREADS`] with `--func`, else 1).
 pub const MAP_FUNC_PENDING: &str = "FUNC_PENDING";
+/// Array of [`crate::FuncStack`]: each thread's timed calls in flight, at
+/// [`func_slot_index`] (an array element is found without hashing: the programs' own
+/// cost per call is what `--func` adds). Sized by userspace at load
+/// ([`MAX_FUNC_SLOTS`] with `--func`, else 1).
+pub const MAP_FUNC_SLOTS: &str = "FUNC_SLOTS";
+/// Global in the eBPF object: slots in [`MAP_FUNC_SLOTS`] minus one (a power of two
+/// minus one).
+pub const GLOBAL_FUNC_SLOT_MASK: &str = "FUNC_SLOT_MASK";
+/// Slots in [`MAP_FUNC_SLOTS`] with `--func` (784 bytes each).
+pub const MAX_FUNC_SLOTS: u32 = 1024;
+
+/// The slot of thread `tid` in [`MAP_FUNC_SLOTS`] of `mask + 1` slots: consecutive tids
+/// take distinct slots.
+pub const fn func_slot_index(tid: u32, mask: u32) -> u32 {
+    tid.wrapping_mul(FUTEX_SLOT_SPREAD) & mask
+}
 /// sys_enter as a BTF tracepoint (futex calls).
 pub const PROG_FUTEX_ENTER: &str = "futex_enter";
 /// raw_syscalls/sys_enter (futex calls), for kernels without BTF.
@@ -160,7 +177,8 @@ pub const GLOBAL_CONTEXT_FILTER: &str = "CONTEXT_FILTER";
 /// mutex it waits on ([`crate::mutex_holder`]; `[deadlocks] detect`).
 pub const GLOBAL_READ_HOLDERS: &str = "READ_HOLDERS";
 
-/// Threads with timed calls in flight at once ([`MAP_FUNC_PENDING`], 776 bytes each).
+/// Threads with timed calls in flight at once whose slot another holds
+/// ([`MAP_FUNC_PENDING`], 784 bytes each).
 pub const MAX_FUNC_THREADS: u32 = 4096;
 /// Slots of the last-waker table (a power of two; 32 bytes each).
 pub const MAX_WAKERS: u32 = 32768;
@@ -182,6 +200,7 @@ pub const ALL_MAPS: &[&str] = &[
     MAP_MPI_PENDING,
     MAP_MPI_LAYOUT,
     MAP_FUNC_PENDING,
+    MAP_FUNC_SLOTS,
     MAP_TID_FILTER,
     MAP_CPU_FILTER,
 ];
@@ -217,4 +236,5 @@ pub const ALL_GLOBALS: &[&str] = &[
     GLOBAL_FUTEX_SLOT_MASK,
     GLOBAL_CONTEXT_FILTER,
     GLOBAL_READ_HOLDERS,
+    GLOBAL_FUNC_SLOT_MASK,
 ];

@@ -18,7 +18,7 @@ use rtm_common::{EventKind, FuncEvent, FuncFrame, LossCounter, MAX_FUNC_DEPTH};
 use crate::{
     emit::{self, header, now},
     filter::{entry_was_kept, traced_in_context, traced_pid_tgid},
-    maps::{FUNC_PENDING, count_loss, func_stack},
+    maps::{count_loss, func_stack, func_stack_of},
 };
 
 /// Entry of a timed function.
@@ -79,7 +79,7 @@ pub fn func_return(ctx: RetProbeContext) -> u32 {
     let function = unsafe { bpf_get_attach_cookie(ctx.as_ptr()) } as u32;
     // SAFETY: regs points at the task's saved registers, after the return.
     let sp = unsafe { (*ctx.regs).rsp };
-    let Some(st) = FUNC_PENDING.get_ptr_mut(pid_tgid) else {
+    let Some(st) = func_stack_of(pid_tgid) else {
         if entry_was_kept() {
             count_loss(LossCounter::MissedEntry);
         }

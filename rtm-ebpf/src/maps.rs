@@ -1,5 +1,7 @@
 //! Maps and globals shared by every program. Names and sizes come from `rtm_common::names`.
 
+use core::intrinsics::AtomicOrdering;
+
 use aya_ebpf::{
     Global,
     macros::map,
@@ -9,9 +11,9 @@ use rtm_common::{
     FuncStack, FutexDone, FutexWaker, LossCounter, MAX_CALL_DEPTH, MpiLayout, MpiPending,
     PendingCall, PendingFutex, ThreadCalls,
     names::{
-        DEFAULT_RING_BYTES, DEFAULT_TRACED_WORDS, MAX_FILTER_CPUS, MAX_FILTER_TIDS,
+        DEFAULT_RING_BYTES, DEFAULT_TRACED_WORDS, MAX_FILTER_CPUS, MAX_FILTER_TIDS, MAX_FUNC_SLOTS,
         MAX_FUNC_THREADS, MAX_FUTEX_SLOTS, MAX_PENDING, MAX_TRACED_TGIDS, MAX_WAKERS,
-        futex_slot_index,
+        func_slot_index, futex_slot_index,
     },
 };
 
@@ -94,19 +96,70 @@ pub static TID_FILTER: HashMap<u32, u8> = HashMap::with_max_entries(MAX_FILTER_T
 #[map(name = "CPU_FILTER")]
 pub static CPU_FILTER: Array<u64> = Array::with_max_entries(MAX_FILTER_CPUS / 64, 0);
 
-/// pid_tgid -> the timed calls (`--func`) in flight on that thread.
+/// pid_tgid -> the timed calls (`--func`) in flight on a thread whose slot in
+/// FUNC_SLOTS another thread holds.
 #[map(name = "FUNC_PENDING")]
 pub static FUNC_PENDING: HashMap<u64, FuncStack> = HashMap::with_max_entries(MAX_FUNC_THREADS, 0);
+
+/// Each thread's timed calls in flight, at `func_slot_index` (a slot is claimed by one
+/// thread at a time; its `owner`).
+#[map(name = "FUNC_SLOTS")]
+pub static FUNC_SLOTS: Array<FuncStack> = Array::with_max_entries(MAX_FUNC_SLOTS, 0);
+
+/// Slots in FUNC_SLOTS minus one (set by userspace at load).
+#[unsafe(no_mangle)]
+pub static FUNC_SLOT_MASK: Global<u32> = Global::new(0);
 
 /// What a thread's first timed call inserts (too large for the BPF stack).
 static NO_FUNC_CALLS: FuncStack = FuncStack::EMPTY;
 
-/// The thread's timed calls in flight, created empty on first use; `None` when the map
-/// is full.
+/// The thread's slot in FUNC_SLOTS, whoever holds it.
+#[inline(always)]
+fn func_slot(pid_tgid: u64) -> Option<*mut FuncStack> {
+    FUNC_SLOTS.get_ptr_mut(func_slot_index(pid_tgid as u32, FUNC_SLOT_MASK.load()))
+}
+
+/// The thread's own slot, when it holds it.
+#[inline(always)]
+fn own_func_slot(pid_tgid: u64) -> Option<*mut FuncStack> {
+    // SAFETY: reads a field of a map value.
+    func_slot(pid_tgid).filter(|&p| unsafe { (*p).owner } == pid_tgid)
+}
+
+/// The thread's timed calls in flight, where a new call goes: its slot (claimed when
+/// free), else its FUNC_PENDING entry (created empty); `None` when both are taken.
+/// Calls in flight in FUNC_PENDING stay there until they are done.
 #[inline(always)]
 pub fn func_stack(pid_tgid: u64) -> Option<*mut FuncStack> {
-    if let Some(p) = FUNC_PENDING.get_ptr_mut(pid_tgid) {
+    if let Some(p) = own_func_slot(pid_tgid) {
         return Some(p);
+    }
+    let pending = FUNC_PENDING.get_ptr_mut(pid_tgid);
+    // SAFETY: reads a field of a map value.
+    if let Some(h) = pending.filter(|&h| unsafe { (*h).depth } > 0) {
+        return Some(h);
+    }
+    if let Some(p) = func_slot(pid_tgid) {
+        // SAFETY: an aligned u64 of a map value; the exchange fails when another
+        // thread holds the slot (or claimed it first).
+        let (_, claimed) = unsafe {
+            core::intrinsics::atomic_cxchg::<
+                u64,
+                { AtomicOrdering::SeqCst },
+                { AtomicOrdering::SeqCst },
+            >(core::ptr::addr_of_mut!((*p).owner), 0, pid_tgid)
+        };
+        if claimed {
+            // SAFETY: the slot is this thread's now.
+            unsafe { (*p).depth = 0 };
+            if pending.is_some() {
+                let _ = FUNC_PENDING.remove(pid_tgid);
+            }
+            return Some(p);
+        }
+    }
+    if pending.is_some() {
+        return pending;
     }
     // By reference: a copy would not fit on the BPF stack.
     #[allow(clippy::needless_borrows_for_generic_args)]
@@ -114,11 +167,28 @@ pub fn func_stack(pid_tgid: u64) -> Option<*mut FuncStack> {
     FUNC_PENDING.get_ptr_mut(pid_tgid)
 }
 
+/// The thread's timed calls in flight, where a return finds its call.
+#[inline(always)]
+pub fn func_stack_of(pid_tgid: u64) -> Option<*mut FuncStack> {
+    own_func_slot(pid_tgid).or_else(|| FUNC_PENDING.get_ptr_mut(pid_tgid))
+}
+
 /// Forgets everything in flight on an exiting thread.
 #[inline(always)]
 pub fn forget_thread(pid_tgid: u64) {
     let _ = PENDING.remove(pid_tgid);
     let _ = FUNC_PENDING.remove(pid_tgid);
+    if let Some(p) = own_func_slot(pid_tgid) {
+        // SAFETY: this thread's own slot: emptied, then given back (an atomic store, so
+        // a thread claiming it next finds it empty).
+        unsafe {
+            (*p).depth = 0;
+            core::intrinsics::atomic_xchg::<u64, { AtomicOrdering::SeqCst }>(
+                core::ptr::addr_of_mut!((*p).owner),
+                0,
+            );
+        }
+    }
     match futex_slot(pid_tgid as u32) {
         // SAFETY: this thread's own slot; only this thread writes it while it lives.
         Some(p) => unsafe { (*p).start_ns = 0 },

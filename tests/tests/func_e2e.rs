@@ -165,6 +165,56 @@ fn calls_and_times_match_the_workloads_own_per_thread() {
     );
 }
 
+/// Threads whose tids share one slot of the kernel's per-thread table of calls in
+/// flight: the first holds the slot, the others keep theirs in the fallback map; each
+/// thread's calls are still counted exactly, recursion included.
+#[test]
+fn threads_sharing_a_slot_are_each_timed_exactly() {
+    let test = "--func, threads sharing a slot";
+    if !can_trace(test) {
+        return;
+    }
+    let dir = TempDir::new("func-slots");
+    let json = dir.join("t.json");
+    let slots = rtm_common::names::MAX_FUNC_SLOTS;
+    let rounds = 10;
+    let out = run(
+        Command::new(rtm_bin())
+            .args(["-o", "/dev/null", "--json"])
+            .arg(&json)
+            .args(["--func", "work_1ms", "--func", "descend", "--"])
+            .arg(workload("func_workload"))
+            .args(["3", &rounds.to_string(), "20", "0", "0", &slots.to_string()]),
+        T,
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let threads = workers(&stdout);
+    assert_eq!(threads.len(), 3, "{stdout}");
+    let residues: Vec<u64> = threads.iter().map(|t| t.tid % u64::from(slots)).collect();
+    assert!(residues.iter().all(|&r| r == residues[0]), "{residues:?}");
+    let doc = read_json(&json);
+    assert_eq!(doc["run"]["losses"]["missed_entry"], 0);
+    assert_eq!(doc["run"]["losses"]["pending_full"], 0);
+    for t in &threads {
+        let r = rows(&doc, "work_1ms")[&t.tid];
+        assert_eq!(u(&r["time"]["count"]), t.get("work_1ms"), "{}", t.tid);
+        close(
+            u(&r["outer_ns"]),
+            t.get("work_1ms_ns"),
+            t.get("work_1ms"),
+            "work_1ms",
+        );
+        let r = rows(&doc, "descend")[&t.tid];
+        assert_eq!(u(&r["time"]["count"]), t.get("descend"), "{}", t.tid);
+        assert_eq!(u(&r["recursive_calls"]), 3 * rounds);
+    }
+}
+
 #[test]
 fn a_stripped_program_is_refused_with_the_reason_and_its_library_still_timed() {
     let test = "--func on a stripped program";

@@ -1,12 +1,15 @@
 // Functions of known duration and call counts, for the --func tests.
 //
-// usage: func_workload THREADS ROUNDS DELAY_MS [PIN] [LONG_MS]
+// usage: func_workload THREADS ROUNDS DELAY_MS [PIN] [LONG_MS] [SAME_MOD]
 //   Each thread waits DELAY_MS (tracers attach then), then ROUNDS times: work_1ms(),
 //   and every fifth round work_10ms(); descend(3) once per round (a static, recursive
 //   function: 4 calls, 3 of them recursive, 200 us busy at the bottom); lib_step(300)
 //   in libfuncs.so once per round. With PIN=1 thread i runs on CPU i % CPUs only.
 //   With LONG_MS > 0 one more thread sits in long_call() that long after DELAY_MS (still
-//   running when a shorter trace ends).
+//   running when a shorter trace ends). With SAME_MOD > 0 every worker's tid is the
+//   first's modulo SAME_MOD (threads with other tids are started and let go until one
+//   fits), and they start their calls together: they share one slot of a tracer's
+//   per-thread table of that size at once.
 // prints: `truth tid=T index=I started=1` as each thread starts, then per thread its
 //   counts and each function's own total time:
 //   truth tid=T index=I cpu=C (1000000: not pinned) work_1ms=N work_1ms_ns=NS
@@ -14,6 +17,7 @@
 #define _GNU_SOURCE
 #include <pthread.h>
 #include <sched.h>
+#include <semaphore.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/syscall.h>
@@ -74,11 +78,27 @@ NOINLINE void long_call(long ms) {
 }
 
 static int threads, rounds, pin;
-static long delay_ms, long_ms;
+static long delay_ms, long_ms, same_mod;
+// SAME_MOD: the tid residue wanted (-1: any), and each candidate's verdict.
+static long wanted_residue = -1;
+static sem_t verdict;
+static int accepted;
+// SAME_MOD: the workers start their calls together (so they share the slot at once).
+static pthread_barrier_t all_in;
 static pthread_mutex_t print_lock = PTHREAD_MUTEX_INITIALIZER;
 
 static void *worker(void *arg) {
     long i = (long)arg;
+    if (same_mod > 0) {
+        long residue = (long)syscall(SYS_gettid) % same_mod;
+        accepted = wanted_residue < 0 || residue == wanted_residue;
+        if (wanted_residue < 0)
+            wanted_residue = residue;
+        sem_post(&verdict);
+        if (!accepted)
+            return NULL;
+        pthread_barrier_wait(&all_in);
+    }
     if (pin) {
         cpu_set_t set;
         CPU_ZERO(&set);
@@ -134,13 +154,32 @@ int main(int argc, char **argv) {
     delay_ms = atol(argv[3]);
     pin = argc > 4 ? atoi(argv[4]) : 0;
     long_ms = argc > 5 ? atol(argv[5]) : 0;
+    same_mod = argc > 6 ? atol(argv[6]) : 0;
+    sem_init(&verdict, 0, 0);
+    if (same_mod > 0)
+        pthread_barrier_init(&all_in, NULL, threads);
     if (threads < 1 || threads > 64)
         return 2;
     printf("truth pid=%d\n", getpid());
     fflush(stdout);
     pthread_t th[65];
-    for (long i = 0; i < threads; i++)
+    for (long i = 0; i < threads; i++) {
         pthread_create(&th[i], NULL, worker, (void *)i);
+        if (same_mod <= 0)
+            continue;
+        // A candidate whose tid does not fit exits at once: try another.
+        for (long tries = 0;; tries++) {
+            sem_wait(&verdict);
+            if (accepted)
+                break;
+            pthread_join(th[i], NULL);
+            if (tries > 200000) {
+                fprintf(stderr, "no thread with a fitting tid\n");
+                return 3;
+            }
+            pthread_create(&th[i], NULL, worker, (void *)i);
+        }
+    }
     if (long_ms > 0)
         pthread_create(&th[threads], NULL, long_worker, NULL);
     for (int i = 0; i < threads; i++)

@@ -337,16 +337,11 @@ fn fill_context(ebpf: &mut Ebpf, tids: &[u32], cpus: &[u32]) -> Result<(), Probe
     Ok(())
 }
 
-/// The calls of timed functions in flight now (`--func`): (pid, tid, function, start).
+/// The calls of timed functions in flight now (`--func`): (pid, tid, function, start),
+/// from the threads' slots and from FUNC_PENDING.
 pub fn running_calls(ebpf: &Ebpf) -> Vec<(u32, u32, u32, u64)> {
-    let Some(map) = ebpf.map(names::MAP_FUNC_PENDING) else {
-        return Vec::new();
-    };
-    let Ok(m) = aya::maps::HashMap::<_, u64, rtm_common::FuncStack>::try_from(map) else {
-        return Vec::new();
-    };
     let mut out = Vec::new();
-    for (pid_tgid, st) in m.iter().flatten() {
+    let mut add = |pid_tgid: u64, st: &rtm_common::FuncStack| {
         let depth = (st.depth as usize).min(st.frames.len());
         out.extend(st.frames[..depth].iter().map(|f| {
             (
@@ -356,6 +351,20 @@ pub fn running_calls(ebpf: &Ebpf) -> Vec<(u32, u32, u32, u64)> {
                 f.start_ns,
             )
         }));
+    };
+    if let Some(map) = ebpf.map(names::MAP_FUNC_SLOTS)
+        && let Ok(m) = aya::maps::Array::<_, rtm_common::FuncStack>::try_from(map)
+    {
+        for st in m.iter().flatten().filter(|st| st.owner != 0) {
+            add(st.owner, &st);
+        }
+    }
+    if let Some(map) = ebpf.map(names::MAP_FUNC_PENDING)
+        && let Ok(m) = aya::maps::HashMap::<_, u64, rtm_common::FuncStack>::try_from(map)
+    {
+        for (pid_tgid, st) in m.iter().flatten() {
+            add(pid_tgid, &st);
+        }
     }
     out
 }
@@ -450,15 +459,15 @@ impl Probes {
         let task = task.unwrap_or_default();
         let btf = (!layout.fallbacks).then(aya::Btf::from_sys_fs);
         loader.map_max_entries(names::MAP_EVENTS, layout.per_ring);
-        // Per-thread stacks of timed calls, 776 bytes each: none without --func.
-        loader.map_max_entries(
-            names::MAP_FUNC_PENDING,
-            if timed_functions {
-                names::MAX_FUNC_THREADS
-            } else {
-                1
-            },
-        );
+        // Per-thread stacks of timed calls, 784 bytes each: none without --func.
+        let (func_threads, func_slots) = if timed_functions {
+            (names::MAX_FUNC_THREADS, names::MAX_FUNC_SLOTS)
+        } else {
+            (1, 1)
+        };
+        loader.map_max_entries(names::MAP_FUNC_PENDING, func_threads);
+        loader.map_max_entries(names::MAP_FUNC_SLOTS, func_slots);
+        let func_slot_mask = func_slots - 1;
         let context = if tids.is_empty() {
             0
         } else {
@@ -487,6 +496,7 @@ impl Probes {
             .override_global(names::GLOBAL_STACK_BYTES, &stack_bytes, true)
             .override_global(names::GLOBAL_CONTEXT_FILTER, &context, true)
             .override_global(names::GLOBAL_READ_HOLDERS, &read_holders, true)
+            .override_global(names::GLOBAL_FUNC_SLOT_MASK, &func_slot_mask, true)
             .load(object)
             .map_err(|source| ProbeError::Load { source })?;
         fill_context(&mut ebpf, tids, cpus)?;
