@@ -13,7 +13,7 @@ use crate::{
     },
     symbolize::{CodeNamer, ObjectNamer, StackUnwinder, unwind::Capture},
     target::{
-        blocked::{CpuClocks, read_memory, syscall_of},
+        blocked::{CpuClocks, read_memory, switches, syscall_of},
         process,
     },
 };
@@ -40,6 +40,8 @@ pub struct Namers<'a> {
 /// stack, and how long since it ran (the live check reads those only for a deadlock's
 /// threads).
 pub fn read_thread(pid: u32, tid: u32, namers: Option<&mut Namers<'_>>) -> Option<BlockedThread> {
+    // First: a run after it changes the count (see BlockedThread::unchanged_in).
+    let switches = switches(pid, tid);
     let s = syscall_of(pid, tid)?;
     if s.nr != SYS_FUTEX || !futex_cmd_waits(s.args[1] as u32 & FUTEX_CMD_MASK) {
         return None;
@@ -57,6 +59,7 @@ pub fn read_thread(pid: u32, tid: u32, namers: Option<&mut Namers<'_>>) -> Optio
         off_cpu_ns: None,
         waited_ns: None,
         stack: Vec::new(),
+        switches,
     };
     if let Some(n) = namers {
         t.name = process::thread_name(pid, tid);
@@ -117,7 +120,21 @@ pub fn snapshot(pids: &[u32]) -> BlockedView {
         }
     }
     out.sort_by(|a, b| b.off_cpu_ns.cmp(&a.off_cpu_ns).then(a.tid.cmp(&b.tid)));
-    let cycles = blocked::cycles(&out);
+    // The reads above took a while, one thread after another: a cycle stands only when
+    // a second read finds each of its threads in the same wait for the same holder,
+    // none of them having run since (so none let a lock go: every edge held at once).
+    let cycles = blocked::cycles(&out)
+        .into_iter()
+        .filter(|c| {
+            c.threads.iter().all(|&(p, t)| {
+                let first = out.iter().find(|b| b.pid == p && b.tid == t);
+                let again = read_thread(p, t, None);
+                first
+                    .zip(again.as_ref())
+                    .is_some_and(|(f, a)| f.unchanged_in(a))
+            })
+        })
+        .collect();
     BlockedView {
         at_ns,
         took_ns: started.elapsed().as_nanos() as u64,

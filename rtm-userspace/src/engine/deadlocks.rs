@@ -120,7 +120,8 @@ impl Engine {
                     continue;
                 }
             }
-            // ...and the same words and holders, read this time named, with stacks.
+            // ...and the same words and holders with no run in between (so no lock was
+            // let go: every edge held at once), read this time named, with stacks.
             let state = &mut self.state;
             let mut namers = Namers {
                 objects: &mut state.namer,
@@ -133,7 +134,7 @@ impl Engine {
                 .filter_map(|m| {
                     let mut b = read_thread(m.pid, m.tid, Some(&mut namers))?;
                     b.waited_ns = m.waited_ns;
-                    (b.word == m.word && b.holder == m.holder).then_some(b)
+                    m.unchanged_in(&b).then_some(b)
                 })
                 .collect();
             if threads.len() != members.len() {

@@ -104,7 +104,8 @@ pub fn holder(op: u64, bytes: &[u8]) -> Holder {
 
 fn not_a_mutex() -> Holder {
     Holder::Unknown {
-        why: "not a mutex (a condition variable, barrier, semaphore, join or other futex): no owner",
+        why: "no owner: not a mutex (a condition variable, barrier, semaphore, join or other \
+              futex), or a mutex released as it was read",
     }
 }
 
@@ -131,6 +132,21 @@ pub struct BlockedThread {
     pub waited_ns: Option<u64>,
     /// Its user stack, innermost first, named.
     pub stack: Vec<String>,
+    /// Its context switches so far, read before the rest: unchanged on a second read,
+    /// it did not run in between (so it neither left its wait nor released a lock).
+    #[serde(skip)]
+    pub switches: Option<u64>,
+}
+
+impl BlockedThread {
+    /// Whether `again`, a later read of the same thread, shows the same wait for the same
+    /// holder with no run in between.
+    pub fn unchanged_in(&self, again: &BlockedThread) -> bool {
+        self.switches.is_some()
+            && again.switches == self.switches
+            && again.word == self.word
+            && again.holder == self.holder
+    }
 }
 
 /// Threads waiting on each other in a cycle: a deadlock.
@@ -278,7 +294,28 @@ mod tests {
             off_cpu_ns: None,
             waited_ns: None,
             stack: Vec::new(),
+            switches: Some(5),
         }
+    }
+
+    /// A second read confirms a wait only when the thread did not run in between and
+    /// waits on the same word for the same holder.
+    #[test]
+    fn a_wait_is_unchanged_only_without_a_run_in_between() {
+        let first = blocked(7, Some(8));
+        assert!(first.unchanged_in(&first.clone()));
+        let ran = BlockedThread {
+            switches: Some(6),
+            ..first.clone()
+        };
+        assert!(!first.unchanged_in(&ran));
+        let other_holder = blocked(7, Some(9));
+        assert!(!first.unchanged_in(&other_holder));
+        let unknown = BlockedThread {
+            switches: None,
+            ..first.clone()
+        };
+        assert!(!unknown.unchanged_in(&unknown.clone()));
     }
 
     #[test]

@@ -40,6 +40,26 @@ pub fn syscall_of(pid: u32, tid: u32) -> Option<InSyscall> {
     parse_syscall(&read_proc_text(format!("/proc/{pid}/task/{tid}/syscall")).ok()?)
 }
 
+/// Context switches of thread `tid` of `pid` so far (voluntary and not), from its
+/// `status`: unchanged between two reads, it did not run in between.
+pub fn switches(pid: u32, tid: u32) -> Option<u64> {
+    let status = read_proc_text(format!("/proc/{pid}/task/{tid}/status")).ok()?;
+    parse_switches(&status)
+}
+
+fn parse_switches(status: &str) -> Option<u64> {
+    let field = |name: &str| -> Option<u64> {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))?
+            .trim_start_matches(':')
+            .trim()
+            .parse()
+            .ok()
+    };
+    Some(field("voluntary_ctxt_switches")? + field("nonvoluntary_ctxt_switches")?)
+}
+
 /// `se.exec_start` of a `sched` file: when the task last ran, in ms of the scheduler's
 /// clock.
 fn exec_start_ms(text: &str) -> Option<f64> {
@@ -163,6 +183,18 @@ mod tests {
         ] {
             assert_eq!(parse_syscall(junk), None, "{junk}");
         }
+    }
+
+    #[test]
+    fn switches_parse_and_count_this_threads_own() {
+        let status = "Name:\tx\nvoluntary_ctxt_switches:\t12\nnonvoluntary_ctxt_switches:\t3\n";
+        assert_eq!(parse_switches(status), Some(15));
+        assert_eq!(parse_switches("Name:\tx\n"), None);
+        // SAFETY: gettid has no preconditions.
+        let me = unsafe { libc::gettid() } as u32;
+        let before = switches(std::process::id(), me).unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(5));
+        assert!(switches(std::process::id(), me).unwrap() > before);
     }
 
     #[test]
