@@ -27,7 +27,7 @@ pub enum Event<'a> {
     Mpi(MpiRecord),
     /// The user stacks of a contended futex wait's waiter and waker.
     Stacks(StacksRecord<'a>),
-    /// A timed function's call returned.
+    /// Finished calls of a thread's timed functions.
     Func(FuncEvent),
 }
 

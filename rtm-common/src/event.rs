@@ -44,7 +44,7 @@ abi_enum! {
         /// A [`crate::StacksHead`] and the two stack copies after it: the user stacks of a
         /// futex waiter and of the thread whose wake ended its wait.
         Stacks = 5,
-        /// A [`crate::FuncEvent`]: a call of a timed function (`--func`) returned.
+        /// A [`crate::FuncEvent`]: finished calls of timed functions (`--func`) of a thread.
         Func = 6,
     }
 }

@@ -73,7 +73,7 @@ pub const MAP_FUNC_SLOTS: &str = "FUNC_SLOTS";
 /// Global in the eBPF object: slots in [`MAP_FUNC_SLOTS`] minus one (a power of two
 /// minus one).
 pub const GLOBAL_FUNC_SLOT_MASK: &str = "FUNC_SLOT_MASK";
-/// Slots in [`MAP_FUNC_SLOTS`] with `--func` (784 bytes each).
+/// Slots in [`MAP_FUNC_SLOTS`] with `--func` (984 bytes each).
 pub const MAX_FUNC_SLOTS: u32 = 1024;
 
 /// The slot of thread `tid` in [`MAP_FUNC_SLOTS`] of `mask + 1` slots: consecutive tids
@@ -178,7 +178,7 @@ pub const GLOBAL_CONTEXT_FILTER: &str = "CONTEXT_FILTER";
 pub const GLOBAL_READ_HOLDERS: &str = "READ_HOLDERS";
 
 /// Threads with timed calls in flight at once whose slot another holds
-/// ([`MAP_FUNC_PENDING`], 784 bytes each).
+/// ([`MAP_FUNC_PENDING`], 984 bytes each).
 pub const MAX_FUNC_THREADS: u32 = 4096;
 /// Slots of the last-waker table (a power of two; 32 bytes each).
 pub const MAX_WAKERS: u32 = 32768;

@@ -5,11 +5,13 @@ use aya_ebpf::{
     maps::RingBuf,
 };
 use rtm_common::{
-    EventHeader, EventKind, FuncEvent, FutexWaitEvent, LifecycleEvent, LossCounter, MpiEvent,
-    SyncEvent,
+    EventHeader, EventKind, FUNC_BATCH, FuncEvent, FuncStack, FutexWaitEvent, LifecycleEvent,
+    LossCounter, MpiEvent, SyncEvent,
 };
 
-use crate::maps::{EVENTS, EVENTS_1, EVENTS_2, EVENTS_3, SYNC_RING_MASK, WAKEUP_BYTES, count_loss};
+use crate::maps::{
+    EVENTS, EVENTS_1, EVENTS_2, EVENTS_3, SYNC_RING_MASK, WAKEUP_BYTES, count_loss, count_losses,
+};
 
 const BPF_RB_NO_WAKEUP: u64 = 1;
 const BPF_RB_FORCE_WAKEUP: u64 = 2;
@@ -94,10 +96,33 @@ pub fn sync(event: SyncEvent) {
     per_cpu(event.header.cpu, event);
 }
 
-/// Sends a timed call's record, to the current CPU's ring (it is self-contained).
+/// Sends a thread's finished timed calls kept in `st` (the first `st.done`), to the
+/// current CPU's ring (the record is self-contained); a full ring counts each call lost.
 #[inline(always)]
-pub fn func(event: FuncEvent) {
-    per_cpu(event.header.cpu, event);
+pub fn func_calls(st: &FuncStack, pid_tgid: u64, ts_ns: u64) {
+    let n = st.done.min(FUNC_BATCH as u64);
+    // SAFETY: helper without preconditions.
+    let cpu = unsafe { bpf_get_smp_processor_id() };
+    let reserved = match cpu & SYNC_RING_MASK.load() {
+        0 => EVENTS.reserve::<FuncEvent>(0).map(|e| (e, &EVENTS)),
+        1 => EVENTS_1.reserve::<FuncEvent>(0).map(|e| (e, &EVENTS_1)),
+        2 => EVENTS_2.reserve::<FuncEvent>(0).map(|e| (e, &EVENTS_2)),
+        _ => EVENTS_3.reserve::<FuncEvent>(0).map(|e| (e, &EVENTS_3)),
+    };
+    let Some((mut entry, ring)) = reserved else {
+        count_losses(LossCounter::RingFull, n);
+        return;
+    };
+    let e = entry.as_mut_ptr();
+    // SAFETY: the reserved record, written field by field (a whole copy would not fit
+    // the BPF stack); every byte is written before it is submitted.
+    unsafe {
+        (*e).header = header(EventKind::Func, pid_tgid, ts_ns);
+        (*e).count = n as u32;
+        (*e).pad = 0;
+        (*e).calls = st.finished;
+    }
+    entry.submit(wakeup_flags::<FuncEvent>(ring));
 }
 
 /// Sends a futex wait in its compact form, to the ring of the CPU sending it (which may

@@ -1,6 +1,7 @@
 //! Timed functions (`--func`): `func_enter` remembers each call's start per thread,
-//! `func_return` sends one record per call with its start; nested and recursive calls
-//! are each timed. The cookie set at attach is the function's index.
+//! `func_return` keeps the finished call in the thread's slot and sends the kept calls
+//! together (see `rtm_common::func`); nested and recursive calls are each timed. The
+//! cookie set at attach is the function's index.
 //!
 //! A call whose return is never seen (a longjmp or an exception past it, or one that
 //! entered before the return probe was attached) is found by its stack pointer: a live
@@ -13,10 +14,12 @@ use aya_ebpf::{
     macros::{uprobe, uretprobe},
     programs::{ProbeContext, RetProbeContext},
 };
-use rtm_common::{EventKind, FuncEvent, FuncFrame, LossCounter, MAX_FUNC_DEPTH};
+use rtm_common::{
+    FUNC_BATCH, FUNC_FLUSH_NS, FuncCall, FuncFrame, FuncStack, LossCounter, MAX_FUNC_DEPTH,
+};
 
 use crate::{
-    emit::{self, header, now},
+    emit::{self, now},
     filter::{entry_was_kept, traced_in_context, traced_pid_tgid},
     maps::{count_loss, func_stack, func_stack_of},
 };
@@ -110,7 +113,7 @@ pub fn func_return(ctx: RetProbeContext) -> u32 {
     match found {
         Some(f) if f.function == function => {
             // Outer calls of the same function: this one is recursive.
-            let mut recursion = 0;
+            let mut recursion = 0u16;
             for i in 0..MAX_FUNC_DEPTH {
                 if i >= depth {
                     break;
@@ -119,17 +122,55 @@ pub fn func_return(ctx: RetProbeContext) -> u32 {
                     recursion += 1;
                 }
             }
-            emit::func(FuncEvent {
-                header: header(EventKind::Func, pid_tgid, ts),
-                start_ns: f.start_ns,
-                function,
-                depth: depth as u32,
-                recursion,
-                pad: 0,
-            });
+            keep(
+                st,
+                pid_tgid,
+                FuncCall {
+                    start_ns: f.start_ns,
+                    end_ns: ts,
+                    function,
+                    depth: depth as u16,
+                    recursion,
+                },
+            );
         }
         _ if entry_was_kept() => count_loss(LossCounter::MissedEntry),
         _ => {}
     }
     0
+}
+
+/// Keeps a finished call in the thread's slot; sends the kept calls when there are
+/// FUNC_BATCH of them or the oldest has waited FUNC_FLUSH_NS.
+#[inline(always)]
+fn keep(st: &mut FuncStack, pid_tgid: u64, call: FuncCall) {
+    let n = st.done as usize;
+    if n >= FUNC_BATCH {
+        // Not left full by a return; kept sane whatever the slot held.
+        emit::func_calls(st, pid_tgid, call.end_ns);
+        st.done = 0;
+    }
+    let n = st.done as usize;
+    if let Some(slot) = st.finished.get_mut(n & (FUNC_BATCH - 1)) {
+        *slot = call;
+        st.done = n as u64 + 1;
+    }
+    let oldest = st.finished[0].end_ns;
+    if st.done as usize >= FUNC_BATCH || call.end_ns.saturating_sub(oldest) >= FUNC_FLUSH_NS {
+        emit::func_calls(st, pid_tgid, call.end_ns);
+        st.done = 0;
+    }
+}
+
+/// Sends the finished calls an exiting thread kept.
+#[inline(always)]
+pub fn send_kept(pid_tgid: u64) {
+    if let Some(st) = func_stack_of(pid_tgid) {
+        // SAFETY: this thread's own slot or entry; only this thread writes it.
+        let st = unsafe { &mut *st };
+        if st.done > 0 {
+            emit::func_calls(st, pid_tgid, now());
+            st.done = 0;
+        }
+    }
 }

@@ -79,6 +79,7 @@ pub fn lifecycle_exit(ctx: TracePointContext) -> u32 {
     // The thread's last waits go before its exit.
     crate::futex_done::send_done(pid_tgid);
     crate::futex::send_last_unslept(pid_tgid);
+    crate::func::send_kept(pid_tgid);
     forget_thread(pid_tgid);
     send(pid_tgid, LifecycleOp::Exit, group_dead as u32, 0, comm);
     0

@@ -128,15 +128,15 @@ fn own_func_slot(pid_tgid: u64) -> Option<*mut FuncStack> {
 
 /// The thread's timed calls in flight, where a new call goes: its slot (claimed when
 /// free), else its FUNC_PENDING entry (created empty); `None` when both are taken.
-/// Calls in flight in FUNC_PENDING stay there until they are done.
+/// Calls in flight or kept unsent in FUNC_PENDING stay there until they are done.
 #[inline(always)]
 pub fn func_stack(pid_tgid: u64) -> Option<*mut FuncStack> {
     if let Some(p) = own_func_slot(pid_tgid) {
         return Some(p);
     }
     let pending = FUNC_PENDING.get_ptr_mut(pid_tgid);
-    // SAFETY: reads a field of a map value.
-    if let Some(h) = pending.filter(|&h| unsafe { (*h).depth } > 0) {
+    // SAFETY: reads fields of a map value.
+    if let Some(h) = pending.filter(|&h| unsafe { (*h).depth > 0 || (*h).done > 0 }) {
         return Some(h);
     }
     if let Some(p) = func_slot(pid_tgid) {
@@ -151,7 +151,10 @@ pub fn func_stack(pid_tgid: u64) -> Option<*mut FuncStack> {
         };
         if claimed {
             // SAFETY: the slot is this thread's now.
-            unsafe { (*p).depth = 0 };
+            unsafe {
+                (*p).depth = 0;
+                (*p).done = 0;
+            }
             if pending.is_some() {
                 let _ = FUNC_PENDING.remove(pid_tgid);
             }
@@ -183,6 +186,7 @@ pub fn forget_thread(pid_tgid: u64) {
         // a thread claiming it next finds it empty).
         unsafe {
             (*p).depth = 0;
+            (*p).done = 0;
             core::intrinsics::atomic_xchg::<u64, { AtomicOrdering::SeqCst }>(
                 core::ptr::addr_of_mut!((*p).owner),
                 0,
@@ -308,9 +312,15 @@ pub static WAKEUP_BYTES: Global<u64> = Global::new(1 << 20);
 /// Counts one loss of the given kind.
 #[inline(always)]
 pub fn count_loss(which: LossCounter) {
+    count_losses(which, 1);
+}
+
+/// Counts `n` records lost for one reason.
+#[inline(always)]
+pub fn count_losses(which: LossCounter, n: u64) {
     if let Some(p) = LOSSES.get_ptr_mut(which as u32) {
         // SAFETY: per-CPU slot, not shared with another CPU; programs do not nest on one CPU
         // for uprobes and tracepoints.
-        unsafe { *p += 1 };
+        unsafe { *p += n };
     }
 }

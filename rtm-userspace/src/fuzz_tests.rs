@@ -90,8 +90,16 @@ fn any_record() -> impl Strategy<Value = Vec<u8>> {
                     r
                 }
                 6 => {
+                    // Any count (the record says how many calls it holds), each call's
+                    // function mostly one of the table's.
                     let mut r = record::<FuncEvent>(header, &tail);
-                    set_u32(&mut r, std::mem::offset_of!(FuncEvent, function), a % 4);
+                    set_u32(&mut r, std::mem::offset_of!(FuncEvent, count), a % 12);
+                    for i in 0..rtm_common::FUNC_BATCH {
+                        let at = std::mem::offset_of!(FuncEvent, calls)
+                            + i * size_of::<rtm_common::FuncCall>()
+                            + std::mem::offset_of!(rtm_common::FuncCall, function);
+                        set_u32(&mut r, at, (a + i as u32) % 4);
+                    }
                     r
                 }
                 _ => tail.clone(),

@@ -215,6 +215,63 @@ fn threads_sharing_a_slot_are_each_timed_exactly() {
     }
 }
 
+/// Each thread sends its finished calls a few at a time: calls kept unsent when the
+/// trace ends (the threads still alive) are taken then, into the JSON and the timeline.
+#[test]
+fn calls_kept_unsent_when_the_trace_ends_are_counted() {
+    let test = "--func, calls kept when the trace ends";
+    if !can_trace(test) {
+        return;
+    }
+    let Some(python) = perfetto_python(test) else {
+        return;
+    };
+    let dir = TempDir::new("func-kept");
+    let (json, timeline) = (dir.join("t.json"), dir.join("t.pftrace"));
+    // Fewer calls a thread than a batch, within the time a batch waits; the threads
+    // then stay alive past the trace's end.
+    let calls = rtm_common::FUNC_BATCH as u64 - 3;
+    let mut app = spawn(
+        Command::new(rtm_bin())
+            .args(["-o", "/dev/null", "-d", "2", "--json"])
+            .arg(&json)
+            .arg("--timeline")
+            .arg(&timeline)
+            .args(["--func", "work_1ms", "--"])
+            .arg(workload("func_workload"))
+            // The threads linger 4 s (rtm-trace's stdio, held by the workload, closes
+            // then).
+            .args(["2", &calls.to_string(), "20", "0", "0", "0", "4000"]),
+    );
+    let mut lines = LineWatch::new(app.child.stdout.take().unwrap());
+    let done: Vec<Truth> = (0..2)
+        .map(|_| lines.wait_for("work_1ms=", Duration::from_secs(30)))
+        .flat_map(|l| workers(&l))
+        .collect();
+    let out = app.wait_output(T);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let doc = read_json(&json);
+    assert_eq!(done.len(), 2);
+    for t in &done {
+        assert_eq!(t.get("work_1ms"), calls);
+        let r = rows(&doc, "work_1ms")[&t.tid];
+        assert_eq!(u(&r["time"]["count"]), calls, "{}", t.tid);
+        close(u(&r["outer_ns"]), t.get("work_1ms_ns"), calls, "work_1ms");
+    }
+    let tl = decode_timeline(&python, &timeline);
+    let n = tl["slices"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| s["name"] == "work_1ms")
+        .count() as u64;
+    assert_eq!(n, 2 * calls, "a slice per call on the timeline");
+}
+
 #[test]
 fn a_stripped_program_is_refused_with_the_reason_and_its_library_still_timed() {
     let test = "--func on a stripped program";

@@ -1,6 +1,6 @@
 // Functions of known duration and call counts, for the --func tests.
 //
-// usage: func_workload THREADS ROUNDS DELAY_MS [PIN] [LONG_MS] [SAME_MOD]
+// usage: func_workload THREADS ROUNDS DELAY_MS [PIN] [LONG_MS] [SAME_MOD] [LINGER_MS]
 //   Each thread waits DELAY_MS (tracers attach then), then ROUNDS times: work_1ms(),
 //   and every fifth round work_10ms(); descend(3) once per round (a static, recursive
 //   function: 4 calls, 3 of them recursive, 200 us busy at the bottom); lib_step(300)
@@ -9,7 +9,8 @@
 //   running when a shorter trace ends). With SAME_MOD > 0 every worker's tid is the
 //   first's modulo SAME_MOD (threads with other tids are started and let go until one
 //   fits), and they start their calls together: they share one slot of a tracer's
-//   per-thread table of that size at once.
+//   per-thread table of that size at once. With LINGER_MS > 0 each worker sleeps that
+//   long after its truth line before it exits.
 // prints: `truth tid=T index=I started=1` as each thread starts, then per thread its
 //   counts and each function's own total time:
 //   truth tid=T index=I cpu=C (1000000: not pinned) work_1ms=N work_1ms_ns=NS
@@ -78,7 +79,7 @@ NOINLINE void long_call(long ms) {
 }
 
 static int threads, rounds, pin;
-static long delay_ms, long_ms, same_mod;
+static long delay_ms, long_ms, same_mod, linger_ms;
 // SAME_MOD: the tid residue wanted (-1: any), and each candidate's verdict.
 static long wanted_residue = -1;
 static sem_t verdict;
@@ -130,7 +131,12 @@ static void *worker(void *arg) {
            (long)syscall(SYS_gettid), i, pin ? i % sysconf(_SC_NPROCESSORS_ONLN) : NOT_PINNED,
            c.work_1ms, c.work_1ms_ns, c.work_10ms, c.work_10ms_ns, c.descend, c.descend_ns,
            c.lib, c.lib_ns);
+    fflush(stdout);
     pthread_mutex_unlock(&print_lock);
+    if (linger_ms > 0) {
+        struct timespec l = {linger_ms / 1000, (linger_ms % 1000) * 1000000L};
+        nanosleep(&l, NULL);
+    }
     return NULL;
 }
 
@@ -155,6 +161,7 @@ int main(int argc, char **argv) {
     pin = argc > 4 ? atoi(argv[4]) : 0;
     long_ms = argc > 5 ? atol(argv[5]) : 0;
     same_mod = argc > 6 ? atol(argv[6]) : 0;
+    linger_ms = argc > 7 ? atol(argv[7]) : 0;
     sem_init(&verdict, 0, 0);
     if (same_mod > 0)
         pthread_barrier_init(&all_in, NULL, threads);

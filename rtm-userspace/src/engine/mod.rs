@@ -515,8 +515,18 @@ impl Engine {
             .into_iter()
             .flat_map(|p| process::thread_ids(p).into_iter().map(move |t| (p, t)));
         let state = &mut self.state;
+        // To the sinks that take events too (the timeline draws them).
+        let sinks = &mut self.sinks;
+        let to_sinks = self.event_sinks;
         self.source
-            .take_left(&mut threads, before, &mut |ev: &Event| state.apply(ev));
+            .take_left(&mut threads, before, &mut |ev: &Event| {
+                state.apply(ev);
+                if to_sinks {
+                    for s in sinks.iter_mut().filter(|s| s.sink.wants_events()) {
+                        s.sink.event(ev, &mut state.namer);
+                    }
+                }
+            });
         self.after_batch();
     }
 

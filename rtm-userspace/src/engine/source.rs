@@ -87,7 +87,8 @@ pub trait Source {
     fn behind(&self) -> bool;
 
     /// Ended waits the threads have not sent yet: those of `threads` older than
-    /// `before`, or all (`None`, once the programs no longer run for them).
+    /// `before`, or all (`None`, once the programs no longer run for them; then also
+    /// the finished timed calls the threads kept unsent).
     fn take_left(
         &mut self,
         threads: &mut dyn Iterator<Item = (u32, u32)>,

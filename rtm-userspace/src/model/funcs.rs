@@ -5,7 +5,7 @@
 
 use std::collections::HashMap;
 
-use rtm_common::FuncEvent;
+use rtm_common::{FuncCall, FuncEvent};
 use serde::{Deserialize, Serialize};
 
 use super::dist::{Dist, DistSummary, HistogramBudget};
@@ -99,14 +99,20 @@ impl FuncModel {
         !self.functions.is_empty()
     }
 
-    /// Counts one returned call.
+    /// Counts a thread's finished calls.
     pub fn apply(&mut self, ev: &FuncEvent) {
-        if ev.function as usize >= self.functions.len() {
+        for c in ev.calls() {
+            self.call(ev.header.pid, ev.header.tid, c);
+        }
+    }
+
+    /// Counts one finished call of thread `tid` of `pid`.
+    pub fn call(&mut self, pid: u32, tid: u32, c: &FuncCall) {
+        if c.function as usize >= self.functions.len() {
             self.unknown += 1;
             return;
         }
-        let h = &ev.header;
-        let key = (h.pid, h.tid, ev.function);
+        let key = (pid, tid, c.function);
         let full = self.rows.len() >= self.max_rows;
         let row = match self.rows.get_mut(&key) {
             Some(r) => r,
@@ -116,9 +122,9 @@ impl FuncModel {
             }
             None => self.rows.entry(key).or_default(),
         };
-        let ns = h.ts_ns.saturating_sub(ev.start_ns);
+        let ns = c.end_ns.saturating_sub(c.start_ns);
         row.time.record(ns, &mut self.budget);
-        if ev.recursion > 0 {
+        if c.recursion > 0 {
             row.recursive += 1;
         } else {
             row.outer_ns = row.outer_ns.saturating_add(ns);
@@ -310,7 +316,16 @@ mod tests {
         }
     }
 
-    fn call(tid: u32, function: u32, start: u64, end: u64, recursion: u32) -> FuncEvent {
+    /// A record of one call (as a thread's exit would send it).
+    fn call(tid: u32, function: u32, start: u64, end: u64, recursion: u16) -> FuncEvent {
+        let mut calls = [FuncCall::default(); rtm_common::FUNC_BATCH];
+        calls[0] = FuncCall {
+            start_ns: start,
+            end_ns: end,
+            function,
+            depth: recursion,
+            recursion,
+        };
         FuncEvent {
             header: EventHeader {
                 kind: EventKind::Func as u32,
@@ -319,12 +334,30 @@ mod tests {
                 pid: 10,
                 tid,
             },
-            start_ns: start,
-            function,
-            depth: recursion,
-            recursion,
+            count: 1,
             pad: 0,
+            calls,
         }
+    }
+
+    /// A batch counts each of its calls, and only those `count` says it holds.
+    #[test]
+    fn a_record_counts_each_call_it_holds() {
+        let mut m = FuncModel::new(16);
+        m.set_functions(vec![f("work")]);
+        let mut ev = call(11, 0, 0, 1_000, 0);
+        for (i, c) in ev.calls.iter_mut().enumerate() {
+            c.start_ns = i as u64 * 10;
+            c.end_ns = i as u64 * 10 + 5;
+        }
+        ev.count = 3;
+        m.apply(&ev);
+        let v = m.view(&[], 100, &mut |_, _| None);
+        assert_eq!(v.threads[0].time.count, 3);
+        ev.count = 99;
+        m.apply(&ev);
+        let v = m.view(&[], 100, &mut |_, _| None);
+        assert_eq!(v.threads[0].time.count, 3 + rtm_common::FUNC_BATCH as u64);
     }
 
     #[test]

@@ -369,6 +369,48 @@ pub fn running_calls(ebpf: &Ebpf) -> Vec<(u32, u32, u32, u64)> {
     out
 }
 
+/// The finished calls of timed functions the threads of `pids` kept unsent (each
+/// thread sends them in batches; when the trace ends or the programs stop running for
+/// a process, the rest is taken here), one record per thread.
+pub fn kept_calls(ebpf: &Ebpf, pids: &HashSet<u32>) -> Vec<rtm_common::FuncEvent> {
+    let now = crate::target::process::monotonic_ns();
+    let mut out = Vec::new();
+    let mut add = |pid_tgid: u64, st: &rtm_common::FuncStack| {
+        let (pid, tid) = ((pid_tgid >> 32) as u32, pid_tgid as u32);
+        let n = (st.done as usize).min(rtm_common::FUNC_BATCH);
+        if n == 0 || !pids.contains(&pid) {
+            return;
+        }
+        out.push(rtm_common::FuncEvent {
+            header: rtm_common::EventHeader {
+                kind: rtm_common::EventKind::Func as u32,
+                cpu: 0,
+                ts_ns: now,
+                pid,
+                tid,
+            },
+            count: n as u32,
+            pad: 0,
+            calls: st.finished,
+        });
+    };
+    if let Some(map) = ebpf.map(names::MAP_FUNC_SLOTS)
+        && let Ok(m) = aya::maps::Array::<_, rtm_common::FuncStack>::try_from(map)
+    {
+        for st in m.iter().flatten().filter(|st| st.owner != 0) {
+            add(st.owner, &st);
+        }
+    }
+    if let Some(map) = ebpf.map(names::MAP_FUNC_PENDING)
+        && let Ok(m) = aya::maps::HashMap::<_, u64, rtm_common::FuncStack>::try_from(map)
+    {
+        for (pid_tgid, st) in m.iter().flatten() {
+            add(pid_tgid, &st);
+        }
+    }
+    out
+}
+
 /// The loaded eBPF object.
 pub struct Probes {
     ebpf: Ebpf,
@@ -459,7 +501,7 @@ impl Probes {
         let task = task.unwrap_or_default();
         let btf = (!layout.fallbacks).then(aya::Btf::from_sys_fs);
         loader.map_max_entries(names::MAP_EVENTS, layout.per_ring);
-        // Per-thread stacks of timed calls, 784 bytes each: none without --func.
+        // Per-thread stacks of timed calls, 984 bytes each: none without --func.
         let (func_threads, func_slots) = if timed_functions {
             (names::MAX_FUNC_THREADS, names::MAX_FUNC_SLOTS)
         } else {

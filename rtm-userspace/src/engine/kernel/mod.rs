@@ -371,8 +371,19 @@ impl Source for KernelSource {
         before: Option<u64>,
         sink: &mut dyn FnMut(&Event),
     ) {
-        if let Some(left) = self.live.as_ref().and_then(|l| l.left.as_ref()) {
-            left.take(threads, before, sink);
+        let Some(live) = self.live.as_ref() else {
+            return;
+        };
+        let threads: Vec<(u32, u32)> = threads.collect();
+        if let Some(left) = &live.left {
+            left.take(&mut threads.iter().copied(), before, sink);
+        }
+        // The programs no longer run for these threads: the calls they kept are taken.
+        if before.is_none() && !self.funcs.is_empty() {
+            let pids: std::collections::HashSet<u32> = threads.iter().map(|t| t.0).collect();
+            for ev in crate::probes::loader::kept_calls(live.probes.ebpf(), &pids) {
+                sink(&Event::Func(ev));
+            }
         }
     }
 

@@ -67,25 +67,27 @@ impl Ctx<'_> {
     /// (nested calls nest).
     fn func(&mut self, f: &rtm_common::FuncEvent) {
         let h = &f.header;
-        let Some(text) = self.state.functions.get(f.function as usize).cloned() else {
-            return;
-        };
-        let track = self.track(h.pid, h.tid, Lane::Functions);
-        let name = self
-            .names
-            .fixed(self.w, "function", f.function, || text.to_string());
-        let args = [("recursion depth", Arg::Int(i64::from(f.recursion)))];
-        slice(
-            self.w,
-            track,
-            f.start_ns,
-            h.ts_ns,
-            Ev {
-                name: Some((&name).into()),
-                args: if f.recursion > 0 { &args } else { &[] },
-                ..Ev::default()
-            },
-        );
+        for c in f.calls() {
+            let Some(text) = self.state.functions.get(c.function as usize).cloned() else {
+                continue;
+            };
+            let track = self.track(h.pid, h.tid, Lane::Functions);
+            let name = self
+                .names
+                .fixed(self.w, "function", c.function, || text.to_string());
+            let args = [("recursion depth", Arg::Int(i64::from(c.recursion)))];
+            slice(
+                self.w,
+                track,
+                c.start_ns,
+                c.end_ns,
+                Ev {
+                    name: Some((&name).into()),
+                    args: if c.recursion > 0 { &args } else { &[] },
+                    ..Ev::default()
+                },
+            );
+        }
     }
 
     pub(super) fn track(&mut self, pid: u32, tid: u32, lane: Lane) -> u64 {
