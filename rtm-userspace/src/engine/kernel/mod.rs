@@ -376,7 +376,7 @@ impl Source for KernelSource {
         };
         let threads: Vec<(u32, u32)> = threads.collect();
         if let Some(left) = &live.left {
-            left.take(&mut threads.iter().copied(), before, sink);
+            left.take(threads.iter().copied(), before, sink);
         }
         // The programs no longer run for these threads: the calls they kept are taken.
         if before.is_none() && !self.funcs.is_empty() {
