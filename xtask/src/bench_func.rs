@@ -1,9 +1,12 @@
 //! `cargo xtask bench func`: what `--func` adds to each call of a timed function.
 //! Interleaved rounds of the same program untraced, traced without timing anything (the
-//! tracer's presence), with `--func timed_leaf`, and under bpftrace with empty entry and
-//! return probes on the same function (what the kernel's two probes cost by
-//! themselves); each round's difference to its own untraced run is the added cost per
-//! call.
+//! tracer's presence), with `--func timed_leaf`, and three references for the kernel's
+//! probes by themselves: bpftrace with empty entry and return probes on the function,
+//! and (tracefs, no program, in a trace instance whose buffer is off so nothing is
+//! recorded) an entry and a return probe, and two plain uprobes on two emulated
+//! instructions of the function (the issue's target: "at most the cost of two
+//! emulated-instruction uprobes"). Each round's difference to its own untraced run is
+//! the added cost per call.
 
 use std::{path::Path, process::Command};
 
@@ -24,9 +27,92 @@ enum Run {
     /// Under bpftrace with an entry and a return probe on the function doing nothing:
     /// what the kernel's two probes cost by themselves.
     KernelOnly,
+    /// Two tracefs probes (`p`/`r` lines of uprobe_events at these file offsets),
+    /// enabled in a trace instance whose buffer is off: the probes alone.
+    Tracefs([(char, u64); 2]),
+}
+
+const TRACEFS: &str = "/sys/kernel/tracing";
+/// The trace instance and event group the tracefs references use.
+const GROUP: &str = "rtmbenchfunc";
+
+/// Defines the two probes on `bin`, enables them in an instance whose buffer is off
+/// (so the global trace is untouched and nothing is recorded), runs `cmd`, and removes
+/// them whatever happened.
+fn with_tracefs(
+    bin: &Path,
+    probes: [(char, u64); 2],
+    cmd: &mut Command,
+) -> Result<crate::measure::Run> {
+    let t = Path::new(TRACEFS);
+    let instance = t.join("instances").join(GROUP);
+    let events = t.join("uprobe_events");
+    let append = |line: &str| -> std::io::Result<()> {
+        use std::io::Write as _;
+        std::fs::OpenOptions::new()
+            .append(true)
+            .open(&events)?
+            .write_all(format!("{line}\n").as_bytes())
+    };
+    let teardown = || {
+        let _ = std::fs::write(instance.join("events").join(GROUP).join("enable"), "0");
+        for i in 0..2 {
+            let _ = append(&format!("-:{GROUP}/p{i}"));
+        }
+        let _ = std::fs::remove_dir(&instance);
+    };
+    teardown();
+    let setup = || -> Result<()> {
+        for (i, (kind, offset)) in probes.iter().enumerate() {
+            append(&format!(
+                "{kind}:{GROUP}/p{i} {}:{offset:#x}",
+                bin.display()
+            ))?;
+        }
+        std::fs::create_dir(&instance)?;
+        std::fs::write(instance.join("tracing_on"), "0")?;
+        std::fs::write(instance.join("events").join(GROUP).join("enable"), "1")?;
+        Ok(())
+    };
+    let r = setup().and_then(|()| run_ok(cmd, "bench_func under tracefs probes"));
+    teardown();
+    r
+}
+
+/// File offsets of the first two `call` instructions of `function` in `bin` (emulated
+/// by the kernel's uprobes), from objdump; for a PIE whose code is mapped at its file
+/// offsets.
+fn two_calls(bin: &Path, function: &str) -> Result<[u64; 2]> {
+    let out = Command::new("objdump")
+        .args(["-d", "--no-show-raw-insn"])
+        .arg(bin)
+        .output()?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    let calls: Vec<u64> = text
+        .split("\n\n")
+        .find(|block| block.contains(&format!("<{function}>:")))
+        .into_iter()
+        .flat_map(|block| block.lines())
+        .filter(|l| l.contains("\tcall "))
+        .filter_map(|l| u64::from_str_radix(l.trim().split(':').next()?, 16).ok())
+        .take(2)
+        .collect();
+    match calls[..] {
+        [a, b] => Ok([a, b]),
+        _ => anyhow::bail!(
+            "two call instructions not found in {function} of {}",
+            bin.display()
+        ),
+    }
 }
 
 fn ns_per_call(rtm: &Path, bin: &Path, how: Run, calls: &str) -> Result<f64> {
+    if let Run::Tracefs(probes) = how {
+        let mut c = Command::new(bin);
+        c.arg(calls);
+        let r = with_tracefs(bin, probes, &mut c)?;
+        return figure(&String::from_utf8_lossy(&r.out.stdout), "ns_per_call");
+    }
     let mut cmd = match how {
         Run::Alone => {
             let mut c = Command::new(bin);
@@ -42,6 +128,7 @@ fn ns_per_call(rtm: &Path, bin: &Path, how: Run, calls: &str) -> Result<f64> {
                 .arg(calls);
             c
         }
+        Run::Tracefs(_) => unreachable!("run above"),
         Run::KernelOnly => {
             let b = bin.display();
             let mut c = Command::new("bpftrace");
@@ -91,9 +178,20 @@ pub fn func(root: &Path, dir: &Path, plan: Plan) -> Result<()> {
         ),
     ];
     if !plan.smoke {
+        let [a, b] = two_calls(&bin, "timed_leaf")?;
         configs.push((
             "bpftrace: an empty uprobe and uretprobe on it (the kernel's two probes alone)",
             Run::KernelOnly,
+            calls,
+        ));
+        configs.push((
+            "tracefs: an entry and a return probe on it, nothing recorded",
+            Run::Tracefs([('p', a), ('r', a)]),
+            calls,
+        ));
+        configs.push((
+            "tracefs: two uprobes on emulated instructions of it (its two calls), nothing recorded",
+            Run::Tracefs([('p', a), ('p', b)]),
             calls,
         ));
     }
@@ -130,13 +228,18 @@ pub fn func(root: &Path, dir: &Path, plan: Plan) -> Result<()> {
         );
     }
     let median = |i: usize| Spread::of(&samples[i]).median;
-    if configs.len() > 3 {
+    if configs.len() > 5 {
+        let added = |i: usize| median(i) - median(0);
         println!(
-            "\nA timed call costs {:.0} ns more than an untimed one; the kernel's two probes \
-             alone cost {:.0} ns: rtm-trace's programs and record add {:.0} ns.",
-            median(2) - median(0),
-            median(3) - median(0),
-            median(2) - median(3)
+            "\nA timed call costs {:.0} ns more than an untimed one. The kernel's entry and \
+             return probes alone cost {:.0} ns with bpftrace's empty programs and {:.0} ns \
+             through tracefs; two uprobes on emulated instructions (the target) cost {:.0} \
+             ns: rtm-trace is at {:.2}x the target.",
+            added(2),
+            added(3),
+            added(4),
+            added(5),
+            added(2) / added(5)
         );
     }
     println!();
