@@ -371,7 +371,7 @@ impl Source for KernelSource {
         before: Option<u64>,
         sink: &mut dyn FnMut(&Event),
     ) {
-        let Some(live) = self.live.as_ref() else {
+        let Some(live) = self.live.as_mut() else {
             return;
         };
         let threads: Vec<(u32, u32)> = threads.collect();
@@ -381,7 +381,7 @@ impl Source for KernelSource {
         // The programs no longer run for these threads: the calls they kept are taken.
         if before.is_none() && !self.funcs.is_empty() {
             let pids: std::collections::HashSet<u32> = threads.iter().map(|t| t.0).collect();
-            for ev in crate::probes::loader::kept_calls(live.probes.ebpf(), &pids) {
+            for ev in crate::probes::loader::take_kept_calls(live.probes.ebpf_mut(), &pids) {
                 sink(&Event::Func(ev));
             }
         }
