@@ -104,8 +104,8 @@ pub fn holder(op: u64, bytes: &[u8]) -> Holder {
 
 fn not_a_mutex() -> Holder {
     Holder::Unknown {
-        why: "no owner: not a mutex (a condition variable, barrier, semaphore, join or other \
-              futex), or a mutex released as it was read",
+        why: "no owner: not a mutex (condition variable, barrier, semaphore, join, other futex) \
+              or one just released",
     }
 }
 
