@@ -91,21 +91,28 @@ fn barrier_imbalance_within_two_percent() {
     if !can_trace("barrier_imbalance_within_two_percent") {
         return;
     }
-    let (stdout, doc) = traced("sync_workload", &["barrier", "3", "10", "4000"]);
-    let truth: Vec<(u64, f64)> = stdout
+    let (stdout, doc) = traced("sync_workload", &["barrier", "3", "20", "4000"]);
+    // `ROUND spread_ns=NS last=I margin_ns=NS preempted=N`
+    let truth: Vec<(u64, f64, u64)> = stdout
         .lines()
         .filter_map(|l| l.strip_prefix("truth barrier round="))
         .map(|r| {
-            // `ROUND spread_ns=NS last=I margin_ns=NS`
             let (round, rest) = r.split_once(' ').expect("round line");
-            let spread = rest
-                .split_whitespace()
-                .find_map(|kv| kv.strip_prefix("spread_ns="))
-                .expect("spread_ns");
-            (round.parse().unwrap(), spread.parse().unwrap())
+            let field = |key: &str| -> f64 {
+                rest.split_whitespace()
+                    .find_map(|kv| kv.strip_prefix(key)?.strip_prefix('='))
+                    .unwrap_or_else(|| panic!("{key} in {r}"))
+                    .parse()
+                    .unwrap()
+            };
+            (
+                round.parse().unwrap(),
+                field("spread_ns"),
+                field("preempted") as u64,
+            )
         })
         .collect();
-    assert_eq!(truth.len(), 10, "{stdout}");
+    assert_eq!(truth.len(), 20, "{stdout}");
     let b = doc["sync_graph"]["objects"]
         .as_array()
         .unwrap()
@@ -113,13 +120,23 @@ fn barrier_imbalance_within_two_percent() {
         .find(|o| o["name"] == "round_barrier")
         .expect("round_barrier");
     let rounds = b["barrier"]["round_list"].as_array().unwrap();
-    assert_eq!(rounds.len(), 10);
-    for (r, spread) in truth {
+    assert_eq!(rounds.len(), 20);
+    // A thread preempted between its clock reading and its arrival (a loaded machine)
+    // reached the probe later than its clock says: that round's truth is not exact.
+    let mut checked = 0;
+    for (r, spread, preempted) in truth {
+        if preempted > 0 {
+            println!("round {r}: {preempted} thread(s) preempted around arrival, not compared");
+            continue;
+        }
         within(
             f(&rounds[r as usize]["spread_ns"]),
             spread,
             0.02,
             &format!("round {r} spread ns"),
         );
+        checked += 1;
     }
+    println!("{checked} of 20 rounds compared");
+    assert!(checked >= 5, "only {checked} of 20 rounds undisturbed");
 }

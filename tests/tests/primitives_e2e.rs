@@ -83,7 +83,10 @@ fn barrier_rounds_show_the_spread_and_the_last_arriver() {
     for m in truths {
         let r = &rounds[m["round"].parse::<usize>().unwrap()];
         let spread: f64 = m["spread_ns"].parse().unwrap();
-        within(u(&r["spread_ns"]) as f64, spread, 0.05, "round spread");
+        // Unless a thread was preempted between its clock reading and its arrival.
+        if m["preempted"] == "0" {
+            within(u(&r["spread_ns"]) as f64, spread, 0.05, "round spread");
+        }
         let last = tid_of(&m["last"]);
         *lasts.entry(last).or_default() += 1;
         // The workload reads its clock just before the call: an arrival closer than

@@ -22,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -59,6 +60,14 @@ static long b_unit_us;
 /* Arrival times measured by the threads themselves: the ground truth for the spread. */
 #define MAX_ROUNDS 256
 static long long b_arrive[MAX_ROUNDS][64];
+/* Whether the thread was preempted between its clock reading and the barrier's return
+ * (a tracer's entry probe then fires later than the thread's clock says it arrived). */
+static int b_preempted[MAX_ROUNDS][64];
+
+static long involuntary_switches(void) {
+    struct rusage u;
+    return getrusage(RUSAGE_THREAD, &u) == 0 ? u.ru_nivcsw : -1;
+}
 
 static void *barrier_thread(void *arg) {
     long i = (long)arg;
@@ -66,8 +75,10 @@ static void *barrier_thread(void *arg) {
     printf("truth barrier index=%ld tid=%ld\n", i, tid());
     for (int r = 0; r < b_rounds; r++) {
         sleep_us((i + 1) * b_unit_us);
+        long before = involuntary_switches();
         if (r < MAX_ROUNDS) b_arrive[r][i] = now_ns();
         pthread_barrier_wait(&round_barrier);
+        if (r < MAX_ROUNDS) b_preempted[r][i] = involuntary_switches() != before;
     }
     return NULL;
 }
@@ -209,8 +220,11 @@ int main(int argc, char **argv) {
             /* The runner-up's arrival: how clear the last arriver was. */
             for (long i = 0; i < a; i++)
                 if (i != last && b_arrive[r][i] > next) next = b_arrive[r][i];
-            printf("truth barrier round=%d spread_ns=%lld last=%ld margin_ns=%lld\n", r, hi - lo,
-                   last, a > 1 ? hi - next : 0);
+            int preempted = 0;
+            for (long i = 0; i < a; i++)
+                preempted += b_preempted[r][i];
+            printf("truth barrier round=%d spread_ns=%lld last=%ld margin_ns=%lld preempted=%d\n",
+                   r, hi - lo, last, a > 1 ? hi - next : 0, preempted);
         }
     } else if (!strcmp(mode, "cond") && argc == 5) {
         c_waits = a;
