@@ -15,6 +15,9 @@
 //   counts and each function's own total time:
 //   truth tid=T index=I cpu=C (1000000: not pinned) work_1ms=N work_1ms_ns=NS
 //   work_10ms=... descend=... descend_ns=... (outermost calls) lib_step=... lib_step_ns=...
+//   and each function's time around its calls, read by the caller: work_1ms_around_ns=...
+//   (a tracer's entry and return probes fire between the two clocks: inside <= traced
+//   <= around, whatever the machine's load)
 #define _GNU_SOURCE
 #include <pthread.h>
 #include <sched.h>
@@ -47,6 +50,7 @@ static void busy_us(long us) {
 struct counts {
     long work_1ms, work_10ms, descend, lib;
     long long work_1ms_ns, work_10ms_ns, descend_ns, lib_ns;
+    long long work_1ms_around, work_10ms_around, descend_around, lib_around;
 };
 
 // Each returns how long it ran by its own clock.
@@ -113,24 +117,36 @@ static void *worker(void *arg) {
     struct timespec d = {delay_ms / 1000, (delay_ms % 1000) * 1000000L};
     nanosleep(&d, NULL);
     struct counts c = {0};
+    long long t;
     for (int r = 0; r < rounds; r++) {
+        t = now_ns();
         c.work_1ms_ns += work_1ms();
+        c.work_1ms_around += now_ns() - t;
         c.work_1ms++;
         if (r % 5 == 4) {
+            t = now_ns();
             c.work_10ms_ns += work_10ms();
+            c.work_10ms_around += now_ns() - t;
             c.work_10ms++;
         }
+        t = now_ns();
         c.descend_ns += descend(3);
+        c.descend_around += now_ns() - t;
         c.descend += 4;
+        t = now_ns();
         c.lib_ns += lib_step(300);
+        c.lib_around += now_ns() - t;
         c.lib++;
     }
     pthread_mutex_lock(&print_lock);
     printf("truth tid=%ld index=%ld cpu=%ld work_1ms=%ld work_1ms_ns=%lld work_10ms=%ld "
-           "work_10ms_ns=%lld descend=%ld descend_ns=%lld lib_step=%ld lib_step_ns=%lld\n",
+           "work_10ms_ns=%lld descend=%ld descend_ns=%lld lib_step=%ld lib_step_ns=%lld "
+           "work_1ms_around_ns=%lld work_10ms_around_ns=%lld descend_around_ns=%lld "
+           "lib_step_around_ns=%lld\n",
            (long)syscall(SYS_gettid), i, pin ? i % sysconf(_SC_NPROCESSORS_ONLN) : NOT_PINNED,
            c.work_1ms, c.work_1ms_ns, c.work_10ms, c.work_10ms_ns, c.descend, c.descend_ns,
-           c.lib, c.lib_ns);
+           c.lib, c.lib_ns, c.work_1ms_around, c.work_10ms_around, c.descend_around,
+           c.lib_around);
     fflush(stdout);
     pthread_mutex_unlock(&print_lock);
     if (linger_ms > 0) {
@@ -176,7 +192,8 @@ int main(int argc, char **argv) {
             continue;
         // A candidate whose tid does not fit exits at once: try another.
         for (long tries = 0;; tries++) {
-            sem_wait(&verdict);
+            while (sem_wait(&verdict) != 0) // a signal: wait on
+                ;
             if (accepted)
                 break;
             pthread_join(th[i], NULL);
