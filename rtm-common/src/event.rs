@@ -397,9 +397,14 @@ pub const MUTEX_HEAD_WORDS: usize = 5;
 /// waiters sleep on `__lock` with the value 2; a robust one's `__lock` holds the owner
 /// (with the waiters bit); a priority-inheritance one is waited on with FUTEX_LOCK_PI
 /// (or LOCK_PI2), its word holding the owner. 0 for anything else: not a mutex, or an
-/// owner that died. The layout is checked against the installed glibc by a test.
+/// owner that died. An owner past the largest TID Linux gives (`PID_MAX_LIMIT`) is no
+/// owner: glibc's stdio lock (`_IO_lock_t`) also sleeps on a word of 2, with a pointer
+/// where a mutex has `__owner`. The layout is checked against the installed glibc by a
+/// test.
 pub const fn mutex_holder(cmd: u32, words: [u32; MUTEX_HEAD_WORDS]) -> u32 {
     const TID_MASK: u32 = 0x3fff_ffff;
+    /// The kernel's PID_MAX_LIMIT on 64-bit: pid_max cannot be raised past it.
+    const PID_MAX_LIMIT: u32 = 4 * 1024 * 1024;
     const KNOWN_KIND: u32 = 3 | 16 | 32 | 64 | 128 | 256 | 512;
     const KIND_ROBUST: u32 = 16;
     const KIND_PI_PP: u32 = 32 | 64;
@@ -407,9 +412,10 @@ pub const fn mutex_holder(cmd: u32, words: [u32; MUTEX_HEAD_WORDS]) -> u32 {
     const LOCK_PI2: u32 = 13;
     let (lock, owner, kind) = (words[0], words[2], words[4]);
     if cmd == LOCK_PI || cmd == LOCK_PI2 {
-        return lock & TID_MASK;
+        let tid = lock & TID_MASK;
+        return if tid <= PID_MAX_LIMIT { tid } else { 0 };
     }
-    if kind & !KNOWN_KIND != 0 || kind & KIND_PI_PP != 0 || owner == 0 || owner >= 0x7fff_fffe {
+    if kind & !KNOWN_KIND != 0 || kind & KIND_PI_PP != 0 || owner == 0 || owner > PID_MAX_LIMIT {
         return 0;
     }
     let fits = if kind & KIND_ROBUST != 0 {
