@@ -1,5 +1,6 @@
 //! Loading the eBPF object and attaching its programs to target processes.
 
+pub mod func_tables;
 pub mod funcs;
 pub mod kernel_btf;
 pub mod layout;

@@ -289,7 +289,7 @@ impl Source for KernelSource {
         let Some(live) = &self.live else {
             return Vec::new();
         };
-        crate::probes::loader::running_calls(live.probes.ebpf())
+        crate::probes::func_tables::running_calls(live.probes.ebpf())
             .into_iter()
             .map(|(pid, tid, function, start_ns)| RunningCall {
                 pid,
@@ -381,7 +381,7 @@ impl Source for KernelSource {
         // The programs no longer run for these threads: the calls they kept are taken.
         if before.is_none() && !self.funcs.is_empty() {
             let pids: std::collections::HashSet<u32> = threads.iter().map(|t| t.0).collect();
-            for ev in crate::probes::loader::take_kept_calls(live.probes.ebpf_mut(), &pids) {
+            for ev in crate::probes::func_tables::take_kept_calls(live.probes.ebpf_mut(), &pids) {
                 sink(&Event::Func(ev));
             }
         }
