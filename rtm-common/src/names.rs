@@ -46,6 +46,8 @@ pub const MAP_WAKERS: &str = "WAKERS";
 pub const MAP_MPI_PENDING: &str = "MPI_PENDING";
 /// MPI library layouts, indexed by `MpiImpl`.
 pub const MAP_MPI_LAYOUT: &str = "MPI_LAYOUT";
+/// Per CPU: the MPI return probe's record in the making (off the 512-byte BPF stack).
+pub const MAP_MPI_SCRATCH: &str = "MPI_SCRATCH";
 /// Entry uprobe of every MPI function (the cookie says which).
 pub const PROG_MPI_ENTER: &str = "mpi_enter";
 /// Return uprobe of every MPI function.
@@ -199,6 +201,7 @@ pub const ALL_MAPS: &[&str] = &[
     MAP_WAKERS,
     MAP_MPI_PENDING,
     MAP_MPI_LAYOUT,
+    MAP_MPI_SCRATCH,
     MAP_FUNC_PENDING,
     MAP_FUNC_SLOTS,
     MAP_TID_FILTER,

@@ -18,6 +18,7 @@ use rtm_common::{
 };
 
 use crate::{
+    bounds::masked,
     emit::{self, header, now},
     filter::{entry_was_kept, traced_in_context, traced_pid_tgid},
     maps::{PENDING, count_loss, thread_calls},
@@ -80,7 +81,7 @@ pub fn call_enter(ctx: ProbeContext) -> u32 {
     // of two and the comparisons come first).
     if depth > 0
         && depth <= MAX_CALL_DEPTH
-        && let Some(inner) = tc.calls.get_mut((depth - 1) & (MAX_CALL_DEPTH - 1))
+        && let Some(inner) = tc.calls.get_mut(masked(depth - 1, MAX_CALL_DEPTH - 1))
         && inner.sp == sp
         && inner.cookie == raw
         && inner.object == object
@@ -107,7 +108,7 @@ pub fn call_enter(ctx: ProbeContext) -> u32 {
         if depth == 0 || depth > MAX_CALL_DEPTH {
             break;
         }
-        match tc.calls.get((depth - 1) & (MAX_CALL_DEPTH - 1)) {
+        match tc.calls.get(masked(depth - 1, MAX_CALL_DEPTH - 1)) {
             Some(inner) if inner.sp <= sp => {
                 let same = inner.sp == sp && inner.cookie == raw && inner.object == object;
                 if inner.replaced == 0 {
@@ -161,7 +162,7 @@ pub fn call_enter(ctx: ProbeContext) -> u32 {
         count_loss(LossCounter::PendingFull);
         return 0;
     }
-    let Some(slot) = tc.calls.get_mut(depth & (MAX_CALL_DEPTH - 1)) else {
+    let Some(slot) = tc.calls.get_mut(masked(depth, MAX_CALL_DEPTH - 1)) else {
         return 0;
     };
     *slot = call;
@@ -188,7 +189,7 @@ pub fn call_return(ctx: RetProbeContext) -> u32 {
         count_loss(LossCounter::MissedEntry);
         return 0;
     }
-    let Some(slot) = tc.calls.get_mut((depth - 1) & (MAX_CALL_DEPTH - 1)) else {
+    let Some(slot) = tc.calls.get_mut(masked(depth - 1, MAX_CALL_DEPTH - 1)) else {
         count_loss(LossCounter::MissedEntry);
         return 0;
     };

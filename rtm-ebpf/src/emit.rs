@@ -120,7 +120,7 @@ pub fn func_calls(st: &FuncStack, pid_tgid: u64, ts_ns: u64) {
         (*e).header = header(EventKind::Func, pid_tgid, ts_ns);
         (*e).count = n as u32;
         (*e).pad = 0;
-        (*e).calls = st.finished;
+        crate::bounds::copy_words(&raw mut (*e).calls, &raw const st.finished);
     }
     entry.submit(wakeup_flags::<FuncEvent>(ring));
 }
@@ -154,5 +154,13 @@ pub fn lifecycle(event: LifecycleEvent, urgent: bool) {
 /// Sends an MPI record.
 #[inline(always)]
 pub fn mpi(event: &MpiEvent) {
-    put(&EVENTS, *event);
+    match EVENTS.reserve::<MpiEvent>(0) {
+        Some(mut entry) => {
+            // SAFETY: the reserved record, all of it written before it is submitted; the
+            // copy goes word by word, not through the stack.
+            unsafe { crate::bounds::copy_words(entry.as_mut_ptr(), event) };
+            entry.submit(wakeup_flags::<MpiEvent>(&EVENTS));
+        }
+        None => count_loss(LossCounter::RingFull),
+    }
 }

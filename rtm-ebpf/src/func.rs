@@ -19,9 +19,10 @@ use rtm_common::{
 };
 
 use crate::{
+    bounds::masked,
     emit::{self, now},
     filter::{entry_was_kept, traced_in_context, traced_pid_tgid},
-    maps::{count_loss, func_stack, func_stack_of},
+    maps::{count_loss, count_losses, func_stack, func_stack_of},
 };
 
 /// Entry of a timed function.
@@ -46,7 +47,7 @@ pub fn func_enter(ctx: ProbeContext) -> u32 {
         if depth == 0 || depth > MAX_FUNC_DEPTH {
             break;
         }
-        match st.frames.get((depth - 1) & (MAX_FUNC_DEPTH - 1)) {
+        match st.frames.get(masked(depth - 1, MAX_FUNC_DEPTH - 1)) {
             Some(f) if f.sp <= sp => {
                 count_loss(LossCounter::MissedEntry);
                 depth -= 1;
@@ -59,7 +60,7 @@ pub fn func_enter(ctx: ProbeContext) -> u32 {
         count_loss(LossCounter::PendingFull);
         return 0;
     }
-    if let Some(slot) = st.frames.get_mut(depth & (MAX_FUNC_DEPTH - 1)) {
+    if let Some(slot) = st.frames.get_mut(masked(depth, MAX_FUNC_DEPTH - 1)) {
         *slot = FuncFrame {
             start_ns: now(),
             sp,
@@ -92,35 +93,41 @@ pub fn func_return(ctx: RetProbeContext) -> u32 {
     let st = unsafe { &mut *st };
     let mut depth = st.depth as usize;
     // The returning call is the outermost remembered one below the stack pointer after
-    // its return (its return address was just popped); any deeper ones are gone.
-    let mut found: Option<FuncFrame> = None;
+    // its return (its return address was just popped); any deeper ones are gone. The
+    // loop only counts, so each pass leaves the verifier the same shape of state (a
+    // branch per pass that carried the found frame took 6.1's verifier past its
+    // million-instruction limit).
+    let mut popped = 0usize;
     for _ in 0..MAX_FUNC_DEPTH {
         if depth == 0 || depth > MAX_FUNC_DEPTH {
             break;
         }
-        match st.frames.get((depth - 1) & (MAX_FUNC_DEPTH - 1)) {
+        match st.frames.get(masked(depth - 1, MAX_FUNC_DEPTH - 1)) {
             Some(f) if f.sp < sp => {
-                if let Some(_deeper) = found {
-                    count_loss(LossCounter::MissedEntry);
-                }
-                found = Some(*f);
                 depth -= 1;
+                popped += 1;
             }
             _ => break,
         }
     }
     st.depth = depth as u64;
+    let found = if popped == 0 {
+        None
+    } else {
+        st.frames.get(masked(depth, MAX_FUNC_DEPTH - 1)).copied()
+    };
+    if popped > 1 {
+        count_losses(LossCounter::MissedEntry, popped as u64 - 1);
+    }
     match found {
         Some(f) if f.function == function => {
             // Outer calls of the same function: this one is recursive.
             let mut recursion = 0u16;
-            for i in 0..MAX_FUNC_DEPTH {
+            for (i, o) in st.frames.iter().enumerate() {
                 if i >= depth {
                     break;
                 }
-                if st.frames.get(i).is_some_and(|o| o.function == function) {
-                    recursion += 1;
-                }
+                recursion += u16::from(o.function == function);
             }
             keep(
                 st,
@@ -151,7 +158,7 @@ fn keep(st: &mut FuncStack, pid_tgid: u64, call: FuncCall) {
         st.done = 0;
     }
     let n = st.done as usize;
-    if let Some(slot) = st.finished.get_mut(n & (FUNC_BATCH - 1)) {
+    if let Some(slot) = st.finished.get_mut(masked(n, FUNC_BATCH - 1)) {
         *slot = call;
         st.done = n as u64 + 1;
     }

@@ -76,7 +76,7 @@ pub fn innermost(pid_tgid: u64) -> Option<*mut PendingCall> {
     }
     // Masked so the verifier sees the index in bounds.
     tc.calls
-        .get_mut((d - 1) & (MAX_CALL_DEPTH - 1))
+        .get_mut(crate::bounds::masked(d - 1, MAX_CALL_DEPTH - 1))
         .map(|c| c as *mut PendingCall)
 }
 

@@ -7,8 +7,10 @@
 
 use aya_ebpf::{
     EbpfContext as _,
-    helpers::{bpf_get_attach_cookie, bpf_probe_read_user},
-    macros::{uprobe, uretprobe},
+    cty::c_void,
+    helpers::{bpf_get_attach_cookie, bpf_get_current_pid_tgid, bpf_loop, bpf_probe_read_user},
+    macros::{map, uprobe, uretprobe},
+    maps::PerCpuArray,
     programs::{ProbeContext, RetProbeContext},
 };
 use rtm_common::{
@@ -18,6 +20,7 @@ use rtm_common::{
 };
 
 use crate::{
+    bounds::masked,
     emit::{self, header, now},
     filter::{entry_was_kept, traced_in_context, traced_pid_tgid},
     maps::{MPI_LAYOUT, MPI_PENDING, count_loss},
@@ -116,6 +119,11 @@ fn comm_id(layout: &MpiLayout, imp: u32, comm: u64) -> u32 {
     }
     read_u32(comm + layout.comm_cid as u64).unwrap_or(COMM_ID_UNKNOWN)
 }
+
+/// Per CPU, the return probe's records in the making, off the BPF stack (the record and
+/// the loop's state would take 6.12's verifier past its 512-byte stack).
+#[map(name = "MPI_SCRATCH")]
+static MPI_SCRATCH: PerCpuArray<Completions> = PerCpuArray::with_max_entries(1, 0);
 
 /// Fills the status fields from the status at `addr`.
 #[inline(always)]
@@ -229,33 +237,37 @@ pub fn mpi_return(ctx: RetProbeContext) -> u32 {
     };
     let ret: i64 = ctx.ret();
     let comm = arg(p, shape.comm);
-    let mut e = MpiEvent {
-        header: header(EventKind::Mpi, pid_tgid, ts),
-        start_ns: p.start_ns,
-        comm,
-        request: 0,
-        status_bytes: BYTES_UNKNOWN,
-        op,
-        ret: ret as i32,
-        peer: RANK_UNKNOWN,
-        peer_world: RANK_UNKNOWN,
-        tag: arg(p, shape.tag) as i32,
-        count: -1,
-        dtype_size: 0,
-        comm_id: COMM_ID_UNKNOWN,
-        peer2: RANK_UNKNOWN,
-        peer2_world: RANK_UNKNOWN,
-        count2: -1,
-        dtype2_size: 0,
-        status_source: RANK_UNKNOWN,
-        status_source_world: RANK_UNKNOWN,
-        index: 0,
-        total: 0,
-        implementation: imp,
-        flags: 0,
-        self_world: RANK_UNKNOWN,
-        pad: 0,
+    let Some(c) = MPI_SCRATCH.get_ptr_mut(0) else {
+        return 0;
     };
+    // SAFETY: this CPU's scratch; a uretprobe does not nest on one CPU.
+    let c = unsafe { &mut *c };
+    let e = &mut c.e;
+    e.header = header(EventKind::Mpi, pid_tgid, ts);
+    e.start_ns = p.start_ns;
+    e.comm = comm;
+    e.request = 0;
+    e.status_bytes = BYTES_UNKNOWN;
+    e.op = op;
+    e.ret = ret as i32;
+    e.peer = RANK_UNKNOWN;
+    e.peer_world = RANK_UNKNOWN;
+    e.tag = arg(p, shape.tag) as i32;
+    e.count = -1;
+    e.dtype_size = 0;
+    e.comm_id = COMM_ID_UNKNOWN;
+    e.peer2 = RANK_UNKNOWN;
+    e.peer2_world = RANK_UNKNOWN;
+    e.count2 = -1;
+    e.dtype2_size = 0;
+    e.status_source = RANK_UNKNOWN;
+    e.status_source_world = RANK_UNKNOWN;
+    e.index = 0;
+    e.total = 0;
+    e.implementation = imp;
+    e.flags = 0;
+    e.self_world = RANK_UNKNOWN;
+    e.pad = 0;
     p.start_ns = 0;
     if shape.comm != NO_ARG {
         e.comm_id = comm_id(layout, imp, comm);
@@ -288,30 +300,56 @@ pub fn mpi_return(ctx: RetProbeContext) -> u32 {
     if shape.flag != NO_ARG && read_u32(arg(p, shape.flag)).unwrap_or(0) == 0 {
         // A test or probe that found nothing.
         e.flags |= MPI_FLAG_NOT_DONE;
-        emit::mpi(&e);
+        emit::mpi(e);
         return 0;
     }
     if shape.requests == NO_ARG {
         if shape.status != NO_ARG {
-            read_status(&mut e, layout, imp, arg(p, shape.status));
+            read_status(e, layout, imp, arg(p, shape.status));
         }
-        emit::mpi(&e);
+        emit::mpi(e);
         return 0;
     }
-    completions(p, &shape, layout, imp, e);
+    completions(c, p, &shape, layout, imp);
     0
 }
 
-/// Sends the wait or test call's record, then one record per request it completed.
+/// The record in the making and what the completion loop needs (`bpf_loop`'s callback
+/// reads it from the scratch map).
+#[repr(C)]
+struct Completions {
+    /// The record sent for each request, filled in per request.
+    e: MpiEvent,
+    /// Waitsome/Testsome: the completed positions.
+    indices: u64,
+    statuses: u64,
+    status_size: u64,
+    /// Waitany/Testany: the one position completed.
+    only: u64,
+    imp: u32,
+    /// 1: one position (`only`); 2: positions listed in `indices`; 0: every one.
+    which: u32,
+    /// 1: one status for all (Wait, Test, Waitany, Testany, or statuses ignored).
+    single: u32,
+    pad: u32,
+}
+
+/// Sends the wait or test call's record (`c.e`), then one record per request it
+/// completed.
 #[inline(always)]
-fn completions(p: &MpiPending, shape: &MpiShape, layout: &MpiLayout, imp: u32, mut e: MpiEvent) {
+fn completions(
+    c: &mut Completions,
+    p: &MpiPending,
+    shape: &MpiShape,
+    layout: &MpiLayout,
+    imp: u32,
+) {
     let given = if shape.nreqs == NO_ARG {
         1
     } else {
         arg(p, shape.nreqs) as u32
     };
     let statuses = arg(p, shape.status);
-    let status_size = layout.status_size as u64;
     // Which array positions completed: all of them (Wait, Waitall, Test, Testall), the
     // one at *index (Waitany, Testany), or *outcount positions listed in indices[]
     // (Waitsome, Testsome).
@@ -328,48 +366,80 @@ fn completions(p: &MpiPending, shape: &MpiShape, layout: &MpiLayout, imp: u32, m
             done = 0;
         }
     }
-    e.total = given;
+    c.e.total = given;
     if done as usize > MAX_MPI_REQS {
-        e.flags |= MPI_FLAG_REQS_TRUNCATED;
+        c.e.flags |= MPI_FLAG_REQS_TRUNCATED;
     }
-    emit::mpi(&e);
-    e.flags |= MPI_FLAG_COMPLETION;
-    let indices = arg(p, shape.indices);
-    for k in 0..MAX_MPI_REQS {
-        if k as u32 >= done {
-            break;
-        }
-        // 64-bit throughout: a 32-bit index widened after its check loses its bound
-        // for the verifier.
-        let i: u64 = if any {
-            u64::from(only)
-        } else if some {
-            u64::from(read_u32(indices + 4 * k as u64).unwrap_or(u32::MAX))
-        } else {
-            k as u64
-        };
-        if i >= MAX_MPI_REQS as u64 {
-            continue;
-        }
-        // Masked after an opaque copy, so the compiler keeps the mask the verifier needs
-        // (it would otherwise drop it as implied by the check above).
-        // SAFETY: reads a local.
-        let slot = unsafe { core::ptr::read_volatile(&i) } as usize & (MAX_MPI_REQS - 1);
-        let request = p.reqs[slot];
-        e.index = i as u32;
-        e.request = request;
-        e.status_source = RANK_UNKNOWN;
-        e.status_source_world = RANK_UNKNOWN;
-        e.status_bytes = BYTES_UNKNOWN;
-        e.flags &= !MPI_FLAG_STATUS_IGNORED;
-        // A single status for Wait/Test/Waitany/Testany, an array for the others.
-        let single = statuses == 0 || statuses == layout.status_ignore;
-        let status = if single || shape.nreqs == NO_ARG || any {
-            statuses
-        } else {
-            statuses + i * status_size
-        };
-        read_status(&mut e, layout, imp, status);
-        emit::mpi(&e);
+    emit::mpi(&c.e);
+    c.e.flags |= MPI_FLAG_COMPLETION;
+    c.indices = arg(p, shape.indices);
+    c.statuses = statuses;
+    c.status_size = layout.status_size as u64;
+    c.only = u64::from(only);
+    c.imp = imp;
+    c.which = if any {
+        1
+    } else if some {
+        2
+    } else {
+        0
+    };
+    c.single = u32::from(
+        statuses == 0 || statuses == layout.status_ignore || shape.nreqs == NO_ARG || any,
+    );
+    // One pass per request through bpf_loop (Linux 5.17+): the verifier checks the body
+    // once, where an unrolled loop of 16 passes, each with its reads and record, took
+    // 6.1's verifier past its million-instruction limit.
+    // The callback finds `c` in the scratch map itself (bpf_loop passes only a pointer
+    // to the stack).
+    // SAFETY: the callback is a static function of this object.
+    unsafe {
+        bpf_loop(
+            done.min(MAX_MPI_REQS as u32),
+            completion as *mut c_void,
+            core::ptr::null_mut(),
+            0,
+        )
+    };
+}
+
+/// One request of a wait or test call: its record.
+#[inline(never)]
+extern "C" fn completion(k: u64, _ctx: *mut c_void) -> i64 {
+    let Some(c) = MPI_SCRATCH.get_ptr_mut(0) else {
+        return 1;
+    };
+    // SAFETY: this CPU's scratch, filled by the return probe that runs the loop.
+    let c = unsafe { &mut *c };
+    // The caller's map values, found again (a map value's address cannot be kept in
+    // another map).
+    let pid_tgid = bpf_get_current_pid_tgid();
+    let (Some(p), Some(layout)) = (MPI_PENDING.get_ptr(pid_tgid), MPI_LAYOUT.get(c.imp)) else {
+        return 1;
+    };
+    // SAFETY: this thread's own entry, which only it writes.
+    let p = unsafe { &*p };
+    let i: u64 = match c.which {
+        1 => c.only,
+        2 => u64::from(read_u32(c.indices + 4 * k).unwrap_or(u32::MAX)),
+        _ => k,
+    };
+    if i >= MAX_MPI_REQS as u64 {
+        return 0;
     }
+    let e = &mut c.e;
+    e.index = i as u32;
+    e.request = p.reqs[masked(i as usize, MAX_MPI_REQS - 1)];
+    e.status_source = RANK_UNKNOWN;
+    e.status_source_world = RANK_UNKNOWN;
+    e.status_bytes = BYTES_UNKNOWN;
+    e.flags &= !MPI_FLAG_STATUS_IGNORED;
+    let status = if c.single != 0 {
+        c.statuses
+    } else {
+        c.statuses + i * c.status_size
+    };
+    read_status(e, layout, c.imp, status);
+    emit::mpi(e);
+    0
 }

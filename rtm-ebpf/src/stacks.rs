@@ -78,7 +78,8 @@ fn call_fixes(pid_tgid: u64) -> [StackFix; STACK_FIXES] {
             break;
         }
         // SAFETY: as above; the index is masked in bounds.
-        let call = unsafe { &(*tc).calls[(depth - 1 - i) & (MAX_CALL_DEPTH - 1)] };
+        let call =
+            unsafe { &(*tc).calls[crate::bounds::masked(depth - 1 - i, MAX_CALL_DEPTH - 1)] };
         *fix = StackFix {
             slot: call.sp,
             ret: call.caller,

@@ -220,6 +220,21 @@ pub struct Cli {
     pub command: Vec<OsString>,
 }
 
+/// `rtm-trace check`: what this kernel lets rtm-trace do.
+#[derive(Debug, Parser)]
+#[command(
+    name = "rtm-trace check",
+    version,
+    about = "Load every eBPF program as each mode would and say which features work on \
+             this kernel, and why not where one does not (nothing is traced)",
+    after_help = "Exit status: 0 when every feature loads, 1 when one does not."
+)]
+pub struct CheckCli {
+    /// Also say how each feature attaches (tracepoint kinds, uprobe links).
+    #[arg(short, long)]
+    pub verbose: bool,
+}
+
 /// `rtm-trace merge`: join the parts several nodes wrote (--json) for one MPI job.
 #[derive(Debug, Parser)]
 #[command(

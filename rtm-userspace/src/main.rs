@@ -5,7 +5,7 @@ use std::process::ExitCode;
 use clap::Parser;
 use rtm::{
     agent,
-    cli::{AgentCli, Cli, MergeCli, ReportCli},
+    cli::{AgentCli, CheckCli, Cli, MergeCli, ReportCli},
     session,
 };
 
@@ -35,6 +35,10 @@ fn main() -> ExitCode {
         args.remove(1);
         init_logging("warn");
         session::report(ReportCli::parse_from(args))
+    } else if args.get(1).is_some_and(|a| a == "check") {
+        args.remove(1);
+        init_logging("warn");
+        session::check(CheckCli::parse_from(args))
     } else if args.get(1).is_some_and(|a| a == "merge") {
         args.remove(1);
         init_logging("warn");

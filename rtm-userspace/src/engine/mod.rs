@@ -35,7 +35,7 @@ use std::{
 
 use handle::Command;
 pub use handle::EngineHandle;
-pub use kernel::KernelSource;
+pub use kernel::{KernelSource, load_options};
 use rtm_common::decode::Event;
 pub use source::{EventList, KernelState, ProcessChanges, Source};
 pub use summary::Summary;

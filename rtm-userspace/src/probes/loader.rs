@@ -911,6 +911,22 @@ impl Probes {
             .unwrap_or_default()
     }
 
+    /// Loads uprobe program `name` into the kernel now, as its first attach would
+    /// (`rtm-trace check`), and says whether uprobe_multi links take it: Ok when they
+    /// do, the reason when the perf-event path (one uprobe at a time) must serve.
+    pub fn load_uprobe(&mut self, name: &'static str) -> Result<Result<(), String>, ProbeError> {
+        self.uprobe(name)?;
+        Ok(match &self.multi {
+            Some(m) => m.links_work(name),
+            None => Err("the programs could not be prepared for uprobe_multi".into()),
+        })
+    }
+
+    /// The uprobe programs of the object.
+    pub fn uprobe_names() -> &'static [&'static str] {
+        &UPROBES
+    }
+
     /// Uprobes attached.
     pub fn uprobe_count(&self) -> usize {
         self.links.values().map(Vec::len).sum::<usize>()

@@ -70,10 +70,43 @@ fn bpf(cmd: u32, attr: &mut bpf_attr) -> io::Result<OwnedFd> {
 /// without uprobes should not wait for them).
 #[derive(Debug)]
 pub struct MultiPrograms {
-    /// Relocated instructions, by program name.
-    insns: HashMap<&'static str, Vec<aya_obj::generated::bpf_insn>>,
+    /// Relocated programs, by name.
+    insns: HashMap<&'static str, Relocated>,
+    /// The object's BTF, loaded into the kernel: a program that passes a callback to a
+    /// helper (bpf_loop) must come with its functions' BTF.
+    btf: Option<OwnedFd>,
     license: CString,
     fds: std::cell::RefCell<HashMap<&'static str, std::rc::Rc<OwnedFd>>>,
+}
+
+/// One program's instructions and its functions' BTF records.
+#[derive(Debug)]
+struct Relocated {
+    insns: Vec<aya_obj::generated::bpf_insn>,
+    func_info: Vec<u8>,
+    func_info_rec_size: u32,
+    func_info_cnt: u32,
+    line_info: Vec<u8>,
+    line_info_rec_size: u32,
+    line_info_cnt: u32,
+}
+
+/// Loads the object's BTF (fixed up as aya does for a kernel with every BTF feature:
+/// uprobe_multi links need Linux 6.6, which has them all).
+fn load_btf(obj: &mut aya_obj::Object) -> Option<OwnedFd> {
+    let features = aya_obj::btf::BtfFeatures::new(true, true, true, true, true, true, true, true);
+    let bytes = obj.fixup_and_sanitize_btf(&features).ok()??.to_bytes();
+    // SAFETY: plain data, zeroed.
+    let mut attr: bpf_attr = unsafe { std::mem::zeroed() };
+    // SAFETY: writing the BTF-load member of the union, which the command reads.
+    unsafe {
+        let u = &mut attr.__bindgen_anon_7;
+        u.btf = bytes.as_ptr() as u64;
+        u.btf_size = bytes.len() as u32;
+    }
+    bpf(aya_obj::generated::bpf_cmd::BPF_BTF_LOAD as u32, &mut attr)
+        .inspect_err(|e| log::info!("uprobe_multi programs without BTF: {e}"))
+        .ok()
 }
 
 /// Why the programs could not be loaded for uprobe_multi links.
@@ -105,6 +138,7 @@ impl MultiPrograms {
     pub fn load(object: &[u8], ebpf: &Ebpf, names: &[&'static str]) -> Result<Self, MultiError> {
         let mut obj =
             aya_obj::Object::parse(object).map_err(|e| MultiError::Object(e.to_string()))?;
+        let btf = load_btf(&mut obj);
         let fds: HashMap<&str, i32> = ebpf
             .maps()
             .filter_map(|(n, m)| Some((n, map_fd(m)?)))
@@ -133,10 +167,22 @@ impl MultiPrograms {
                 .functions
                 .get(&prog.function_key())
                 .ok_or_else(|| MultiError::Object(format!("no function for {name}")))?;
-            insns.insert(name, f.instructions.clone());
+            insns.insert(
+                name,
+                Relocated {
+                    insns: f.instructions.clone(),
+                    func_info: f.func_info.func_info_bytes(),
+                    func_info_rec_size: f.func_info_rec_size as u32,
+                    func_info_cnt: f.func_info.len() as u32,
+                    line_info: f.line_info.line_info_bytes(),
+                    line_info_rec_size: f.line_info_rec_size as u32,
+                    line_info_cnt: f.line_info.len() as u32,
+                },
+            );
         }
         Ok(Self {
             insns,
+            btf,
             license,
             fds: Default::default(),
         })
@@ -151,9 +197,28 @@ impl MultiPrograms {
             .insns
             .get(name)
             .ok_or_else(|| MultiError::Object(format!("no program {name}")))?;
-        let fd = std::rc::Rc::new(load_one(name, insns, &self.license)?);
+        let fd = std::rc::Rc::new(load_one(
+            name,
+            insns,
+            self.btf.as_ref().map(|f| f.as_raw_fd()),
+            &self.license,
+        )?);
         self.fds.borrow_mut().insert(name, fd.clone());
         Ok(fd)
+    }
+
+    /// Whether the kernel makes uprobe_multi links for program `name` (loaded for them
+    /// now): as libbpf probes it, a link on `/` is refused as not a regular file
+    /// (EBADF) by a kernel that has them, and as an unknown attach type by one that
+    /// does not (before Linux 6.6).
+    pub fn links_work(&self, name: &'static str) -> Result<(), String> {
+        let offsets = [0u64];
+        let cookies = [0u64];
+        match self.attach(name, Path::new("/"), &offsets, &cookies, None, false) {
+            Err(e) if e.raw_os_error() == Some(libc::EBADF) => Ok(()),
+            Err(e) => Err(e.to_string()),
+            Ok(_) => Err("a link on / was accepted".into()),
+        }
     }
 
     /// The programs loaded so far, by name.
@@ -201,9 +266,11 @@ impl MultiPrograms {
 
 fn load_one(
     name: &'static str,
-    insns: &[aya_obj::generated::bpf_insn],
+    prog: &Relocated,
+    btf: Option<i32>,
     license: &CString,
 ) -> Result<OwnedFd, MultiError> {
+    let insns = &prog.insns;
     let attempt = |log: &mut [u8]| {
         // SAFETY: plain data, zeroed.
         let mut attr: bpf_attr = unsafe { std::mem::zeroed() };
@@ -215,6 +282,19 @@ fn load_one(
             u.insns = insns.as_ptr() as u64;
             u.insn_cnt = insns.len() as u32;
             u.license = license.as_ptr() as u64;
+            if let Some(btf) = btf {
+                u.prog_btf_fd = btf as u32;
+                if prog.func_info_rec_size > 0 {
+                    u.func_info = prog.func_info.as_ptr() as u64;
+                    u.func_info_rec_size = prog.func_info_rec_size;
+                    u.func_info_cnt = prog.func_info_cnt;
+                }
+                if prog.line_info_rec_size > 0 {
+                    u.line_info = prog.line_info.as_ptr() as u64;
+                    u.line_info_rec_size = prog.line_info_rec_size;
+                    u.line_info_cnt = prog.line_info_cnt;
+                }
+            }
             let short: Vec<std::ffi::c_char> = name
                 .bytes()
                 .take(15)

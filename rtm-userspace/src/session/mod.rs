@@ -3,6 +3,7 @@
 //! outputs; also `rtm-trace merge`.
 
 mod blocked;
+mod check;
 mod input;
 mod merge;
 mod oneshot;
@@ -89,6 +90,7 @@ impl SessionError {
     }
 }
 
+pub use check::check;
 pub use merge::merge;
 pub use report::report;
 

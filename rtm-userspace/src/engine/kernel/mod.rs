@@ -54,7 +54,24 @@ pub(super) struct Settings {
     pub cpus: Vec<u32>,
 }
 
+/// How a trace configured by `config` loads the eBPF programs.
+pub fn load_options(config: &TraceConfig) -> LoadOptions {
+    Settings::new(config).load_options()
+}
+
 impl Settings {
+    fn load_options(&self) -> LoadOptions {
+        LoadOptions {
+            ring_bytes: self.ring_bytes,
+            count_wakes: self.mode == Mode::Full,
+            stack_bytes: self.stack_bytes,
+            timed_functions: !self.funcs.is_empty(),
+            read_holders: self.read_holders,
+            tids: self.tids.clone(),
+            cpus: self.cpus.clone(),
+        }
+    }
+
     fn new(c: &TraceConfig) -> Self {
         Self {
             mode: c.mode,
@@ -130,18 +147,7 @@ impl KernelSource {
 
     fn load(&self) -> Result<Live, EngineError> {
         let s = &self.settings;
-        let mut probes = Probes::load(
-            EBPF_OBJECT,
-            &LoadOptions {
-                ring_bytes: s.ring_bytes,
-                count_wakes: s.mode == Mode::Full,
-                stack_bytes: s.stack_bytes,
-                timed_functions: !s.funcs.is_empty(),
-                read_holders: s.read_holders,
-                tids: s.tids.clone(),
-                cpus: s.cpus.clone(),
-            },
-        )?;
+        let mut probes = Probes::load(EBPF_OBJECT, &s.load_options())?;
         if s.verbose {
             crate::say!("rtm-trace: futex calls seen at {}", probes.futex_entry());
         }
