@@ -5,8 +5,10 @@
 //! - A regular file (or a name that does not exist yet) is replaced atomically: the
 //!   results go to a new, unnamed file (O_TMPFILE) in the destination's directory, made
 //!   with the invoking user's umask, which is given an unpredictable name and renamed
-//!   over the destination. Nothing is ever opened by a predictable name, so a link
-//!   planted at one is never followed.
+//!   over the destination. On a file system without O_TMPFILE (9p, some NFS and FUSE
+//!   mounts) the new file is made exclusively (O_CREAT|O_EXCL|O_NOFOLLOW) under an
+//!   unpredictable name instead, then renamed the same way. Nothing is ever opened by a
+//!   predictable name, so a link planted at one is never followed.
 //! - A path that is not a regular file (/dev/null, a terminal, a FIFO) is written
 //!   through, never replaced. Block devices, directories and sockets are refused.
 //! - A symbolic link is followed only when it belongs to root or to the invoking user
@@ -153,9 +155,26 @@ enum How {
     Replace {
         dir: OwnedFd,
         name: OsString,
-        /// The first unnamed file, made while checking (proof the directory takes one).
+        /// The first new file, made while checking (proof the directory takes one).
         ready: Option<File>,
+        /// The new file's name where the file system cannot make one without a name
+        /// (no O_TMPFILE); removed unless renamed into place.
+        tmp: Option<OsString>,
     },
+}
+
+impl Drop for Dest {
+    /// A named new file never written (the run failed or was cut short) is removed.
+    fn drop(&mut self) {
+        if let How::Replace {
+            dir,
+            tmp: Some(tmp),
+            ..
+        } = &self.how
+        {
+            let _ = rfs::unlinkat(dir, tmp, AtFlags::empty());
+        }
+    }
 }
 
 /// The user who ran rtm-trace (through sudo: the one sudo names).
@@ -351,13 +370,14 @@ impl Dest {
     }
 
     fn replace(path: &Path, dir: OwnedFd, name: OsString) -> Result<Self, DestError> {
-        let ready = unnamed_file(&dir, path)?;
+        let (ready, tmp) = new_file(&dir, &name, path)?;
         Ok(Self {
             path: path.to_path_buf(),
             how: How::Replace {
                 dir,
                 name,
                 ready: Some(ready),
+                tmp,
             },
         })
     }
@@ -386,10 +406,19 @@ impl Dest {
                 let mut w = io::BufWriter::with_capacity(1 << 16, Patient(file));
                 body(&mut w).and_then(|_| w.flush()).map_err(io_err(&path))
             }
-            How::Replace { dir, name, ready } => {
+            How::Replace {
+                dir,
+                name,
+                ready,
+                tmp,
+            } => {
                 let file = match ready.take() {
                     Some(f) => f,
-                    None => unnamed_file(dir, &path)?,
+                    None => {
+                        let (f, t) = new_file(dir, name, &path)?;
+                        *tmp = t;
+                        f
+                    }
                 };
                 let mut w = io::BufWriter::with_capacity(1 << 16, file);
                 body(&mut w)
@@ -397,43 +426,78 @@ impl Dest {
                     .map_err(io_err(&path))?;
                 let file = w.into_inner().map_err(|e| io_err(&path)(e.into_error()))?;
                 file.sync_all().map_err(io_err(&path))?;
-                link_over(dir, name, &file, &path)
+                put_in_place(dir, name, &file, tmp, &path)
             }
         }
     }
 }
 
-/// A new file without a name in `dir`, made with the process's umask.
-fn unnamed_file(dir: &OwnedFd, path: &Path) -> Result<File, DestError> {
-    let fd = rfs::openat(
+/// Puts the finished `file` in place of `name`: links the unnamed file, or renames the
+/// named one (`tmp`, then forgotten: removed or in place).
+fn put_in_place(
+    dir: &OwnedFd,
+    name: &std::ffi::OsStr,
+    file: &File,
+    tmp: &mut Option<OsString>,
+    path: &Path,
+) -> Result<(), DestError> {
+    match tmp.take() {
+        None => link_over(dir, name, file, path),
+        Some(t) => rename_over(dir, &t, name, path),
+    }
+}
+
+/// A new file in `dir` for the results that will replace `name`, made with the
+/// process's umask: unnamed (O_TMPFILE), or, where the file system cannot make one,
+/// exclusively under an unpredictable name.
+fn new_file(
+    dir: &OwnedFd,
+    name: &std::ffi::OsStr,
+    path: &Path,
+) -> Result<(File, Option<OsString>), DestError> {
+    let denied = |e: rustix::io::Errno| DestError::Io {
+        path: path.display().to_string(),
+        source: io::Error::new(
+            io::ErrorKind::PermissionDenied,
+            format!("its directory is not writable ({})", io::Error::from(e)),
+        ),
+    };
+    let mode = Mode::from_raw_mode(0o666);
+    match rfs::openat(
         dir,
         ".",
         OFlags::TMPFILE | OFlags::WRONLY | OFlags::CLOEXEC,
-        Mode::from_raw_mode(0o666),
-    )
-    .map_err(|e| match e {
-        rustix::io::Errno::ACCESS | rustix::io::Errno::PERM | rustix::io::Errno::ROFS => {
-            DestError::Io {
-                path: path.display().to_string(),
-                source: io::Error::new(
-                    io::ErrorKind::PermissionDenied,
-                    format!("its directory is not writable ({})", io::Error::from(e)),
-                ),
-            }
+        mode,
+    ) {
+        Ok(fd) => return Ok((File::from(fd), None)),
+        Err(
+            e @ (rustix::io::Errno::ACCESS | rustix::io::Errno::PERM | rustix::io::Errno::ROFS),
+        ) => {
+            return Err(denied(e));
         }
-        e => DestError::Io {
-            path: path.display().to_string(),
-            source: io::Error::new(
-                io::ErrorKind::Unsupported,
-                format!(
-                    "its file system cannot make an unnamed temporary file (O_TMPFILE: {}); \
-                     write to a directory on a local file system",
-                    io::Error::from(e)
-                ),
-            ),
-        },
-    })?;
-    Ok(File::from(fd))
+        // No O_TMPFILE here (EOPNOTSUPP; EISDIR or EINVAL from kernels and file systems
+        // that do not know the flag): a fresh name instead.
+        Err(_) => {}
+    }
+    let mut tries = 0;
+    loop {
+        let tmp = temp_name(name);
+        match rfs::openat(
+            dir,
+            &tmp,
+            OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::WRONLY | OFlags::CLOEXEC,
+            mode,
+        ) {
+            Ok(fd) => return Ok((File::from(fd), Some(tmp))),
+            Err(rustix::io::Errno::EXIST) if tries < 8 => tries += 1,
+            Err(
+                e @ (rustix::io::Errno::ACCESS | rustix::io::Errno::PERM | rustix::io::Errno::ROFS),
+            ) => {
+                return Err(denied(e));
+            }
+            Err(e) => return Err(errno(path)(e)),
+        }
+    }
 }
 
 /// An unpredictable name for the finished file before it is renamed into place.
@@ -477,8 +541,19 @@ fn link_over(
             Err(e) => return Err(errno(path)(e)),
         }
     }
+    rename_over(dir, &tmp, name, path)
+}
+
+/// Renames the finished file `tmp` over `name` in `dir`, unless `name` has meanwhile
+/// become something that is not a regular file; `tmp` is removed when it cannot be.
+fn rename_over(
+    dir: &OwnedFd,
+    tmp: &std::ffi::OsStr,
+    name: &std::ffi::OsStr,
+    path: &Path,
+) -> Result<(), DestError> {
     let unlink_tmp = || {
-        let _ = rfs::unlinkat(dir, &tmp, AtFlags::empty());
+        let _ = rfs::unlinkat(dir, tmp, AtFlags::empty());
     };
     match rfs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW) {
         Ok(st) => {
@@ -497,7 +572,7 @@ fn link_over(
             return Err(errno(path)(e));
         }
     }
-    rfs::renameat(dir, &tmp, dir, name).map_err(|e| {
+    rfs::renameat(dir, tmp, dir, name).map_err(|e| {
         unlink_tmp();
         errno(path)(e)
     })

@@ -7,7 +7,7 @@ use std::{
     io::{self, BufWriter, Write},
 };
 
-use super::{Dest, DestError, How, Patient, io_err, link_over, open_through, unnamed_file};
+use super::{Dest, DestError, How, Patient, io_err, new_file, open_through, put_in_place};
 
 /// Bytes buffered before a write to the destination.
 const BUFFER: usize = 1 << 18;
@@ -54,9 +54,18 @@ impl Dest {
                 Out::Patient(Patient(File::from(fd.try_clone().map_err(io_err(&path))?)))
             }
             How::Through => Out::Patient(Patient(open_through(&path)?)),
-            How::Replace { dir, ready, .. } => Out::File(match ready.take() {
+            How::Replace {
+                dir,
+                name,
+                ready,
+                tmp,
+            } => Out::File(match ready.take() {
                 Some(f) => f,
-                None => unnamed_file(dir, &path)?,
+                None => {
+                    let (f, t) = new_file(dir, name, &path)?;
+                    *tmp = t;
+                    f
+                }
             }),
         };
         Ok(Stream {
@@ -73,16 +82,16 @@ impl Stream {
     }
 
     /// Writes what is buffered and puts the file in place.
-    pub fn finish(self) -> Result<(), DestError> {
+    pub fn finish(mut self) -> Result<(), DestError> {
         let path = self.dest.path.clone();
         let out = self
             .out
             .into_inner()
             .map_err(|e| io_err(&path)(e.into_error()))?;
-        match (out, &self.dest.how) {
-            (Out::File(file), How::Replace { dir, name, .. }) => {
+        match (out, &mut self.dest.how) {
+            (Out::File(file), How::Replace { dir, name, tmp, .. }) => {
                 file.sync_all().map_err(io_err(&path))?;
-                link_over(dir, name, &file, &path)
+                put_in_place(dir, name, &file, tmp, &path)
             }
             (mut out, _) => out.flush().map_err(io_err(&path)),
         }
