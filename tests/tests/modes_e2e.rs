@@ -4,8 +4,8 @@
 use std::{io::Write, process::Command, time::Duration};
 
 use rtm_tests::{
-    LineWatch, TempDir, Value, can_trace, read_json, rtm_bin, run, spawn, trace_json, truths,
-    workload,
+    LineWatch, TempDir, Value, can_trace, read_json, rtm_bin, run, spawn, times_comparable,
+    trace_json, truths, workload,
 };
 
 const T: Duration = Duration::from_secs(120);
@@ -80,7 +80,9 @@ fn contention_mode_agrees_with_full_mode_and_names_the_releaser() {
         ec * 100.0,
         ef * 100.0
     );
-    assert!(ec < 0.05 && ef < 0.05);
+    if times_comparable("wait totals") {
+        assert!(ec < 0.05 && ef < 0.05);
+    }
     // Per wait ended, the same story in both modes: each worker waited for the other.
     for (doc, tids) in [(&doc_c, &tids_c), (&doc_f, &tids_f)] {
         let wf = doc["sync_graph"]["waits_for"].as_array().unwrap();

@@ -120,7 +120,9 @@ fn launch_mode_counts_hold_times_and_contention_match_ground_truth() {
             t.tid,
             err * 100.0
         );
-        assert!(err < 0.05, "hold mean {mean} vs truth {truth_mean}");
+        if times_comparable("hold means") {
+            assert!(err < 0.05, "hold mean {mean} vs truth {truth_mean}");
+        }
     }
     // Thread names and the report file.
     let names: Vec<&str> = doc["sync_graph"]["threads"]

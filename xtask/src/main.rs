@@ -13,6 +13,7 @@ mod bench_stacks;
 mod measure;
 mod setup;
 mod tasks;
+mod vm;
 
 use clap::{Parser, Subcommand};
 
@@ -37,6 +38,16 @@ enum Cmd {
     Demo,
     /// Set up, then run the whole suite: fmt, clippy, unit tests, eBPF tests (needs root).
     Test,
+    /// The kernel matrix (needs root): the end-to-end smoke set inside QEMU guests booted
+    /// with Debian 12's (6.1) and Debian 13's (6.12) own kernels.
+    Vm {
+        /// Only these kernels (6.1, 6.12, bookworm, trixie); all when none is named.
+        #[arg(long)]
+        kernel: Vec<String>,
+        /// Only the smoke tests whose `file::name` contains one of these.
+        #[arg(long)]
+        test: Vec<String>,
+    },
     /// Benchmarks (needs root): all of them side by side, or those named (e.g. `bench
     /// probes ingest memory`); prints Markdown for BENCHMARKS.md.
     Bench {
@@ -148,6 +159,7 @@ fn main() -> anyhow::Result<()> {
         }
         Cmd::Demo => tasks::demo(&setup::run()?),
         Cmd::Test => tasks::test(&setup::run()?),
+        Cmd::Vm { kernel, test } => vm::run(&setup::run()?, &kernel, &test),
         Cmd::Bench {
             which,
             smoke,

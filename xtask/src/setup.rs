@@ -39,6 +39,13 @@ const APT_PACKAGES: &[&str] = &[
     "graphviz",
     "tmux",
     "python3-venv",
+    // The kernel matrix (`cargo xtask vm`): Debian's kernels booted in QEMU with an
+    // initramfs of static busybox and their virtio/9p modules (modinfo for their
+    // dependencies); bindfs for a file system without O_TMPFILE on the host.
+    "qemu-system-x86",
+    "busybox-static",
+    "kmod",
+    "bindfs",
 ];
 
 /// PyPI's `perfetto` package: its compiled protobuf schema decodes the timelines in the
@@ -51,7 +58,7 @@ pub struct Env {
     pub path: String,
 }
 
-fn prefix() -> PathBuf {
+pub fn prefix() -> PathBuf {
     if let Some(p) = env::var_os("RTM_TOOLS_DIR") {
         return PathBuf::from(p);
     }

@@ -17,7 +17,7 @@ pub fn root() -> PathBuf {
         .to_path_buf()
 }
 
-fn cargo(env: &Env) -> Command {
+pub fn cargo(env: &Env) -> Command {
     let mut c = Command::new(env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
     c.current_dir(root()).env("PATH", &env.path);
     c
@@ -136,6 +136,9 @@ pub fn test(env: &Env) -> Result<()> {
         "--",
         "--test-threads=1",
     ]))?;
+    // The same smoke set inside Debian 12's and 13's kernels.
+    eprintln!("xtask: kernel matrix (cargo xtask vm)");
+    crate::vm::run(env, &[], &[])?;
     // Proves every benchmark still runs end to end; its figures are not the ones to
     // quote (BENCHMARKS.md comes from the full `cargo xtask bench`).
     eprintln!("xtask: benchmark smoke run (cargo xtask bench --smoke)");

@@ -157,7 +157,10 @@ pub enum ProbeError {
         source: aya::EbpfError,
     },
     /// A program of the object could not be loaded into the kernel.
-    #[error("cannot load eBPF program {name}: {source}")]
+    #[error(
+        "cannot load eBPF program {name}: {source}\n  (`rtm-trace check` says which features \
+         this kernel can run, and what each needs)"
+    )]
     Program {
         /// Program name.
         name: &'static str,

@@ -78,7 +78,7 @@ fn features() -> Vec<Feature> {
         },
         Feature {
             feature: "MPI (--mpi)",
-            needs: "5.15",
+            needs: "5.17: bpf_loop",
             options: config(&|_| {}),
             uprobes: &[names::PROG_MPI_ENTER, names::PROG_MPI_RETURN],
             fallbacks: false,
@@ -103,7 +103,10 @@ fn whole(e: &dyn std::error::Error) -> String {
 
 /// The first line of a load error, and the verifier's last lines, which say why.
 fn brief(text: &str) -> String {
-    let lines: Vec<&str> = text.lines().collect();
+    let lines: Vec<&str> = text
+        .lines()
+        .filter(|l| !l.contains("`rtm-trace check`"))
+        .collect();
     if lines.len() <= 6 {
         return lines.join(" / ");
     }
