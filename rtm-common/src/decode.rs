@@ -7,6 +7,7 @@
 use core::mem::size_of;
 
 use crate::{
+    agg::{AggOutcome, FutexAggKey},
     event::{
         EventHeader, EventKind, FutexWaitEvent, LifecycleEvent, LifecycleOp, Primitive, SyncEvent,
         SyncOp,
@@ -29,6 +30,33 @@ pub enum Event<'a> {
     Stacks(StacksRecord<'a>),
     /// Finished calls of a thread's timed functions.
     Func(FuncEvent),
+    /// Futex waits summed in the kernel since they were last read ([`crate::agg`]).
+    FutexAgg(FutexAggRecord<'a>),
+}
+
+/// Futex waits summed in the kernel ([`crate::agg`]) since the last read: what one
+/// entry's sums grew by.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FutexAggRecord<'a> {
+    /// The waiter (pid, tid); `ts_ns` is when the sums were read; kind
+    /// [`EventKind::FutexAgg`].
+    pub header: EventHeader,
+    /// Whose waits on what, ended how.
+    pub key: FutexAggKey,
+    /// How they ended.
+    pub outcome: AggOutcome,
+    /// Waits.
+    pub count: u64,
+    /// Their total duration, ns.
+    pub wait_ns: u64,
+    /// Of that, runnable after the wake, ns.
+    pub runnable_ns: u64,
+    /// The longest of them (of all the entry's waits so far), ns.
+    pub max_ns: u64,
+    /// The shortest (of all the entry's waits so far), ns.
+    pub min_ns: u64,
+    /// (bucket, waits) for the buckets that grew ([`crate::agg_bucket`]).
+    pub buckets: &'a [(u8, u32)],
 }
 
 /// A stacks record: its fixed part and the two copies, each as long as its registers
@@ -97,6 +125,7 @@ impl Event<'_> {
             Event::Lifecycle(l) => Event::Lifecycle(l),
             Event::Mpi(m) => Event::Mpi(m),
             Event::Func(f) => Event::Func(f),
+            Event::FutexAgg(a) => Event::FutexAgg(FutexAggRecord { buckets: &[], ..a }),
             Event::Stacks(s) => Event::Stacks(StacksRecord {
                 head: s.head,
                 waiter: &[],
@@ -113,6 +142,7 @@ impl Event<'_> {
             Event::Mpi(m) => &m.raw.header,
             Event::Stacks(s) => &s.head.header,
             Event::Func(f) => &f.header,
+            Event::FutexAgg(a) => &a.header,
         }
     }
 }
@@ -231,7 +261,8 @@ pub fn decode(bytes: &[u8]) -> Result<Event<'_>, DecodeError> {
                 ),
             }))
         }
-        None => Err(DecodeError::UnknownKind(header.kind)),
+        // Made by userspace from the sums, never in a ring.
+        Some(EventKind::FutexAgg) | None => Err(DecodeError::UnknownKind(header.kind)),
     }
 }
 

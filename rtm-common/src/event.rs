@@ -46,6 +46,9 @@ abi_enum! {
         Stacks = 5,
         /// A [`crate::FuncEvent`]: finished calls of timed functions (`--func`) of a thread.
         Func = 6,
+        /// Futex waits summed in the kernel ([`crate::agg`]), as userspace read them; never
+        /// in a ring.
+        FutexAgg = 7,
     }
 }
 
@@ -223,6 +226,20 @@ pub struct FutexWaitEvent {
 const _: () = assert!(size_of::<FutexWaitEvent>() == 72);
 
 impl FutexWaitEvent {
+    /// `n` waits (at least 1) of the same thread on the same word that returned without
+    /// sleeping, as one record.
+    pub const fn unslept_only(&self, n: u32) -> FutexWaitEvent {
+        FutexWaitEvent {
+            wait_ns: 0,
+            ret: -11,
+            waker: 0,
+            unslept: n.saturating_sub(1),
+            waker_pid: 0,
+            runnable_ns: 0,
+            ..*self
+        }
+    }
+
     /// The same wait as a [`SyncEvent`].
     pub fn to_sync(&self) -> SyncEvent {
         SyncEvent {
@@ -296,16 +313,20 @@ pub enum LossCounter {
     /// remembered entry, or an entry's return was never probed (a later call from the
     /// same frame found it).
     MissedEntry = 2,
+    /// Not a loss: a futex wait sent as a record because the map that sums them was
+    /// full ([`crate::names::MAP_FUTEX_AGG`]).
+    AggFull = 3,
 }
 
 impl LossCounter {
     /// Number of counters; the size of the loss map.
-    pub const COUNT: u32 = 3;
+    pub const COUNT: u32 = 4;
     /// Every counter, in index order.
-    pub const ALL: [LossCounter; 3] = [
+    pub const ALL: [LossCounter; 4] = [
         LossCounter::RingFull,
         LossCounter::PendingFull,
         LossCounter::MissedEntry,
+        LossCounter::AggFull,
     ];
 }
 
@@ -467,6 +488,9 @@ pub const PENDING_TIMED: u32 = 1;
 /// sleep, or at its wake when it had not left its CPU yet); set by whoever takes it,
 /// atomically, so it is taken once.
 pub const PENDING_STACKED: u32 = 2;
+/// [`PendingFutex::flags`] bit: this wait's call stacks are taken (it was sampled, see
+/// [`crate::stack::StackSampler`]); it is then sent as a record, not summed.
+pub const PENDING_SAMPLED: u32 = 4;
 
 /// `ret` of a futex wait that a futex wake did not end and whose deadline had not come
 /// (-EINTR): a signal, or the kernel (contention mode, where waits end at their wake).
@@ -524,7 +548,7 @@ impl FutexDone {
     pub fn finished(&self) -> FutexWaitEvent {
         let mut w = self.wait;
         let woken = w.header.ts_ns;
-        if self.at_return == 0 && self.ran_ns > woken {
+        if self.at_return & DONE_AT_RETURN == 0 && self.ran_ns > woken {
             let runnable = self.ran_ns - woken;
             w.wait_ns += runnable;
             w.header.ts_ns = self.ran_ns;
@@ -537,6 +561,12 @@ impl FutexDone {
         w
     }
 }
+
+/// [`FutexDone::at_return`] bit: the wait ended at its return (no run time to add).
+pub const DONE_AT_RETURN: u64 = 1;
+/// [`FutexDone::at_return`] bit: the wait's stacks were taken: it goes out as a record
+/// (its stacks records are joined with it), not into the sums.
+pub const DONE_SAMPLED: u64 = 2;
 
 /// A slot of the last-waker table: who last woke waiters on a futex word, and when.
 #[repr(C)]
@@ -638,6 +668,10 @@ mod user_impls {
     unsafe impl aya::Pod for crate::FuncEvent {}
     // SAFETY: as above.
     unsafe impl aya::Pod for crate::FuncStack {}
+    // SAFETY: repr(C), no padding (sizes asserted in agg.rs), any bit pattern valid.
+    unsafe impl aya::Pod for crate::FutexAggKey {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for crate::FutexAgg {}
 
     impl Primitive {
         /// Its name in reports, JSON and metric labels.
@@ -667,6 +701,7 @@ mod user_impls {
                 LossCounter::RingFull => "ring buffer full",
                 LossCounter::PendingFull => "pending-call map full",
                 LossCounter::MissedEntry => "return without entry (call in flight at attach)",
+                LossCounter::AggFull => "futex sums map full (waits sent one by one)",
             })
         }
     }

@@ -7,6 +7,7 @@
 #![no_std]
 #![deny(missing_docs)]
 
+pub mod agg;
 #[macro_use]
 pub mod event;
 pub mod func;
@@ -17,6 +18,7 @@ pub mod stack;
 #[cfg(feature = "user")]
 pub mod decode;
 
+pub use agg::*;
 pub use event::*;
 pub use func::*;
 pub use mpi::*;

@@ -48,6 +48,17 @@ pub const MAP_MPI_PENDING: &str = "MPI_PENDING";
 pub const MAP_MPI_LAYOUT: &str = "MPI_LAYOUT";
 /// Per CPU: the MPI return probe's record in the making (off the 512-byte BPF stack).
 pub const MAP_MPI_SCRATCH: &str = "MPI_SCRATCH";
+/// Contention mode: ended futex waits summed per (waiter, word, waker, outcome)
+/// ([`crate::agg`]); userspace sizes it and reads it every interval.
+pub const MAP_FUTEX_AGG: &str = "FUTEX_AGG";
+/// Default entries of [`MAP_FUTEX_AGG`] (~0.7 KiB each).
+pub const DEFAULT_AGG_ENTRIES: u32 = 8192;
+/// Per CPU: how many waiters' call stacks were taken this second, and the chance a
+/// stack is taken now ([`crate::stack::StackSampler`]).
+pub const MAP_STACK_SAMPLER: &str = "STACK_SAMPLER";
+/// Per CPU: nonzero while a high-resolution timer's callbacks run
+/// (`timer:hrtimer_expire_entry` to `_exit`), so a wake made there is a timer's.
+pub const MAP_IN_TIMER: &str = "IN_TIMER";
 /// Entry uprobe of every MPI function (the cookie says which).
 pub const PROG_MPI_ENTER: &str = "mpi_enter";
 /// Return uprobe of every MPI function.
@@ -103,6 +114,10 @@ pub const PROG_LIFECYCLE_NEW: &str = "lifecycle_new";
 pub const PROG_LIFECYCLE_EXIT: &str = "lifecycle_exit";
 /// sched/sched_process_exec.
 pub const PROG_LIFECYCLE_EXEC: &str = "lifecycle_exec";
+/// timer:hrtimer_expire_entry as a BTF tracepoint: marks the CPU as in a timer.
+pub const PROG_TIMER_ENTER: &str = "timer_enter";
+/// timer:hrtimer_expire_exit as a BTF tracepoint: the timer's callbacks are done.
+pub const PROG_TIMER_EXIT: &str = "timer_exit";
 
 /// Global in the eBPF object: 1 to follow futex wakes to their return (full mode: the
 /// threads a pthread_cond_signal/broadcast woke); 0 skips that work.
@@ -178,6 +193,16 @@ pub const GLOBAL_CONTEXT_FILTER: &str = "CONTEXT_FILTER";
 /// Global in the eBPF object: 1 when each futex wait's entry reads the holder of the
 /// mutex it waits on ([`crate::mutex_holder`]; `[deadlocks] detect`).
 pub const GLOBAL_READ_HOLDERS: &str = "READ_HOLDERS";
+/// Global: 1 when ended futex waits are summed in [`MAP_FUTEX_AGG`] rather than sent
+/// one by one (contention mode without a timeline).
+pub const GLOBAL_AGGREGATE: &str = "AGGREGATE";
+/// Global: 1 when a futex wait begins where its thread goes to sleep (sched_switch), with
+/// no program on any system call; 0 when it begins at the call's entry (sys_enter).
+pub const GLOBAL_SLEEP_ENTRY: &str = "SLEEP_ENTRY";
+/// Global: waiters' call stacks taken per CPU per second at most (u32::MAX: every one).
+pub const GLOBAL_STACK_RATE: &str = "STACK_RATE";
+/// Global: the offset of `__state` (or `state`) in `struct task_struct`.
+pub const GLOBAL_TASK_STATE: &str = "TASK_STATE";
 
 /// Threads with timed calls in flight at once whose slot another holds
 /// ([`MAP_FUNC_PENDING`], 984 bytes each).
@@ -202,6 +227,9 @@ pub const ALL_MAPS: &[&str] = &[
     MAP_MPI_PENDING,
     MAP_MPI_LAYOUT,
     MAP_MPI_SCRATCH,
+    MAP_FUTEX_AGG,
+    MAP_STACK_SAMPLER,
+    MAP_IN_TIMER,
     MAP_FUNC_PENDING,
     MAP_FUNC_SLOTS,
     MAP_TID_FILTER,
@@ -239,5 +267,9 @@ pub const ALL_GLOBALS: &[&str] = &[
     GLOBAL_FUTEX_SLOT_MASK,
     GLOBAL_CONTEXT_FILTER,
     GLOBAL_READ_HOLDERS,
+    GLOBAL_AGGREGATE,
+    GLOBAL_SLEEP_ENTRY,
+    GLOBAL_STACK_RATE,
+    GLOBAL_TASK_STATE,
     GLOBAL_FUNC_SLOT_MASK,
 ];

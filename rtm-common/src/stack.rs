@@ -80,8 +80,9 @@ pub struct StacksHead {
     pub waker: u32,
     /// `STACK_SIDE_*` bits: which copies follow.
     pub sides: u32,
-    /// Pads the head to a multiple of 8 bytes.
-    pub pad: u32,
+    /// How many waits this one stands for, in thousandths (stacks are sampled, each
+    /// with the inverse of its chance of being taken); 0 means 1000 (one wait).
+    pub weight_milli: u32,
     /// The waiter's registers and copy.
     pub waiter_regs: StackRegs,
     /// The waker's registers and copy.
@@ -103,3 +104,21 @@ pub struct StacksEvent<const N: usize> {
 
 /// The sizes of stack copy the eBPF programs can make (`--stack-bytes`).
 pub const STACK_SIZES: [u32; 5] = [1024, 2048, 4096, 8192, 16384];
+
+/// Per CPU, the waiters' stacks taken this second ([`crate::names::MAP_STACK_SAMPLER`]):
+/// each sleeping wait is sampled with probability `chance / 2^32`, set each second to
+/// the rate wanted over the waits seen the second before, and a sample stands for
+/// `2^32 / chance` waits, so per-stack totals are unbiased estimates.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct StackSampler {
+    /// When this second began (bpf_ktime_get_ns).
+    pub window_ns: u64,
+    /// Waits seen this second.
+    pub seen: u64,
+    /// Stacks taken this second.
+    pub taken: u64,
+    /// The chance a wait's stacks are taken, out of 2^32 (0 before the first second:
+    /// every wait, up to the cap).
+    pub chance: u64,
+}

@@ -20,18 +20,19 @@ use aya_ebpf::{
     programs::{BtfTracePointContext, RawTracePointContext, TracePointContext},
 };
 use rtm_common::{
-    EventKind, FUTEX_CMD_MASK, FutexWaitEvent, FutexWaker, LossCounter, MUTEX_HEAD_WORDS,
-    PENDING_TIMED, PendingFutex, SYNC_FLAG_BLOCKED, futex_cmd_waits, futex_cmd_wakes,
-    futex_timeout_realtime, futex_timeout_relative, mutex_holder,
+    AggOutcome, EventKind, FUTEX_CMD_MASK, FutexWaitEvent, FutexWaker, LossCounter,
+    MUTEX_HEAD_WORDS, PENDING_SAMPLED, PENDING_TIMED, PendingFutex, SYNC_FLAG_BLOCKED,
+    futex_cmd_waits, futex_cmd_wakes, futex_timeout_realtime, futex_timeout_relative, mutex_holder,
 };
 
 use crate::{
+    agg,
     emit::{self, header, now},
     filter::{is_traced, traced_in_context},
     futex_done::{keep_done, send_done},
     maps::{
-        COUNT_WAKES, PENDING_FUTEX, REALTIME_OFFSET, WAKING, count_loss, futex_entry, innermost,
-        waker_slot,
+        AGGREGATE, COUNT_WAKES, PENDING_FUTEX, REALTIME_OFFSET, WAKING, count_loss, futex_entry,
+        innermost, waker_slot,
     },
 };
 
@@ -79,7 +80,7 @@ struct Timespec {
 /// When a wait started at `start` with the timeout argument `timeout` (a user pointer)
 /// times out, on bpf_ktime_get_ns's clock; 0 when unknown.
 #[inline(always)]
-fn deadline(op: u32, timeout: u64, start: u64) -> u64 {
+pub fn deadline(op: u32, timeout: u64, start: u64) -> u64 {
     if timeout == 0 {
         return 0;
     }
@@ -291,6 +292,12 @@ pub fn send_last_unslept(pid_tgid: u64) {
 /// before it.
 #[inline(always)]
 fn send_unslept(pid_tgid: u64, f: &PendingFutex) {
+    if AGGREGATE.load() != 0 {
+        let k = agg::key(pid_tgid, f.uaddr, f.op, (0, 0), 0, AggOutcome::NotSlept);
+        if agg::add_waits(&k, u64::from(f.unslept) + 1, 0, 0) {
+            return;
+        }
+    }
     emit::futex_wait(f.unslept_record(
         header(EventKind::FutexWait, pid_tgid, f.start_ns),
         f.unslept,
@@ -398,7 +405,7 @@ fn exit(pid_tgid: u64, ret: i64) -> u32 {
     // contended lock a tenth of its throughput (BENCHMARKS.md). Full mode's records must
     // stay in order with the thread's uprobe records: sent at once.
     if COUNT_WAKES.load() == 0 {
-        keep_done(wait, false);
+        keep_done(wait, false, f.flags & PENDING_SAMPLED != 0);
     } else {
         emit::futex_wait(wait);
     }

@@ -6,9 +6,66 @@
 
 use core::intrinsics::AtomicOrdering;
 
-use rtm_common::{EventHeader, FutexDone, FutexWaitEvent};
+use rtm_common::{
+    AggOutcome, DONE_AT_RETURN, DONE_SAMPLED, EventHeader, FutexDone, FutexWaitEvent,
+    WAIT_INTERRUPTED,
+};
 
-use crate::{emit, maps::futex_done};
+use crate::{
+    agg, emit,
+    maps::{AGGREGATE, futex_done},
+};
+
+/// -ETIMEDOUT.
+const ETIMEDOUT: i32 = -110;
+
+/// Sends an ended wait on its way: into the sums (contention mode), or as a record when
+/// it must be seen alone (its stacks were taken; a wake by no thread that did not time
+/// out, which may be a joined thread's exit, matched in userspace; a timeline wants
+/// every wait) or the sums are full.
+#[inline(always)]
+pub fn finish(wait: &FutexWaitEvent, sampled: bool) {
+    if AGGREGATE.load() != 0 && !sampled {
+        let outcome = match wait.ret {
+            0 if wait.waker != 0 => Some(AggOutcome::Woken),
+            ETIMEDOUT => Some(AggOutcome::TimedOut),
+            WAIT_INTERRUPTED => Some(AggOutcome::Interrupted),
+            _ => None,
+        };
+        if let Some(outcome) = outcome {
+            let h = &wait.header;
+            let pid_tgid = (u64::from(h.pid) << 32) | u64::from(h.tid);
+            let op = wait.aux as u32;
+            // A run of waits before it that did not sleep: each counted, with no time.
+            let mut unslept = wait.unslept;
+            if unslept != 0 {
+                let k = agg::key(pid_tgid, wait.uaddr, op, (0, 0), 0, AggOutcome::NotSlept);
+                if agg::add_waits(&k, u64::from(unslept), 0, 0) {
+                    unslept = 0;
+                }
+            }
+            let k = agg::key(
+                pid_tgid,
+                wait.uaddr,
+                op,
+                (wait.waker_pid, wait.waker),
+                wait.holder,
+                outcome,
+            );
+            if agg::add_waits(&k, 1, wait.wait_ns, u64::from(wait.runnable_ns)) {
+                if unslept != 0 {
+                    emit::futex_wait(wait.unslept_only(unslept));
+                }
+                return;
+            }
+            if unslept != wait.unslept {
+                emit::futex_wait(FutexWaitEvent { unslept, ..*wait });
+                return;
+            }
+        }
+    }
+    emit::futex_wait(*wait);
+}
 
 /// A field of a `struct task_struct` at an offset from the kernel's BTF.
 ///
@@ -45,7 +102,7 @@ pub fn send_done(pid_tgid: u64) {
         let mut wait = done.finished();
         wait.header.kind = taken as u32;
         wait.header.cpu = (taken >> 32) as u32;
-        emit::futex_wait(wait);
+        finish(&wait, done.at_return & DONE_SAMPLED != 0);
     }
 }
 
@@ -53,10 +110,10 @@ pub fn send_done(pid_tgid: u64) {
 /// it ended at its wake (the thread's first switch-in after it ends it), not at its
 /// return.
 #[inline(always)]
-pub fn keep_done(wait: FutexWaitEvent, at_wake: bool) {
+pub fn keep_done(wait: FutexWaitEvent, at_wake: bool, sampled: bool) {
     let pid_tgid = (u64::from(wait.header.pid) << 32) | u64::from(wait.header.tid);
     let Some(d) = futex_done(pid_tgid as u32) else {
-        return emit::futex_wait(wait);
+        return finish(&wait, sampled);
     };
     // A record the thread has not sent yet (a wake that raced its next wait) goes first.
     send_done(pid_tgid);
@@ -76,7 +133,8 @@ pub fn keep_done(wait: FutexWaitEvent, at_wake: bool) {
                     ..wait
                 },
                 ran_ns: 0,
-                at_return: u64::from(!at_wake),
+                at_return: if at_wake { 0 } else { DONE_AT_RETURN }
+                    | if sampled { DONE_SAMPLED } else { 0 },
             },
         );
         let h = &wait.header;

@@ -5,6 +5,7 @@
 #![allow(internal_features)]
 #![feature(core_intrinsics)]
 
+mod agg;
 mod bounds;
 mod calls;
 mod emit;

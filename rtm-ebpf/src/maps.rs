@@ -9,7 +9,7 @@ use aya_ebpf::{
 };
 use rtm_common::{
     FuncStack, FutexDone, FutexWaker, LossCounter, MAX_CALL_DEPTH, MpiLayout, MpiPending,
-    PendingCall, PendingFutex, ThreadCalls,
+    PendingCall, PendingFutex, StackSampler, ThreadCalls,
     names::{
         DEFAULT_RING_BYTES, DEFAULT_TRACED_WORDS, MAX_FILTER_CPUS, MAX_FILTER_TIDS, MAX_FUNC_SLOTS,
         MAX_FUNC_THREADS, MAX_FUTEX_SLOTS, MAX_PENDING, MAX_TRACED_TGIDS, MAX_WAKERS,
@@ -79,6 +79,32 @@ pub fn innermost(pid_tgid: u64) -> Option<*mut PendingCall> {
         .get_mut(crate::bounds::masked(d - 1, MAX_CALL_DEPTH - 1))
         .map(|c| c as *mut PendingCall)
 }
+
+/// 1: ended futex waits are summed in FUTEX_AGG, not sent one by one (set by userspace
+/// at load: contention mode without a timeline).
+#[unsafe(no_mangle)]
+pub static AGGREGATE: Global<u32> = Global::new(0);
+
+/// 1: a futex wait begins where its thread goes to sleep (sched_switch) and no program
+/// runs on system calls (set by userspace at load).
+#[unsafe(no_mangle)]
+pub static SLEEP_ENTRY: Global<u32> = Global::new(0);
+
+/// Waiters' stacks taken per CPU per second at most (u32::MAX: every wait's).
+#[unsafe(no_mangle)]
+pub static STACK_RATE: Global<u32> = Global::new(u32::MAX);
+
+/// Offset of `__state` in `struct task_struct` (from the kernel's BTF, set at load).
+#[unsafe(no_mangle)]
+pub static TASK_STATE: Global<u32> = Global::new(0);
+
+/// Per CPU: the stacks sampler's state this second.
+#[map(name = "STACK_SAMPLER")]
+pub static STACK_SAMPLER: PerCpuArray<StackSampler> = PerCpuArray::with_max_entries(1, 0);
+
+/// Per CPU: nonzero while high-resolution timer callbacks run there.
+#[map(name = "IN_TIMER")]
+pub static IN_TIMER: PerCpuArray<u32> = PerCpuArray::with_max_entries(1, 0);
 
 /// 1: each futex wait's entry reads its mutex's holder (set by userspace at load).
 #[unsafe(no_mangle)]

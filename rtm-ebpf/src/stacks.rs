@@ -9,7 +9,7 @@
 
 use aya_ebpf::{
     helpers::{
-        bpf_get_current_task_btf, bpf_get_smp_processor_id, bpf_task_pt_regs,
+        bpf_get_current_task_btf, bpf_get_prandom_u32, bpf_get_smp_processor_id, bpf_task_pt_regs,
         generated::bpf_probe_read_user,
     },
     maps::{RingBuf, ring_buf::RingBufBytes},
@@ -17,22 +17,75 @@ use aya_ebpf::{
 use core::intrinsics::AtomicOrdering;
 
 use rtm_common::{
-    EventKind, FUTEX_CMD_MASK, LossCounter, MAX_CALL_DEPTH, PENDING_STACKED, PendingFutex,
-    STACK_FIXES, STACK_MISSING_OTHER_PROCESS, STACK_MISSING_UNREADABLE, STACK_SIDE_WAITER,
-    STACK_SIDE_WAKER, StackFix, StackRegs, StacksHead, futex_cmd_waits,
+    EventKind, FUTEX_CMD_MASK, LossCounter, MAX_CALL_DEPTH, PENDING_SAMPLED, PENDING_STACKED,
+    PENDING_TIMED, PendingFutex, STACK_FIXES, STACK_MISSING_OTHER_PROCESS,
+    STACK_MISSING_UNREADABLE, STACK_SIDE_WAITER, STACK_SIDE_WAKER, StackFix, StackRegs, StacksHead,
+    futex_cmd_waits,
 };
 
 use crate::{
     emit::{header, now, wakeup_flags_for},
     filter::is_traced,
-    futex::{SYS_FUTEX, holder_of},
-    futex_done::task_field,
+    futex::{SYS_FUTEX, deadline, holder_of},
+    futex_done::{send_done, task_field},
     maps::{
-        EVENTS, EVENTS_1, EVENTS_2, EVENTS_3, PENDING, READ_HOLDERS, STACK_BYTES, SYNC_RING_MASK,
-        TASK_PID, TASK_TGID, count_loss, futex_entry,
+        EVENTS, EVENTS_1, EVENTS_2, EVENTS_3, PENDING, PENDING_FUTEX, READ_HOLDERS, SLEEP_ENTRY,
+        STACK_BYTES, STACK_RATE, STACK_SAMPLER, SYNC_RING_MASK, TASK_PID, TASK_STATE, TASK_TGID,
+        count_loss, futex_entry,
     },
     waking::syscall_of,
 };
+
+/// Offsets of the third and fourth syscall arguments (`dx`: the value a futex wait
+/// expects; `r10`: its timeout) in x86-64 `struct pt_regs`.
+const REGS_DX: usize = 96;
+const REGS_R10: usize = 56;
+
+/// Whether this wait's stacks are taken: each wait on this CPU with the chance set from
+/// the rate wanted over the waits seen the second before (every wait in the first
+/// second, up to twice the rate; never more than twice the rate a second). Returns the
+/// waits the sample stands for, in thousandths.
+#[inline(always)]
+pub fn sample() -> Option<u32> {
+    let rate = STACK_RATE.load();
+    if rate == 0 || STACK_BYTES.load() == 0 {
+        return None;
+    }
+    if rate == u32::MAX {
+        return Some(1000);
+    }
+    let s = STACK_SAMPLER.get_ptr_mut(0)?;
+    let now = now();
+    // SAFETY: this CPU's element; programs do not nest on one CPU here.
+    let s = unsafe { &mut *s };
+    if now.saturating_sub(s.window_ns) >= 1_000_000_000 {
+        s.chance = if s.seen == 0 {
+            0
+        } else {
+            ((u64::from(rate) << 32) / s.seen).min(1 << 32)
+        };
+        s.window_ns = now;
+        s.seen = 0;
+        s.taken = 0;
+    }
+    s.seen += 1;
+    if s.taken >= 2 * u64::from(rate) {
+        return None;
+    }
+    let take = s.chance == 0
+        || s.chance >= 1 << 32
+        // SAFETY: helper without preconditions.
+        || u64::from(unsafe { bpf_get_prandom_u32() }) < s.chance;
+    if !take {
+        return None;
+    }
+    s.taken += 1;
+    Some(if s.chance == 0 || s.chance >= 1 << 32 {
+        1000
+    } else {
+        ((1000u64 << 32) / s.chance).min(u64::from(u32::MAX)) as u32
+    })
+}
 
 /// Offsets in x86-64 `struct pt_regs`.
 const REGS_BP: usize = 32;
@@ -118,14 +171,20 @@ fn reserve(ring: &'static RingBuf, size: usize) -> Option<(RingBufBytes<'static>
 /// # Safety
 /// `slot` is a thread's futex entry (a map value).
 #[inline(always)]
-unsafe fn claim(slot: *mut PendingFutex, f: &PendingFutex) -> bool {
+unsafe fn claim(slot: *mut PendingFutex, f: &PendingFutex, sampled: bool) -> bool {
     if f.flags & PENDING_STACKED != 0 {
         return false;
     }
     // The BPF target exchanges 8 bytes at a time: `flags` and `unslept` together (8-byte
     // aligned, checked in rtm-common), `unslept` as it was.
     let before = u64::from(f.flags) | (u64::from(f.unslept) << 32);
-    let after = before | u64::from(PENDING_STACKED);
+    let after = before
+        | u64::from(PENDING_STACKED)
+        | if sampled {
+            u64::from(PENDING_SAMPLED)
+        } else {
+            0
+        };
     // SAFETY: an aligned 8-byte field pair of a map value; the exchange fails when
     // another program claimed it first (or the thread moved on to another call).
     let (_, ours) = unsafe {
@@ -194,15 +253,88 @@ fn emit(
     entry.submit(flags);
 }
 
+/// A thread of a traced process (`prev`, the current task; `pid_tgid`) leaves its CPU to
+/// sleep inside a futex wait (contention mode without system call programs): its wait
+/// begins now. The thread's last ended wait goes into the sums first (time it spends
+/// waiting anyway), then the mutex's holder is read and, when sampled, its stack taken.
+#[inline(always)]
+fn begin_sleep(prev: *const u8, pid_tgid: u64) {
+    // SAFETY: a task_struct field at an offset from the kernel's BTF.
+    let state = unsafe { task_field::<u32>(prev, TASK_STATE.load()) };
+    // Asleep: TASK_INTERRUPTIBLE or TASK_UNINTERRUPTIBLE. Running or being woken
+    // (TASK_WAKING): its wake came first, and counted it as woken before it slept.
+    if state & 3 == 0 {
+        return;
+    }
+    // SAFETY: prev is a BTF task pointer.
+    let (id, word, op, _) = unsafe { syscall_of(prev) };
+    let op = op as u32;
+    if id != SYS_FUTEX || !futex_cmd_waits(op & FUTEX_CMD_MASK) {
+        return;
+    }
+    // SAFETY: fields of the task's saved registers (BTF-checked).
+    let (val, timeout) = unsafe {
+        let regs = bpf_task_pt_regs(prev as *mut _) as *const u8;
+        let at = |offset: usize| core::ptr::read_volatile(regs.add(offset).cast::<u64>());
+        (at(REGS_DX) as u32, at(REGS_R10))
+    };
+    send_done(pid_tgid);
+    let ts = now();
+    let weight = sample();
+    let holder = if READ_HOLDERS.load() != 0 {
+        holder_of(word, op & FUTEX_CMD_MASK)
+    } else {
+        0
+    };
+    let pending = PendingFutex {
+        uaddr: word,
+        start_ns: ts,
+        deadline_ns: deadline(op, timeout, ts),
+        waker: 0,
+        op,
+        val,
+        // Sampled or not, the choice is made: the wake does not choose again.
+        flags: if timeout != 0 { PENDING_TIMED } else { 0 }
+            | PENDING_STACKED
+            | if weight.is_some() { PENDING_SAMPLED } else { 0 },
+        unslept: 0,
+        holder,
+        pad: weight.unwrap_or(0),
+    };
+    match futex_entry(pid_tgid) {
+        // SAFETY: the thread's own entry; only it writes the entry's start while it lives
+        // (its waker clears it).
+        Some(slot) => unsafe { core::ptr::write_volatile(slot, pending) },
+        None => {
+            if PENDING_FUTEX.insert(&pid_tgid, &pending, 0).is_err() {
+                count_loss(LossCounter::PendingFull);
+                return;
+            }
+        }
+    }
+    if let Some(w) = weight {
+        let head = StacksHead {
+            header: header(EventKind::Stacks, pid_tgid, ts),
+            uaddr: word,
+            start_ns: ts,
+            weight_milli: w,
+            ..StacksHead::default()
+        };
+        emit(head, (Some(prev), pid_tgid), (None, 0));
+    }
+}
+
 /// sched_switch's `prev` (a BTF task pointer, the current task) goes to sleep, not
 /// preempted: when it is a thread of a traced process asleep in a futex wait, the holder
 /// of the mutex it waits on is read now (in its own context, as its wait begins to
-/// sleep: only waits that sleep pay), and its stack is taken if it was not yet.
+/// sleep: only waits that sleep pay), and its stack is taken if it was sampled and not
+/// taken yet. Where no program runs on system calls, its wait begins here.
 #[inline(always)]
 pub fn at_sleep(prev: *const u8) {
+    let sleep_entry = SLEEP_ENTRY.load() != 0;
     let holders = READ_HOLDERS.load() != 0;
     let stacks = STACK_BYTES.load() != 0;
-    if !holders && !stacks {
+    if !sleep_entry && !holders && !stacks {
         return;
     }
     // SAFETY: task_struct fields at offsets from the kernel's BTF.
@@ -213,6 +345,9 @@ pub fn at_sleep(prev: *const u8) {
     // SAFETY: as above.
     let pid = unsafe { task_field::<i32>(prev, TASK_PID.load()) } as u32;
     let pid_tgid = (u64::from(tgid) << 32) | u64::from(pid);
+    if sleep_entry {
+        return begin_sleep(prev, pid_tgid);
+    }
     let Some(slot) = futex_entry(pid_tgid) else {
         return;
     };
@@ -239,14 +374,22 @@ pub fn at_sleep(prev: *const u8) {
     if !stacks || f.flags & PENDING_STACKED != 0 {
         return;
     }
+    let weight = sample();
+    // The choice, sampled or not, is made once (the wake does not choose again).
     // SAFETY: slot is the thread's entry.
-    if !unsafe { claim(slot, &f) } {
+    if !unsafe { claim(slot, &f, weight.is_some()) } {
         return;
     }
+    let Some(weight) = weight else {
+        return;
+    };
+    // SAFETY: the thread's own entry.
+    unsafe { (*slot).pad = weight };
     let mut head = StacksHead {
         header: header(EventKind::Stacks, pid_tgid, now()),
         uaddr: f.uaddr,
         start_ns: f.start_ns,
+        weight_milli: weight,
         ..StacksHead::default()
     };
     head.sides = 0;
@@ -268,12 +411,27 @@ pub fn at_wake(
     wait_ns: u64,
     (waker_pid, waker): (u32, u32),
     same_process: bool,
-) {
+) -> bool {
     if STACK_BYTES.load() == 0 {
-        return;
+        return false;
     }
-    // SAFETY: slot is the waiter's entry.
-    let waiter_too = same_process && unsafe { claim(slot, f) };
+    // Chosen at its sleep, or now for a wait that had not slept.
+    let sampled = f.flags & PENDING_SAMPLED != 0;
+    let (weight, waiter_too) = if sampled {
+        (f.pad, false)
+    } else if f.flags & PENDING_STACKED != 0 {
+        return false;
+    } else {
+        let Some(w) = sample() else {
+            return false;
+        };
+        // SAFETY: slot is the waiter's entry.
+        let took = same_process && unsafe { claim(slot, f, true) };
+        if same_process && !took {
+            return false;
+        }
+        (w, took)
+    };
     let mut head = StacksHead {
         header: header(EventKind::Stacks, pid_tgid, ts),
         uaddr: f.uaddr,
@@ -281,9 +439,10 @@ pub fn at_wake(
         wait_ns,
         waker_pid,
         waker,
+        weight_milli: weight,
         ..StacksHead::default()
     };
-    if !same_process && f.flags & PENDING_STACKED == 0 {
+    if !same_process && !sampled {
         head.waiter_regs.missing = STACK_MISSING_OTHER_PROCESS;
     }
     // SAFETY: helper without preconditions; its result is a BTF task pointer.
@@ -294,4 +453,5 @@ pub fn at_wake(
         (waiter_too.then_some(waiter), pid_tgid),
         (Some(current), waker_id),
     );
+    true
 }

@@ -12,16 +12,20 @@ use aya_ebpf::{
     programs::BtfTracePointContext,
 };
 use rtm_common::{
-    DEADLINE_SLACK_NS, EventKind, FUTEX_CMD_MASK, FUTEX_PRIVATE_FLAG, FutexWaitEvent,
-    PENDING_TIMED, PendingFutex, WAIT_INTERRUPTED, futex_cmd_wakes,
+    AggOutcome, DEADLINE_SLACK_NS, EventKind, FUTEX_CMD_MASK, FUTEX_PRIVATE_FLAG, FutexWaitEvent,
+    PENDING_SAMPLED, PENDING_TIMED, PendingFutex, WAIT_INTERRUPTED, futex_cmd_waits,
+    futex_cmd_wakes,
 };
 
 use crate::{
-    emit::{header, now},
+    agg,
+    emit::{self, header, now},
     filter::is_traced,
     futex::{ORIG_AX, REGS_DI, REGS_R8, REGS_SI, SYS_FUTEX},
     futex_done::{keep_done, task_field},
-    maps::{NOTE_WAKER, TASK_PID, TASK_TGID, futex_done, futex_entry},
+    maps::{
+        AGGREGATE, IN_TIMER, NOTE_WAKER, SLEEP_ENTRY, TASK_PID, TASK_TGID, futex_done, futex_entry,
+    },
     stacks,
 };
 
@@ -87,14 +91,19 @@ pub fn futex_waking(ctx: BtfTracePointContext) -> i32 {
     // SAFETY: as above.
     let pid: u32 = unsafe { task_field::<i32>(p, TASK_PID.load()) } as u32;
     let pid_tgid = (u64::from(tgid) << 32) | u64::from(pid);
-    let Some(slot) = futex_entry(pid_tgid) else {
-        return 0;
-    };
+    let sleep_entry = SLEEP_ENTRY.load() != 0;
+    let slot = futex_entry(pid_tgid);
     // SAFETY: the woken thread's entry, copied out; the thread is asleep or about to be.
-    let f = unsafe { *slot };
+    let f = slot.map(|s| unsafe { *s }).unwrap_or_default();
     if f.start_ns == 0 {
+        if sleep_entry {
+            woken_before_sleep(p, pid_tgid);
+        }
         return 0;
     }
+    let Some(slot) = slot else {
+        return 0;
+    };
     // A wait recorded in the slot, and the thread still inside that futex call: any other
     // sleep of the thread (a wait that returned without sleeping leaves its entry) is not
     // this wait.
@@ -120,18 +129,7 @@ pub fn futex_waking(ctx: BtfTracePointContext) -> i32 {
     }
     let current = bpf_get_current_pid_tgid();
     let (cur_tgid, cur_tid) = ((current >> 32) as u32, current as u32);
-    let (woke, exiting) = if cur_tid == pid {
-        (false, false)
-    } else {
-        // SAFETY: helper without preconditions; its result is a BTF task pointer.
-        let (call, cur_word, cur_op, cur_word2) =
-            unsafe { syscall_of(bpf_get_current_task_btf() as *const u8) };
-        let woke =
-            call == SYS_FUTEX && wakes_it(cur_word, cur_op as u32, cur_word2, cur_tgid, &f, tgid);
-        // A thread's exit wakes its joiners, whose word holds its tid: unnamed here, as
-        // at the return; userspace matches such waits with the exits.
-        (woke, !woke && cur_tgid == tgid && f.val == cur_tid)
-    };
+    let (woke, exiting) = waker_of(pid, tgid, &f);
     if note_only {
         if woke {
             // SAFETY: the woken thread's entry; it reads this at its return, after this
@@ -161,10 +159,11 @@ pub fn futex_waking(ctx: BtfTracePointContext) -> i32 {
     } else {
         WAIT_INTERRUPTED
     };
+    let sampled_before = f.flags & PENDING_SAMPLED != 0;
     let (waker, waker_pid) = if woke { (cur_tid, cur_tgid) } else { (0, 0) };
     let wait_ns = ts.saturating_sub(f.start_ns);
-    if woke {
-        stacks::at_wake(
+    let sampled = woke
+        && stacks::at_wake(
             slot,
             &f,
             p,
@@ -174,7 +173,6 @@ pub fn futex_waking(ctx: BtfTracePointContext) -> i32 {
             (cur_tgid, cur_tid),
             cur_tgid == tgid,
         );
-    }
     keep_done(
         FutexWaitEvent {
             header: header(EventKind::FutexWait, pid_tgid, ts),
@@ -189,7 +187,110 @@ pub fn futex_waking(ctx: BtfTracePointContext) -> i32 {
             holder: f.holder,
         },
         true,
+        sampled || sampled_before,
     );
+    0
+}
+
+/// Whether this CPU is running high-resolution timer callbacks (a wake from there is
+/// a timer's: a timed wait's timeout, or a timer's signal), whatever thread it
+/// interrupted.
+#[inline(always)]
+fn in_timer() -> bool {
+    IN_TIMER.get(0).is_some_and(|v| *v != 0)
+}
+
+/// Who is waking thread `pid` of process `tgid` from its wait `f`: (a thread's futex
+/// wake of that word, the exit of the thread it joins). A wake from a timer is neither,
+/// whatever system call the thread it interrupted was in.
+#[inline(always)]
+fn waker_of(pid: u32, tgid: u32, f: &PendingFutex) -> (bool, bool) {
+    let current = bpf_get_current_pid_tgid();
+    let (cur_tgid, cur_tid) = ((current >> 32) as u32, current as u32);
+    if cur_tid == pid || in_timer() {
+        return (false, false);
+    }
+    // SAFETY: helper without preconditions; its result is a BTF task pointer.
+    let (call, cur_word, cur_op, cur_word2) =
+        unsafe { syscall_of(bpf_get_current_task_btf() as *const u8) };
+    let woke = call == SYS_FUTEX && wakes_it(cur_word, cur_op as u32, cur_word2, cur_tgid, f, tgid);
+    // A thread's exit wakes its joiners, whose word holds its tid: unnamed here, as
+    // at the return; userspace matches such waits with the exits.
+    (woke, !woke && cur_tgid == tgid && f.val == cur_tid)
+}
+
+/// A thread of a traced process (`p`) woken inside a futex wait it never slept in (it
+/// had queued, not yet left its CPU; contention mode without system call programs, where
+/// waits begin at their sleep): counted, with its waker, as a wait that did not sleep.
+#[inline(always)]
+fn woken_before_sleep(p: *const u8, pid_tgid: u64) {
+    // SAFETY: p is the tracepoint's BTF task pointer.
+    let (id, word, op, _) = unsafe { syscall_of(p) };
+    let op = op as u32;
+    if id != SYS_FUTEX || !futex_cmd_waits(op & FUTEX_CMD_MASK) {
+        return;
+    }
+    // SAFETY: p's saved registers (BTF-checked): the value the wait expects.
+    let val = unsafe {
+        let regs = bpf_task_pt_regs(p as *mut _) as *const u8;
+        core::ptr::read_volatile(regs.add(REGS_DX).cast::<u64>()) as u32
+    };
+    let f = PendingFutex {
+        uaddr: word,
+        op,
+        val,
+        ..PendingFutex::default()
+    };
+    let (woke, _) = waker_of(pid_tgid as u32, (pid_tgid >> 32) as u32, &f);
+    if !woke {
+        return;
+    }
+    let current = bpf_get_current_pid_tgid();
+    let waker = ((current >> 32) as u32, current as u32);
+    if AGGREGATE.load() != 0 {
+        let k = agg::key(pid_tgid, word, op, waker, 0, AggOutcome::WokenBeforeSleep);
+        if agg::add_waits(&k, 1, 0, 0) {
+            return;
+        }
+    }
+    // One by one: a wait of no time that did not sleep, with its waker.
+    emit::futex_wait(FutexWaitEvent {
+        header: header(EventKind::FutexWait, pid_tgid, now()),
+        uaddr: word,
+        aux: u64::from(op) | (u64::from(val) << 32),
+        wait_ns: 0,
+        ret: -11,
+        waker: waker.1,
+        unslept: 0,
+        waker_pid: waker.0,
+        runnable_ns: 0,
+        holder: 0,
+    });
+}
+
+/// Offset of `dx` (the third syscall argument: the value a futex wait expects) in
+/// x86-64 struct pt_regs.
+const REGS_DX: usize = 96;
+
+/// timer:hrtimer_expire_entry: this CPU runs a timer's callback until the exit. Set
+/// and cleared, not counted: an exit missed (the programs attached between an entry and
+/// its exit) must not leave the CPU "in a timer" for good.
+#[btf_tracepoint(function = "hrtimer_expire_entry")]
+pub fn timer_enter(_ctx: BtfTracePointContext) -> i32 {
+    if let Some(v) = IN_TIMER.get_ptr_mut(0) {
+        // SAFETY: this CPU's element.
+        unsafe { *v = 1 };
+    }
+    0
+}
+
+/// timer:hrtimer_expire_exit.
+#[btf_tracepoint(function = "hrtimer_expire_exit")]
+pub fn timer_exit(_ctx: BtfTracePointContext) -> i32 {
+    if let Some(v) = IN_TIMER.get_ptr_mut(0) {
+        // SAFETY: this CPU's element.
+        unsafe { *v = 0 };
+    }
     0
 }
 
@@ -216,6 +317,25 @@ pub fn futex_switch(ctx: BtfTracePointContext) -> i32 {
     }
     // SAFETY: as above.
     let pid: u32 = unsafe { task_field::<i32>(next, TASK_PID.load()) } as u32;
+    if SLEEP_ENTRY.load() != 0
+        && let Some(slot) = crate::maps::futex_slot(pid)
+    {
+        // A thread getting a CPU is asleep in no wait: one still in its slot began to
+        // sleep just after its wake had been seen (which counted it as woken before it
+        // slept), and is not a wait in progress.
+        // SAFETY: the thread's slot; its start is cleared atomically, as a wake does.
+        unsafe {
+            let start = core::ptr::addr_of_mut!((*slot).start_ns);
+            let s = core::ptr::read_volatile(start);
+            if s != 0 {
+                let _ = core::intrinsics::atomic_cxchg::<
+                    u64,
+                    { AtomicOrdering::SeqCst },
+                    { AtomicOrdering::SeqCst },
+                >(start, s, 0);
+            }
+        }
+    }
     let Some(d) = futex_done(pid) else {
         return 0;
     };

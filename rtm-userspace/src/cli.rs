@@ -119,6 +119,18 @@ pub struct Cli {
     #[arg(long)]
     pub no_stacks: bool,
 
+    /// Waits whose call stacks are taken, per CPU per second at most (default 200;
+    /// `all`: every wait; 0: none). Each sample stands for the waits it was chosen
+    /// among; per-lock counts and times stay exact whatever the rate.
+    #[arg(long, value_name = "N|all", value_parser = config::StackRate::parse)]
+    pub stack_rate: Option<config::StackRate>,
+
+    /// Contention mode: also count futex waits that returned without sleeping (the word
+    /// had changed), seen at their system call's entry. Every system call on the
+    /// machine then pays for a program (~50 ns here); by default none does.
+    #[arg(long)]
+    pub unslept: bool,
+
     /// Bytes of each user stack copied at a contended wake (1024, 2048, 4096, 8192 or
     /// 16384; default 4096): deeper stacks are cut there.
     #[arg(long, value_name = "BYTES", value_parser = parse_stack_bytes)]
@@ -441,6 +453,10 @@ impl Cli {
         if let Some(b) = self.stack_bytes {
             c.stacks.bytes = b;
         }
+        if let Some(r) = self.stack_rate {
+            c.stacks.rate = r;
+        }
+        c.unslept |= self.unslept;
         c.stacks.folded = self.folded.or(c.stacks.folded);
         if let Some(n) = self.max_objects {
             c.limits.max_objects = n as usize;

@@ -51,6 +51,8 @@ fn traced_command(
             .arg(&folded)
             .arg("--html")
             .arg(&html)
+            // Every wait's stacks: the checks follow each one (sampling has its own test).
+            .args(["--stack-rate", "all"])
             .args(options)
             .arg("--")
             .args(command)
@@ -117,18 +119,24 @@ fn check(t: &Traced) {
     );
     // A stack can be missing (its record lost, its pages unreadable, its process's
     // mappings not known in time): such waits count with that side empty, and the
-    // counters say why. Every stack that is known is the workload's chain.
+    // counters say why. Every stack that is known is the workload's chain. Stacks are
+    // sampled: the waits whose stacks were taken are the samples.
     let waits = |rows: &[&Value], side: &str, known: bool| -> u64 {
         rows.iter()
             .filter(|r| frames(r, side).is_empty() != known)
-            .map(|r| r["waits"].as_u64().unwrap())
+            .map(|r| r["samples"].as_u64().unwrap())
             .sum()
     };
     let c = &stacks["counters"];
-    let missing = ["not_unwound", "unreadable", "waiter_other_process"]
-        .iter()
-        .map(|k| c[*k].as_u64().unwrap())
-        .sum::<u64>();
+    let missing = [
+        "not_unwound",
+        "unreadable",
+        "waiter_other_process",
+        "wake_unseen",
+    ]
+    .iter()
+    .map(|k| c[*k].as_u64().unwrap())
+    .sum::<u64>();
     for side in ["waiter", "waker"] {
         let (known, unknown) = (
             waits(&chain_rows, side, true),

@@ -62,6 +62,10 @@ pub struct TraceConfig {
     pub functions: FunctionsConfig,
     /// Live deadlock detection.
     pub deadlocks: DeadlocksConfig,
+    /// Contention mode: also see futex waits at their system call's entry, so that those
+    /// that return without sleeping (the word had changed) are counted. Every system
+    /// call on the machine then runs a program (~50 ns here).
+    pub unslept: bool,
     /// Measure the eBPF programs and maps (the kernel's BPF statistics).
     pub bpf_stats: bool,
     /// Say where each probe went and what the tracer is doing.
@@ -87,6 +91,7 @@ impl Default for TraceConfig {
             stacks: StacksConfig::default(),
             functions: FunctionsConfig::default(),
             deadlocks: DeadlocksConfig::default(),
+            unslept: false,
             bpf_stats: false,
             verbose: false,
             agent: AgentConfig::default(),
@@ -204,10 +209,17 @@ pub struct StacksConfig {
     /// A folded-stack file (waiter frames, `--`, waker frames, wait ns) for flame-graph
     /// tools (None: not written).
     pub folded: Option<PathBuf>,
+    /// Waits whose stacks are taken, per CPU per second at most (`all`: every one; 0:
+    /// none). Each sample stands for the waits it was chosen among, so per-stack totals
+    /// are estimates; per-lock totals are exact whatever the rate.
+    pub rate: StackRate,
 }
 
 /// The default bytes of each stack copy.
 pub const DEFAULT_STACK_BYTES: u32 = 4096;
+
+/// The default stacks taken per CPU per second.
+pub const DEFAULT_STACK_RATE: u32 = 200;
 
 impl Default for StacksConfig {
     fn default() -> Self {
@@ -215,6 +227,80 @@ impl Default for StacksConfig {
             enabled: true,
             bytes: DEFAULT_STACK_BYTES,
             folded: None,
+            rate: StackRate::PerSecond(DEFAULT_STACK_RATE),
+        }
+    }
+}
+
+/// How many waits' stacks are taken ([`StacksConfig::rate`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StackRate {
+    /// Every wait's.
+    All,
+    /// At most this many per CPU per second, sampled (0: none).
+    PerSecond(u32),
+}
+
+impl StackRate {
+    /// `all`, or a number of stacks per CPU per second.
+    pub fn parse(s: &str) -> Result<Self, String> {
+        match s.trim() {
+            "all" => Ok(StackRate::All),
+            n => n
+                .parse::<u32>()
+                .ok()
+                .filter(|&n| n < u32::MAX)
+                .map(StackRate::PerSecond)
+                .ok_or_else(|| {
+                    format!("{n:?} is not a stack rate: give `all` or stacks per CPU per second")
+                }),
+        }
+    }
+
+    /// As the eBPF programs take it (u32::MAX: all).
+    pub fn per_second(self) -> u32 {
+        match self {
+            StackRate::All => u32::MAX,
+            StackRate::PerSecond(n) => n,
+        }
+    }
+}
+
+impl std::fmt::Display for StackRate {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            StackRate::All => f.write_str("all"),
+            StackRate::PerSecond(n) => write!(f, "{n}"),
+        }
+    }
+}
+
+impl Serialize for StackRate {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            StackRate::All => s.serialize_str("all"),
+            StackRate::PerSecond(n) => s.serialize_u32(*n),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for StackRate {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Raw {
+            Number(u64),
+            Text(String),
+        }
+        match Raw::deserialize(d)? {
+            Raw::Number(n) => u32::try_from(n)
+                .ok()
+                .filter(|&n| n < u32::MAX)
+                .map(StackRate::PerSecond)
+                .ok_or_else(|| {
+                    serde::de::Error::custom(format!("{n} stacks a second is too many"))
+                }),
+            Raw::Text(t) => StackRate::parse(&t).map_err(serde::de::Error::custom),
         }
     }
 }

@@ -32,6 +32,8 @@ type WaitKey = (u32, u32, u64);
 struct WaiterHalf {
     uaddr: u64,
     side: Side,
+    /// The waits the sample stands for, thousandths.
+    weight: u32,
     /// When its wait's own record said it ended, woken by a thread (its wake's record
     /// is then due); None while the wait may still be asleep.
     ended: Option<u64>,
@@ -41,6 +43,7 @@ struct WaiterHalf {
 struct WakeHalf {
     uaddr: u64,
     wait_ns: u64,
+    weight: u32,
     waker_pid: u32,
     side: Side,
     ts: u64,
@@ -151,9 +154,11 @@ impl StackJoin {
         let h = &head.header;
         let key = (h.pid, h.tid, head.start_ns);
         let waiter_side = has_waiter.then(|| self.unwind(namer, h.pid, &head.waiter_regs, waiter));
+        let weight = head.weight_milli;
         let wake = (head.waker_pid != 0).then(|| WakeHalf {
             uaddr: head.uaddr,
             wait_ns: head.wait_ns,
+            weight,
             waker_pid: head.waker_pid,
             side: self.unwind(namer, head.waker_pid, &head.waker_regs, waker),
             ts: h.ts_ns,
@@ -181,11 +186,20 @@ impl StackJoin {
                         WaiterHalf {
                             uaddr: head.uaddr,
                             side: w,
+                            weight,
                             ended: None,
                         },
                     );
                 } else {
-                    self.alone(table, key, head.uaddr, w, 0, h.ts_ns);
+                    self.alone(
+                        table,
+                        key,
+                        head.uaddr,
+                        (w, weight),
+                        0,
+                        h.ts_ns,
+                        Side::NoWaker,
+                    );
                 }
             }
             (None, None) => {}
@@ -204,7 +218,15 @@ impl StackJoin {
                 waker: frames(&k.side),
             });
         }
-        table.add(key.0, k.uaddr, k.wait_ns, waiter, k.waker_pid, k.side);
+        table.add(
+            key.0,
+            k.uaddr,
+            k.wait_ns,
+            waiter,
+            k.waker_pid,
+            k.side,
+            k.weight,
+        );
     }
 
     /// A waiter's stack whose wait no thread woke (or whose wake was not seen).
@@ -213,9 +235,10 @@ impl StackJoin {
         table: &mut StackTable,
         key: WaitKey,
         uaddr: u64,
-        w: Side,
+        (w, weight): (Side, u32),
         wait_ns: u64,
         at: u64,
+        waker: Side,
     ) {
         if self.keep_unwound {
             self.unwound.push(Unwound {
@@ -228,7 +251,7 @@ impl StackJoin {
                 waker: Vec::new(),
             });
         }
-        table.add(key.0, uaddr, wait_ns, w, 0, Side::NoWaker);
+        table.add(key.0, uaddr, wait_ns, w, 0, waker, weight);
     }
 
     /// A futex wait's own record (`key`: process, thread and start; its length; whether
@@ -245,7 +268,15 @@ impl StackJoin {
                 w.ended = Some(end);
             }
         } else if let Some(w) = self.waiters.remove(&key) {
-            self.alone(table, key, w.uaddr, w.side, wait_ns, end);
+            self.alone(
+                table,
+                key,
+                w.uaddr,
+                (w.side, w.weight),
+                wait_ns,
+                end,
+                Side::NoWaker,
+            );
         }
     }
 
@@ -276,8 +307,18 @@ impl StackJoin {
             .collect();
         for key in stale {
             if let Some(w) = self.waiters.remove(&key) {
+                // Its wake's record never came (a wait still asleep at the end has had
+                // its own record, which settled it).
                 let end = w.ended.unwrap_or(latest);
-                self.alone(table, key, w.uaddr, w.side, 0, end);
+                self.alone(
+                    table,
+                    key,
+                    w.uaddr,
+                    (w.side, w.weight),
+                    0,
+                    end,
+                    Side::WakeUnseen,
+                );
             }
         }
         let stale: Vec<WaitKey> = self

@@ -99,6 +99,46 @@ impl Dist {
         }
     }
 
+    /// Records `count` durations summing to `total`, between `min` and `max` (over all
+    /// of them, or more), spread over `buckets` of the kernel's sums: (bucket, how many);
+    /// each stands at its bucket's middle in the histogram (`rtm_common::agg`).
+    pub fn record_summed(
+        &mut self,
+        count: u64,
+        total: u64,
+        (min, max): (u64, u64),
+        buckets: &[(u8, u32)],
+        budget: &mut HistogramBudget,
+    ) {
+        if count == 0 {
+            return;
+        }
+        if self.count == 0 {
+            self.min = min;
+            self.max = max;
+            if budget.take() {
+                let mut h = Histogram::<u32>::new_with_bounds(1, 2, SIGFIG)
+                    .expect("constant histogram bounds are valid");
+                h.auto(true);
+                self.hist = Some(Box::new(h));
+            }
+        } else {
+            self.min = self.min.min(min);
+            self.max = self.max.max(max);
+        }
+        self.count += count;
+        self.total = self.total.saturating_add(total);
+        if let Some(h) = self.hist.as_mut() {
+            for &(b, n) in buckets {
+                let mid = rtm_common::agg_bucket_mid(usize::from(b)).clamp(min, max);
+                if h.record_n(mid.max(1), n).is_err() {
+                    self.hist = None;
+                    break;
+                }
+            }
+        }
+    }
+
     /// Number of durations recorded.
     pub fn count(&self) -> u64 {
         self.count

@@ -41,15 +41,22 @@ pub struct StackEdgeKey {
     pub waker_pid: u32,
 }
 
-/// Waits counted on a [`StackEdgeKey`].
+/// Waits counted on a [`StackEdgeKey`]. Stacks are sampled: each sample stands for the
+/// waits it was chosen among, so `waits` and `wait_ns` are estimates (exact when every
+/// wait's stacks were taken, `samples == waits`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct StackEdge {
-    /// Waits.
+    /// Waits (the samples' weights summed).
     pub waits: u64,
-    /// Their time asleep until the wake, ns.
+    /// Their time asleep until the wake, ns (each sample's weighted).
     pub wait_ns: u64,
-    /// The longest, ns.
+    /// The longest sampled, ns.
     pub max_ns: u64,
+    /// Waits whose stacks were taken.
+    pub samples: u64,
+    /// The weights summed, in thousandths of a wait.
+    #[serde(skip)]
+    pub weight_milli: u64,
 }
 
 /// Why stacks are missing or were not kept.
@@ -70,6 +77,9 @@ pub struct StackCounters {
     pub stacks_over_cap: u64,
     /// Waits not counted per stack: the cap on (word, stack, stack) rows was reached.
     pub edges_over_cap: u64,
+    /// Waker stacks never seen for a sampled waiter's stack: its wake came just before
+    /// its sleep (counted as woken before it slept), or the wake's record was lost.
+    pub wake_unseen: u64,
 }
 
 /// Caps of the stack tables.
@@ -114,6 +124,9 @@ pub enum Side {
     /// No thread woke the wait (timed out, interrupted, ended by a thread's exit, or
     /// still asleep when the trace ended): the waker's side of such a wait.
     NoWaker,
+    /// The waker's side never came: the wait's wake was seen before its sleep (it was
+    /// counted as woken before it slept), or its record was lost.
+    WakeUnseen,
 }
 
 impl StackTable {
@@ -141,6 +154,10 @@ impl StackTable {
                 return StackId::NONE;
             }
             Side::NoWaker => return StackId::NONE,
+            Side::WakeUnseen => {
+                self.counters.wake_unseen += 1;
+                return StackId::NONE;
+            }
         };
         let key = (pid, frames);
         if let Some(i) = self.stacks.get_index_of(&key) {
@@ -155,6 +172,7 @@ impl StackTable {
 
     /// A woken wait of `pid` on `addr` for `wait_ns`, with the waiter's and the
     /// waker's (of `waker_pid`) stacks.
+    #[allow(clippy::too_many_arguments)]
     pub fn add(
         &mut self,
         pid: u32,
@@ -163,6 +181,7 @@ impl StackTable {
         waiter: Side,
         waker_pid: u32,
         waker: Side,
+        weight_milli: u32,
     ) {
         self.counters.records += 1;
         let key = StackEdgeKey {
@@ -177,8 +196,17 @@ impl StackTable {
             return;
         }
         let e = self.edges.entry(key).or_default();
-        e.waits += 1;
-        e.wait_ns = e.wait_ns.saturating_add(wait_ns);
+        let w = u64::from(if weight_milli == 0 {
+            1000
+        } else {
+            weight_milli
+        });
+        e.samples += 1;
+        e.weight_milli = e.weight_milli.saturating_add(w);
+        e.waits = (e.weight_milli + 500) / 1000;
+        e.wait_ns = e
+            .wait_ns
+            .saturating_add((u128::from(wait_ns) * u128::from(w) / 1000) as u64);
         e.max_ns = e.max_ns.max(wait_ns);
     }
 

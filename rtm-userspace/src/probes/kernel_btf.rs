@@ -17,6 +17,8 @@ pub struct TaskOffsets {
     pub pid: u32,
     /// `tgid` (the process id).
     pub tgid: u32,
+    /// `__state` (`state` before Linux 5.14): 0 while the task is runnable.
+    pub state: u32,
 }
 
 /// Why an offset could not be read.
@@ -50,6 +52,9 @@ fn task_offsets_in(btf: &Btf<'_>) -> Result<TaskOffsets, BtfError> {
     Ok(TaskOffsets {
         pid: btf.offset_of(task, &["pid"])?,
         tgid: btf.offset_of(task, &["tgid"])?,
+        state: btf
+            .offset_of(task, &["__state"])
+            .or_else(|_| btf.offset_of(task, &["state"]))?,
     })
 }
 

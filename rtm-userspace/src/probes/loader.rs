@@ -66,16 +66,27 @@ fn attach_futex_btf(
     waking: bool,
     note_waker: bool,
     stacks: bool,
+    sleep_entry: bool,
 ) -> Result<&'static str, ProbeError> {
     let enter = (names::PROG_FUTEX_ENTER, "raw_syscalls", "sys_enter");
     let waking_prog = (names::PROG_FUTEX_WAKING, "sched", "sched_waking");
     let exit = (names::PROG_FUTEX_EXIT, "raw_syscalls", "sys_exit");
-    let programs = if waking {
-        vec![
-            enter,
-            waking_prog,
-            (names::PROG_FUTEX_SWITCH, "sched", "sched_switch"),
-        ]
+    let switch = (names::PROG_FUTEX_SWITCH, "sched", "sched_switch");
+    // A wake from a timer's callback is a timeout (or a timer's signal), whatever thread
+    // the timer interrupted.
+    // The exit first: an entry never goes without its exit.
+    let timers = [
+        (names::PROG_TIMER_EXIT, "timer", "hrtimer_expire_exit"),
+        (names::PROG_TIMER_ENTER, "timer", "hrtimer_expire_entry"),
+    ];
+    let programs = if waking && sleep_entry {
+        let mut p = vec![waking_prog, switch];
+        p.extend(timers);
+        p
+    } else if waking {
+        let mut p = vec![enter, waking_prog, switch];
+        p.extend(timers);
+        p
     } else if note_waker && stacks {
         // The waiters' call stacks are taken as they go to sleep.
         vec![
@@ -99,9 +110,13 @@ fn attach_futex_btf(
             source,
         })?;
     }
-    Ok(if waking {
-        "sys_enter, sched_waking and sched_switch as BTF tracepoints (waits end when the \
-         woken thread gets a CPU)"
+    Ok(if waking && sleep_entry {
+        "sched_switch (waits begin as their thread sleeps: no program on system calls), \
+         sched_waking and hrtimer expiry as BTF tracepoints (waits end when the woken thread \
+         gets a CPU)"
+    } else if waking {
+        "sys_enter, sched_waking, sched_switch and hrtimer expiry as BTF tracepoints (waits \
+         end when the woken thread gets a CPU)"
     } else if note_waker {
         "sys_enter, sched_waking (names the waker, in any process) and sys_exit as BTF \
          tracepoints"
@@ -305,6 +320,16 @@ pub struct LoadOptions {
     pub tids: Vec<u32>,
     /// `--cpu`: only on these CPUs (empty: all).
     pub cpus: Vec<u32>,
+    /// Contention mode: ended waits are summed in the kernel (not sent one by one).
+    pub aggregate: bool,
+    /// Contention mode: waits also seen at their system call's entry (`--unslept`: the
+    /// ones that return without sleeping are counted; every system call on the machine
+    /// pays for it). Otherwise a wait begins where its thread goes to sleep.
+    pub syscall_entry: bool,
+    /// Waiters' stacks taken per CPU per second at most (u32::MAX: all).
+    pub stack_rate: u32,
+    /// Entries of the map that sums waits (0: the default).
+    pub agg_entries: u32,
 }
 
 /// Fills the `--tid` and `--cpu` maps.
@@ -360,6 +385,10 @@ pub struct Probes {
     library_wide: HashMap<(u64, u64), HashSet<&'static str>>,
     /// Slots of MAP_FUTEX_SLOTS and MAP_FUTEX_DONE.
     slots: u32,
+    /// Whether ended futex waits are summed in MAP_FUTEX_AGG.
+    aggregate: bool,
+    /// Whether futex waits begin at their sleep (no program on system calls).
+    sleep_entry: bool,
 }
 
 fn map_err(name: &'static str) -> impl FnOnce(MapError) -> ProbeError {
@@ -391,6 +420,10 @@ impl Probes {
             read_holders,
             ref tids,
             ref cpus,
+            aggregate,
+            syscall_entry,
+            stack_rate,
+            agg_entries,
         } = *options;
         let read_holders = u32::from(read_holders);
         if object.is_empty() {
@@ -422,6 +455,12 @@ impl Probes {
         };
         let waking = u32::from(task.is_some() && !count_wakes);
         let note_waker = u32::from(task.is_some() && count_wakes);
+        // Waits begin at their sleep (sched_switch) where the scheduler's programs see
+        // them, and then no program runs on any system call of the machine.
+        let sleep_entry = u32::from(waking != 0 && !syscall_entry);
+        // Summed in the kernel where each wait's record is not wanted, in contention mode
+        // (full mode's records stay in order with its uprobe records).
+        let aggregate = u32::from(aggregate && !count_wakes);
         // Absolute realtime deadlines of futex waits are turned into the monotonic
         // clock with the offset now (an NTP step during the trace moves it a little;
         // DEADLINE_SLACK_NS covers that).
@@ -430,6 +469,18 @@ impl Probes {
         let task = task.unwrap_or_default();
         let btf = (!layout.fallbacks).then(aya::Btf::from_sys_fs);
         loader.map_max_entries(names::MAP_EVENTS, layout.per_ring);
+        loader.map_max_entries(
+            names::MAP_FUTEX_AGG,
+            if aggregate != 0 {
+                if agg_entries == 0 {
+                    names::DEFAULT_AGG_ENTRIES
+                } else {
+                    agg_entries
+                }
+            } else {
+                1
+            },
+        );
         // Per-thread stacks of timed calls, 984 bytes each: none without --func.
         let (func_threads, func_slots) = if timed_functions {
             (names::MAX_FUNC_THREADS, names::MAX_FUNC_SLOTS)
@@ -468,6 +519,10 @@ impl Probes {
             .override_global(names::GLOBAL_CONTEXT_FILTER, &context, true)
             .override_global(names::GLOBAL_READ_HOLDERS, &read_holders, true)
             .override_global(names::GLOBAL_FUNC_SLOT_MASK, &func_slot_mask, true)
+            .override_global(names::GLOBAL_AGGREGATE, &aggregate, true)
+            .override_global(names::GLOBAL_SLEEP_ENTRY, &sleep_entry, true)
+            .override_global(names::GLOBAL_STACK_RATE, &stack_rate, true)
+            .override_global(names::GLOBAL_TASK_STATE, &task.state, true)
             .load(object)
             .map_err(|source| ProbeError::Load { source })?;
         fill_context(&mut ebpf, tids, cpus)?;
@@ -494,11 +549,13 @@ impl Probes {
                 waking != 0,
                 note_waker != 0,
                 stack_bytes != 0,
+                sleep_entry != 0,
             )
             .map_err(|e| e.to_string()),
             Some(Err(e)) => Err(format!("cannot read the kernel's BTF: {e}")),
         };
         drop(btf);
+        let sleep_entry = sleep_entry != 0 && attached.is_ok();
         let futex_entry = match attached {
             Ok(how) => how.to_string(),
             Err(why) => {
@@ -508,6 +565,8 @@ impl Probes {
                     names::PROG_FUTEX_EXIT,
                     names::PROG_FUTEX_WAKING,
                     names::PROG_FUTEX_SWITCH,
+                    names::PROG_TIMER_ENTER,
+                    names::PROG_TIMER_EXIT,
                 ] {
                     if let Ok(p) = program::<BtfTracePoint>(&mut ebpf, name) {
                         let _ = p.unload();
@@ -547,6 +606,8 @@ impl Probes {
             library_wide: HashMap::new(),
             rings: layout.rings,
             slots: layout.slots,
+            aggregate: aggregate != 0,
+            sleep_entry,
         })
     }
 
@@ -560,6 +621,17 @@ impl Probes {
                 .map_err(|source| ProbeError::Program { name, source })?;
         }
         Ok(prog)
+    }
+
+    /// Whether futex waits begin at their sleep, with no program on system calls (so
+    /// waits that return without sleeping are not seen).
+    pub fn sleep_entry(&self) -> bool {
+        self.sleep_entry
+    }
+
+    /// Whether ended futex waits are summed in the kernel.
+    pub fn aggregates(&self) -> bool {
+        self.aggregate
     }
 
     /// Where futex calls are seen (for --verbose).
@@ -587,6 +659,17 @@ impl Probes {
             pending,
             slots: self.slots,
         })
+    }
+
+    /// Takes the map of summed futex waits (once), when waits are summed.
+    pub fn take_futex_sums(&mut self) -> Option<MapData> {
+        if !self.aggregate {
+            return None;
+        }
+        match self.ebpf.take_map(names::MAP_FUTEX_AGG) {
+            Some(aya::maps::Map::HashMap(data)) => Some(data),
+            _ => None,
+        }
     }
 
     /// Takes the event rings in use (once): MAP_EVENTS first.

@@ -19,6 +19,7 @@ pub mod bpf_stats;
 pub mod counters;
 pub mod events;
 pub mod futex_done;
+pub mod futex_sums;
 pub mod losses;
 // Statistics records whose fields are the kernel's own figures (/proc, perf, BPF
 // fdinfo), named as there and described by their type's doc.
@@ -28,5 +29,6 @@ pub mod ring_buffer;
 
 pub use events::{EventReader, ReaderStats};
 pub use futex_done::LeftWaits;
+pub use futex_sums::FutexSums;
 pub use losses::Losses;
 pub use mmap_records::{MmapRecord, MmapRecordReader};

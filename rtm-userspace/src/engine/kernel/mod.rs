@@ -22,7 +22,7 @@ use crate::{
     output::{TargetInfo, Unprobed},
     probes::{LoadOptions, Probes, Traced, funcs::FuncSpec},
     readers::{
-        EventReader, LeftWaits, Losses, MmapRecord, MmapRecordReader, ReaderStats,
+        EventReader, FutexSums, LeftWaits, Losses, MmapRecord, MmapRecordReader, ReaderStats,
         bpf_stats::{self, BpfStats},
         ring_buffer::RingBuffer,
     },
@@ -52,6 +52,12 @@ pub(super) struct Settings {
     /// `--tid`, `--cpu`.
     pub tids: Vec<u32>,
     pub cpus: Vec<u32>,
+    /// Sum ended waits in the kernel (no output needs each one).
+    pub aggregate: bool,
+    /// `--unslept`: futex waits seen at their system call's entry too.
+    pub unslept: bool,
+    /// Waiters' stacks per CPU per second (u32::MAX: all).
+    pub stack_rate: u32,
 }
 
 /// How a trace configured by `config` loads the eBPF programs.
@@ -69,6 +75,10 @@ impl Settings {
             read_holders: self.read_holders,
             tids: self.tids.clone(),
             cpus: self.cpus.clone(),
+            aggregate: self.aggregate,
+            syscall_entry: self.unslept,
+            stack_rate: self.stack_rate,
+            agg_entries: 0,
         }
     }
 
@@ -76,7 +86,11 @@ impl Settings {
         Self {
             mode: c.mode,
             ring_bytes: c.limits.ring_bytes,
-            stack_bytes: if c.stacks.enabled { c.stacks.bytes } else { 0 },
+            stack_bytes: if c.stacks.enabled && c.stacks.rate.per_second() != 0 {
+                c.stacks.bytes
+            } else {
+                0
+            },
             probe_all: c.probe_all,
             probe_mpi: c.probe_mpi(),
             hint_mpi: c.mode == Mode::Contention && c.mpi.is_none(),
@@ -93,6 +107,10 @@ impl Settings {
             read_holders: c.deadlocks.detect,
             tids: c.targets.tids.clone(),
             cpus: c.targets.cpus.clone(),
+            // A timeline draws each wait.
+            aggregate: c.output.timeline.is_none(),
+            unslept: c.unslept,
+            stack_rate: c.stacks.rate.per_second(),
         }
     }
 }
@@ -103,6 +121,8 @@ struct Live {
     reader: EventReader,
     /// Contention mode leaves the threads' last waits in their slots.
     left: Option<LeftWaits>,
+    /// Contention mode sums ended waits in the kernel.
+    sums: Option<FutexSums>,
     mappings: Option<MmapRecordReader>,
     /// The kernel's run-time statistics, on while this is held (`--bpf-stats`).
     _bpf_stats: Option<OwnedFd>,
@@ -158,6 +178,14 @@ impl KernelSource {
             .collect::<io::Result<Vec<_>>>()
             .map_err(io_err("ring buffer"))?;
         let reader = EventReader::new(rings).map_err(io_err("ring buffer"))?;
+        let sums = probes
+            .take_futex_sums()
+            .map(FutexSums::new)
+            .transpose()
+            .map_err(|e| EngineError::Io {
+                what: "futex sums map".into(),
+                source: io::Error::other(e),
+            })?;
         let left = match s.mode {
             Mode::Contention => Some(
                 LeftWaits::new(probes.take_left_wait_maps()?)
@@ -190,6 +218,7 @@ impl KernelSource {
             probes,
             reader,
             left,
+            sums,
             mappings,
             _bpf_stats: bpf_stats,
         })
@@ -383,6 +412,12 @@ impl Source for KernelSource {
         let threads: Vec<(u32, u32)> = threads.collect();
         if let Some(left) = &live.left {
             left.take(threads.iter().copied(), before, sink);
+        }
+        // The sums after the slots: a wait the slots still held is in neither twice.
+        if let Some(sums) = &mut live.sums {
+            let alive: Option<std::collections::HashSet<(u32, u32)>> =
+                before.map(|_| threads.iter().copied().collect());
+            sums.read(crate::target::process::monotonic_ns(), alive.as_ref(), sink);
         }
         // The programs no longer run for these threads: the calls they kept are taken.
         if before.is_none() && !self.funcs.is_empty() {

@@ -252,6 +252,21 @@ impl EdgeStats {
         self.widen().dist(span).record(ns, budget);
     }
 
+    /// Records durations the kernel summed ([`Dist::record_summed`]).
+    pub fn record_summed(
+        &mut self,
+        span: Span,
+        count: u64,
+        total: u64,
+        extremes: (u64, u64),
+        buckets: &[(u8, u32)],
+        budget: &mut HistogramBudget,
+    ) {
+        self.widen()
+            .dist(span)
+            .record_summed(count, total, extremes, buckets, budget);
+    }
+
     /// All counts.
     pub fn counts(&self) -> Counts {
         match self {

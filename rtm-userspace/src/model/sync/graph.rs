@@ -18,9 +18,9 @@ use super::{
 };
 use crate::model::dist::HistogramBudget;
 use rtm_common::{
-    CLONE_THREAD, LifecycleOp, Primitive, SYNC_FLAG_BEGIN, SYNC_FLAG_BLOCKED, SYNC_FLAG_CONTENDED,
-    SyncOp, WAIT_IN_PROGRESS, WAIT_INTERRUPTED,
-    decode::{Event, LifecycleRecord, SyncRecord},
+    AggOutcome, CLONE_THREAD, LifecycleOp, Primitive, SYNC_FLAG_BEGIN, SYNC_FLAG_BLOCKED,
+    SYNC_FLAG_CONTENDED, SyncOp, WAIT_IN_PROGRESS, WAIT_INTERRUPTED,
+    decode::{Event, FutexAggRecord, LifecycleRecord, SyncRecord},
 };
 
 const EAGAIN: i32 = 11;
@@ -124,6 +124,7 @@ impl SyncGraph {
             Event::Lifecycle(t) => self.apply_lifecycle(thread, t, &mut applied),
             // MPI calls feed the task graph; stacks are unwound and counted beside the
             // graph (`model::stacks`), timed calls too (`model::funcs`).
+            Event::FutexAgg(a) => self.apply_futex_sums(thread, a),
             Event::Mpi(_) | Event::Stacks(_) | Event::Func(_) => {}
         }
         applied
@@ -619,6 +620,113 @@ impl SyncGraph {
             }
             SyncOp::Wake => edge.add(Count::Woken, raw.ret.max(0) as u64),
             _ => {}
+        }
+    }
+
+    /// Futex waits the kernel summed: the same figures `apply_futex` draws from each
+    /// wait's record, for `a.count` waits at once.
+    fn apply_futex_sums(&mut self, thread: ThreadKey, a: &FutexAggRecord) {
+        let n = a.count;
+        let k = &a.key;
+        let slept = matches!(
+            a.outcome,
+            AggOutcome::Woken | AggOutcome::TimedOut | AggOutcome::Interrupted
+        );
+        let timed_out = a.outcome == AggOutcome::TimedOut;
+        if !slept {
+            // Waits that did not sleep: the word had changed, or a wake came first.
+            self.counters.waits_unslept = self.counters.waits_unslept.saturating_add(n);
+        }
+        let room = self.totals.len() < self.limits.max_threads;
+        let totals = match self.totals.entry(thread.pid) {
+            std::collections::hash_map::Entry::Occupied(e) => Some(e.into_mut()),
+            std::collections::hash_map::Entry::Vacant(e) => {
+                room.then(|| e.insert_entry(ProcessTotals::default()).into_mut())
+            }
+        };
+        if let Some(t) = totals {
+            t.waits += n;
+            if slept {
+                t.sleeps_summed(n, a.wait_ns, timed_out, a.buckets);
+            } else {
+                t.unslept += n;
+            }
+        }
+        let extremes = (a.min_ns.min(a.max_ns), a.max_ns);
+        if slept {
+            if k.holder != 0 {
+                let key = HeldByKey {
+                    pid: thread.pid,
+                    waiter: thread.tid,
+                    holder: k.holder,
+                    object: k.uaddr,
+                };
+                if self.held_by.contains_key(&key) || self.held_by.len() < self.limits.max_edges {
+                    let h = self.held_by.entry(key).or_default();
+                    h.count += n;
+                    h.wait_ns = h.wait_ns.saturating_add(a.wait_ns);
+                } else {
+                    self.counters.dropped_over_limits += n;
+                }
+            } else if self.futex_objects {
+                self.counters.waits_holder_unknown += n;
+            }
+        }
+        if a.outcome == AggOutcome::Woken || a.outcome == AggOutcome::WokenBeforeSleep {
+            let key = WaitsForKey {
+                pid: thread.pid,
+                waiter: thread.tid,
+                waker_pid: if k.waker_pid == 0 {
+                    thread.pid
+                } else {
+                    k.waker_pid
+                },
+                waker: k.waker,
+                object: k.uaddr,
+            };
+            if slept {
+                if self.waits_for.contains_key(&key) || self.waits_for.len() < self.limits.max_edges
+                {
+                    let w = self.waits_for.entry(key).or_default();
+                    w.count += n;
+                    w.wait
+                        .record_summed(n, a.wait_ns, extremes, a.buckets, &mut self.budget);
+                } else {
+                    self.counters.dropped_over_limits += n;
+                }
+            }
+        } else if slept {
+            self.counters.waits_without_waker += n;
+            if timed_out {
+                self.counters.waits_timed_out += n;
+            } else {
+                self.counters.waits_interrupted += n;
+            }
+        }
+        if !self.futex_objects {
+            return;
+        }
+        let object = ObjectKey {
+            pid: thread.pid,
+            primitive: Primitive::Futex,
+            addr: k.uaddr,
+        };
+        let Some((object_index, _)) = self.object(object) else {
+            return;
+        };
+        let Some(i) = self.edge(EdgeId::new(object_index, thread.tid, Role::Use)) else {
+            return;
+        };
+        let (budget, edge) = (&mut self.budget, &mut self.edges[i]);
+        edge.add(Count::Waits, n);
+        if slept {
+            edge.add(Count::Contended, n);
+            edge.add(Count::ContendedWaitNs, a.wait_ns);
+            edge.add(Count::Blocked, n);
+            if timed_out {
+                edge.add(Count::Timeouts, n);
+            }
+            edge.record_summed(Span::Wait, n, a.wait_ns, extremes, a.buckets, budget);
         }
     }
 

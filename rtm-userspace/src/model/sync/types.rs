@@ -394,6 +394,20 @@ pub struct ProcessTotals {
 }
 
 impl ProcessTotals {
+    /// Counts `n` sleeps summing `ns`, spread over the kernel's `buckets`.
+    pub fn sleeps_summed(&mut self, n: u64, ns: u64, timed_out: bool, buckets: &[(u8, u32)]) {
+        self.sleeps += n;
+        self.wait_ns = self.wait_ns.saturating_add(ns);
+        if timed_out {
+            self.timeouts += n;
+        }
+        for &(b, c) in buckets {
+            let mid = rtm_common::agg_bucket_mid(usize::from(b));
+            let i = WAIT_BUCKETS_NS.partition_point(|&edge| edge < mid);
+            self.buckets[i] += u64::from(c);
+        }
+    }
+
     /// Counts one sleep of `ns`.
     pub fn sleep(&mut self, ns: u64, timed_out: bool) {
         self.sleeps += 1;

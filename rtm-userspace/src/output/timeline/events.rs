@@ -58,7 +58,8 @@ impl Ctx<'_> {
             }
             Event::Lifecycle(l) => self.lifecycle(l),
             Event::Mpi(m) => self.mpi(m),
-            Event::Stacks(_) => {}
+            // Sums hold no single wait to draw (a timeline turns summing off).
+            Event::Stacks(_) | Event::FutexAgg(_) => {}
             Event::Func(f) => self.func(f),
         }
     }
