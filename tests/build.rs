@@ -6,7 +6,7 @@ fn main() {
     let out = PathBuf::from(env::var_os("OUT_DIR").expect("OUT_DIR"));
     let src =
         PathBuf::from(env::var_os("CARGO_MANIFEST_DIR").expect("manifest dir")).join("workloads");
-    let builds: [(&str, &[&str]); 18] = [
+    let builds: [(&str, &[&str]); 20] = [
         // Call-stack tests: without frame pointers, with them, and static.
         (
             "stack_workload",
@@ -41,6 +41,10 @@ fn main() {
         // The glibc mutex layout rtm-trace reads, from the installed headers.
         ("layout_probe", &["-O2", "-g", "-pthread"]),
         ("many_locks", &["-O2", "-g", "-pthread"]),
+        // Production mode: sampled stacks against known call sites, and real software
+        // shapes.
+        ("two_sites", &["-O2", "-g", "-pthread", "-fno-inline"]),
+        ("bench_shapes", &["-O2", "-g", "-pthread"]),
         (
             "nolibc",
             &["-O2", "-static", "-nostdlib", "-fno-stack-protector"],

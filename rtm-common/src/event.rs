@@ -403,10 +403,18 @@ pub struct PendingFutex {
     pub unslept: u32,
     /// The mutex's holder when the wait began ([`FutexWaitEvent::holder`]).
     pub holder: u32,
-    /// Padding.
+    /// A sampled wait's weight, thousandths of a wait (see `StacksHead::weight_milli`).
     pub pad: u32,
+    /// Contention mode from the sleep: the word of a wait a wake reached before the
+    /// thread went to sleep (the wake counted it once the thread's next event tells
+    /// whether its sleep still came), 0 for none.
+    pub early_word: u64,
+    /// When that wake came (0: none).
+    pub early_ns: u64,
+    /// Who made it, `tgid << 32 | tid`.
+    pub early_waker: u64,
 }
-const _: () = assert!(size_of::<PendingFutex>() == 56);
+const _: () = assert!(size_of::<PendingFutex>() == 80);
 
 /// Bytes of a glibc `pthread_mutex_t` read at a futex wait's word to find its holder:
 /// `int __lock; unsigned __count; int __owner; unsigned __nusers; int __kind`.

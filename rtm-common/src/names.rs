@@ -253,6 +253,8 @@ pub const ALL_PROGRAMS: &[&str] = &[
     PROG_LIFECYCLE_NEW,
     PROG_LIFECYCLE_EXIT,
     PROG_LIFECYCLE_EXEC,
+    PROG_TIMER_ENTER,
+    PROG_TIMER_EXIT,
 ];
 /// Every global the loader sets at load.
 pub const ALL_GLOBALS: &[&str] = &[

@@ -50,6 +50,9 @@ pub const STACK_PRESENT: u32 = 0;
 pub const STACK_MISSING_OTHER_PROCESS: u32 = 1;
 /// [`StackRegs::missing`]: no size of copy could be read (pages not resident).
 pub const STACK_MISSING_UNREADABLE: u32 = 2;
+/// [`StackRegs::missing`]: the wake reached the wait before its thread went to sleep, in
+/// a context now gone (the waker's side of such a wait is never taken).
+pub const STACK_MISSING_WAKE_BEFORE_SLEEP: u32 = 3;
 
 /// [`StacksHead::sides`] bit: the record has the waiter's stack.
 pub const STACK_SIDE_WAITER: u32 = 1;
@@ -105,20 +108,21 @@ pub struct StacksEvent<const N: usize> {
 /// The sizes of stack copy the eBPF programs can make (`--stack-bytes`).
 pub const STACK_SIZES: [u32; 5] = [1024, 2048, 4096, 8192, 16384];
 
-/// Per CPU, the waiters' stacks taken this second ([`crate::names::MAP_STACK_SAMPLER`]):
-/// each sleeping wait is sampled with probability `chance / 2^32`, set each second to
-/// the rate wanted over the waits seen the second before, and a sample stands for
-/// `2^32 / chance` waits, so per-stack totals are unbiased estimates.
+/// Per CPU, the waiters' stacks taken this tenth of a second
+/// ([`crate::names::MAP_STACK_SAMPLER`]): each sleeping wait is sampled with probability
+/// `chance / 2^32`, set each tenth of a second to the rate wanted over the waits seen in
+/// the tenth before, and a sample stands for `2^32 / chance` waits, so per-stack totals
+/// are unbiased estimates.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]
 pub struct StackSampler {
-    /// When this second began (bpf_ktime_get_ns).
+    /// When this window began (bpf_ktime_get_ns).
     pub window_ns: u64,
-    /// Waits seen this second.
+    /// Waits seen this window.
     pub seen: u64,
-    /// Stacks taken this second.
+    /// Stacks taken this window.
     pub taken: u64,
-    /// The chance a wait's stacks are taken, out of 2^32 (0 before the first second:
-    /// every wait, up to the cap).
+    /// The chance a wait's stacks are taken, out of 2^32 (0 in the first window: every
+    /// wait, up to the cap).
     pub chance: u64,
 }

@@ -36,6 +36,9 @@ pub fn add_waits(key: &FutexAggKey, n: u64, wait_ns: u64, runnable_ns: u64) -> b
     let v = match FUTEX_AGG.get_ptr_mut(key) {
         Some(v) => v,
         None => {
+            // By reference: by value the compiler copies 0.7 KiB through the 512-byte
+            // BPF stack.
+            #[allow(clippy::needless_borrows_for_generic_args)]
             let _ = FUTEX_AGG.insert(key, &NO_WAITS, BPF_NOEXIST);
             match FUTEX_AGG.get_ptr_mut(key) {
                 Some(v) => v,

@@ -78,6 +78,7 @@ pub fn lifecycle_exit(ctx: TracePointContext) -> u32 {
     let group_dead = unsafe { ctx.read_at::<u8>(EXIT_GROUP_DEAD) }.unwrap_or(0);
     // The thread's last waits go before its exit.
     crate::futex_done::send_done(pid_tgid);
+    crate::waking::count_early_at_exit(pid_tgid);
     crate::futex::send_last_unslept(pid_tgid);
     crate::func::send_kept(pid_tgid);
     forget_thread(pid_tgid);

@@ -19,8 +19,8 @@ use core::intrinsics::AtomicOrdering;
 use rtm_common::{
     EventKind, FUTEX_CMD_MASK, LossCounter, MAX_CALL_DEPTH, PENDING_SAMPLED, PENDING_STACKED,
     PENDING_TIMED, PendingFutex, STACK_FIXES, STACK_MISSING_OTHER_PROCESS,
-    STACK_MISSING_UNREADABLE, STACK_SIDE_WAITER, STACK_SIDE_WAKER, StackFix, StackRegs, StacksHead,
-    futex_cmd_waits,
+    STACK_MISSING_UNREADABLE, STACK_MISSING_WAKE_BEFORE_SLEEP, STACK_SIDE_WAITER, STACK_SIDE_WAKER,
+    StackFix, StackRegs, StacksHead, futex_cmd_waits,
 };
 
 use crate::{
@@ -41,12 +41,17 @@ use crate::{
 const REGS_DX: usize = 96;
 const REGS_R10: usize = 56;
 
-/// Whether this wait's stacks are taken: each wait on this CPU with the chance set from
-/// the rate wanted over the waits seen the second before (every wait in the first
-/// second, up to twice the rate; never more than twice the rate a second). Returns the
-/// waits the sample stands for, in thousandths.
+/// The sampler's window: its chance is set again this often, ns.
+const SAMPLE_WINDOW_NS: u64 = 100_000_000;
+
+/// Whether this wait's stacks are taken: each wait on this CPU with a chance set, every
+/// tenth of a second, from the rate wanted over the waits seen in the tenth before
+/// (every wait in the first). Returns the waits the sample stands for (the inverse of
+/// its chance), in thousandths: per-stack totals are then unbiased estimates. A burst
+/// past four times the window's share (and 16) takes no more stacks until the next
+/// window, bounding the cost.
 #[inline(always)]
-pub fn sample() -> Option<u32> {
+pub fn sample(now: u64) -> Option<u32> {
     let rate = STACK_RATE.load();
     if rate == 0 || STACK_BYTES.load() == 0 {
         return None;
@@ -55,35 +60,42 @@ pub fn sample() -> Option<u32> {
         return Some(1000);
     }
     let s = STACK_SAMPLER.get_ptr_mut(0)?;
-    let now = now();
     // SAFETY: this CPU's element; programs do not nest on one CPU here.
     let s = unsafe { &mut *s };
-    if now.saturating_sub(s.window_ns) >= 1_000_000_000 {
-        s.chance = if s.seen == 0 {
+    // Stacks wanted a window, in thousandths (a rate of 1 a second is 100 a window).
+    let want_milli = u64::from(rate) * 100;
+    if now.saturating_sub(s.window_ns) >= SAMPLE_WINDOW_NS {
+        // chance = want / seen, out of 2^32 (0: every wait).
+        s.chance = if s.window_ns == 0 || s.seen == 0 {
             0
         } else {
-            ((u64::from(rate) << 32) / s.seen).min(1 << 32)
+            // No division the compiler cannot prove safe: a panic path is refused.
+            (want_milli << 32)
+                .checked_div(s.seen.min(1 << 40) * 1000)
+                .unwrap_or(1 << 32)
+                .min(1 << 32)
         };
         s.window_ns = now;
         s.seen = 0;
         s.taken = 0;
     }
     s.seen += 1;
-    if s.taken >= 2 * u64::from(rate) {
+    if s.taken * 1000 >= 4 * want_milli + 16_000 {
         return None;
     }
-    let take = s.chance == 0
-        || s.chance >= 1 << 32
-        // SAFETY: helper without preconditions.
-        || u64::from(unsafe { bpf_get_prandom_u32() }) < s.chance;
-    if !take {
+    let all = s.chance == 0 || s.chance >= 1 << 32;
+    // SAFETY: helper without preconditions.
+    if !all && u64::from(unsafe { bpf_get_prandom_u32() }) >= s.chance {
         return None;
     }
     s.taken += 1;
-    Some(if s.chance == 0 || s.chance >= 1 << 32 {
+    Some(if all {
         1000
     } else {
-        ((1000u64 << 32) / s.chance).min(u64::from(u32::MAX)) as u32
+        (1000u64 << 32)
+            .checked_div(s.chance)
+            .unwrap_or(1000)
+            .min(u64::from(u32::MAX)) as u32
     })
 }
 
@@ -259,13 +271,6 @@ fn emit(
 /// waiting anyway), then the mutex's holder is read and, when sampled, its stack taken.
 #[inline(always)]
 fn begin_sleep(prev: *const u8, pid_tgid: u64) {
-    // SAFETY: a task_struct field at an offset from the kernel's BTF.
-    let state = unsafe { task_field::<u32>(prev, TASK_STATE.load()) };
-    // Asleep: TASK_INTERRUPTIBLE or TASK_UNINTERRUPTIBLE. Running or being woken
-    // (TASK_WAKING): its wake came first, and counted it as woken before it slept.
-    if state & 3 == 0 {
-        return;
-    }
     // SAFETY: prev is a BTF task pointer.
     let (id, word, op, _) = unsafe { syscall_of(prev) };
     let op = op as u32;
@@ -280,33 +285,49 @@ fn begin_sleep(prev: *const u8, pid_tgid: u64) {
     };
     send_done(pid_tgid);
     let ts = now();
-    let weight = sample();
-    let holder = if READ_HOLDERS.load() != 0 {
-        holder_of(word, op & FUTEX_CMD_MASK)
+    let slot = futex_entry(pid_tgid);
+    let weight = sample(ts);
+    // Only a mutex's waits can have a holder: glibc's sleep with the value 2 (or, robust,
+    // the owner with the waiters bit), priority-inheritance ones with their own ops.
+    let cmd = op & FUTEX_CMD_MASK;
+    let mutex_like = val == 2 || val & 0x8000_0000 != 0 || cmd == 6 || cmd == 13;
+    let holder = if READ_HOLDERS.load() != 0 && mutex_like {
+        holder_of(word, cmd)
     } else {
         0
     };
-    let pending = PendingFutex {
-        uaddr: word,
-        start_ns: ts,
-        deadline_ns: deadline(op, timeout, ts),
-        waker: 0,
-        op,
-        val,
+    let flags = if timeout != 0 { PENDING_TIMED } else { 0 }
         // Sampled or not, the choice is made: the wake does not choose again.
-        flags: if timeout != 0 { PENDING_TIMED } else { 0 }
-            | PENDING_STACKED
-            | if weight.is_some() { PENDING_SAMPLED } else { 0 },
-        unslept: 0,
-        holder,
-        pad: weight.unwrap_or(0),
-    };
-    match futex_entry(pid_tgid) {
-        // SAFETY: the thread's own entry; only it writes the entry's start while it lives
-        // (its waker clears it).
-        Some(slot) => unsafe { core::ptr::write_volatile(slot, pending) },
+        | PENDING_STACKED
+        | if weight.is_some() { PENDING_SAMPLED } else { 0 };
+    match slot {
+        // SAFETY: the thread's own entry, written field by field (a wake may be marking
+        // an early wake in it), its start last: a wake matches a wait by its start.
+        Some(p) => unsafe {
+            (*p).uaddr = word;
+            (*p).deadline_ns = deadline(op, timeout, ts);
+            (*p).waker = 0;
+            (*p).op = op;
+            (*p).val = val;
+            (*p).flags = flags;
+            (*p).unslept = 0;
+            (*p).holder = holder;
+            (*p).pad = weight.unwrap_or(0);
+            core::ptr::write_volatile(core::ptr::addr_of_mut!((*p).start_ns), ts);
+        },
         None => {
-            if PENDING_FUTEX.insert(&pid_tgid, &pending, 0).is_err() {
+            let pending = PendingFutex {
+                uaddr: word,
+                start_ns: ts,
+                deadline_ns: deadline(op, timeout, ts),
+                op,
+                val,
+                flags,
+                holder,
+                pad: weight.unwrap_or(0),
+                ..PendingFutex::default()
+            };
+            if PENDING_FUTEX.insert(pid_tgid, pending, 0).is_err() {
                 count_loss(LossCounter::PendingFull);
                 return;
             }
@@ -336,6 +357,16 @@ pub fn at_sleep(prev: *const u8) {
     let stacks = STACK_BYTES.load() != 0;
     if !sleep_entry && !holders && !stacks {
         return;
+    }
+    if sleep_entry {
+        // Asleep: TASK_INTERRUPTIBLE or TASK_UNINTERRUPTIBLE. A thread still runnable
+        // (a yield) or being woken (TASK_WAKING: its wake came first, and counted it as
+        // woken before it slept) is not beginning a wait: told before any lookup, as
+        // most switches of a busy machine are of this kind.
+        // SAFETY: a task_struct field at an offset from the kernel's BTF.
+        if unsafe { task_field::<u32>(prev, TASK_STATE.load()) } & 3 == 0 {
+            return;
+        }
     }
     // SAFETY: task_struct fields at offsets from the kernel's BTF.
     let tgid = unsafe { task_field::<i32>(prev, TASK_TGID.load()) } as u32;
@@ -374,7 +405,7 @@ pub fn at_sleep(prev: *const u8) {
     if !stacks || f.flags & PENDING_STACKED != 0 {
         return;
     }
-    let weight = sample();
+    let weight = sample(now());
     // The choice, sampled or not, is made once (the wake does not choose again).
     // SAFETY: slot is the thread's entry.
     if !unsafe { claim(slot, &f, weight.is_some()) } {
@@ -394,6 +425,47 @@ pub fn at_sleep(prev: *const u8) {
     };
     head.sides = 0;
     emit(head, (Some(prev), pid_tgid), (None, 0));
+}
+
+/// The end of a sampled wait whose wake came before its sleep (`f`; `pid_tgid`, at
+/// `ts`, after `wait_ns`, woken by `waker`): its waiter's stack was taken at the sleep;
+/// its waker's side is said to be missing, so the two records still make one wait.
+#[inline(always)]
+pub fn at_raced_wake(f: &PendingFutex, pid_tgid: u64, ts: u64, wait_ns: u64, waker: (u32, u32)) {
+    if STACK_BYTES.load() == 0 || f.flags & PENDING_SAMPLED == 0 {
+        return;
+    }
+    let mut head = StacksHead {
+        header: header(EventKind::Stacks, pid_tgid, ts),
+        uaddr: f.uaddr,
+        start_ns: f.start_ns,
+        wait_ns,
+        waker_pid: waker.0,
+        waker: waker.1,
+        weight_milli: f.pad,
+        ..StacksHead::default()
+    };
+    head.waker_regs.missing = STACK_MISSING_WAKE_BEFORE_SLEEP;
+    // No copy follows: the record is its head alone.
+    let reserved = match bpf_get_smp_processor_id_safe() & SYNC_RING_MASK.load() {
+        0 => reserve(&EVENTS, core::mem::size_of::<StacksHead>()),
+        1 => reserve(&EVENTS_1, core::mem::size_of::<StacksHead>()),
+        2 => reserve(&EVENTS_2, core::mem::size_of::<StacksHead>()),
+        _ => reserve(&EVENTS_3, core::mem::size_of::<StacksHead>()),
+    };
+    let Some((mut entry, flags)) = reserved else {
+        count_loss(LossCounter::RingFull);
+        return;
+    };
+    // SAFETY: the record has room for the head.
+    unsafe { core::ptr::write_unaligned(entry.as_mut_ptr().cast::<StacksHead>(), head) };
+    entry.submit(flags);
+}
+
+#[inline(always)]
+fn bpf_get_smp_processor_id_safe() -> u32 {
+    // SAFETY: helper without preconditions.
+    unsafe { bpf_get_smp_processor_id() }
 }
 
 /// The wake of the wait in `slot` (whose copy is `f`) of `waiter` (a BTF task pointer;
@@ -422,7 +494,7 @@ pub fn at_wake(
     } else if f.flags & PENDING_STACKED != 0 {
         return false;
     } else {
-        let Some(w) = sample() else {
+        let Some(w) = sample(ts) else {
             return false;
         };
         // SAFETY: slot is the waiter's entry.

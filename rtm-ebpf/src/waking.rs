@@ -25,6 +25,7 @@ use crate::{
     futex_done::{keep_done, task_field},
     maps::{
         AGGREGATE, IN_TIMER, NOTE_WAKER, SLEEP_ENTRY, TASK_PID, TASK_TGID, futex_done, futex_entry,
+        futex_slot,
     },
     stacks,
 };
@@ -111,6 +112,11 @@ pub fn futex_waking(ctx: BtfTracePointContext) -> i32 {
     let (id, word, _, _) = unsafe { syscall_of(p) };
     if id != SYS_FUTEX || word != f.uaddr {
         return 0;
+    }
+    if f.early_ns != 0 {
+        // A wake marked earlier that this wait's own wake now shows was an earlier
+        // wait's: that wait was woken before it slept.
+        count_early(slot, pid_tgid);
     }
     let note_only = NOTE_WAKER.load() != 0;
     if !note_only {
@@ -246,7 +252,28 @@ fn woken_before_sleep(p: *const u8, pid_tgid: u64) {
         return;
     }
     let current = bpf_get_current_pid_tgid();
-    let waker = ((current >> 32) as u32, current as u32);
+    // Marked, not counted yet: the thread's next event tells whether its sleep still
+    // came (a wake racing the sleep, when the scheduler had taken the thread off its
+    // run queue but not yet switched away) or not.
+    if let Some(slot) = futex_slot(pid_tgid as u32) {
+        // SAFETY: the thread's slot; marks are written by wakes and read by its events.
+        unsafe {
+            if (*slot).early_ns != 0 {
+                count_early(slot, pid_tgid);
+            }
+            (*slot).early_word = word;
+            (*slot).early_waker = current;
+            core::ptr::write_volatile(core::ptr::addr_of_mut!((*slot).early_ns), now());
+        }
+        return;
+    }
+    count_woken_early(pid_tgid, word, op, val, current);
+}
+
+/// Counts a wait woken before it slept, by `waker` (`tgid << 32 | tid`).
+#[inline(always)]
+fn count_woken_early(pid_tgid: u64, word: u64, op: u32, val: u32, waker: u64) {
+    let waker = ((waker >> 32) as u32, waker as u32);
     if AGGREGATE.load() != 0 {
         let k = agg::key(pid_tgid, word, op, waker, 0, AggOutcome::WokenBeforeSleep);
         if agg::add_waits(&k, 1, 0, 0) {
@@ -266,6 +293,79 @@ fn woken_before_sleep(p: *const u8, pid_tgid: u64) {
         runnable_ns: 0,
         holder: 0,
     });
+}
+
+/// Counts the wake marked in the thread's slot (`slot`, a map value) as a wait woken
+/// before it slept, and clears the mark.
+#[inline(always)]
+fn count_early(slot: *mut PendingFutex, pid_tgid: u64) {
+    // SAFETY: the thread's slot; the mark's fields are plain values.
+    let (word, waker) = unsafe {
+        let w = ((*slot).early_word, (*slot).early_waker);
+        core::ptr::write_volatile(core::ptr::addr_of_mut!((*slot).early_ns), 0);
+        w
+    };
+    // The op and value of that wait are not kept: a private wait (what a mark is made
+    // for: glibc's waits are private) with no value.
+    count_woken_early(pid_tgid, word, FUTEX_WAIT_PRIVATE, 0, waker);
+}
+
+/// At a thread's exit: a wake still marked in its slot was of a wait that never slept.
+#[inline(always)]
+pub fn count_early_at_exit(pid_tgid: u64) {
+    if let Some(slot) = futex_slot(pid_tgid as u32) {
+        // SAFETY: the thread's slot.
+        if unsafe { (*slot).early_ns } != 0 {
+            count_early(slot, pid_tgid);
+        }
+    }
+}
+
+/// FUTEX_WAIT | FUTEX_PRIVATE_FLAG.
+const FUTEX_WAIT_PRIVATE: u32 = 128;
+
+/// The thread of `slot` gets a CPU while a wait is still in its slot: the wait's wake
+/// came before its sleep (marked then) and no other wake will come. The wait ends now,
+/// woken by the marked thread; with no mark for its word, it is cleared.
+#[inline(always)]
+fn end_raced_sleep(slot: *mut PendingFutex, pid_tgid: u64) {
+    // SAFETY: the thread's slot.
+    let f = unsafe { *slot };
+    if f.start_ns == 0 {
+        return;
+    }
+    // SAFETY: as above; its start is cleared atomically, as a wake does.
+    let (_, ours) = unsafe {
+        core::intrinsics::atomic_cxchg::<u64, { AtomicOrdering::SeqCst }, { AtomicOrdering::SeqCst }>(
+            core::ptr::addr_of_mut!((*slot).start_ns),
+            f.start_ns,
+            0,
+        )
+    };
+    if !ours || f.early_ns == 0 || f.early_word != f.uaddr {
+        return;
+    }
+    // SAFETY: as above.
+    unsafe { core::ptr::write_volatile(core::ptr::addr_of_mut!((*slot).early_ns), 0) };
+    let ts = now();
+    let waker = ((f.early_waker >> 32) as u32, f.early_waker as u32);
+    stacks::at_raced_wake(&f, pid_tgid, ts, ts.saturating_sub(f.start_ns), waker);
+    keep_done(
+        FutexWaitEvent {
+            header: header(EventKind::FutexWait, pid_tgid, ts),
+            uaddr: f.uaddr,
+            aux: f.aux(),
+            wait_ns: ts.saturating_sub(f.start_ns),
+            ret: 0,
+            waker: f.early_waker as u32,
+            unslept: f.unslept,
+            waker_pid: (f.early_waker >> 32) as u32,
+            runnable_ns: 0,
+            holder: f.holder,
+        },
+        false,
+        f.flags & PENDING_SAMPLED != 0,
+    );
 }
 
 /// Offset of `dx` (the third syscall argument: the value a futex wait expects) in
@@ -318,23 +418,11 @@ pub fn futex_switch(ctx: BtfTracePointContext) -> i32 {
     // SAFETY: as above.
     let pid: u32 = unsafe { task_field::<i32>(next, TASK_PID.load()) } as u32;
     if SLEEP_ENTRY.load() != 0
-        && let Some(slot) = crate::maps::futex_slot(pid)
+        && let Some(slot) = futex_slot(pid)
     {
         // A thread getting a CPU is asleep in no wait: one still in its slot began to
-        // sleep just after its wake had been seen (which counted it as woken before it
-        // slept), and is not a wait in progress.
-        // SAFETY: the thread's slot; its start is cleared atomically, as a wake does.
-        unsafe {
-            let start = core::ptr::addr_of_mut!((*slot).start_ns);
-            let s = core::ptr::read_volatile(start);
-            if s != 0 {
-                let _ = core::intrinsics::atomic_cxchg::<
-                    u64,
-                    { AtomicOrdering::SeqCst },
-                    { AtomicOrdering::SeqCst },
-                >(start, s, 0);
-            }
-        }
+        // sleep after its wake had been seen.
+        end_raced_sleep(slot, (u64::from(tgid) << 32) | u64::from(pid));
     }
     let Some(d) = futex_done(pid) else {
         return 0;

@@ -109,6 +109,7 @@ fn main() {
             reader: Default::default(),
             tracer_max_rss_kib: None,
             bpf: None,
+            collection: None,
         };
         let start = Instant::now();
         let doc = rtm::output::json::to_vec(&run, &snap);

@@ -125,6 +125,14 @@ pub struct Cli {
     #[arg(long, value_name = "N|all", value_parser = config::StackRate::parse)]
     pub stack_rate: Option<config::StackRate>,
 
+    /// Also count the performance counters for the traced processes (their threads,
+    /// per-task perf events), not only per CPU. Every context switch of theirs then
+    /// pays for switching the perf contexts (~1 us here: a program whose critical
+    /// sections yield ran at 0.36x); their CPU time and switches are in the report
+    /// anyway, from /proc.
+    #[arg(long)]
+    pub target_counters: bool,
+
     /// Contention mode: also count futex waits that returned without sleeping (the word
     /// had changed), seen at their system call's entry. Every system call on the
     /// machine then pays for a program (~50 ns here); by default none does.
@@ -155,6 +163,12 @@ pub struct Cli {
     /// exact counts, totals, min and max only.
     #[arg(long, value_name = "N")]
     pub max_histograms: Option<usize>,
+
+    /// Entries of the kernel's map of summed futex waits (one per waiter, word, waker and
+    /// outcome; ~0.7 KiB each; default 8192). Waits past it are sent one by one, and
+    /// counted in the report.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=1 << 20))]
+    pub futex_sums: Option<u32>,
 
     /// What to trace (default: contention): contended waits only (near-zero overhead),
     /// or every pthread call.
@@ -457,12 +471,16 @@ impl Cli {
             c.stacks.rate = r;
         }
         c.unslept |= self.unslept;
+        c.target_counters |= self.target_counters;
         c.stacks.folded = self.folded.or(c.stacks.folded);
         if let Some(n) = self.max_objects {
             c.limits.max_objects = n as usize;
         }
         if let Some(n) = self.max_histograms {
             c.limits.max_histograms = n;
+        }
+        if let Some(n) = self.futex_sums {
+            c.limits.futex_sums = n;
         }
         if let Some(t) = self.top {
             c.output.top = t as usize;

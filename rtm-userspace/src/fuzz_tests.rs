@@ -125,6 +125,7 @@ fn run_info() -> RunInfo {
         reader: ReaderStats::default(),
         tracer_max_rss_kib: None,
         bpf: None,
+        collection: None,
     }
 }
 
@@ -175,6 +176,7 @@ fn apply_and_render(records: &[Vec<u8>], contention: bool) {
                 frames(s.waiter),
                 h.waker_pid,
                 frames(s.waker),
+                h.weight_milli,
             );
         }
         sync.apply(&ev);
@@ -286,6 +288,8 @@ fn a_record_of_each_kind_decodes() {
                 decode::Event::Mpi(_) => 3,
                 decode::Event::Stacks(_) => 5,
                 decode::Event::Func(_) => 6,
+                // Never in a ring: made by the sums' reader.
+                decode::Event::FutexAgg(_) => unreachable!("decoded a FutexAgg record"),
             };
             decoded[k] += 1;
         }

@@ -58,4 +58,22 @@ mod object_tests {
         // The check can fail: a name that is not there is not found.
         assert!(!symbols.contains("no_such_program_rtm"));
     }
+
+    /// No program can reach a panic: a path the compiler could not prove safe (a
+    /// division, an index) ends in a call that never returns, which the verifier
+    /// refuses ("last insn is not an exit or jmp"), and contention mode would fall back
+    /// to the raw tracepoints without saying why but in `rtm-trace check`.
+    #[test]
+    fn no_ebpf_program_can_reach_a_panic() {
+        let obj = object::File::parse(super::EBPF_OBJECT).expect("the eBPF object parses");
+        let panics: Vec<&str> = obj
+            .symbols()
+            .filter_map(|s| s.name().ok())
+            .filter(|n| n.contains("panic"))
+            .collect();
+        assert!(
+            panics.is_empty(),
+            "panic paths in the eBPF object: {panics:?}"
+        );
+    }
 }

@@ -20,8 +20,15 @@ fn shared() -> std::sync::RwLockReadGuard<'static, ()> {
 }
 
 /// Traces `load_workload ARGS` with `extra` options; returns stdout and the document.
+/// The process's own counters are asked for (`--target-counters`: off by default, as
+/// per-task perf events cost each of its context switches), every one of them.
 fn trace(args: &[&str], extra: &[&str]) -> (String, Value) {
-    let (stdout, doc) = trace_json(extra, &workload("load_workload"), args);
+    let mut options = vec!["--target-counters"];
+    if !extra.contains(&"--counters") {
+        options.extend(["--counters", "all"]);
+    }
+    options.extend_from_slice(extra);
+    let (stdout, doc) = trace_json(&options, &workload("load_workload"), args);
     assert!(stdout.contains(&format!("done {}", args[0])), "{stdout}");
     (stdout, doc)
 }

@@ -8,6 +8,7 @@ mod bench_blocked;
 mod bench_func;
 mod bench_mpi;
 mod bench_others;
+mod bench_prod;
 mod bench_scale;
 mod bench_stacks;
 mod measure;
@@ -90,6 +91,9 @@ enum BenchCmd {
     Func,
     /// How long `rtm-trace --blocked` takes on a hung process.
     Blocked,
+    /// What contention mode costs real software shapes (critical sections that yield, a
+    /// request loop, a futex ping-pong, stress-ng's mutexes), against bpftrace.
+    Production,
     /// What `rtm-trace agent` costs a node (idle and tracing), a serving program, its
     /// scrapes, and its own memory and CPU over time.
     Agent,
@@ -116,6 +120,7 @@ fn bench(which: Vec<BenchCmd>, smoke: bool, rounds: Option<usize>) -> anyhow::Re
         BenchCmd::Stacks,
         BenchCmd::Func,
         BenchCmd::Blocked,
+        BenchCmd::Production,
         BenchCmd::Agent,
     ];
     let started = std::time::Instant::now();
@@ -135,6 +140,7 @@ fn bench(which: Vec<BenchCmd>, smoke: bool, rounds: Option<usize>) -> anyhow::Re
             BenchCmd::Stacks => bench_stacks::stacks(&root, &dir, plan)?,
             BenchCmd::Func => bench_func::func(&root, &dir, plan)?,
             BenchCmd::Blocked => bench_blocked::blocked(&root, &dir, plan)?,
+            BenchCmd::Production => bench_prod::production(&root, &dir, plan)?,
             BenchCmd::Agent => bench_agent::agent(&root, &dir, plan)?,
         }
     }

@@ -50,6 +50,10 @@ pub struct TraceConfig {
     pub interval: Option<Duration>,
     /// Performance counters, by `perf list` name.
     pub counters: CounterList,
+    /// Count them for the traced processes too, with per-task perf events (each of
+    /// their context switches then pays for switching the perf contexts). Otherwise
+    /// per CPU only; the processes' CPU time and context switches come from /proc.
+    pub target_counters: bool,
     /// When an interval of the system statistics counts as trouble.
     pub thresholds: Thresholds,
     /// Caps on the tracer's memory.
@@ -91,6 +95,7 @@ impl Default for TraceConfig {
             stacks: StacksConfig::default(),
             functions: FunctionsConfig::default(),
             deadlocks: DeadlocksConfig::default(),
+            target_counters: false,
             unslept: false,
             bpf_stats: false,
             verbose: false,
@@ -183,6 +188,9 @@ pub struct LimitsConfig {
     pub max_objects: usize,
     /// Most distributions that keep percentiles.
     pub max_histograms: usize,
+    /// Entries of the kernel's map of summed futex waits (one per waiter, word, waker
+    /// and outcome; ~0.7 KiB each). Waits past it are sent one by one (counted).
+    pub futex_sums: u32,
 }
 
 impl Default for LimitsConfig {
@@ -192,6 +200,7 @@ impl Default for LimitsConfig {
             ring_bytes: rtm_common::names::DEFAULT_RING_BYTES,
             max_objects: l.max_objects,
             max_histograms: l.max_histograms,
+            futex_sums: rtm_common::names::DEFAULT_AGG_ENTRIES,
         }
     }
 }
@@ -217,6 +226,9 @@ pub struct StacksConfig {
 
 /// The default bytes of each stack copy.
 pub const DEFAULT_STACK_BYTES: u32 = 4096;
+
+/// Most stacks a second per CPU a rate may ask for (`all` takes every wait's).
+pub const MAX_STACK_RATE: u32 = 1_000_000;
 
 /// The default stacks taken per CPU per second.
 pub const DEFAULT_STACK_RATE: u32 = 200;
@@ -249,10 +261,13 @@ impl StackRate {
             n => n
                 .parse::<u32>()
                 .ok()
-                .filter(|&n| n < u32::MAX)
+                .filter(|&n| n <= MAX_STACK_RATE)
                 .map(StackRate::PerSecond)
                 .ok_or_else(|| {
-                    format!("{n:?} is not a stack rate: give `all` or stacks per CPU per second")
+                    format!(
+                        "{n:?} is not a stack rate: give `all`, or stacks per CPU per second \
+                         (0 to {MAX_STACK_RATE})"
+                    )
                 }),
         }
     }
@@ -295,7 +310,7 @@ impl<'de> Deserialize<'de> for StackRate {
         match Raw::deserialize(d)? {
             Raw::Number(n) => u32::try_from(n)
                 .ok()
-                .filter(|&n| n < u32::MAX)
+                .filter(|&n| n <= MAX_STACK_RATE)
                 .map(StackRate::PerSecond)
                 .ok_or_else(|| {
                     serde::de::Error::custom(format!("{n} stacks a second is too many"))
@@ -416,6 +431,12 @@ impl TraceConfig {
         }
         check_ring_bytes(self.limits.ring_bytes).map_err(|p| err("limits.ring_bytes", p))?;
         check_stack_bytes(self.stacks.bytes).map_err(|p| err("stacks.bytes", p))?;
+        if !(1..=1 << 20).contains(&self.limits.futex_sums) {
+            return Err(err(
+                "limits.futex_sums",
+                "must be between 1 and 1048576".into(),
+            ));
+        }
         if self.limits.max_objects == 0 {
             return Err(err("limits.max_objects", "must be at least 1".into()));
         }

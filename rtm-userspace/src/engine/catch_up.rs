@@ -23,6 +23,14 @@ pub struct CatchUp {
 }
 
 impl CatchUp {
+    /// Never raised: the kernel sums each wait (contention mode without a timeline), so
+    /// the rings carry only sampled waits and their stacks, at a bounded rate. A reader
+    /// at nice -20 preempted the target's lock holders each time it woke, which cost a
+    /// program whose critical sections yield a tenth of its throughput.
+    pub fn never() -> Self {
+        Self { raised: true }
+    }
+
     /// Called with whether records were left in the ring (or the kernel signalled a
     /// backlog); the first time they were, raises the calling thread's priority.
     pub fn update(&mut self, behind: bool) {

@@ -221,6 +221,7 @@ fn give_stacks(state: &mut State, sinks: &mut [SinkSlot]) {
             wake_ns: u.at_ns,
             waiter,
             waker,
+            woken: u.waker_pid != 0,
         };
         for s in sinks.iter_mut() {
             if s.sink.wants_events() {
@@ -258,7 +259,13 @@ impl Engine {
             commands: mpsc::unbounded_channel(),
             summary: watch::Sender::new(Arc::new(Summary::default())),
             start: None,
-            catch_up: CatchUp::default(),
+            catch_up: if config.mode == crate::config::Mode::Contention
+                && config.output.timeline.is_none()
+            {
+                CatchUp::never()
+            } else {
+                CatchUp::default()
+            },
             seq: 0,
             stop_when_targets_exit: false,
             summary_rows: None,
@@ -607,6 +614,17 @@ impl Engine {
             reader: self.source.reader_stats(),
             tracer_max_rss_kib: None,
             bpf: None,
+            collection: (self.config.mode == crate::config::Mode::Contention).then(|| {
+                crate::output::Collection {
+                    summed: self.config.output.timeline.is_none(),
+                    syscall_entry: self.config.unslept || !self.source.sleep_entry(),
+                    stack_rate: match self.config.stacks.rate {
+                        _ if !self.config.stacks.enabled => Some(0),
+                        crate::config::StackRate::All => None,
+                        crate::config::StackRate::PerSecond(n) => Some(n),
+                    },
+                }
+            }),
         }
     }
 

@@ -115,6 +115,11 @@ pub trait Source {
         false
     }
 
+    /// Whether futex waits begin at their sleep, with no program on system calls.
+    fn sleep_entry(&self) -> bool {
+        false
+    }
+
     /// Drops what the source holds for processes `pids`, which have exited and are
     /// forgotten (their probes, in a daemon that keeps the source loaded).
     fn forget(&mut self, _pids: &[u32]) {}

@@ -9,7 +9,10 @@
 
 use std::collections::{HashMap, HashSet, VecDeque};
 
-use rtm_common::{STACK_MISSING_OTHER_PROCESS, STACK_SIDE_WAITER, StackRegs, StacksHead};
+use rtm_common::{
+    STACK_MISSING_OTHER_PROCESS, STACK_MISSING_WAKE_BEFORE_SLEEP, STACK_SIDE_WAITER, StackRegs,
+    StacksHead,
+};
 
 use crate::{
     model::stacks::{Side, StackTable},
@@ -100,6 +103,9 @@ impl StackJoin {
         if regs.missing == STACK_MISSING_OTHER_PROCESS {
             return Side::OtherProcess;
         }
+        if regs.missing == STACK_MISSING_WAKE_BEFORE_SLEEP {
+            return Side::WakeUnseen;
+        }
         if stack.is_empty() {
             return Side::Unreadable;
         }
@@ -144,7 +150,12 @@ impl StackJoin {
         } else {
             (head.waker_pid, head.waker_regs.ip)
         };
-        if !last_try && !self.unwinder.covers(namer, pid, ip) && self.deferred.len() < MAX_DEFERRED
+        // A record with no copy (the waker's side said missing) has nothing to unwind.
+        let copies = head.sides != 0;
+        if copies
+            && !last_try
+            && !self.unwinder.covers(namer, pid, ip)
+            && self.deferred.len() < MAX_DEFERRED
         {
             self.deferred
                 .push_back((*head, waiter.to_vec(), waker.to_vec()));
@@ -230,6 +241,7 @@ impl StackJoin {
     }
 
     /// A waiter's stack whose wait no thread woke (or whose wake was not seen).
+    #[allow(clippy::too_many_arguments)]
     fn alone(
         &mut self,
         table: &mut StackTable,

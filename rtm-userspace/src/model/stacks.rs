@@ -259,10 +259,10 @@ mod tests {
     #[test]
     fn waits_are_counted_per_word_and_stack_pair_with_stacks_interned_once() {
         let mut t = StackTable::default();
-        t.add(1, 0x10, 100, frames(&[1, 2, 3]), 1, frames(&[7, 8]));
-        t.add(1, 0x10, 300, frames(&[1, 2, 3]), 1, frames(&[7, 8]));
-        t.add(1, 0x10, 50, frames(&[1, 2, 4]), 1, frames(&[7, 8]));
-        t.add(1, 0x20, 10, Side::OtherProcess, 2, frames(&[7, 8]));
+        t.add(1, 0x10, 100, frames(&[1, 2, 3]), 1, frames(&[7, 8]), 0);
+        t.add(1, 0x10, 300, frames(&[1, 2, 3]), 1, frames(&[7, 8]), 0);
+        t.add(1, 0x10, 50, frames(&[1, 2, 4]), 1, frames(&[7, 8]), 0);
+        t.add(1, 0x20, 10, Side::OtherProcess, 2, frames(&[7, 8]), 0);
         let top = t.top(10);
         assert_eq!(top.len(), 3);
         assert_eq!(
@@ -285,12 +285,12 @@ mod tests {
             max_stacks: 2,
             max_edges: 2,
         });
-        t.add(1, 0x10, 1, frames(&[1]), 1, frames(&[2]));
+        t.add(1, 0x10, 1, frames(&[1]), 1, frames(&[2]), 0);
         // A third distinct stack: over the cap, counted, its wait kept with no stack.
-        t.add(1, 0x10, 1, frames(&[3]), 1, frames(&[2]));
+        t.add(1, 0x10, 1, frames(&[3]), 1, frames(&[2]), 0);
         assert_eq!(t.counters().stacks_over_cap, 1);
         // A third row: over the cap.
-        t.add(1, 0x30, 1, frames(&[1]), 1, frames(&[2]));
+        t.add(1, 0x30, 1, frames(&[1]), 1, frames(&[2]), 0);
         assert_eq!(t.counters().edges_over_cap, 1);
         assert_eq!(t.edges().count(), 2);
         assert_eq!(t.edges().map(|(_, e)| e.waits).sum::<u64>(), 2);
@@ -503,6 +503,7 @@ mod view_tests {
             Side::Frames(vec![100, 200, 300].into()),
             1,
             Side::Frames(vec![400].into()),
+            0,
         );
         let view = StacksView::build(
             &t,

@@ -98,6 +98,8 @@ mod tests {
                     waits: 2,
                     wait_ns: 500,
                     max_ns: 300,
+                    samples: 2,
+                    weight_milli: 2000,
                 },
                 waiter: vec![
                     "__lll_lock_wait+0x2b (x.c:1)".into(),

@@ -124,4 +124,20 @@ pub struct RunInfo {
     /// The eBPF programs' run counts and times and the maps' memory (`--bpf-stats`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub bpf: Option<crate::readers::bpf_stats::BpfStats>,
+    /// How contention mode's waits were collected (None in full mode).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub collection: Option<Collection>,
+}
+
+/// How contention mode collected futex waits, for what the outputs say of it.
+#[derive(Debug, Clone, Copy, Serialize, PartialEq, Eq)]
+pub struct Collection {
+    /// Ended waits were summed in the kernel (no timeline wanted each one).
+    pub summed: bool,
+    /// Waits were seen at their system call's entry (`--unslept`, or no BTF), so those
+    /// that returned without sleeping were counted; otherwise from their sleep.
+    pub syscall_entry: bool,
+    /// Waits whose stacks were taken, per CPU per second at most (None: every one; 0:
+    /// none).
+    pub stack_rate: Option<u32>,
 }

@@ -335,6 +335,13 @@ fn notes(out: &mut String, run: &RunInfo, s: &Snapshot) {
     let m = &s.model;
     let mut notes = Vec::new();
     notes.extend(run.missing_symbols.iter().cloned());
+    if run.losses.agg_full > 0 {
+        notes.push(format!(
+            "the kernel's map of summed futex waits was full: {} waits were sent one by \
+             one instead (none lost; raise --futex-sums for fewer)",
+            count(run.losses.agg_full)
+        ));
+    }
     if run.losses.mapping_records > 0 {
         notes.push(format!(
             "{} mapping records were dropped: objects and code in processes that exited \
@@ -349,6 +356,24 @@ fn notes(out: &mut String, run: &RunInfo, s: &Snapshot) {
              visible (run with --mode full for those, at about 1 us per call)"
                 .to_owned(),
         );
+    }
+    if let Some(c) = &run.collection {
+        if !c.syscall_entry {
+            notes.push(
+                "waits were seen from their sleep, with no program on any system call: waits \
+                 that returned without sleeping (the word had changed) are not counted \
+                 (--unslept counts them, at ~50 ns on every system call of the machine)"
+                    .to_owned(),
+            );
+        }
+        match c.stack_rate {
+            Some(0) | None => {}
+            Some(n) => notes.push(format!(
+                "call stacks were sampled, at most {n} waits a second per CPU, each standing \
+                 for the waits it was chosen among: per-stack figures are estimates, \
+                 per-lock ones exact (--stack-rate all takes every wait's)"
+            )),
+        }
     }
     if m.waits_woken_from_outside > 0 {
         notes.push(format!(

@@ -25,6 +25,8 @@ pub struct WaitStacks<'a> {
     pub waiter: &'a [String],
     /// Where the wake came from (empty: not known).
     pub waker: &'a [String],
+    /// Whether a thread woke the wait (its stack may still be unknown).
+    pub woken: bool,
 }
 
 /// One point of the trace at which sinks are shown the state.

@@ -275,6 +275,14 @@ pub(super) fn counters(out: &mut String, c: &CountersView) {
             c.unavailable[0].reason
         );
     }
+    if !c.targets_counted && !c.events.is_empty() {
+        let _ = writeln!(
+            out,
+            "  the traced processes' own counters were not opened (per-task perf events cost \
+             each of their context switches; --target-counters opens them); their CPU time \
+             and context switches are under resource use"
+        );
+    }
     if c.threads_not_counted > 0 {
         let _ = writeln!(
             out,

@@ -334,6 +334,7 @@ mod tests {
             unslept: 4,
             holder: 0,
             pad: 0,
+            ..PendingFutex::default()
         };
         // No such thread: its last wait returned too.
         let w = left_in_entry(u32::MAX, u32::MAX, &f, 20_000).unwrap();

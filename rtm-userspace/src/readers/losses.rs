@@ -16,6 +16,10 @@ pub struct Losses {
     /// Mapping records the kernel or the tracer dropped: some object and code names
     /// may be missing (no events are lost).
     pub mapping_records: u64,
+    /// Not lost: futex waits sent one by one because the kernel's map of summed waits
+    /// was full (raise `--futex-sums`).
+    #[serde(default)]
+    pub agg_full: u64,
 }
 
 impl Losses {
@@ -26,6 +30,7 @@ impl Losses {
             pending_full: c[LossCounter::PendingFull as usize],
             missed_entry: c[LossCounter::MissedEntry as usize],
             mapping_records: 0,
+            agg_full: c[LossCounter::AggFull as usize],
         }
     }
 

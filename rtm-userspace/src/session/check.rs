@@ -140,6 +140,14 @@ fn check_one(f: &Feature) -> Result<String, String> {
     set(false);
     let mut probes = loaded.map_err(|e| whole(&e))?;
     let mut how = probes.futex_entry().to_string();
+    // The raw-tracepoint path is the fallback for kernels without BTF: on one with it,
+    // falling back means one of the programs was refused.
+    if !f.fallbacks
+        && std::path::Path::new("/sys/kernel/btf/vmlinux").exists()
+        && how.contains("no BTF tracepoints")
+    {
+        return Err(how);
+    }
     let mut one_by_one = None;
     for &name in f.uprobes {
         if let Err(why) = probes.load_uprobe(name).map_err(|e| whole(&e))? {

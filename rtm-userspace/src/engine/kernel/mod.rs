@@ -58,6 +58,8 @@ pub(super) struct Settings {
     pub unslept: bool,
     /// Waiters' stacks per CPU per second (u32::MAX: all).
     pub stack_rate: u32,
+    /// Entries of the map of summed waits.
+    pub futex_sums: u32,
 }
 
 /// How a trace configured by `config` loads the eBPF programs.
@@ -78,7 +80,7 @@ impl Settings {
             aggregate: self.aggregate,
             syscall_entry: self.unslept,
             stack_rate: self.stack_rate,
-            agg_entries: 0,
+            agg_entries: self.futex_sums,
         }
     }
 
@@ -111,6 +113,7 @@ impl Settings {
             aggregate: c.output.timeline.is_none(),
             unslept: c.unslept,
             stack_rate: c.stacks.rate.per_second(),
+            futex_sums: c.limits.futex_sums,
         }
     }
 }
@@ -426,6 +429,10 @@ impl Source for KernelSource {
                 sink(&Event::Func(ev));
             }
         }
+    }
+
+    fn sleep_entry(&self) -> bool {
+        self.live.as_ref().is_some_and(|l| l.probes.sleep_entry())
     }
 
     fn knows_asleep(&self) -> bool {

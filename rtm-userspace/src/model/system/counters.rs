@@ -36,6 +36,9 @@ pub struct CountersView {
     pub threads: Vec<ScopeCounters>,
     /// Threads without counters of their own (over the cap; their process counts them).
     pub threads_not_counted: u64,
+    /// Whether the traced processes have counters of their own (`--target-counters`):
+    /// per-task perf events, which cost each of their context switches.
+    pub targets_counted: bool,
 }
 
 /// Ratios of counted events.
@@ -61,6 +64,7 @@ impl CountersView {
         unavailable: Vec<Unavailable>,
         readings: &[(Scope, &'static str, Reading)],
         threads_not_counted: u64,
+        targets_counted: bool,
     ) -> Self {
         let mut scopes: BTreeMap<Scope, ScopeCounters> = BTreeMap::new();
         for (scope, name, r) in readings {
@@ -79,6 +83,7 @@ impl CountersView {
             events: events.iter().map(|e| (*e).to_owned()).collect(),
             unavailable,
             threads_not_counted,
+            targets_counted,
             ..Default::default()
         };
         let mut system: BTreeMap<String, f64> = BTreeMap::new();
@@ -131,7 +136,7 @@ mod tests {
             (p, "task-clock", r(5e8, 100.0)),
             (p, "cache-misses", r(10.0, 100.0)),
         ];
-        let v = CountersView::build(&["cycles"], Vec::new(), &readings, 0);
+        let v = CountersView::build(&["cycles"], Vec::new(), &readings, 0, true);
         let sys = v.system.as_ref().unwrap();
         assert_eq!(sys.values["cycles"], 2000.0);
         assert_eq!(sys.derived["ipc"], 1.0);

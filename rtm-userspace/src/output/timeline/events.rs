@@ -108,7 +108,11 @@ impl Ctx<'_> {
     pub fn stacks(&mut self, st: &crate::output::sink::WaitStacks) {
         let track = self.track(st.pid, st.tid, Lane::Main);
         let name = self.fixed("call stacks");
-        let (waited_in, woken_from) = (st.waiter.join("\n"), st.waker.join("\n"));
+        let (waited_in, mut woken_from) = (st.waiter.join("\n"), st.waker.join("\n"));
+        if st.woken && woken_from.is_empty() {
+            woken_from =
+                "(not known: the wake came before the sleep, or its record was lost)".into();
+        }
         track_event(
             self.w,
             st.wake_ns,

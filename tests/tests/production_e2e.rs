@@ -1,0 +1,241 @@
+//! End-to-end: contention mode as it runs in production. Waits are summed in the kernel,
+//! begin at their sleep (no program on system calls) and have their stacks sampled;
+//! the counts must still be the kernel's own, which bpftrace counts on the same process
+//! at the same time, and the sampled stacks must stand for the waits they were chosen
+//! among.
+
+use std::{
+    collections::HashMap,
+    io::{BufRead, BufReader, Write},
+    process::{Command, Stdio},
+    time::Duration,
+};
+
+use rtm_tests::*;
+
+const T: Duration = Duration::from_secs(120);
+
+/// bpftrace's count of process `$1`'s futex waits, by result.
+const BPFTRACE: &str = "tracepoint:syscalls:sys_enter_futex /pid == $1 && \
+    ((args->op & 127) == 0 || (args->op & 127) == 9)/ { @w[tid] = 1; } \
+    tracepoint:syscalls:sys_exit_futex /@w[tid]/ { @ret[args->ret] = count(); delete(@w[tid]); }";
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+/// `@ret[R]: N` lines of bpftrace's output.
+fn by_result(out: &str) -> HashMap<i64, u64> {
+    out.lines()
+        .filter_map(|l| {
+            let (k, v) = l.trim().strip_prefix("@ret[")?.split_once("]: ")?;
+            Some((k.parse().ok()?, v.trim().parse().ok()?))
+        })
+        .collect()
+}
+
+/// Runs `bench_shapes --gate ARGS` under rtm-trace (`options`) with bpftrace counting its
+/// futex waits from before the gate opens; returns rtm-trace's document and bpftrace's
+/// counts by result.
+fn both(options: &[&str], args: &[&str]) -> (Value, HashMap<i64, u64>) {
+    let dir = TempDir::new("prod");
+    let json = dir.join("t.json");
+    let mut tracer = Command::new(rtm_bin())
+        .arg("--json")
+        .arg(&json)
+        .args(["-o", "/dev/null"])
+        .args(options)
+        .arg("--")
+        .arg(workload("bench_shapes"))
+        .arg("--gate")
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("rtm-trace");
+    let mut out = BufReader::new(tracer.stdout.take().unwrap());
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    let pid = line
+        .trim()
+        .strip_prefix("ready ")
+        .unwrap_or_else(|| panic!("no ready line: {line:?}"))
+        .to_owned();
+    let mut bt = Command::new("bpftrace")
+        .args(["-e", BPFTRACE, &pid])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("bpftrace (Debian's, installed by cargo xtask setup)");
+    let mut bt_out = BufReader::new(bt.stdout.take().unwrap());
+    let mut l = String::new();
+    while bt_out.read_line(&mut l).unwrap() > 0 && !l.contains("Attaching") {
+        l.clear();
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    tracer.stdin.take().unwrap().write_all(b"go\n").unwrap();
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut out, &mut rest).unwrap();
+    let st = tracer.wait().unwrap();
+    assert!(st.success(), "rtm-trace: {st}, {rest}");
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(bt.id() as i32, libc::SIGINT) };
+    let mut counts = String::new();
+    std::io::Read::read_to_string(&mut bt_out, &mut counts).unwrap();
+    let _ = bt.wait();
+    (read_json(&json), by_result(&counts))
+}
+
+fn futex_waits(doc: &Value) -> u64 {
+    doc["sync_graph"]["objects"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|o| o["kind"] == "futex")
+        .filter_map(|o| o["waits"].as_u64())
+        .sum()
+}
+
+/// Summed in the kernel, begun at their sleep: every futex wait that did not return at
+/// once (EAGAIN: the word had changed) is counted, as the kernel returned it; with
+/// --unslept those too; and with a sums map too small for them, the rest go one by one
+/// and the report says so.
+#[test]
+fn summed_waits_are_the_kernels_futex_waits() {
+    if !can_trace("summed_waits_are_the_kernels_futex_waits") {
+        return;
+    }
+    for (options, shape) in [
+        (&[][..], &["pingpong", "1"][..]),
+        (&[][..], &["hammer", "8", "1", "3000"][..]),
+        (&["--unslept"][..], &["hammer", "8", "1", "3000"][..]),
+        (
+            &["--futex-sums", "2"][..],
+            &["hammer", "8", "1", "3000"][..],
+        ),
+    ] {
+        let (doc, kernel) = both(options, shape);
+        let eagain = kernel.get(&-11).copied().unwrap_or(0);
+        let all: u64 = kernel.values().sum();
+        let ours = futex_waits(&doc);
+        let lost = &doc["run"]["losses"];
+        println!("{options:?} {shape:?}: rtm-trace {ours}, kernel {kernel:?}, losses {lost}");
+        assert_eq!(lost["ring_full"], 0, "{lost}");
+        if options.contains(&"--unslept") {
+            assert_eq!(ours, all, "every futex wait, the kernel's {kernel:?}");
+        } else {
+            assert_eq!(
+                ours,
+                all - eagain,
+                "waits that did not return EAGAIN: {kernel:?}"
+            );
+        }
+        assert!(ours > 1000, "a contended run: {ours}");
+        if options.contains(&"--futex-sums") {
+            assert!(lost["agg_full"].as_u64().unwrap() > 0, "{lost}");
+        } else {
+            assert_eq!(lost["agg_full"], 0, "{lost}");
+        }
+    }
+}
+
+/// Weighted waits of the stacks through each call site, as a share of both.
+fn site_share(doc: &Value) -> (f64, u64, u64) {
+    let rows = doc["sync_graph"]["stacks"]["rows"].as_array().unwrap();
+    let (mut a, mut b, mut samples, mut waits) = (0u64, 0u64, 0u64, 0u64);
+    for r in rows {
+        let waiter: Vec<&str> = r["waiter"]
+            .as_array()
+            .map(|a| a.iter().filter_map(|f| f.as_str()).collect())
+            .unwrap_or_default();
+        let w = r["waits"].as_u64().unwrap();
+        samples += r["samples"].as_u64().unwrap();
+        waits += w;
+        if waiter.iter().any(|f| f.starts_with("site_a+")) {
+            a += w;
+        } else if waiter.iter().any(|f| f.starts_with("site_b+")) {
+            b += w;
+        }
+    }
+    assert!(a + b > 0, "no stacks through site_a or site_b: {rows:#?}");
+    (a as f64 / (a + b) as f64, samples, waits)
+}
+
+/// Stacks taken at a low rate stand for the waits they were chosen among: the share of
+/// waits through each of two call sites (3:1 by the program's design) is the full
+/// capture's, within 10%.
+#[test]
+fn sampled_stacks_estimate_what_every_stack_shows() {
+    if !can_trace("sampled_stacks_estimate_what_every_stack_shows") {
+        return;
+    }
+    let run = |rate: &str| {
+        let (stdout, doc) = trace_json(
+            &["-o", "/dev/null", "--stack-rate", rate],
+            &workload("two_sites"),
+            &["4", "12000"],
+        );
+        assert!(stdout.contains("site_a="), "{stdout}");
+        doc
+    };
+    let all = run("all");
+    let low = run("100");
+    let (share_all, samples_all, waits_all) = site_share(&all);
+    let (share_low, samples_low, waits_low) = site_share(&low);
+    println!(
+        "every stack: site_a {share_all:.3} of {waits_all} waits ({samples_all} samples); \
+         sampled: {share_low:.3} of ~{waits_low} ({samples_low} samples)"
+    );
+    assert_eq!(samples_all, waits_all, "every wait's stacks, weight 1 each");
+    assert!(
+        samples_low * 2 < waits_low,
+        "the low rate sampled: {samples_low} samples for ~{waits_low} waits"
+    );
+    assert!(
+        (share_low - share_all).abs() <= 0.1 * share_all,
+        "site_a's share {share_low:.3} sampled vs {share_all:.3} whole"
+    );
+    // The estimate of all waits is near the exact count (per-lock figures are exact).
+    let exact: u64 = futex_waits(&low);
+    let ratio = waits_low as f64 / exact as f64;
+    println!("waits estimated from the samples {waits_low}, counted {exact}");
+    assert!(
+        (0.7..=1.3).contains(&ratio),
+        "{waits_low} estimated vs {exact}"
+    );
+}
+
+/// The map of sums and the reader never hold up the trace's end: a run with its own
+/// measure of time gets all its waits, none lost, and the report says how they were
+/// collected.
+#[test]
+fn the_report_says_how_waits_were_collected() {
+    if !can_trace("the_report_says_how_waits_were_collected") {
+        return;
+    }
+    let dir = TempDir::new("collect");
+    let out = run(
+        Command::new(rtm_bin())
+            .arg("-o")
+            .arg(dir.join("r.txt"))
+            .arg("--json")
+            .arg(dir.join("t.json"))
+            .arg("--")
+            .arg(workload("bench_shapes"))
+            .args(["pingpong", "1"]),
+        T,
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let report = std::fs::read_to_string(dir.join("r.txt")).unwrap();
+    assert!(report.contains("no program on any system call"), "{report}");
+    assert!(
+        report.contains("call stacks were sampled, at most 200"),
+        "{report}"
+    );
+    let doc = read_json(&dir.join("t.json"));
+    let c = &doc["run"]["collection"];
+    assert_eq!(c["summed"], true, "{c}");
+    assert_eq!(c["syscall_entry"], false, "{c}");
+    assert_eq!(c["stack_rate"], 200, "{c}");
+}
