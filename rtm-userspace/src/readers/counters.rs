@@ -315,7 +315,10 @@ mod tests {
         assert_eq!(parse_list("all").unwrap().len(), EVENT_NAMES.len());
         // The default leaves out the software events (the system's come from /proc).
         let d = parse_list("default").unwrap();
-        assert!(d.contains(&"cycles") && !d.contains(&"context-switches"), "{d:?}");
+        assert!(
+            d.contains(&"cycles") && !d.contains(&"context-switches"),
+            "{d:?}"
+        );
         assert!(parse_list("none").unwrap().is_empty());
         let e = parse_list("cycles,cycels").unwrap_err().to_string();
         assert!(
