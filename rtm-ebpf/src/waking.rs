@@ -247,8 +247,10 @@ fn woken_before_sleep(p: *const u8, pid_tgid: u64) {
         val,
         ..PendingFutex::default()
     };
-    let (woke, _) = waker_of(pid_tgid as u32, (pid_tgid >> 32) as u32, &f);
-    if !woke {
+    // A thread's futex wake, or the exit of the thread a join waits for (its joiner is
+    // woken from the exit path, not a futex call).
+    let (woke, exiting) = waker_of(pid_tgid as u32, (pid_tgid >> 32) as u32, &f);
+    if !woke && !exiting {
         return;
     }
     let current = bpf_get_current_pid_tgid();

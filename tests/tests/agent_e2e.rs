@@ -176,11 +176,13 @@ fn prometheus_scrapes_a_workload_found_after_the_agent_started() {
         started.elapsed().as_secs_f64(),
         found.as_secs_f64()
     );
-    assert!(
-        started.elapsed() < Duration::from_secs(2 + 1 + 1 + 1),
-        "found after {:?}",
-        started.elapsed()
-    );
+    if times_comparable("discovery time") {
+        assert!(
+            started.elapsed() < Duration::from_secs(2 + 1 + 1 + 1),
+            "found after {:?}",
+            started.elapsed()
+        );
+    }
     assert_eq!(one(&prom, "rtm_programs_loaded"), Some(1.0));
     assert!(one(&prom, "rtm_bpf_map_entries{map=\"TRACED_TGIDS\"}").is_some_and(|n| n >= 1.0));
     let info = query(&prom, "rtm_target_info");
@@ -215,12 +217,14 @@ fn prometheus_scrapes_a_workload_found_after_the_agent_started() {
             settled
         },
     );
-    within(
-        last * 1e9,
-        truth as f64,
-        0.05,
-        "shared_lock wait (Prometheus vs the workload's clock)",
-    );
+    if times_comparable("shared_lock wait") {
+        within(
+            last * 1e9,
+            truth as f64,
+            0.05,
+            "shared_lock wait (Prometheus vs the workload's clock)",
+        );
+    }
     let lost = query(&prom, "rtm_events_lost_total");
     assert!(lost.iter().all(|r| r.1 == 0.0), "{lost:?}");
     let labels = &query(&prom, q)[0].0;

@@ -6,7 +6,7 @@
 
 use std::{
     collections::HashMap,
-    io::{BufRead, BufReader, Write},
+    io::Write,
     process::{Command, Stdio},
     time::Duration,
 };
@@ -40,50 +40,41 @@ fn by_result(out: &str) -> HashMap<i64, u64> {
 fn both(options: &[&str], args: &[&str]) -> (Value, HashMap<i64, u64>) {
     let dir = TempDir::new("prod");
     let json = dir.join("t.json");
-    let mut tracer = Command::new(rtm_bin())
-        .arg("--json")
-        .arg(&json)
-        .args(["-o", "/dev/null"])
-        .args(options)
-        .arg("--")
-        .arg(workload("bench_shapes"))
-        .arg("--gate")
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("rtm-trace");
-    let mut out = BufReader::new(tracer.stdout.take().unwrap());
-    let mut line = String::new();
-    out.read_line(&mut line).unwrap();
-    let pid = line
-        .trim()
-        .strip_prefix("ready ")
-        .unwrap_or_else(|| panic!("no ready line: {line:?}"))
-        .to_owned();
-    let mut bt = Command::new("bpftrace")
-        .args(["-e", BPFTRACE, &pid])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("bpftrace (Debian's, installed by cargo xtask setup)");
-    let mut bt_out = BufReader::new(bt.stdout.take().unwrap());
-    let mut l = String::new();
-    while bt_out.read_line(&mut l).unwrap() > 0 && !l.contains("Attaching") {
-        l.clear();
-    }
+    let mut tracer = spawn(
+        Command::new(rtm_bin())
+            .arg("--json")
+            .arg(&json)
+            .args(["-o", "/dev/null"])
+            .args(options)
+            .arg("--")
+            .arg(workload("bench_shapes"))
+            .arg("--gate")
+            .args(args)
+            .stdin(Stdio::piped()),
+    );
+    let mut out = LineWatch::new(tracer.child.stdout.take().unwrap());
+    let line = out.wait_for("ready ", T);
+    let pid = line.trim().trim_start_matches("ready ").to_owned();
+    let mut bt = spawn(Command::new("bpftrace").args(["-e", BPFTRACE, &pid]));
+    let mut bt_out = LineWatch::new(bt.child.stdout.take().unwrap());
+    bt_out.wait_for("Attaching", T);
     std::thread::sleep(Duration::from_millis(500));
-    tracer.stdin.take().unwrap().write_all(b"go\n").unwrap();
-    let mut rest = String::new();
-    std::io::Read::read_to_string(&mut out, &mut rest).unwrap();
-    let st = tracer.wait().unwrap();
-    assert!(st.success(), "rtm-trace: {st}, {rest}");
-    // SAFETY: signalling our own child.
-    unsafe { libc::kill(bt.id() as i32, libc::SIGINT) };
-    let mut counts = String::new();
-    std::io::Read::read_to_string(&mut bt_out, &mut counts).unwrap();
-    let _ = bt.wait();
+    tracer
+        .child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(b"go\n")
+        .unwrap();
+    out.wait_for("ops=", T);
+    let result = tracer.wait_output(T);
+    assert!(
+        result.status.success(),
+        "rtm-trace: {}",
+        text(&result.stderr)
+    );
+    bt.signal(libc::SIGINT);
+    let counts = bt_out.rest(T).join("\n");
     (read_json(&json), by_result(&counts))
 }
 
@@ -110,10 +101,8 @@ fn summed_waits_are_the_kernels_futex_waits() {
         (&[][..], &["pingpong", "1"][..]),
         (&[][..], &["hammer", "8", "1", "3000"][..]),
         (&["--unslept"][..], &["hammer", "8", "1", "3000"][..]),
-        (
-            &["--futex-sums", "2"][..],
-            &["hammer", "8", "1", "3000"][..],
-        ),
+        // Two threads waking each other: two entries, one more than the map holds.
+        (&["--futex-sums", "1"][..], &["pingpong", "1"][..]),
     ] {
         let (doc, kernel) = both(options, shape);
         let eagain = kernel.get(&-11).copied().unwrap_or(0);
@@ -131,7 +120,7 @@ fn summed_waits_are_the_kernels_futex_waits() {
                 "waits that did not return EAGAIN: {kernel:?}"
             );
         }
-        assert!(ours > 1000, "a contended run: {ours}");
+        assert!(ours > 100, "a contended run: {ours}");
         if options.contains(&"--futex-sums") {
             assert!(lost["agg_full"].as_u64().unwrap() > 0, "{lost}");
         } else {

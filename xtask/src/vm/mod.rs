@@ -37,6 +37,7 @@ pub const SMOKE: &[(&str, &str)] = &[
         "kernel_e2e",
         "results_land_on_a_file_system_without_unnamed_files",
     ),
+    ("production_e2e", "summed_waits_are_the_kernels_futex_waits"),
     (
         "modes_e2e",
         "contention_mode_agrees_with_full_mode_and_names_the_releaser",
