@@ -125,4 +125,7 @@ pub struct StackSampler {
     /// The chance a wait's stacks are taken, out of 2^32 (0 in the first window: every
     /// wait, up to the cap).
     pub chance: u64,
+    /// Waits passed over by the cap (thousandths), added to the next stack taken on this
+    /// CPU so that the weights still sum to the waits seen.
+    pub carry_milli: u64,
 }

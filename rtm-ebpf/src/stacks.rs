@@ -49,7 +49,8 @@ const SAMPLE_WINDOW_NS: u64 = 100_000_000;
 /// (every wait in the first). Returns the waits the sample stands for (the inverse of
 /// its chance), in thousandths: per-stack totals are then unbiased estimates. A burst
 /// past four times the window's share (and 16) takes no more stacks until the next
-/// window, bounding the cost.
+/// window, bounding the cost; the waits it passed over are added to the weight of the
+/// next stack taken on the CPU, so that totals stay unbiased.
 #[inline(always)]
 pub fn sample(now: u64) -> Option<u32> {
     let rate = STACK_RATE.load();
@@ -81,6 +82,8 @@ pub fn sample(now: u64) -> Option<u32> {
     }
     s.seen += 1;
     if s.taken * 1000 >= 4 * want_milli + 16_000 {
+        // Each wait passed over stands for itself: it rides on the next stack taken.
+        s.carry_milli = (s.carry_milli + 1000).min(u64::from(u32::MAX));
         return None;
     }
     let all = s.chance == 0 || s.chance >= 1 << 32;
@@ -89,14 +92,14 @@ pub fn sample(now: u64) -> Option<u32> {
         return None;
     }
     s.taken += 1;
-    Some(if all {
+    let weight = if all {
         1000
     } else {
-        (1000u64 << 32)
-            .checked_div(s.chance)
-            .unwrap_or(1000)
-            .min(u64::from(u32::MAX)) as u32
-    })
+        (1000u64 << 32).checked_div(s.chance).unwrap_or(1000)
+    };
+    let weight = (weight + s.carry_milli).min(u64::from(u32::MAX));
+    s.carry_milli = 0;
+    Some(weight as u32)
 }
 
 /// Offsets in x86-64 `struct pt_regs`.
