@@ -413,8 +413,11 @@ pub struct PendingFutex {
     pub early_ns: u64,
     /// Who made it, `tgid << 32 | tid`.
     pub early_waker: u64,
+    /// Contention mode on the kernel's futex functions: when a thread's wake marked the
+    /// wait (`waker` says whose; 0: no wake yet).
+    pub wake_ns: u64,
 }
-const _: () = assert!(size_of::<PendingFutex>() == 80);
+const _: () = assert!(size_of::<PendingFutex>() == 88);
 
 /// Bytes of a glibc `pthread_mutex_t` read at a futex wait's word to find its holder:
 /// `int __lock; unsigned __count; int __owner; unsigned __nusers; int __kind`.

@@ -114,6 +114,27 @@ pub const PROG_LIFECYCLE_NEW: &str = "lifecycle_new";
 pub const PROG_LIFECYCLE_EXIT: &str = "lifecycle_exit";
 /// sched/sched_process_exec.
 pub const PROG_LIFECYCLE_EXEC: &str = "lifecycle_exec";
+/// fentry on the kernel's `futex_wait`: a traced thread's futex wait begins (contention
+/// mode on the futex functions, no program on context switches or system calls).
+pub const PROG_FUTEX_FN_WAIT: &str = "futex_fn_wait";
+/// fexit on `futex_wait`: the wait ends, with the function's return value.
+pub const PROG_FUTEX_FN_WAIT_EXIT: &str = "futex_fn_wait_exit";
+/// fentry on `futex_lock_pi`: a priority-inheritance mutex's wait begins.
+pub const PROG_FUTEX_FN_LOCK_PI: &str = "futex_fn_lock_pi";
+/// fexit on `futex_lock_pi`.
+pub const PROG_FUTEX_FN_LOCK_PI_EXIT: &str = "futex_fn_lock_pi_exit";
+/// fentry on `wake_q_add_safe`: the futex code queues a waiter to be woken, in its
+/// waker's context.
+pub const PROG_FUTEX_FN_WAKE: &str = "futex_fn_wake";
+/// The futex functions' programs: (program, kernel function, fexit), the ends first
+/// (a wait never begins without its end attached).
+pub const FUTEX_FN_PROGRAMS: [(&str, &str, bool); 5] = [
+    (PROG_FUTEX_FN_WAIT_EXIT, "futex_wait", true),
+    (PROG_FUTEX_FN_LOCK_PI_EXIT, "futex_lock_pi", true),
+    (PROG_FUTEX_FN_WAKE, "wake_q_add_safe", false),
+    (PROG_FUTEX_FN_WAIT, "futex_wait", false),
+    (PROG_FUTEX_FN_LOCK_PI, "futex_lock_pi", false),
+];
 /// timer:hrtimer_expire_entry as a BTF tracepoint: marks the CPU as in a timer.
 pub const PROG_TIMER_ENTER: &str = "timer_enter";
 /// timer:hrtimer_expire_exit as a BTF tracepoint: the timer's callbacks are done.

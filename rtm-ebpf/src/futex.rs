@@ -246,6 +246,7 @@ fn enter(pid_tgid: u64, uaddr: u64, op: u32, val: u32, timeout: u64, waking: boo
         early_word: 0,
         early_ns: 0,
         early_waker: 0,
+        wake_ns: 0,
     };
     // The thread's entry is reused from call to call (start_ns 0: none in flight) and
     // removed when the thread exits.

@@ -13,6 +13,7 @@ mod filter;
 mod func;
 mod futex;
 mod futex_done;
+mod futex_fn;
 mod lifecycle;
 mod maps;
 mod mpi;

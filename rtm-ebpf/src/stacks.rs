@@ -273,7 +273,7 @@ fn emit(
 /// begins now. The thread's last ended wait goes into the sums first (time it spends
 /// waiting anyway), then the mutex's holder is read and, when sampled, its stack taken.
 #[inline(always)]
-fn begin_sleep(prev: *const u8, pid_tgid: u64) {
+pub fn begin_sleep(prev: *const u8, pid_tgid: u64) {
     // SAFETY: prev is a BTF task pointer.
     let (id, word, op, _) = unsafe { syscall_of(prev) };
     let op = op as u32;
@@ -310,6 +310,7 @@ fn begin_sleep(prev: *const u8, pid_tgid: u64) {
             (*p).uaddr = word;
             (*p).deadline_ns = deadline(op, timeout, ts);
             (*p).waker = 0;
+            (*p).wake_ns = 0;
             (*p).op = op;
             (*p).val = val;
             (*p).flags = flags;

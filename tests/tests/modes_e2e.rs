@@ -114,7 +114,9 @@ fn contention_mode_agrees_on_its_fallback_paths() {
         "contention mode, fallback paths: {c:.0} ns vs truth {truth:.0} ({:.2}% off)",
         e * 100.0
     );
-    assert!(e < 0.05);
+    if times_comparable("fallback paths' wait time") {
+        assert!(e < 0.05);
+    }
     let wf = doc["sync_graph"]["waits_for"].as_array().unwrap();
     let on_lock: Vec<_> = wf
         .iter()

@@ -200,7 +200,10 @@ fn sampled_stacks_estimate_what_every_stack_shows() {
     };
     let (share, samples, waits, exact, _) = run("all");
     assert_eq!(samples, waits, "every wait's stacks, weight 1 each");
-    assert!((share - exact).abs() <= 0.02, "every stack: {share:.3} vs {exact:.3}");
+    assert!(
+        (share - exact).abs() <= 0.02,
+        "every stack: {share:.3} vs {exact:.3}"
+    );
     let (share, samples, waits, exact, exact_waits) = run("300");
     assert!(
         samples * 2 < waits,

@@ -25,7 +25,7 @@ use aya::{
     Ebpf, EbpfLoader,
     maps::{Array, HashMap as BpfHashMap, MapData, MapError, PerCpuArray},
     programs::{
-        BtfTracePoint, ProgramError, RawTracePoint, TracePoint, UProbe,
+        BtfTracePoint, FEntry, FExit, ProgramError, RawTracePoint, TracePoint, UProbe,
         uprobe::{UProbeAttachLocation, UProbeAttachPoint, UProbeLinkId, UProbeScope},
     },
 };
@@ -123,6 +123,59 @@ fn attach_futex_btf(
     } else {
         "sys_enter and sys_exit as BTF tracepoints"
     })
+}
+
+/// Environment variable: `sched` keeps contention mode on the scheduler's tracepoints
+/// even where the kernel's futex functions can be hooked (for comparison and tests).
+pub const HOOKS_ENV: &str = "RTM_TRACE_HOOKS";
+
+/// Contention mode on the kernel's futex functions: fentry/fexit on `futex_wait` and
+/// `futex_lock_pi`, fentry on `wake_q_add_safe` (the waker). Nothing then runs on any
+/// context switch, wakeup or system call but these, so processes not traced pay only on
+/// their own futex waits. Needs BPF trampolines (x86-64, 5.5+), bpf_get_func_ret (5.17+)
+/// and those functions in the kernel's BTF (not inlined away); on failure every program
+/// it attached is detached again and the scheduler's tracepoints are used.
+fn attach_futex_fn(ebpf: &mut Ebpf, btf: &aya::Btf) -> Result<&'static str, ProbeError> {
+    let attached = (|| {
+        for (name, function, exit) in names::FUTEX_FN_PROGRAMS {
+            if exit {
+                let prog: &mut FExit = program(ebpf, name)?;
+                prog.load(function, btf)
+                    .map_err(|source| ProbeError::Program { name, source })?;
+                prog.attach()
+                    .map_err(|source| ProbeError::Program { name, source })?;
+            } else {
+                let prog: &mut FEntry = program(ebpf, name)?;
+                prog.load(function, btf)
+                    .map_err(|source| ProbeError::Program { name, source })?;
+                prog.attach()
+                    .map_err(|source| ProbeError::Program { name, source })?;
+            }
+        }
+        Ok(())
+    })();
+    if let Err(e) = attached {
+        unload_futex_fn(ebpf);
+        return Err(e);
+    }
+    Ok(
+        "the kernel's futex_wait and futex_lock_pi (fentry/fexit: waits begin as the kernel \
+         takes them, end at their return) and wake_q_add_safe (fentry: the waker); no program \
+         on context switches or other system calls",
+    )
+}
+
+/// Detaches and unloads every program of [`attach_futex_fn`].
+fn unload_futex_fn(ebpf: &mut Ebpf) {
+    for (name, _, exit) in names::FUTEX_FN_PROGRAMS {
+        if exit {
+            if let Ok(p) = program::<FExit>(ebpf, name) {
+                let _ = p.unload();
+            }
+        } else if let Ok(p) = program::<FEntry>(ebpf, name) {
+            let _ = p.unload();
+        }
+    }
 }
 
 /// The same without BTF: the entry as a raw tracepoint that reads the registers through
@@ -389,6 +442,9 @@ pub struct Probes {
     aggregate: bool,
     /// Whether futex waits begin at their sleep (no program on system calls).
     sleep_entry: bool,
+    /// Whether contention mode runs on the kernel's futex functions (not the scheduler's
+    /// tracepoints).
+    futex_fn: bool,
 }
 
 fn map_err(name: &'static str) -> impl FnOnce(MapError) -> ProbeError {
@@ -541,7 +597,25 @@ impl Probes {
                     source,
                 })?;
         }
+        let want_fn = waking != 0
+            && sleep_entry != 0
+            && std::env::var(HOOKS_ENV).map_or(true, |v| v != "sched");
+        let mut fn_refused = None;
+        let fn_hooks = match &btf {
+            Some(Ok(btf)) if want_fn => attach_futex_fn(&mut ebpf, btf)
+                .inspect_err(|e| {
+                    log::info!("contention mode on the scheduler's tracepoints: {e}");
+                    // The first line: the kernel's reason, without the verifier's log.
+                    let why = e.to_string();
+                    let why = why.split(". Verifier output").next().unwrap_or("");
+                    fn_refused = Some(why.lines().next().unwrap_or("").to_owned());
+                })
+                .ok(),
+            _ => None,
+        };
+        let futex_fn = fn_hooks.is_some();
         let attached = match &btf {
+            _ if let Some(how) = fn_hooks => Ok(how),
             None => Err(format!("{} is set", layout::FALLBACKS_ENV)),
             Some(Ok(btf)) => attach_futex_btf(
                 &mut ebpf,
@@ -557,7 +631,13 @@ impl Probes {
         drop(btf);
         let sleep_entry = sleep_entry != 0 && attached.is_ok();
         let futex_entry = match attached {
-            Ok(how) => how.to_string(),
+            Ok(how) => match fn_refused {
+                Some(why) => format!(
+                    "{how} (the kernel's futex functions could not be hooked, which would \
+                     spare context switches: {why})"
+                ),
+                None => how.to_string(),
+            },
             Err(why) => {
                 // A program attached before the failure would see every call twice.
                 for name in [
@@ -608,6 +688,7 @@ impl Probes {
             slots: layout.slots,
             aggregate: aggregate != 0,
             sleep_entry,
+            futex_fn,
         })
     }
 
@@ -627,6 +708,12 @@ impl Probes {
     /// waits that return without sleeping are not seen).
     pub fn sleep_entry(&self) -> bool {
         self.sleep_entry
+    }
+
+    /// Whether contention mode runs on the kernel's futex functions (fentry/fexit), with
+    /// no program on context switches.
+    pub fn futex_fn(&self) -> bool {
+        self.futex_fn
     }
 
     /// Whether ended futex waits are summed in the kernel.

@@ -29,7 +29,7 @@ pub use kernels::MATRIX;
 
 /// The smoke set: a ground-truth test for each mode and feature (exact counts in both
 /// modes and on the fallback paths, `--func`, `--blocked` and the live deadlock check,
-/// the timeline, stacks, MPI, the agent scraped by Prometheus, results on 9p, and every
+/// the timeline, stacks, wakes across processes, MPI, the agent scraped by Prometheus, results on 9p, and every
 /// program loading), by test file and name.
 pub const SMOKE: &[(&str, &str)] = &[
     ("kernel_e2e", "every_program_loads_and_each_feature_says_so"),
@@ -38,6 +38,26 @@ pub const SMOKE: &[(&str, &str)] = &[
         "results_land_on_a_file_system_without_unnamed_files",
     ),
     ("production_e2e", "summed_waits_are_the_kernels_futex_waits"),
+    (
+        "production_e2e",
+        "sampled_stacks_estimate_what_every_stack_shows",
+    ),
+    (
+        "trust_e2e",
+        "wakes_from_another_traced_process_are_wakes_not_timeouts",
+    ),
+    (
+        "trust_e2e",
+        "wakes_from_an_untraced_process_are_wakes_from_outside",
+    ),
+    (
+        "trust_e2e",
+        "idle_threads_count_and_a_duration_is_that_long",
+    ),
+    (
+        "timeline_e2e",
+        "waits_wakes_and_counters_of_a_condition_variable",
+    ),
     (
         "modes_e2e",
         "contention_mode_agrees_with_full_mode_and_names_the_releaser",
