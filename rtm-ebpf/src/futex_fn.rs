@@ -13,7 +13,9 @@ use aya_ebpf::{
     programs::{FEntryContext, FExitContext},
 };
 use core::intrinsics::AtomicOrdering;
-use rtm_common::{EventKind, FutexWaitEvent, PENDING_SAMPLED, PendingFutex, WAIT_INTERRUPTED};
+use rtm_common::{
+    EventKind, FutexWaitEvent, PENDING_SAMPLED, PENDING_STACKED, PendingFutex, WAIT_INTERRUPTED,
+};
 
 use crate::{
     emit::{header, now},
@@ -42,14 +44,15 @@ fn current_traced() -> Option<(*const u8, u64)> {
 }
 
 /// A futex wait begins (`futex_wait`, `futex_lock_pi`): its word, op and expected
-/// value are read from the system call's registers, the mutex's holder read and, when
-/// sampled, the waiter's stack taken (as at a sleep in the scheduler's programs).
+/// value are read from the system call's registers and the mutex's holder read. Its
+/// stacks are sampled later, at its wake or its end, so that a call that returns at
+/// once (the word had changed) is never sampled.
 #[inline(always)]
 fn begin() -> i32 {
     let Some((task, pid_tgid)) = current_traced() else {
         return 0;
     };
-    stacks::begin_sleep(task, pid_tgid);
+    stacks::begin_sleep(task, pid_tgid, false);
     0
 }
 
@@ -68,7 +71,7 @@ pub fn futex_fn_lock_pi(_ctx: FEntryContext) -> i32 {
 /// the word had changed; not counted), anything else interrupted.
 #[inline(always)]
 fn end(ret: i32) -> i32 {
-    let Some((_, pid_tgid)) = current_traced() else {
+    let Some((task, pid_tgid)) = current_traced() else {
         return 0;
     };
     let Some(slot) = futex_entry(pid_tgid) else {
@@ -103,6 +106,8 @@ fn end(ret: i32) -> i32 {
         ETIMEDOUT => ETIMEDOUT,
         _ => WAIT_INTERRUPTED,
     };
+    let sampled = f.flags & PENDING_SAMPLED != 0
+        || (f.waker == 0 && stacks::at_unwoken_end(&f, task, pid_tgid, ts));
     let runnable_ns = if woken && f.wake_ns != 0 {
         ts.saturating_sub(f.wake_ns).min(u64::from(u32::MAX)) as u32
     } else {
@@ -121,7 +126,7 @@ fn end(ret: i32) -> i32 {
             runnable_ns,
             holder: f.holder,
         },
-        f.flags & PENDING_SAMPLED != 0,
+        sampled,
     );
     0
 }
@@ -179,7 +184,7 @@ pub fn futex_fn_wake(ctx: FEntryContext) -> i32 {
         core::ptr::write_volatile(core::ptr::addr_of_mut!((*slot).wake_ns), ts);
         core::ptr::write_volatile(core::ptr::addr_of_mut!((*slot).waker), current);
     }
-    let _ = stacks::at_wake(
+    let sampled = stacks::at_wake(
         slot,
         &f,
         task,
@@ -189,5 +194,18 @@ pub fn futex_fn_wake(ctx: FEntryContext) -> i32 {
         (cur_tgid, cur_tid),
         cur_tgid == tgid,
     );
+    if sampled {
+        // Its stacks went as a record: so must its wait, to be joined with them (a
+        // waker in another process takes no claim on the entry). Nothing else writes
+        // the flags of a wait in progress.
+        // SAFETY: the woken thread's entry.
+        unsafe {
+            let flags = core::ptr::addr_of_mut!((*slot).flags);
+            core::ptr::write_volatile(
+                flags,
+                core::ptr::read_volatile(flags) | PENDING_SAMPLED | PENDING_STACKED,
+            );
+        }
+    }
     0
 }

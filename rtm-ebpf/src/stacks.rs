@@ -269,11 +269,13 @@ fn emit(
 }
 
 /// A thread of a traced process (`prev`, the current task; `pid_tgid`) leaves its CPU to
-/// sleep inside a futex wait (contention mode without system call programs): its wait
-/// begins now. The thread's last ended wait goes into the sums first (time it spends
+/// sleep inside a futex wait (contention mode without system call programs), or enters
+/// the kernel's futex_wait (on the futex functions): its wait begins now. With
+/// `choose_stack` its stacks are sampled now; otherwise at its wake, or at its end when
+/// no thread woke it (a wait that turns out not to sleep is not sampled). The thread's last ended wait goes into the sums first (time it spends
 /// waiting anyway), then the mutex's holder is read and, when sampled, its stack taken.
 #[inline(always)]
-pub fn begin_sleep(prev: *const u8, pid_tgid: u64) {
+pub fn begin_sleep(prev: *const u8, pid_tgid: u64, choose_stack: bool) {
     // SAFETY: prev is a BTF task pointer.
     let (id, word, op, _) = unsafe { syscall_of(prev) };
     let op = op as u32;
@@ -289,7 +291,7 @@ pub fn begin_sleep(prev: *const u8, pid_tgid: u64) {
     send_done(pid_tgid);
     let ts = now();
     let slot = futex_entry(pid_tgid);
-    let weight = sample(ts);
+    let weight = if choose_stack { sample(ts) } else { None };
     // Only a mutex's waits can have a holder: glibc's sleep with the value 2 (or, robust,
     // the owner with the waiters bit), priority-inheritance ones with their own ops.
     let cmd = op & FUTEX_CMD_MASK;
@@ -301,7 +303,7 @@ pub fn begin_sleep(prev: *const u8, pid_tgid: u64) {
     };
     let flags = if timeout != 0 { PENDING_TIMED } else { 0 }
         // Sampled or not, the choice is made: the wake does not choose again.
-        | PENDING_STACKED
+        | if choose_stack { PENDING_STACKED } else { 0 }
         | if weight.is_some() { PENDING_SAMPLED } else { 0 };
     match slot {
         // SAFETY: the thread's own entry, written field by field (a wake may be marking
@@ -349,6 +351,29 @@ pub fn begin_sleep(prev: *const u8, pid_tgid: u64) {
     }
 }
 
+/// Contention mode on the futex functions: the wait `f` of the current thread (`task`,
+/// `pid_tgid`) ended at `ts` with no thread's wake (a timeout, a signal) and no stack
+/// chosen: it is sampled now, and its waiter's stack taken (the same as at its call: the
+/// thread has not left the kernel). Returns whether it was.
+#[inline(always)]
+pub fn at_unwoken_end(f: &PendingFutex, task: *const u8, pid_tgid: u64, ts: u64) -> bool {
+    if STACK_BYTES.load() == 0 || f.flags & PENDING_STACKED != 0 {
+        return false;
+    }
+    let Some(weight) = sample(ts) else {
+        return false;
+    };
+    let head = StacksHead {
+        header: header(EventKind::Stacks, pid_tgid, ts),
+        uaddr: f.uaddr,
+        start_ns: f.start_ns,
+        weight_milli: weight,
+        ..StacksHead::default()
+    };
+    emit(head, (Some(task), pid_tgid), (None, 0));
+    true
+}
+
 /// sched_switch's `prev` (a BTF task pointer, the current task) goes to sleep, not
 /// preempted: when it is a thread of a traced process asleep in a futex wait, the holder
 /// of the mutex it waits on is read now (in its own context, as its wait begins to
@@ -381,7 +406,7 @@ pub fn at_sleep(prev: *const u8) {
     let pid = unsafe { task_field::<i32>(prev, TASK_PID.load()) } as u32;
     let pid_tgid = (u64::from(tgid) << 32) | u64::from(pid);
     if sleep_entry {
-        return begin_sleep(prev, pid_tgid);
+        return begin_sleep(prev, pid_tgid, true);
     }
     let Some(slot) = futex_entry(pid_tgid) else {
         return;

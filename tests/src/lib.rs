@@ -184,6 +184,19 @@ impl LineWatch {
         }
     }
 
+    /// Waits for a line containing `needle`; None when none came within `timeout`.
+    pub fn try_wait_for(&mut self, needle: &str, timeout: Duration) -> Option<String> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let l = self.rx.recv_timeout(left).ok()?;
+            self.seen.push(l.clone());
+            if l.contains(needle) {
+                return Some(l);
+            }
+        }
+    }
+
     /// Collects the remaining lines until the pipe closes.
     pub fn rest(mut self, timeout: Duration) -> Vec<String> {
         let deadline = Instant::now() + timeout;

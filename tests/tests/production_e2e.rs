@@ -18,7 +18,8 @@ const T: Duration = Duration::from_secs(120);
 /// bpftrace's count of process `$1`'s futex waits, by result.
 const BPFTRACE: &str = "tracepoint:syscalls:sys_enter_futex /pid == $1 && \
     ((args->op & 127) == 0 || (args->op & 127) == 9)/ { @w[tid] = 1; } \
-    tracepoint:syscalls:sys_exit_futex /@w[tid]/ { @ret[args->ret] = count(); delete(@w[tid]); }";
+    tracepoint:syscalls:sys_exit_futex /@w[tid]/ { @ret[args->ret] = count(); delete(@w[tid]); } \
+    tracepoint:syscalls:sys_enter_getppid /pid == $2/ { printf(\"attached\\n\"); }";
 
 fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
@@ -55,10 +56,25 @@ fn both(options: &[&str], args: &[&str]) -> (Value, HashMap<i64, u64>) {
     let mut out = LineWatch::new(tracer.child.stdout.take().unwrap());
     let line = out.wait_for("ready ", T);
     let pid = line.trim().trim_start_matches("ready ").to_owned();
-    let mut bt = spawn(Command::new("bpftrace").args(["-e", BPFTRACE, &pid]));
+    let me = std::process::id().to_string();
+    let mut bt = spawn(Command::new("bpftrace").args(["-e", BPFTRACE, &pid, &me]));
     let mut bt_out = LineWatch::new(bt.child.stdout.take().unwrap());
     bt_out.wait_for("Attaching", T);
-    std::thread::sleep(Duration::from_millis(500));
+    // bpftrace says "Attaching" before it attaches (seconds on emulated CPUs); its last
+    // probe, attached last, answers this process's getppid once all are.
+    let asked = std::time::Instant::now();
+    while bt_out
+        .try_wait_for("attached", Duration::from_millis(200))
+        .is_none()
+    {
+        assert!(
+            asked.elapsed() < T,
+            "bpftrace did not attach: {:?}",
+            bt_out.seen
+        );
+        // SAFETY: a system call without arguments.
+        unsafe { libc::getppid() };
+    }
     tracer
         .child
         .stdin

@@ -48,6 +48,10 @@ enum Cmd {
         /// Only the smoke tests whose `file::name` contains one of these.
         #[arg(long)]
         test: Vec<String>,
+        /// Run this shell script in each guest instead of the smoke set (after `rtm-trace
+        /// check`), and print its output: a measurement on another kernel.
+        #[arg(long)]
+        script: Option<std::path::PathBuf>,
     },
     /// Benchmarks (needs root): all of them side by side, or those named (e.g. `bench
     /// probes ingest memory`); prints Markdown for BENCHMARKS.md.
@@ -165,7 +169,11 @@ fn main() -> anyhow::Result<()> {
         }
         Cmd::Demo => tasks::demo(&setup::run()?),
         Cmd::Test => tasks::test(&setup::run()?),
-        Cmd::Vm { kernel, test } => vm::run(&setup::run()?, &kernel, &test),
+        Cmd::Vm {
+            kernel,
+            test,
+            script,
+        } => vm::run(&setup::run()?, &kernel, &test, script.as_deref()),
         Cmd::Bench {
             which,
             smoke,

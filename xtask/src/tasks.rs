@@ -138,7 +138,7 @@ pub fn test(env: &Env) -> Result<()> {
     ]))?;
     // The same smoke set inside Debian 12's and 13's kernels.
     eprintln!("xtask: kernel matrix (cargo xtask vm)");
-    crate::vm::run(env, &[], &[])?;
+    crate::vm::run(env, &[], &[], None)?;
     // Proves every benchmark still runs end to end; its figures are not the ones to
     // quote (BENCHMARKS.md comes from the full `cargo xtask bench`).
     eprintln!("xtask: benchmark smoke run (cargo xtask bench --smoke)");

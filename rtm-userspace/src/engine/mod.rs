@@ -618,6 +618,7 @@ impl Engine {
                 crate::output::Collection {
                     summed: self.config.output.timeline.is_none(),
                     syscall_entry: self.config.unslept || !self.source.sleep_entry(),
+                    futex_functions: self.source.futex_functions(),
                     stack_rate: match self.config.stacks.rate {
                         _ if !self.config.stacks.enabled => Some(0),
                         crate::config::StackRate::All => None,

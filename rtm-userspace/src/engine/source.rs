@@ -120,6 +120,12 @@ pub trait Source {
         false
     }
 
+    /// Whether futex waits are seen on the kernel's futex functions (fentry/fexit), with
+    /// no program on context switches.
+    fn futex_functions(&self) -> bool {
+        false
+    }
+
     /// Drops what the source holds for processes `pids`, which have exited and are
     /// forgotten (their probes, in a daemon that keeps the source loaded).
     fn forget(&mut self, _pids: &[u32]) {}

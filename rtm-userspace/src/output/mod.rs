@@ -137,6 +137,10 @@ pub struct Collection {
     /// Waits were seen at their system call's entry (`--unslept`, or no BTF), so those
     /// that returned without sleeping were counted; otherwise from their sleep.
     pub syscall_entry: bool,
+    /// Waits were seen on the kernel's futex functions (fentry/fexit on futex_wait and
+    /// futex_lock_pi, the waker at wake_q_add_safe), with no program on context switches;
+    /// otherwise on the scheduler's tracepoints.
+    pub futex_functions: bool,
     /// Waits whose stacks were taken, per CPU per second at most (None: every one; 0:
     /// none).
     pub stack_rate: Option<u32>,

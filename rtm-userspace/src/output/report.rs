@@ -358,7 +358,15 @@ fn notes(out: &mut String, run: &RunInfo, s: &Snapshot) {
         );
     }
     if let Some(c) = &run.collection {
-        if !c.syscall_entry {
+        if c.futex_functions {
+            notes.push(
+                "waits were seen in the kernel's futex functions, with no program on context \
+                 switches or other system calls: waits that returned at once (the word had \
+                 changed) are not counted (--unslept counts them, at ~50 ns on every system \
+                 call of the machine)"
+                    .to_owned(),
+            );
+        } else if !c.syscall_entry {
             notes.push(
                 "waits were seen from their sleep, with no program on any system call: waits \
                  that returned without sleeping (the word had changed) are not counted \

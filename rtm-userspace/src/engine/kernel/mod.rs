@@ -435,6 +435,10 @@ impl Source for KernelSource {
         self.live.as_ref().is_some_and(|l| l.probes.sleep_entry())
     }
 
+    fn futex_functions(&self) -> bool {
+        self.live.as_ref().is_some_and(|l| l.probes.futex_fn())
+    }
+
     fn knows_asleep(&self) -> bool {
         self.live.as_ref().is_some_and(|l| l.left.is_some())
     }
