@@ -328,7 +328,7 @@ const FUTEX_WAIT_PRIVATE: u32 = 128;
 
 /// The thread of `slot` gets a CPU while a wait is still in its slot: the wait's wake
 /// came before its sleep (marked then) and no other wake will come. The wait ends now,
-/// woken by the marked thread; with no mark for its word, it is cleared.
+/// woken by the marked thread; with no mark for its word, by none known.
 #[inline(always)]
 fn end_raced_sleep(slot: *mut PendingFutex, pid_tgid: u64) {
     // SAFETY: the thread's slot.
@@ -344,12 +344,38 @@ fn end_raced_sleep(slot: *mut PendingFutex, pid_tgid: u64) {
             0,
         )
     };
-    if !ours || f.early_ns == 0 || f.early_word != f.uaddr {
+    if !ours {
+        return;
+    }
+    let ts = now();
+    if f.early_ns == 0 || f.early_word != f.uaddr {
+        // A sleep that ended with no wake tied to it: a timer's or a signal's that raced
+        // the sleep, or a wake whose program could not tell it was this wait's. Counted,
+        // with no waker: timed out when its deadline has passed, else woken by a thread
+        // not known (never dropped: the kernel counts it).
+        let timed_out = f.flags & PENDING_TIMED != 0
+            && f.deadline_ns != 0
+            && ts.saturating_add(DEADLINE_SLACK_NS) >= f.deadline_ns;
+        keep_done(
+            FutexWaitEvent {
+                header: header(EventKind::FutexWait, pid_tgid, ts),
+                uaddr: f.uaddr,
+                aux: f.aux(),
+                wait_ns: ts.saturating_sub(f.start_ns),
+                ret: if timed_out { ETIMEDOUT } else { 0 },
+                waker: 0,
+                unslept: f.unslept,
+                waker_pid: 0,
+                runnable_ns: 0,
+                holder: f.holder,
+            },
+            false,
+            f.flags & PENDING_SAMPLED != 0,
+        );
         return;
     }
     // SAFETY: as above.
     unsafe { core::ptr::write_volatile(core::ptr::addr_of_mut!((*slot).early_ns), 0) };
-    let ts = now();
     let waker = ((f.early_waker >> 32) as u32, f.early_waker as u32);
     stacks::at_raced_wake(&f, pid_tgid, ts, ts.saturating_sub(f.start_ns), waker);
     keep_done(

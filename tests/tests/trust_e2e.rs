@@ -293,3 +293,47 @@ fn a_condition_variable_is_named_the_same_in_both_modes() {
         assert!(!row.contains("ready_cond+0x"), "{mode}: {row}");
     }
 }
+
+/// A timed wait that expires while another thread of the process has the CPU, inside a
+/// futex call on the same word, timed out: the timer's expiry runs in that thread's
+/// context, which did not wake it. Every expiry the program counts is a timeout, none a
+/// wake. Contention mode (full mode sees futex words through pthread calls, and these
+/// are raw futex calls); on the scheduler's tracepoints on the host, on the kernel's
+/// futex functions in the kernel matrix's guests.
+#[test]
+fn timer_expiries_are_timeouts_whatever_thread_has_the_cpu() {
+    if !can_trace("timer_expiries_are_timeouts_whatever_thread_has_the_cpu") {
+        return;
+    }
+    for mode in ["contention"] {
+        let (stdout, doc) = trace_json(
+            &["--mode", mode],
+            &workload("timer_expiries"),
+            &["300", "2000"],
+        );
+        let truth = |key: &str| -> u64 {
+            stdout
+                .split_whitespace()
+                .find_map(|w| w.strip_prefix(&format!("{key}=")))
+                .unwrap_or_else(|| panic!("no {key} in {stdout}"))
+                .parse()
+                .unwrap()
+        };
+        let word = stdout
+            .split_whitespace()
+            .find_map(|w| w.strip_prefix("word="))
+            .unwrap_or_else(|| panic!("no word in {stdout}"))
+            .to_owned();
+        assert_eq!(truth("timeouts"), 300, "{stdout}");
+        let m = model(&doc);
+        println!("{mode}: {stdout}{m}");
+        assert_eq!(m["waits_timed_out"], 300, "{mode}: {m}");
+        assert_eq!(m["waits_interrupted"], 0, "{mode}: {m}");
+        let woken: u64 = waits_for(&doc)
+            .iter()
+            .filter(|e| e["object"].as_str() == Some(&word))
+            .map(|e| e["count"].as_u64().unwrap())
+            .sum();
+        assert_eq!(woken, 0, "{mode}: timeouts credited to a waker");
+    }
+}

@@ -29,8 +29,8 @@ pub use kernels::MATRIX;
 
 /// The smoke set: a ground-truth test for each mode and feature (exact counts in both
 /// modes and on the fallback paths, `--func`, `--blocked` and the live deadlock check,
-/// the timeline, stacks, wakes across processes, MPI, the agent scraped by Prometheus,
-/// results on 9p, and every program loading), by test file and name.
+/// the timeline, stacks, wakes across processes, timeouts, MPI, the agent scraped by
+/// Prometheus, results on 9p, and every program loading), by test file and name.
 pub const SMOKE: &[(&str, &str)] = &[
     ("kernel_e2e", "every_program_loads_and_each_feature_says_so"),
     (
@@ -45,6 +45,10 @@ pub const SMOKE: &[(&str, &str)] = &[
     (
         "trust_e2e",
         "wakes_from_an_untraced_process_are_wakes_from_outside",
+    ),
+    (
+        "trust_e2e",
+        "timer_expiries_are_timeouts_whatever_thread_has_the_cpu",
     ),
     (
         "timeline_e2e",
