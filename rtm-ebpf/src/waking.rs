@@ -248,12 +248,17 @@ fn woken_before_sleep(p: *const u8, pid_tgid: u64) {
         ..PendingFutex::default()
     };
     // A thread's futex wake, or the exit of the thread a join waits for (its joiner is
-    // woken from the exit path, not a futex call).
+    // woken from the exit path, not a futex call), or a timer's expiry (its timeout,
+    // marked with no thread: EARLY_TIMER). Anything else (a signal, or a wake of a sleep
+    // before the wait's, such as a page fault's) may not end the wait and is left alone.
     let (woke, exiting) = waker_of(pid_tgid as u32, (pid_tgid >> 32) as u32, &f);
-    if !woke && !exiting {
+    let current = if woke || exiting {
+        bpf_get_current_pid_tgid()
+    } else if in_timer() {
+        EARLY_TIMER
+    } else {
         return;
-    }
-    let current = bpf_get_current_pid_tgid();
+    };
     // Marked, not counted yet: the thread's next event tells whether its sleep still
     // came (a wake racing the sleep, when the scheduler had taken the thread off its
     // run queue but not yet switched away) or not.
@@ -272,9 +277,37 @@ fn woken_before_sleep(p: *const u8, pid_tgid: u64) {
     count_woken_early(pid_tgid, word, op, val, current);
 }
 
-/// Counts a wait woken before it slept, by `waker` (`tgid << 32 | tid`).
+/// An early mark's waker for a timer's expiry (no thread: a timeout).
+const EARLY_TIMER: u64 = 0;
+/// An early mark's waker for a wake by no thread and no timer (a signal). A thread's is
+/// `tgid << 32 | tid`, never below 2^32.
+const EARLY_SIGNAL: u64 = 1;
+
+/// Counts a wait woken before it slept, by `waker` (`tgid << 32 | tid`, or
+/// [`EARLY_TIMER`] or [`EARLY_SIGNAL`]).
 #[inline(always)]
 fn count_woken_early(pid_tgid: u64, word: u64, op: u32, val: u32, waker: u64) {
+    if waker < 1 << 32 {
+        // Ended before its sleep by a timer or a signal: a wait of no time.
+        let wait = FutexWaitEvent {
+            header: header(EventKind::FutexWait, pid_tgid, now()),
+            uaddr: word,
+            aux: u64::from(op) | (u64::from(val) << 32),
+            wait_ns: 0,
+            ret: if waker == EARLY_TIMER {
+                ETIMEDOUT
+            } else {
+                WAIT_INTERRUPTED
+            },
+            waker: 0,
+            unslept: 0,
+            waker_pid: 0,
+            runnable_ns: 0,
+            holder: 0,
+        };
+        crate::futex_done::finish(&wait, false);
+        return;
+    }
     let waker = ((waker >> 32) as u32, waker as u32);
     if AGGREGATE.load() != 0 {
         let k = agg::key(pid_tgid, word, op, waker, 0, AggOutcome::WokenBeforeSleep);
@@ -384,7 +417,11 @@ fn end_raced_sleep(slot: *mut PendingFutex, pid_tgid: u64) {
             uaddr: f.uaddr,
             aux: f.aux(),
             wait_ns: ts.saturating_sub(f.start_ns),
-            ret: 0,
+            ret: match f.early_waker {
+                EARLY_TIMER => ETIMEDOUT,
+                EARLY_SIGNAL => WAIT_INTERRUPTED,
+                _ => 0,
+            },
             waker: f.early_waker as u32,
             unslept: f.unslept,
             waker_pid: (f.early_waker >> 32) as u32,
