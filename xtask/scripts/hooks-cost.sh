@@ -12,8 +12,8 @@
 # are emulated (TCG) unless KVM works: compare ratios within one guest, not absolute
 # figures across machines.
 set -u
-BIN=${RTM_TRACE_BIN:?}
-[ -x target/release/rtm-trace ] && BIN=$PWD/target/release/rtm-trace
+# The release binary, which `cargo xtask vm --script` builds first.
+BIN=$PWD/target/release/rtm-trace
 OUT=$(ls -td target/debug/build/rtm-tests-*/out | head -1)
 SCRATCH=/run/vm/scratch
 ROUNDS=${ROUNDS:-3}

@@ -345,6 +345,10 @@ pub fn run(
     user_script: Option<&Path>,
 ) -> Result<()> {
     crate::tasks::build(env, false)?;
+    if user_script.is_some() {
+        // A measurement script uses the release binary (target/release/rtm-trace).
+        crate::tasks::build(env, true)?;
+    }
     let bin = root().join("target/debug/rtm-trace");
     let exes = test_executables(env)?;
     let mut tests = Vec::new();
