@@ -5,7 +5,8 @@
 use std::{ffi::OsStr, process::Command, time::Duration};
 
 use rtm_tests::{
-    TempDir, Value, can_trace, decode_timeline, perfetto_python, rtm_bin, run, truths, workload,
+    TempDir, Value, can_trace, decode_timeline, perfetto_python, rtm_bin, run, times_comparable,
+    truths, workload,
 };
 
 /// What a traced run left: the tracer's output and its timeline, decoded with
@@ -136,12 +137,15 @@ fn waits_wakes_and_counters_of_a_condition_variable() {
     );
     assert_eq!(woken.len(), 5, "five woken waits");
     assert_eq!(timed_out.len(), 1, "one timed-out wait");
+    // Durations against the workload's clock on the host only: on emulated CPUs the
+    // waiter's own steps before its call (the deadline is absolute) take milliseconds.
+    let timed = times_comparable("the condition variable's wait times");
     for s in &woken {
-        assert!(ms(s) >= 45.0, "a woken wait of {} ms", ms(s));
+        assert!(!timed || ms(s) >= 45.0, "a woken wait of {} ms", ms(s));
         assert_eq!(s["args"]["waker tid"].as_u64(), Some(signaler));
     }
     assert!(
-        ms(timed_out[0]) >= 29.0,
+        !timed || ms(timed_out[0]) >= 29.0,
         "timed out after {} ms",
         ms(timed_out[0])
     );
