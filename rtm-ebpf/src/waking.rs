@@ -249,7 +249,7 @@ fn woken_before_sleep(p: *const u8, pid_tgid: u64) {
     };
     // A thread's futex wake, or the exit of the thread a join waits for (its joiner is
     // woken from the exit path, not a futex call), or a timer's expiry (its timeout,
-    // marked with no thread: EARLY_TIMER). Anything else (a signal, or a wake of a sleep
+    // marked with no thread: [`EARLY_TIMER`]). Anything else (a signal, or a wake of a sleep
     // before the wait's, such as a page fault's) may not end the wait and is left alone.
     let (woke, exiting) = waker_of(pid_tgid as u32, (pid_tgid >> 32) as u32, &f);
     let current = if woke || exiting {
@@ -277,28 +277,22 @@ fn woken_before_sleep(p: *const u8, pid_tgid: u64) {
     count_woken_early(pid_tgid, word, op, val, current);
 }
 
-/// An early mark's waker for a timer's expiry (no thread: a timeout).
+/// An early mark's waker for a timer's expiry (no thread: a timeout). A thread's is
+/// `tgid << 32 | tid`, never 0.
 const EARLY_TIMER: u64 = 0;
-/// An early mark's waker for a wake by no thread and no timer (a signal). A thread's is
-/// `tgid << 32 | tid`, never below 2^32.
-const EARLY_SIGNAL: u64 = 1;
 
 /// Counts a wait woken before it slept, by `waker` (`tgid << 32 | tid`, or
-/// [`EARLY_TIMER`] or [`EARLY_SIGNAL`]).
+/// [`EARLY_TIMER`]).
 #[inline(always)]
 fn count_woken_early(pid_tgid: u64, word: u64, op: u32, val: u32, waker: u64) {
-    if waker < 1 << 32 {
-        // Ended before its sleep by a timer or a signal: a wait of no time.
+    if waker == EARLY_TIMER {
+        // Ended before its sleep by its timer: a timeout of no time.
         let wait = FutexWaitEvent {
             header: header(EventKind::FutexWait, pid_tgid, now()),
             uaddr: word,
             aux: u64::from(op) | (u64::from(val) << 32),
             wait_ns: 0,
-            ret: if waker == EARLY_TIMER {
-                ETIMEDOUT
-            } else {
-                WAIT_INTERRUPTED
-            },
+            ret: ETIMEDOUT,
             waker: 0,
             unslept: 0,
             waker_pid: 0,
@@ -381,7 +375,17 @@ fn end_raced_sleep(slot: *mut PendingFutex, pid_tgid: u64) {
         return;
     }
     let ts = now();
-    if f.early_ns == 0 || f.early_word != f.uaddr {
+    let (ret, waker) = if f.early_ns != 0 && f.early_word == f.uaddr {
+        // SAFETY: as above.
+        unsafe { core::ptr::write_volatile(core::ptr::addr_of_mut!((*slot).early_ns), 0) };
+        let waker = ((f.early_waker >> 32) as u32, f.early_waker as u32);
+        stacks::at_raced_wake(&f, pid_tgid, ts, ts.saturating_sub(f.start_ns), waker);
+        if f.early_waker == EARLY_TIMER {
+            (ETIMEDOUT, (0, 0))
+        } else {
+            (0, waker)
+        }
+    } else {
         // A sleep that ended with no wake tied to it: a timer's or a signal's that raced
         // the sleep, or a wake whose program could not tell it was this wait's. Counted,
         // with no waker: timed out when its deadline has passed, else woken by a thread
@@ -389,42 +393,18 @@ fn end_raced_sleep(slot: *mut PendingFutex, pid_tgid: u64) {
         let timed_out = f.flags & PENDING_TIMED != 0
             && f.deadline_ns != 0
             && ts.saturating_add(DEADLINE_SLACK_NS) >= f.deadline_ns;
-        keep_done(
-            FutexWaitEvent {
-                header: header(EventKind::FutexWait, pid_tgid, ts),
-                uaddr: f.uaddr,
-                aux: f.aux(),
-                wait_ns: ts.saturating_sub(f.start_ns),
-                ret: if timed_out { ETIMEDOUT } else { 0 },
-                waker: 0,
-                unslept: f.unslept,
-                waker_pid: 0,
-                runnable_ns: 0,
-                holder: f.holder,
-            },
-            false,
-            f.flags & PENDING_SAMPLED != 0,
-        );
-        return;
-    }
-    // SAFETY: as above.
-    unsafe { core::ptr::write_volatile(core::ptr::addr_of_mut!((*slot).early_ns), 0) };
-    let waker = ((f.early_waker >> 32) as u32, f.early_waker as u32);
-    stacks::at_raced_wake(&f, pid_tgid, ts, ts.saturating_sub(f.start_ns), waker);
+        (if timed_out { ETIMEDOUT } else { 0 }, (0, 0))
+    };
     keep_done(
         FutexWaitEvent {
             header: header(EventKind::FutexWait, pid_tgid, ts),
             uaddr: f.uaddr,
             aux: f.aux(),
             wait_ns: ts.saturating_sub(f.start_ns),
-            ret: match f.early_waker {
-                EARLY_TIMER => ETIMEDOUT,
-                EARLY_SIGNAL => WAIT_INTERRUPTED,
-                _ => 0,
-            },
-            waker: f.early_waker as u32,
+            ret,
+            waker: waker.1,
             unslept: f.unslept,
-            waker_pid: (f.early_waker >> 32) as u32,
+            waker_pid: waker.0,
             runnable_ns: 0,
             holder: f.holder,
         },
