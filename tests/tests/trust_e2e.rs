@@ -344,3 +344,57 @@ fn timer_expiries_are_timeouts_whatever_thread_has_the_cpu() {
     assert_eq!(m["waits_interrupted"], 0, "{seen}");
     assert_eq!(woken, 0, "timeouts credited to a waker: {seen}");
 }
+
+/// A Rust `std::sync::Mutex` is a futex word with the protected value where a glibc
+/// mutex keeps its owner: contention mode names no holder for it (the counter's values
+/// were shown as holders), and every sleep on it counts as holder unknown.
+#[test]
+fn a_lock_that_is_no_glibc_mutex_names_no_holder() {
+    if !can_trace("a_lock_that_is_no_glibc_mutex_names_no_holder") {
+        return;
+    }
+    let (threads, rounds) = (4u64, 3000u64);
+    let (stdout, doc) = trace_json(
+        &["--mode", "contention"],
+        Path::new(env!("CARGO_BIN_EXE_rust_mutex")),
+        &[&threads.to_string(), &rounds.to_string()],
+    );
+    let field = |key: &str| -> String {
+        stdout
+            .split_whitespace()
+            .find_map(|w| w.strip_prefix(&format!("{key}=")))
+            .unwrap_or_else(|| panic!("no {key} in {stdout}"))
+            .to_owned()
+    };
+    assert_eq!(
+        field("counter").parse::<u64>().unwrap(),
+        1_000_000 + threads * rounds
+    );
+    let word = field("lock");
+    let sleeps: u64 = doc["sync_graph"]["objects"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|o| o["addr"].as_str() == Some(&word))
+        .filter_map(|o| o["contended"].as_u64())
+        .sum();
+    let held: Vec<&Value> = doc["sync_graph"]["held_by"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .filter(|h| h["object"].as_str() == Some(&word))
+                .collect()
+        })
+        .unwrap_or_default();
+    let m = model(&doc);
+    println!("{sleeps} sleeps on {word}; held by rows {held:?}; {m}");
+    assert!(
+        sleeps > 0,
+        "the workload's lock was never contended: {stdout}"
+    );
+    assert!(
+        held.is_empty(),
+        "holders invented for a non-glibc lock: {held:?}"
+    );
+    assert!(m["waits_holder_unknown"].as_u64().unwrap() >= sleeps, "{m}");
+}

@@ -18,6 +18,8 @@ use crate::{
     },
 };
 
+/// A futex op's flag: the word is private to its process.
+const FUTEX_PRIVATE_FLAG: u64 = 128;
 /// The futex system call (x86-64).
 const SYS_FUTEX: u64 = 202;
 /// Bytes of a blocked thread's stack read to unwind it.
@@ -47,7 +49,13 @@ pub fn read_thread(pid: u32, tid: u32, namers: Option<&mut Namers<'_>>) -> Optio
         return None;
     }
     let word = s.args[0];
-    let holder = blocked::holder(s.args[1], &read_memory(pid, word, MUTEX_BYTES));
+    let mut holder = blocked::holder(s.args[1], &read_memory(pid, word, MUTEX_BYTES));
+    if let Holder::Thread { tid: h, .. } = holder
+        && s.args[1] & FUTEX_PRIVATE_FLAG != 0
+        && process::tgid_of(h).is_some_and(|p| p != pid)
+    {
+        holder = blocked::foreign_owner();
+    }
     let mut t = BlockedThread {
         pid,
         tid,

@@ -373,6 +373,7 @@ impl State {
             },
             &mut |pid, addr| code.name(&mut objects.borrow_mut(), pid, addr),
         );
+        drop_foreign_holders(&mut snap);
         // Words named in the snapshot only (a pthread_join's "exit of thread N"), in
         // one pass over the objects.
         let mut stacks = stacks;
@@ -421,4 +422,28 @@ impl State {
         }
         (snap, objects.missing_symbols())
     }
+}
+
+/// A holder is a thread of a traced process (a private mutex's, of the waiter's own;
+/// a process-shared one's may be another's), which the model or /proc knows. A TID that
+/// is none (a word whose neighbours only looked like a glibc mutex) says no holder: its
+/// waits count as holder unknown rather than inventing one.
+fn drop_foreign_holders(snap: &mut Snapshot<'_>) {
+    let mut known: HashSet<u32> = snap.threads.iter().map(|t| t.tid).collect();
+    known.extend(
+        snap.waits_for
+            .rows()
+            .iter()
+            .filter(|w| !w.at_exit)
+            .map(|w| w.waker),
+    );
+    let mut unknown = 0u64;
+    snap.held_by.retain(|h| {
+        let keep = known.contains(&h.holder) || process::thread_alive(h.pid, h.holder);
+        if !keep {
+            unknown = unknown.saturating_add(h.count);
+        }
+        keep
+    });
+    snap.model.waits_holder_unknown = snap.model.waits_holder_unknown.saturating_add(unknown);
 }

@@ -102,6 +102,15 @@ pub fn holder(op: u64, bytes: &[u8]) -> Holder {
     Holder::Thread { tid, mutex }
 }
 
+/// A private mutex's owner field naming a thread of another process: a private mutex
+/// is owned in its own process only (a copy left by a fork, or no mutex at all).
+pub fn foreign_owner() -> Holder {
+    Holder::Unknown {
+        why: "its owner field names a thread of another process, and a private mutex is \
+              owned in its own process only (a copy inherited across fork, or not a mutex)",
+    }
+}
+
 fn not_a_mutex() -> Holder {
     Holder::Unknown {
         why: "no owner: not a mutex (condition variable, barrier, semaphore, join, other futex) \
@@ -242,6 +251,8 @@ mod tests {
         b[0..4].copy_from_slice(&lock.to_le_bytes());
         b[MUTEX_OWNER..MUTEX_OWNER + 4].copy_from_slice(&owner.to_le_bytes());
         b[MUTEX_KIND..MUTEX_KIND + 4].copy_from_slice(&kind.to_le_bytes());
+        // A held mutex counts its user.
+        b[12..16].copy_from_slice(&u32::from(owner != 0).to_le_bytes());
         b
     }
 
@@ -278,6 +289,18 @@ mod tests {
             Some((4194304, "normal"))
         );
         assert_eq!(t(holder(0, &[1, 2])), None);
+        // A Rust `std::sync::Mutex<u64>`: its word (2: locked, waiters), the poison
+        // flag, then the protected counter where `__owner` would be, its high half as
+        // `__nusers`: no glibc mutex, no holder (seen as "held by 3703333").
+        let mut rust = mutex(2, 3_703_333, 0);
+        rust[12..16].fill(0);
+        assert_eq!(t(holder(0x89, &rust)), None);
+        // A count on a mutex that is not recursive: no glibc mutex either.
+        let mut counted = mutex(2, 77, 0);
+        counted[4] = 1;
+        assert_eq!(t(holder(0x80, &counted)), None);
+        counted[MUTEX_KIND] = 1;
+        assert_eq!(t(holder(0x80, &counted)), Some((77, "recursive")));
         assert!(matches!(
             holder(0, &mutex(robust, 0x7fff_ffff, 16)),
             Holder::Unknown { why } if why.contains("died")
