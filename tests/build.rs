@@ -6,7 +6,7 @@ fn main() {
     let out = PathBuf::from(env::var_os("OUT_DIR").expect("OUT_DIR"));
     let src =
         PathBuf::from(env::var_os("CARGO_MANIFEST_DIR").expect("manifest dir")).join("workloads");
-    let builds: [(&str, &[&str]); 22] = [
+    let builds: [(&str, &[&str]); 23] = [
         // Call-stack tests: without frame pointers, with them, and static.
         (
             "stack_workload",
@@ -46,6 +46,7 @@ fn main() {
         ("two_sites", &["-O2", "-g", "-pthread", "-fno-inline"]),
         ("timer_expiries", &["-O2", "-g", "-pthread"]),
         ("fork_owned", &["-O2", "-g", "-pthread"]),
+        ("thread_pool", &["-O2", "-g", "-pthread"]),
         ("bench_shapes", &["-O2", "-g", "-pthread"]),
         (
             "nolibc",

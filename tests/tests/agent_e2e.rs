@@ -728,3 +728,46 @@ fn a_deadlock_in_a_target_shows_as_deadlocked_threads() {
         .unwrap_or_else(|| panic!("{log}"));
     assert!(line.contains("lock_a") && line.contains("lock_b"), "{line}");
 }
+
+/// The hang gauge is about waits that may be contention: a healthy program whose main
+/// thread sits in pthread_join for the whole run, beside a thread pool idle on a
+/// condition variable (thread_pool.c), keeps it low.
+#[test]
+fn the_hang_gauge_stays_low_while_main_sits_in_a_join() {
+    if !can_trace("the_hang_gauge_stays_low_while_main_sits_in_a_join") {
+        return;
+    }
+    let dir = TempDir::new("agent-join");
+    let agent = start_agent(&dir, 17477, "[[agent.select]]\ncomm = \"thread_pool\"\n");
+    // Main joins once the agent traces it (its join's start is then seen).
+    let mut app = spawn(Command::new(workload("thread_pool")).args(["14000", "5000"]));
+    let pid = app.pid();
+    let mut out = rtm_tests::LineWatch::new(app.child.stdout.take().unwrap());
+    out.wait_for("stats_lock", Duration::from_secs(20));
+    let gauge = |name: &str| -> Option<f64> {
+        get(&agent.addr, "/metrics", "")
+            .1
+            .lines()
+            .find(|l| l.starts_with(&format!("{name}{{")) && l.contains("target=\"thread_pool\""))
+            .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+    };
+    wait_for(
+        "the target's waits in the metrics",
+        Duration::from_secs(30),
+        || gauge("rtm_waits_in_progress").is_some_and(|n| n >= 1.0),
+    );
+    out.wait_for("joining", Duration::from_secs(20));
+    let started = std::time::Instant::now();
+    // Main has been in its join (the kernel says so) for seconds.
+    std::thread::sleep(Duration::from_secs(5));
+    let syscall = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/syscall")).unwrap();
+    assert!(syscall.starts_with("202 "), "main is in futex: {syscall}");
+    let oldest = gauge("rtm_oldest_wait_in_progress_seconds").expect("the gauge");
+    let joined_for = started.elapsed().as_secs_f64();
+    println!("oldest wait in progress {oldest} s; main joined for {joined_for:.1} s");
+    assert!(
+        oldest < 1.0,
+        "a join of {joined_for:.1} s shows as a hang: {oldest} s"
+    );
+    drop(app);
+}

@@ -398,3 +398,98 @@ fn a_lock_that_is_no_glibc_mutex_names_no_holder() {
     );
     assert!(m["waits_holder_unknown"].as_u64().unwrap() >= sleeps, "{m}");
 }
+
+/// A thread pool idle on a condition variable, a housekeeping thread in timed waits and
+/// a main thread in pthread_join, beside the stats lock every request takes
+/// (thread_pool.c): the lock is the contention and ranks first; the idle waits are
+/// shown apart as waiting for work, named by kind; the threads that wait on the lock
+/// rank first. Contention mode, where only futex words are seen.
+#[test]
+fn idle_waits_are_shown_apart_and_the_contended_lock_ranks_first() {
+    if !can_trace("idle_waits_are_shown_apart_and_the_contended_lock_ranks_first") {
+        return;
+    }
+    let (stdout, doc) = trace_json(
+        &["--mode", "contention"],
+        &workload("thread_pool"),
+        &["1500"],
+    );
+    let truth = truth_maps(&stdout);
+    let get = |k: &str| -> String {
+        truth
+            .iter()
+            .find_map(|t| t.get(k))
+            .unwrap_or_else(|| panic!("no {k} in {stdout}"))
+            .clone()
+    };
+    let (lock, ticks) = (get("stats_lock"), get("ticks").parse::<u64>().unwrap());
+    let objects = doc["sync_graph"]["objects"].as_array().unwrap();
+    let kind_of = |o: &Value| o["wait_kind"].as_str().unwrap().to_owned();
+    let stats = objects
+        .iter()
+        .find(|o| o["addr"].as_str() == Some(&lock))
+        .unwrap_or_else(|| panic!("no {lock} in {objects:#?}"));
+    assert_eq!(kind_of(stats), "mutex", "{stats}");
+    // The housekeeping thread's condition variable: every timed wait timed out.
+    let timed: Vec<&Value> = objects
+        .iter()
+        .filter(|o| o["timeouts"].as_u64() > Some(0))
+        .collect();
+    assert_eq!(timed.len(), 1, "{timed:#?}");
+    assert_eq!(kind_of(timed[0]), "condvar", "{}", timed[0]);
+    assert_eq!(timed[0]["timeouts"], ticks, "{}", timed[0]);
+    // The pool's waits: condition variables, together longer than the lock's.
+    let idle_ns: u64 = objects
+        .iter()
+        .filter(|o| kind_of(o) == "condvar")
+        .map(|o| o["contended_wait_ns"].as_u64().unwrap())
+        .sum();
+    let lock_ns = stats["contended_wait_ns"].as_u64().unwrap();
+    println!("stats lock {lock_ns} ns waited; condition variables {idle_ns} ns");
+    assert!(idle_ns > lock_ns, "the idle waits would have ranked first");
+    assert!(
+        objects.iter().any(|o| kind_of(o) == "join"),
+        "main's pthread_join: {objects:#?}"
+    );
+    // The report: the lock first among the contended; no idle kind there; the idle
+    // waits in their own table.
+    let report = &stdout;
+    let section = |title: &str| -> Vec<&str> {
+        report
+            .lines()
+            .skip_while(|l| !l.starts_with(title))
+            .skip(2)
+            .take_while(|l| !l.trim().is_empty())
+            .collect()
+    };
+    let contended = section("Most contended");
+    assert!(
+        contended
+            .first()
+            .is_some_and(|l| l.contains("mutex in handler (thread_pool.c")),
+        "{report}"
+    );
+    for l in &contended {
+        assert!(!l.contains("condvar") && !l.contains("join"), "{l}");
+    }
+    let idle = section("Waiting for work");
+    assert!(
+        idle.iter().any(|l| l.contains("condvar in pool_worker")),
+        "{report}"
+    );
+    // The threads that waited on the lock rank first: the request handlers.
+    let threads = doc["sync_graph"]["threads"].as_array().unwrap();
+    let on_lock: Vec<u64> = doc["sync_graph"]["edges"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["object"].as_str() == Some(&lock))
+        .map(|e| e["tid"].as_u64().unwrap())
+        .collect();
+    let ranked = section("Threads by time spent waiting for locks");
+    for l in ranked.iter().take(3) {
+        let tid: u64 = l.split_whitespace().next().unwrap().parse().unwrap();
+        assert!(on_lock.contains(&tid), "{tid} not a handler: {ranked:#?}");
+    }
+    assert!(threads.iter().any(|t| t["idle_wait_ns"].as_u64() > Some(0)));
+}

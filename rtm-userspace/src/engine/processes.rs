@@ -4,7 +4,7 @@
 //! grouped by folded name (see [`crate::model::views::fold`]), so that their number
 //! stays bounded whatever the process does.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use serde::Serialize;
 
@@ -64,6 +64,10 @@ pub struct Asleep {
     pub tid: u32,
     /// When the wait began (CLOCK_MONOTONIC ns).
     pub start_ns: u64,
+    /// Its futex word.
+    pub word: u64,
+    /// The value it expected in the word (a join's: the joined thread's TID).
+    pub val: u32,
 }
 
 /// A traced process's MPI figures (when its MPI library is probed).
@@ -98,7 +102,8 @@ pub struct ProcessSummary {
     pub threads: usize,
     /// Threads asleep in a futex wait now.
     pub asleep: u64,
-    /// The longest of those waits so far, ns.
+    /// The longest of those waits so far that may be contention (not waiting for work
+    /// or for another thread: no condition variable, join ...), ns: a hang shows here.
     pub oldest_asleep_ns: u64,
     /// Its threads in a deadlock found while tracing.
     pub deadlocked_threads: u64,
@@ -168,10 +173,22 @@ fn build(inputs: Inputs, snap: &Snapshot, now_ns: u64) -> Vec<ProcessSummary> {
             p.deadlocked_threads += 1;
         }
     }
+    // Waits for work or for another thread are no hang: a word known to be for that,
+    // or a join's (it expects the TID of a thread of its process: the joined one's).
+    let idle: HashSet<(u32, u64)> = snap
+        .objects
+        .rows()
+        .iter()
+        .filter(|o| o.wait_kind.is_idle())
+        .map(|o| (o.key.pid, o.key.addr))
+        .collect();
+    let tids: HashSet<(u32, u32)> = snap.threads.iter().map(|t| (t.pid, t.tid)).collect();
     for a in &asleep {
         if let Some(p) = out.get_mut(&a.pid) {
             p.asleep += 1;
-            p.oldest_asleep_ns = p.oldest_asleep_ns.max(now_ns.saturating_sub(a.start_ns));
+            if !idle.contains(&(a.pid, a.word)) && !tids.contains(&(a.pid, a.val)) {
+                p.oldest_asleep_ns = p.oldest_asleep_ns.max(now_ns.saturating_sub(a.start_ns));
+            }
         }
     }
     let mut locks: HashMap<u32, HashMap<(String, &'static str), GroupValues>> = HashMap::new();

@@ -20,6 +20,7 @@ use crate::{
         funcs::{FuncModel, RunningCall},
         stacks::{MAX_STACK_ROWS, StackTable, StacksView, name_frames},
         sync::ThreadKey,
+        wait_kind::WaitKind,
     },
     symbolize::{CodeNamer, ObjectNamer},
     target::process,
@@ -399,6 +400,8 @@ impl State {
             }
         }
         snap.stacks = stacks;
+        classify_words(&mut snap);
+        snap.rank_threads_by_contention();
         if funcs.is_active() {
             let names: HashMap<(u32, u32), String> = snap
                 .threads
@@ -446,4 +449,28 @@ fn drop_foreign_holders(snap: &mut Snapshot<'_>) {
         keep
     });
     snap.model.waits_holder_unknown = snap.model.waits_holder_unknown.saturating_add(unknown);
+}
+
+/// Each futex word's kind from what the snapshot knows beyond the model: the waiter
+/// stacks sampled on it (the kind most of its waits in them tell), else a glibc mutex
+/// holder read at it.
+fn classify_words(snap: &mut Snapshot<'_>) {
+    let mut votes: HashMap<(u32, u64), HashMap<WaitKind, u64>> = HashMap::new();
+    for r in snap.stacks.iter().flat_map(|s| s.rows.iter()) {
+        if let Some(k) = WaitKind::of_frames(r.waiter.iter().map(String::as_str)) {
+            *votes
+                .entry((r.pid, r.object))
+                .or_default()
+                .entry(k)
+                .or_default() += r.edge.waits.max(1);
+        }
+    }
+    let held: HashSet<(u32, u64)> = snap.held_by.iter().map(|h| (h.pid, h.object)).collect();
+    snap.objects.classify(&mut |o| {
+        votes
+            .get(&(o.pid, o.addr))
+            .and_then(|v| v.iter().max_by_key(|&(k, n)| (*n, std::cmp::Reverse(*k))))
+            .map(|(k, _)| *k)
+            .or_else(|| held.contains(&(o.pid, o.addr)).then_some(WaitKind::Mutex))
+    });
 }

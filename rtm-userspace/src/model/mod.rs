@@ -13,6 +13,7 @@ pub mod stacks;
 pub mod sync;
 pub mod system;
 pub mod views;
+pub mod wait_kind;
 
 pub use dist::{Dist, DistSummary, HistogramBudget};
 pub use mpi::{RankEnv, TaskGraph, TaskView};

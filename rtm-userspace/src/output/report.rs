@@ -129,7 +129,7 @@ pub fn render(title: &str, run: &RunInfo, s: &Snapshot, top: usize) -> String {
                     1.0
                 };
                 vec![
-                    format!("{} {}", o.kind, o.label()),
+                    format!("{} {}", sections::kind_label(o), o.label()),
                     o.pid.to_string(),
                     if run.mode == Mode::Contention {
                         "-".into()
@@ -176,10 +176,13 @@ pub fn render(title: &str, run: &RunInfo, s: &Snapshot, top: usize) -> String {
         );
     }
 
+    sections::waiting_for_work(&mut out, s, top);
+
     let threads: Vec<_> = s.threads.iter().take(top).collect();
     let _ = writeln!(
         out,
-        "\nThreads by time spent waiting (top {} of {})",
+        "\nThreads by time spent waiting for locks (contention, or waits of unknown kind; \
+         \"for work\": waiting for work or for other threads; top {} of {})",
         threads.len(),
         s.threads.len()
     );
@@ -199,8 +202,13 @@ pub fn render(title: &str, run: &RunInfo, s: &Snapshot, top: usize) -> String {
                     t.pid.to_string(),
                     count(t.acquisitions),
                     count(t.contended),
-                    ns(t.wait.total_ns),
-                    pct(t.wait_share),
+                    ns(t.wait.total_ns - t.idle_wait_ns),
+                    pct(if t.observed_ns > 0 {
+                        ((t.wait.total_ns - t.idle_wait_ns) as f64 / t.observed_ns as f64).min(1.0)
+                    } else {
+                        0.0
+                    }),
+                    ns(t.idle_wait_ns),
                     ns(t.hold.total_ns),
                     ns(t.observed_ns),
                 ]
@@ -216,11 +224,12 @@ pub fn render(title: &str, run: &RunInfo, s: &Snapshot, top: usize) -> String {
                 "contended",
                 "waited",
                 "of its time",
+                "for work",
                 "held",
                 "observed",
             ],
             rows,
-            &[2, 6],
+            &[2, 7],
         );
     }
     sections::waits_for(&mut out, s, top);

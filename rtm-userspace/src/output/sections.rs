@@ -10,7 +10,7 @@ use super::{
     format::{count, mean_ns, ns, opt_ns, pct},
     table::table,
 };
-use crate::model::{ObjectRow, ObjectView, Row, Snapshot, sync::Role};
+use crate::model::{ObjectRow, ObjectView, Row, Snapshot, sync::Role, wait_kind::WaitKind};
 
 /// Objects shown in the main lock table: locks and futex words that were acquired,
 /// waited on, or failed a trylock or a timed call.
@@ -20,6 +20,62 @@ pub(super) fn is_lock(o: &ObjectRow) -> bool {
             o.key.primitive,
             Primitive::Mutex | Primitive::Spin | Primitive::RwLock | Primitive::Futex
         )
+        && !o.wait_kind.is_idle()
+}
+
+/// An object's kind as the tables name it: a futex word by what its waits are for when
+/// that is known (`mutex`, `condvar` ...), else `futex`.
+pub(super) fn kind_label(o: &ObjectView) -> String {
+    if o.kind == Primitive::Futex && o.wait_kind != WaitKind::Unknown {
+        o.wait_kind.name().to_string()
+    } else {
+        o.kind.to_string()
+    }
+}
+
+/// Futex words whose waits are for work or for another thread (condition variables,
+/// semaphores, barriers, joins, parked runtime threads), apart from the contention:
+/// their long sleeps are no lock's cost. (Full mode lists its pthread objects of those
+/// kinds in their own sections.)
+pub(super) fn waiting_for_work(out: &mut String, s: &Snapshot, top: usize) {
+    let idle = s
+        .objects
+        .rows()
+        .iter()
+        .filter(|o| o.active && o.key.primitive == Primitive::Futex && o.wait_kind.is_idle());
+    let total = idle.clone().count();
+    if total == 0 {
+        return;
+    }
+    let _ = writeln!(
+        out,
+        "\nWaiting for work or for other threads, not contention (condition variables, \
+         semaphores, barriers, joins, parked runtime threads; top {} of {total})",
+        top.min(total)
+    );
+    let rows: Vec<Vec<String>> = idle
+        .take(top)
+        .map(|o| {
+            let v = s.objects.view(o);
+            vec![
+                format!("{} {}", kind_label(&v), s.objects.label(o)),
+                v.pid.to_string(),
+                count(v.counts.contended),
+                ns(v.counts.contended_wait_ns),
+                mean_ns(v.wait.mean_ns),
+                opt_ns(v.wait.max_ns),
+                v.threads.to_string(),
+                count(v.counts.timeouts),
+            ]
+        })
+        .collect();
+    table(
+        out,
+        &[
+            "object", "pid", "sleeps", "waited", "wait avg", "wait max", "threads", "timeouts",
+        ],
+        &rows,
+    );
 }
 
 fn thread_label(s: &Snapshot, pid: u32, tid: u32) -> String {

@@ -107,12 +107,12 @@ impl LeftWaits {
     /// The threads of `threads` (pid, tid) asleep in a futex wait now (one that began
     /// before `before_ns`, when given), each with when its wait began: read from their
     /// entries and checked against /proc/PID/task/TID/syscall (an entry outlives its
-    /// wait). Nothing is taken.
+    /// wait), with its word and the value it expected there. Nothing is taken.
     pub fn asleep(
         &self,
         threads: impl IntoIterator<Item = (u32, u32)>,
         before_ns: Option<u64>,
-    ) -> Vec<(u32, u32, u64)> {
+    ) -> Vec<(u32, u32, u64, u64, u32)> {
         threads
             .into_iter()
             .filter_map(|(pid, tid)| {
@@ -123,7 +123,7 @@ impl LeftWaits {
                 let path = format!("/proc/{pid}/task/{tid}/syscall");
                 read_proc_text(path)
                     .is_ok_and(|s| in_futex_on(&s, f.uaddr))
-                    .then_some((pid, tid, f.start_ns))
+                    .then_some((pid, tid, f.start_ns, f.uaddr, f.val))
             })
             .collect()
     }

@@ -453,7 +453,13 @@ impl Source for KernelSource {
         };
         left.asleep(threads, before_ns)
             .into_iter()
-            .map(|(pid, tid, start_ns)| Asleep { pid, tid, start_ns })
+            .map(|(pid, tid, start_ns, word, val)| Asleep {
+                pid,
+                tid,
+                start_ns,
+                word,
+                val,
+            })
             .collect()
     }
 

@@ -12,6 +12,7 @@ use serde::Serialize;
 use super::{
     dist::DistSummary,
     sync::{Counts, Role, ThreadKey, barrier::Round},
+    wait_kind::WaitKind,
 };
 
 /// Serializes an address as a hex string, the way people read them.
@@ -51,6 +52,10 @@ pub struct ThreadView {
     pub observed_ns: u64,
     /// wait.total_ns / observed_ns.
     pub wait_share: f64,
+    /// Of `wait`, the time waiting for work or for another thread (condition
+    /// variables, semaphores, barriers, joins, parking: see [`WaitKind::is_idle`]), ns:
+    /// the rest is contention or of unknown kind.
+    pub idle_wait_ns: u64,
 }
 
 /// A synchronization object and its totals over every thread that used it.
@@ -60,6 +65,9 @@ pub struct ObjectView {
     pub pid: u32,
     /// Kind of object.
     pub kind: Primitive,
+    /// What its waits are for: contention (mutex, rwlock, spinlock), waiting for work
+    /// or another thread (condvar, semaphore, barrier, join, park), or unknown.
+    pub wait_kind: WaitKind,
     /// Address in the process.
     #[serde(serialize_with = "hex")]
     pub addr: u64,

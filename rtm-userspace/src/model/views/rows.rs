@@ -12,6 +12,7 @@ use super::{BarrierView, EdgeView, ObjectView, WaitsForView};
 use crate::model::{
     dist::Dist,
     sync::{Counts, EdgeKey, EdgeStats, ObjectKey, ObjectMeta, SyncGraph, barrier},
+    wait_kind::WaitKind,
 };
 
 /// A row of a list that becomes a view when read.
@@ -174,6 +175,8 @@ pub struct ObjectRow<'g> {
     /// Whether it was acquired, waited on, or failed a trylock or a timed call (a futex
     /// word: whether a wait on it slept or timed out).
     pub active: bool,
+    /// What its waits are for (a futex word's from [`Objects::classify`]).
+    pub wait_kind: WaitKind,
 }
 
 /// The objects, most contended wait first.
@@ -221,6 +224,12 @@ impl<'g> Objects<'g> {
                 ObjectRow {
                     key,
                     meta,
+                    wait_kind: WaitKind::of_primitive(key.primitive).unwrap_or_else(|| {
+                        names
+                            .get(key)
+                            .and_then(|n| WaitKind::of_name(n))
+                            .unwrap_or_default()
+                    }),
                     first: first as u32,
                     len: len as u32,
                     // A futex word whose waits all returned without sleeping kept
@@ -273,6 +282,19 @@ impl<'g> Objects<'g> {
         &self.rows
     }
 
+    /// Sets each futex word's kind that `kind_of` tells (from what the snapshot knows
+    /// beyond the model: holders, stacks); words it says nothing of keep theirs.
+    pub fn classify(&mut self, kind_of: &mut dyn FnMut(&ObjectKey) -> Option<WaitKind>) {
+        for r in &mut self.rows {
+            if r.key.primitive == Primitive::Futex
+                && r.wait_kind == WaitKind::Unknown
+                && let Some(k) = kind_of(r.key)
+            {
+                r.wait_kind = k;
+            }
+        }
+    }
+
     /// The views, in order, made as they are read.
     pub fn iter(&self) -> impl Iterator<Item = ObjectView> + '_ {
         self.rows.iter().map(|r| self.view(r))
@@ -320,6 +342,7 @@ impl<'g> Objects<'g> {
         ObjectView {
             pid: key.pid,
             kind: key.primitive,
+            wait_kind: row.wait_kind,
             addr: key.addr,
             name: self.names.get(key).map(|n| n.to_string()),
             threads,

@@ -4,7 +4,10 @@
 //! time as they are read ([`super::rows`]), so a snapshot of a large graph costs tens of
 //! bytes per object and edge, not copies of them.
 
-use std::{borrow::Cow, collections::HashMap};
+use std::{
+    borrow::Cow,
+    collections::{HashMap, HashSet},
+};
 
 use rtm_common::Primitive;
 use serde::Serialize;
@@ -228,6 +231,7 @@ fn thread_views(graph: &SyncGraph, window: Window) -> Vec<ThreadView> {
                 wait,
                 hold: hold.summary(),
                 observed_ns,
+                idle_wait_ns: 0,
             }
         })
         .collect();
@@ -365,6 +369,47 @@ fn lock_order_view(
         over_cap: order.over_cap,
         inversions,
     })
+}
+
+impl Snapshot<'_> {
+    /// Each thread's time waiting for work or for other threads (on objects whose kind
+    /// [`WaitKind::is_idle`]), and the threads ranked by the rest of their wait: the
+    /// contention, or waits of unknown kind, most first. Run once the objects' kinds
+    /// are known.
+    pub fn rank_threads_by_contention(&mut self) {
+        let idle: HashSet<ObjectKey> = self
+            .objects
+            .rows()
+            .iter()
+            .filter(|o| o.wait_kind.is_idle())
+            .map(|o| *o.key)
+            .collect();
+        let mut by_thread: HashMap<ThreadKey, u64> = HashMap::new();
+        for e in self.edges.rows() {
+            if idle.contains(&e.key.object()) {
+                let t = by_thread.entry(e.key.thread()).or_default();
+                *t = t.saturating_add(e.stats.wait_total());
+            }
+        }
+        for t in &mut self.threads {
+            let key = ThreadKey {
+                pid: t.pid,
+                tid: t.tid,
+            };
+            t.idle_wait_ns = by_thread
+                .get(&key)
+                .copied()
+                .unwrap_or(0)
+                .min(t.wait.total_ns);
+        }
+        self.threads.sort_by(|a, b| {
+            let busy = |t: &ThreadView| t.wait.total_ns - t.idle_wait_ns;
+            busy(b)
+                .cmp(&busy(a))
+                .then(b.wait.total_ns.cmp(&a.wait.total_ns))
+                .then((a.pid, a.tid).cmp(&(b.pid, b.tid)))
+        });
+    }
 }
 
 /// Who held the mutex a thread waited on when its wait began.

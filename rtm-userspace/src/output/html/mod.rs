@@ -58,8 +58,15 @@ fn embed(v: &serde_json::Value) -> String {
 pub fn render(doc: &Doc) -> String {
     let g = &doc.sync_graph;
     let mut objects: Vec<_> = g.objects.iter().collect();
-    objects
-        .sort_by_key(|o| std::cmp::Reverse((o.contended_wait_ns, o.wait.total_ns, o.acquisitions)));
+    // Contention first; waiting for work (condition variables, joins ...) after it.
+    objects.sort_by_key(|o| {
+        std::cmp::Reverse((
+            !o.is_idle(),
+            o.contended_wait_ns,
+            o.wait.total_ns,
+            o.acquisitions,
+        ))
+    });
     let shown: Vec<_> = objects.iter().take(MAX_ROWS).collect();
     let rest = &objects[shown.len()..];
     let keys: std::collections::HashSet<(u32, &str)> =
@@ -73,7 +80,7 @@ pub fn render(doc: &Doc) -> String {
             "label": o.label(), "pid": o.pid, "addr": o.addr, "acquisitions": o.acquisitions,
             "contended": o.contended, "wait_total": o.wait.total_ns, "wait_avg": o.wait.mean_ns,
             "wait_max": o.wait.max_ns, "hold_avg": o.hold.mean_ns, "hold_max": o.hold.max_ns,
-            "threads": o.threads,
+            "threads": o.threads, "wait_kind": o.wait_kind, "idle": o.is_idle(),
         })).collect::<Vec<_>>(),
         "edges": g.edges.iter().filter(|e| keys.contains(&(e.pid, e.object.as_str()))).take(MAX_ROWS * 8).map(|e| json!({
             "pid": e.pid, "tid": e.tid, "object": e.object, "role": e.role,

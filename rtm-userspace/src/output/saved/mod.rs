@@ -83,6 +83,15 @@ pub struct Thread {
     pub hold: Dist,
     pub observed_ns: u64,
     pub wait_share: f64,
+    pub idle_wait_ns: u64,
+}
+
+impl Thread {
+    /// Its wait for locks (contention or waits of unknown kind): the rest of its wait
+    /// after waiting for work.
+    pub fn lock_wait_ns(&self) -> u64 {
+        self.wait.total_ns.saturating_sub(self.idle_wait_ns)
+    }
 }
 
 /// A thread's key.
@@ -122,6 +131,7 @@ pub struct Barrier {
 pub struct Object {
     pub pid: u32,
     pub kind: String,
+    pub wait_kind: String,
     pub addr: String,
     pub name: Option<String>,
     pub threads: u64,
@@ -145,6 +155,29 @@ impl Object {
             Some(n) => n.clone(),
             None => format!("{} {}", self.kind, self.addr),
         }
+    }
+
+    /// Its row's name in the tables: its kind (a futex word's by what its waits are
+    /// for, when known), then its symbol or address.
+    pub fn titled(&self) -> String {
+        let kind = match self.wait_kind.as_str() {
+            "" | "unknown" => &self.kind,
+            k if self.kind == "futex" => k,
+            _ => &self.kind,
+        };
+        match &self.name {
+            Some(n) => format!("{kind} {n}"),
+            None => format!("{kind} {}", self.addr),
+        }
+    }
+
+    /// Waiting for work or for another thread (a condition variable, semaphore,
+    /// barrier, join or parked thread), not contention.
+    pub fn is_idle(&self) -> bool {
+        matches!(
+            self.wait_kind.as_str(),
+            "condvar" | "semaphore" | "barrier" | "join" | "park"
+        )
     }
 }
 

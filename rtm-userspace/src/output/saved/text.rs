@@ -125,22 +125,14 @@ pub fn render(doc: &Doc, top: usize) -> String {
     out
 }
 
-/// The sync graph's tables.
-fn sync_sections(out: &mut String, doc: &Doc, top: usize) {
-    let g = &doc.sync_graph;
-    let mut objects: Vec<_> = g.objects.iter().collect();
-    objects.sort_by_key(|o| std::cmp::Reverse((o.contended_wait_ns, o.wait.total_ns)));
-    out.push_str(&format!(
-        "\nMost contended objects by time waiting (top {} of {})\n",
-        top.min(objects.len()),
-        objects.len()
-    ));
+/// The object rows of `objects`, first `top`.
+fn objects_table(out: &mut String, objects: &[&super::Object], top: usize) {
     let rows: Vec<Vec<String>> = objects
         .iter()
         .take(top)
         .map(|o| {
             vec![
-                o.label(),
+                o.titled(),
                 o.pid.to_string(),
                 count(o.acquisitions),
                 count(o.contended),
@@ -169,11 +161,35 @@ fn sync_sections(out: &mut String, doc: &Doc, top: usize) {
         ],
         &rows,
     );
+}
+
+/// The sync graph's tables.
+fn sync_sections(out: &mut String, doc: &Doc, top: usize) {
+    let g = &doc.sync_graph;
+    let mut objects: Vec<_> = g.objects.iter().collect();
+    objects.sort_by_key(|o| std::cmp::Reverse((o.contended_wait_ns, o.wait.total_ns)));
+    let (idle, objects): (Vec<_>, Vec<_>) = objects.into_iter().partition(|o| o.is_idle());
+    out.push_str(&format!(
+        "\nMost contended objects by time waiting (top {} of {})\n",
+        top.min(objects.len()),
+        objects.len()
+    ));
+    objects_table(out, &objects, top);
+    if !idle.is_empty() {
+        out.push_str(&format!(
+            "\nWaiting for work or for other threads, not contention (condition variables, \
+             semaphores, barriers, joins, parked runtime threads; top {} of {})\n",
+            top.min(idle.len()),
+            idle.len()
+        ));
+        objects_table(out, &idle, top);
+    }
 
     let mut threads: Vec<_> = g.threads.iter().collect();
-    threads.sort_by_key(|t| std::cmp::Reverse(t.wait.total_ns));
+    threads.sort_by_key(|t| std::cmp::Reverse((t.lock_wait_ns(), t.wait.total_ns)));
     out.push_str(&format!(
-        "\nThreads by time spent waiting (top {} of {})\n",
+        "\nThreads by time spent waiting for locks (contention, or waits of unknown kind; \
+         \"for work\": waiting for work or for other threads; top {} of {})\n",
         top.min(threads.len()),
         threads.len()
     ));
@@ -186,8 +202,13 @@ fn sync_sections(out: &mut String, doc: &Doc, top: usize) {
                 t.pid.to_string(),
                 count(t.acquisitions),
                 count(t.contended),
-                ns(t.wait.total_ns),
-                pct(t.wait_share),
+                ns(t.lock_wait_ns()),
+                pct(if t.observed_ns > 0 {
+                    (t.lock_wait_ns() as f64 / t.observed_ns as f64).min(1.0)
+                } else {
+                    t.wait_share
+                }),
+                ns(t.idle_wait_ns),
                 ns(t.hold.total_ns),
             ]
         })
@@ -201,6 +222,7 @@ fn sync_sections(out: &mut String, doc: &Doc, top: usize) {
             "contended",
             "waited",
             "of its time",
+            "for work",
             "held",
         ],
         &rows,
