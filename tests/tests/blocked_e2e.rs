@@ -50,11 +50,45 @@ fn snapshot(pids: &[u32]) -> (Option<i32>, String, Value) {
         "{}\n{report}",
         String::from_utf8_lossy(&out.stderr)
     );
-    (
-        out.status.code(),
-        report,
-        read_json(&json)["blocked"].clone(),
-    )
+    let doc = read_json(&json)["blocked"].clone();
+    // No thread was off its CPU longer than its process has existed (the ages are read
+    // after the snapshot: longer than when it read each thread).
+    for b in doc["blocked"].as_array().unwrap() {
+        if let Some(off) = b["off_cpu_ns"].as_u64() {
+            let age = process_age_ns(b["pid"].as_u64().unwrap());
+            assert!(
+                off <= age,
+                "off CPU {off} ns in a process {age} ns old: {b}"
+            );
+        }
+    }
+    (out.status.code(), report, doc)
+}
+
+/// How long process `pid` has existed: CLOCK_BOOTTIME now less its start (`stat` field
+/// 22, clock ticks since boot).
+fn process_age_ns(pid: u64) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let ticks: u64 = stat
+        .rsplit_once(')')
+        .unwrap()
+        .1
+        .split_whitespace()
+        .nth(19)
+        .unwrap()
+        .parse()
+        .unwrap();
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as u64;
+    let mut now = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `now` is a valid out-pointer.
+    let read = unsafe { libc::clock_gettime(libc::CLOCK_BOOTTIME, &mut now) };
+    assert_eq!(read, 0, "CLOCK_BOOTTIME");
+    let now_ns = now.tv_sec as u64 * 1_000_000_000 + now.tv_nsec as u64;
+    now_ns - ticks * 1_000_000_000 / hz
 }
 
 fn tid(t: &HashMap<String, String>) -> u64 {

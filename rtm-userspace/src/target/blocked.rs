@@ -60,27 +60,65 @@ fn parse_switches(status: &str) -> Option<u64> {
     Some(field("voluntary_ctxt_switches")? + field("nonvoluntary_ctxt_switches")?)
 }
 
-/// `se.exec_start` of a `sched` file: when the task last ran, in ms of the scheduler's
-/// clock.
-fn exec_start_ms(text: &str) -> Option<f64> {
-    text.lines()
-        .find_map(|l| l.strip_prefix("se.exec_start"))?
-        .trim_start_matches([' ', ':'])
-        .trim()
-        .parse()
-        .ok()
+/// What a `sched` file says of a thread's last run: when it was (`se.exec_start`, ms on
+/// the task clock of the CPU it ran on; 0 when it has not run since it was created or
+/// moved to another CPU: the kernel zeroes it then), and counts that change when it runs
+/// or moves.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct LastRun {
+    exec_start_ms: f64,
+    switches: Option<u64>,
+    migrations: Option<u64>,
 }
 
-/// The CPU thread `tid` of `pid` last ran on (`stat` field 39).
-fn last_cpu(pid: u32, tid: u32) -> Option<u32> {
-    let stat = read_proc_text(format!("/proc/{pid}/task/{tid}/stat")).ok()?;
+fn parse_last_run(text: &str) -> Option<LastRun> {
+    let field = |name: &str| {
+        text.lines()
+            .find_map(|l| l.strip_prefix(name)?.trim_start().strip_prefix(':'))
+            .map(str::trim)
+    };
+    Some(LastRun {
+        exec_start_ms: field("se.exec_start")?.parse().ok()?,
+        switches: field("nr_switches").and_then(|v| v.parse().ok()),
+        migrations: field("se.nr_migrations").and_then(|v| v.parse().ok()),
+    })
+}
+
+fn last_run(pid: u32, tid: u32) -> Option<LastRun> {
+    parse_last_run(&read_proc_text(format!("/proc/{pid}/task/{tid}/sched")).ok()?)
+}
+
+/// What a thread's `stat` says: its state, the CPU it last ran on (field 39), and when
+/// it started (field 22, clock ticks since boot).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct TaskStat {
+    state: char,
+    cpu: u32,
+    start_ticks: u64,
+}
+
+fn parse_task_stat(stat: &str) -> Option<TaskStat> {
     // Counting from the state (field 3) after the comm's ')'.
-    stat.rsplit_once(')')?
-        .1
-        .split_whitespace()
-        .nth(36)?
-        .parse()
-        .ok()
+    let mut f = stat.rsplit_once(')')?.1.split_whitespace();
+    let state = f.next()?.chars().next()?;
+    let start_ticks = f.nth(18)?.parse().ok()?;
+    let cpu = f.nth(16)?.parse().ok()?;
+    Some(TaskStat {
+        state,
+        cpu,
+        start_ticks,
+    })
+}
+
+/// Nanoseconds from `exec_start_ms` to `now_ms` (both on one CPU's task clock), for a
+/// thread alive `age_ns`: None when there is no last run (0), or when it would be longer
+/// than the thread lived, which no true reading is.
+fn off_cpu_within(now_ms: f64, exec_start_ms: f64, age_ns: u64) -> Option<u64> {
+    if exec_start_ms <= 0.0 {
+        return None;
+    }
+    let off = ((now_ms - exec_start_ms).max(0.0) * 1e6) as u64;
+    (off <= age_ns).then_some(off)
 }
 
 /// How long threads have been off their CPU, from when the scheduler last ran them.
@@ -100,15 +138,27 @@ pub struct CpuClocks {
 impl CpuClocks {
     /// Nanoseconds since thread `tid` of `pid` last ran: for a blocked thread, about
     /// how long it has been blocked. None when unknown (never a guess).
+    ///
+    /// The CPU is read between two equal reads of the last run, while the thread is not
+    /// runnable: a thread woken in between may have moved to another CPU (whose clock
+    /// its last run is not on) and have no last run until it runs (read then, the time
+    /// since was the whole of the CPU's clock: 1224 s in a 20 s old process).
     pub fn off_cpu_ns(&mut self, pid: u32, tid: u32) -> Option<u64> {
-        let theirs = exec_start_ms(&read_proc_text(format!("/proc/{pid}/task/{tid}/sched")).ok()?)?;
-        let cpu = last_cpu(pid, tid)?;
+        let run = last_run(pid, tid)?;
+        let stat = read_proc_text(format!("/proc/{pid}/task/{tid}/stat")).ok()?;
+        let stat = parse_task_stat(&stat)?;
+        if stat.state == 'R' || last_run(pid, tid)? != run {
+            return None;
+        }
         let offset = (*self
             .offsets
-            .entry(cpu)
-            .or_insert_with(|| clock_offset_ms(cpu)))?;
+            .entry(stat.cpu)
+            .or_insert_with(|| clock_offset_ms(stat.cpu)))?;
         let now = super::process::monotonic_ns() as f64 / 1e6 + offset;
-        Some(((now - theirs).max(0.0) * 1e6) as u64)
+        let started_ns =
+            stat.start_ticks.checked_mul(1_000_000_000)? / super::process::ticks_per_second()?;
+        let age_ns = super::process::clock_ns(libc::CLOCK_BOOTTIME).checked_sub(started_ns)?;
+        off_cpu_within(now, run.exec_start_ms, age_ns)
     }
 }
 
@@ -132,7 +182,7 @@ fn clock_offset_ms(cpu: u32) -> Option<f64> {
         if unsafe { libc::sched_getcpu() } != cpu as i32 {
             return None;
         }
-        let ours = exec_start_ms(&read_proc_text("/proc/thread-self/sched").ok()?)?;
+        let ours = parse_last_run(&read_proc_text("/proc/thread-self/sched").ok()?)?.exec_start_ms;
         Some(ours - super::process::monotonic_ns() as f64 / 1e6)
     };
     std::thread::scope(|s| s.spawn(read).join().ok().flatten())
@@ -198,10 +248,51 @@ mod tests {
     }
 
     #[test]
-    fn exec_start_parses() {
-        let t = "x (1, #threads: 1)\n---\nse.exec_start                                :      12359253.988150\n";
-        assert_eq!(exec_start_ms(t), Some(12359253.988150));
-        assert_eq!(exec_start_ms("nothing"), None);
+    fn last_runs_parse() {
+        let t = "x (1, #threads: 1)\n---\n\
+            se.exec_start                                :      12359253.988150\n\
+            se.vruntime                                  :        107458.963208\n\
+            se.nr_migrations                             :                    2\n\
+            nr_switches                                  :                  370\n\
+            nr_voluntary_switches                        :                  369\n";
+        let run = parse_last_run(t).unwrap();
+        assert_eq!(run.exec_start_ms, 12359253.988150);
+        assert_eq!((run.switches, run.migrations), (Some(370), Some(2)));
+        assert_eq!(parse_last_run("nothing"), None);
+        // This thread's own: it is running, so it has run.
+        let own = parse_last_run(&read_proc_text("/proc/thread-self/sched").unwrap()).unwrap();
+        assert!(own.exec_start_ms > 0.0 && own.switches.is_some() && own.migrations.is_some());
+    }
+
+    #[test]
+    fn task_stats_parse_after_any_command_name() {
+        // Field N holds N, after a command name with spaces and parentheses.
+        let fields: Vec<String> = (4..=52).map(|n| n.to_string()).collect();
+        let stat = format!("17 (a) b (c) S {}\n", fields.join(" "));
+        let want = TaskStat {
+            state: 'S',
+            cpu: 39,
+            start_ticks: 22,
+        };
+        assert_eq!(parse_task_stat(&stat), Some(want));
+        assert_eq!(parse_task_stat("17 (a) S 4 5"), None);
+    }
+
+    #[test]
+    fn off_cpu_is_unknown_without_a_last_run_or_longer_than_the_thread_lived() {
+        assert_eq!(
+            off_cpu_within(1500.0, 1000.0, 600_000_000),
+            Some(500_000_000)
+        );
+        assert_eq!(
+            off_cpu_within(1500.0, 1000.0, 500_000_000),
+            Some(500_000_000)
+        );
+        assert_eq!(off_cpu_within(1500.0, 1000.0, 499_999_999), None);
+        // No last run: the kernel zeroed it when it moved the thread.
+        assert_eq!(off_cpu_within(24_234_410.0, 0.0, u64::MAX), None);
+        // Clocks read a little apart: never below zero.
+        assert_eq!(off_cpu_within(999.0, 1000.0, 1), Some(0));
     }
 
     #[test]
@@ -248,5 +339,84 @@ mod tests {
         );
         // The clock of a CPU this process can run on is known.
         assert!(clocks.offsets.values().all(Option::is_some), "{clocks:?}");
+    }
+    /// Pins thread `tid` (0: the caller) to `cpu` alone.
+    fn pin(tid: i32, cpu: i32) {
+        // SAFETY: a zeroed set is valid; CPU_SET writes inside it (cpu < 1024).
+        let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+        // SAFETY: see above.
+        unsafe { libc::CPU_SET(cpu as usize, &mut set) };
+        // SAFETY: a thread of this process, from a valid set.
+        let r = unsafe { libc::sched_setaffinity(tid, std::mem::size_of_val(&set), &set) };
+        assert_eq!(r, 0, "pinning {tid} to CPU {cpu}");
+    }
+
+    /// A thread woken onto another CPU than it slept on has no last run until it runs
+    /// again: the kernel zeroes its `se.exec_start` when it moves it. Read then, "since
+    /// it last ran" was the whole of that CPU's clock (hours on a machine up for hours).
+    /// The CPU it is moved to is kept busy, so the read comes before it runs.
+    #[test]
+    fn a_thread_moved_to_another_cpu_is_never_off_cpu_longer_than_it_lived() {
+        use std::sync::{
+            atomic::{AtomicBool, Ordering},
+            mpsc,
+        };
+        let cpus = crate::target::host::online_cpus().unwrap();
+        let [a, b, ..] = cpus[..] else {
+            eprintln!("not run: it needs two CPUs, this machine has {cpus:?}");
+            return;
+        };
+        let born = crate::target::process::monotonic_ns();
+        let stop = AtomicBool::new(false);
+        let (wake, woken) = mpsc::channel::<bool>();
+        let (ack, acked) = mpsc::channel::<i32>();
+        let mut reads = Vec::new();
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                pin(0, b);
+                while !stop.load(Ordering::Relaxed) {
+                    std::hint::spin_loop();
+                }
+            });
+            s.spawn(move || {
+                // SAFETY: gettid has no preconditions.
+                let tid = unsafe { libc::gettid() };
+                // Back on CPU a after each wake, then asleep there.
+                loop {
+                    pin(0, a);
+                    ack.send(tid).unwrap();
+                    if !woken.recv().unwrap() {
+                        break;
+                    }
+                }
+            });
+            pin(0, a);
+            let mut clocks = CpuClocks::default();
+            clocks.offsets.insert(b as u32, clock_offset_ms(b as u32));
+            for _ in 0..100 {
+                let tid = acked.recv().unwrap();
+                std::thread::sleep(std::time::Duration::from_millis(2));
+                // Asleep on a: moved to b when it wakes.
+                pin(tid, b);
+                wake.send(true).unwrap();
+                let off = clocks.off_cpu_ns(std::process::id(), tid as u32);
+                let lived = crate::target::process::monotonic_ns() - born;
+                reads.push((off, lived));
+            }
+            acked.recv().unwrap();
+            wake.send(false).unwrap();
+            stop.store(true, Ordering::Relaxed);
+        });
+        let known = reads.iter().filter(|(o, _)| o.is_some()).count();
+        println!("{known} of {} reads known", reads.len());
+        let impossible: Vec<_> = reads
+            .iter()
+            .filter(|(off, lived)| off.is_some_and(|o| o > *lived))
+            .collect();
+        assert!(
+            impossible.is_empty(),
+            "{} reads off CPU longer than alive (off, alive ns): {impossible:?}",
+            impossible.len()
+        );
     }
 }

@@ -185,7 +185,8 @@ pub fn thread_start_ns(pid: u32, tid: u32) -> Option<u64> {
     Some((since_boot_ns as i128 - offset).clamp(0, mono) as u64)
 }
 
-fn ticks_per_second() -> Option<u64> {
+/// Clock ticks per second, the unit of `stat`'s times.
+pub(crate) fn ticks_per_second() -> Option<u64> {
     // SAFETY: sysconf has no memory-safety preconditions.
     let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
     (hz > 0).then_some(hz as u64)
