@@ -6,7 +6,7 @@ fn main() {
     let out = PathBuf::from(env::var_os("OUT_DIR").expect("OUT_DIR"));
     let src =
         PathBuf::from(env::var_os("CARGO_MANIFEST_DIR").expect("manifest dir")).join("workloads");
-    let builds: [(&str, &[&str]); 23] = [
+    let builds: [(&str, &[&str]); 24] = [
         // Call-stack tests: without frame pointers, with them, and static.
         (
             "stack_workload",
@@ -24,6 +24,8 @@ fn main() {
             "stack_workload_static",
             &["-O2", "-g", "-pthread", "-fomit-frame-pointer", "-static"],
         ),
+        // Functions named with letters that are C++ type codes.
+        ("short_names", &["-O2", "-g", "-pthread"]),
         ("idle_threads", &["-O2", "-g", "-pthread"]),
         ("fork_children", &["-O2", "-g", "-pthread"]),
         ("pingpong", &["-O2", "-g", "-pthread"]),

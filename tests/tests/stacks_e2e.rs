@@ -91,11 +91,17 @@ fn frames(row: &Value, side: &str) -> Vec<String> {
 /// Asserts that `names` appear in `stack` as functions of the workload's source, in
 /// this order, innermost first.
 fn in_order(stack: &[String], names: &[&str]) {
+    in_order_in(stack, "stack_workload.c", names);
+}
+
+/// Asserts that `names` appear in `stack` as functions of the source file `file`, in
+/// this order, innermost first.
+fn in_order_in(stack: &[String], file: &str, names: &[&str]) {
     let mut last = None;
     for n in names {
         let at = stack
             .iter()
-            .position(|f| f.starts_with(&format!("{n}+")) && f.contains("stack_workload.c:"))
+            .position(|f| f.starts_with(&format!("{n}+")) && f.contains(&format!("{file}:")))
             .unwrap_or_else(|| panic!("no frame {n} (with its source line) in {stack:#?}"));
         assert!(last < Some(at), "{n} out of order in {stack:#?}");
         last = Some(at);
@@ -524,4 +530,87 @@ fn the_timeline_has_each_woken_waits_stacks_at_its_wake() {
         "{known} of {} known",
         chain.len()
     );
+}
+
+/// The output of `tool args` (binutils), which must succeed.
+fn binutils(tool: &str, args: &[&str]) -> String {
+    let out = Command::new(tool)
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("running {tool} (binutils): {e}"));
+    assert!(out.status.success(), "{tool} {args:?} failed");
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// A C program's static functions named with one letter (w -> d -> the lock, w -> i ->
+/// the unlock) are named as binutils name them: each of its frames by a function of its
+/// symbol table (nm), at an address addr2line puts in that function and at that line;
+/// never by the C++ types the letters also encode (wchar_t, double, int).
+#[test]
+fn one_letter_functions_are_named_as_their_symbols_not_as_types() {
+    let Some(t) = traced("stacks, one-letter names", "short_names", &[]) else {
+        return;
+    };
+    let program = workload("short_names").display().to_string();
+    // Function symbols (nm's t and T) by name.
+    let functions: std::collections::HashMap<String, u64> =
+        binutils("nm", &["--defined-only", &program])
+            .lines()
+            .filter_map(|l| match l.split_whitespace().collect::<Vec<_>>()[..] {
+                [addr, "t" | "T", name] => {
+                    Some((name.to_owned(), u64::from_str_radix(addr, 16).ok()?))
+                }
+                _ => None,
+            })
+            .collect();
+    let lock = address(&t.stdout, "lock");
+    let rows = t.json["sync_graph"]["stacks"]["rows"].as_array().unwrap();
+    let row = rows
+        .iter()
+        .find(|r| r["object"].as_str() == Some(lock.as_str()))
+        .unwrap_or_else(|| panic!("no stacks for lock: {rows:#?}"));
+    in_order_in(&frames(row, "waiter"), "short_names.c", &["d", "w"]);
+    in_order_in(&frames(row, "waker"), "short_names.c", &["i", "w"]);
+    let own: Vec<String> = rows
+        .iter()
+        .flat_map(|r| [frames(r, "waiter"), frames(r, "waker")])
+        .flatten()
+        .filter(|f| f.contains("short_names.c:"))
+        .collect();
+    for f in &own {
+        // `NAME+0xOFF (short_names.c:LINE)`
+        let (name, rest) = f.split_once('+').unwrap();
+        let start = functions
+            .get(name)
+            .unwrap_or_else(|| panic!("{f}: {name} is no function of the program"));
+        if f.contains("[inlined:") {
+            // addr2line -f names the innermost function inlined there.
+            continue;
+        }
+        let off = rest.strip_prefix("0x").unwrap().split(' ').next().unwrap();
+        let line: String = rest
+            .split("short_names.c:")
+            .nth(1)
+            .unwrap()
+            .chars()
+            .take_while(char::is_ascii_digit)
+            .collect();
+        let at = format!("{:#x}", start + u64::from_str_radix(off, 16).unwrap());
+        let truth = binutils("addr2line", &["-f", "-e", &program, &at]);
+        let (truth_name, truth_line) = truth.trim_end().split_once('\n').unwrap();
+        assert_eq!(truth_name, name, "{f}: addr2line says {truth}");
+        // `PATH:LINE`, then maybe ` (discriminator N)`.
+        let truth_line = truth_line.split_whitespace().next().unwrap();
+        assert!(
+            truth_line.ends_with(&format!("/short_names.c:{line}")),
+            "{f}: addr2line says {truth}"
+        );
+    }
+    for ty in ["wchar_t", "double", "int"] {
+        assert!(
+            !own.iter().any(|f| f.starts_with(&format!("{ty}+"))),
+            "{own:#?}"
+        );
+        assert!(!t.report.contains(&format!(" {ty}+0x")), "{}", t.report);
+    }
 }

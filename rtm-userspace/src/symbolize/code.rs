@@ -2,6 +2,7 @@
 //! file each address lies in; `file+0xOFF` when the file has no symbols.
 
 use std::{
+    borrow::Cow,
     collections::HashMap,
     fs::File,
     os::fd::AsRawFd as _,
@@ -28,10 +29,31 @@ pub struct CodeNamer {
 impl Default for CodeNamer {
     fn default() -> Self {
         Self {
-            symbolizer: Symbolizer::new(),
+            // Names are demangled here, only when mangled (see `demangle`).
+            symbolizer: Symbolizer::builder().enable_demangling(false).build(),
             cache: HashMap::new(),
         }
     }
+}
+
+/// A function's name as its source spells it. Only names with a mangling scheme's prefix
+/// (`_Z`: C++'s and Rust's legacy one; `_R`: Rust's v0) are demangled: blazesym hands a
+/// name of no known language (a C file's, any ELF symbol's) to the C++ demangler as it is,
+/// which reads a C function `w` as the type code of `wchar_t` (`d` as `double`, `i` as
+/// `int`).
+fn demangle(name: &str) -> Cow<'_, str> {
+    if !(name.starts_with("_Z") || name.starts_with("_R")) {
+        return Cow::Borrowed(name);
+    }
+    if let Ok(rust) = rustc_demangle::try_demangle(name) {
+        // `{:#}`: without the hash suffix.
+        return Cow::Owned(format!("{rust:#}"));
+    }
+    let cpp = name
+        .starts_with("_Z")
+        .then(|| cpp_demangle::Symbol::new(name).ok()?.demangle().ok())
+        .flatten();
+    cpp.map_or(Cow::Borrowed(name), Cow::Owned)
 }
 
 fn file_name(path: &Path) -> String {
@@ -88,7 +110,7 @@ impl CodeNamer {
         };
         match syms.pop() {
             Some(Symbolized::Sym(sym)) => {
-                let mut s = format!("{}+{:#x}", sym.name, sym.offset);
+                let mut s = format!("{}+{:#x}", demangle(&sym.name), sym.offset);
                 let at = |s: &mut String, ci: &blazesym::symbolize::CodeInfo| {
                     s.push_str(&format!(" ({}", ci.file.to_string_lossy()));
                     if let Some(line) = ci.line {
@@ -103,7 +125,7 @@ impl CodeNamer {
                 // running there.
                 for (i, f) in sym.inlined.iter().enumerate() {
                     s.push_str(if i == 0 { " [inlined: " } else { " > " });
-                    s.push_str(&f.name);
+                    s.push_str(&demangle(&f.name));
                     if let Some(ci) = &f.code_info {
                         at(&mut s, ci);
                     }
@@ -137,5 +159,68 @@ mod tests {
             .expect("mapped");
         assert!(name.contains("a_function_to_find+0x1"), "{name}");
         assert!(name.contains("code.rs:"), "{name}");
+    }
+
+    // A function `w` without debug information, like a C file's `static void *w(void *)`
+    // (both are named from the symbol table, in no known language), and a function that
+    // returns its address (a local symbol has no name in Rust).
+    #[cfg(target_arch = "x86_64")]
+    std::arch::global_asm!(
+        ".pushsection .text.rtm_code_test_w, \"ax\", @progbits",
+        ".type w, @function",
+        "w:",
+        "nop",
+        "nop",
+        "nop",
+        "nop",
+        "nop",
+        "nop",
+        "nop",
+        "ret",
+        ".size w, . - w",
+        ".globl rtm_code_test_w_address",
+        ".type rtm_code_test_w_address, @function",
+        "rtm_code_test_w_address:",
+        "lea rax, [rip + w]",
+        "ret",
+        ".size rtm_code_test_w_address, . - rtm_code_test_w_address",
+        ".popsection",
+    );
+
+    #[cfg(target_arch = "x86_64")]
+    unsafe extern "C" {
+        fn rtm_code_test_w_address() -> u64;
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn a_function_named_like_a_mangled_type_keeps_its_name() {
+        // SAFETY: it only computes an address.
+        let w = unsafe { rtm_code_test_w_address() };
+        let mut objects = ObjectNamer::default();
+        let name = CodeNamer::default()
+            .name(&mut objects, std::process::id(), w + 4)
+            .expect("mapped");
+        assert_eq!(name, "w+0x4");
+    }
+
+    #[test]
+    fn only_mangled_names_are_demangled() {
+        // What the C++ demangler makes of plain C names: types.
+        for (plain, ty) in [("w", "wchar_t"), ("d", "double"), ("i", "int")] {
+            let read = cpp_demangle::Symbol::new(plain)
+                .unwrap()
+                .demangle()
+                .unwrap();
+            assert_eq!(read, ty);
+            assert_eq!(demangle(plain), plain);
+        }
+        for plain in ["main", "Ss", "v", "_start", "R", "ZN3foo3barEi"] {
+            assert_eq!(demangle(plain), plain);
+        }
+        // The Itanium C++ ABI's own examples; Rust's are in the test above (its names
+        // are mangled).
+        assert_eq!(demangle("_ZN3foo3barEi"), "foo::bar(int)");
+        assert_eq!(demangle("_Z1wv"), "w()");
     }
 }
