@@ -105,11 +105,10 @@ fn function(frame: &str) -> &str {
 /// Functions whose frames tell a wait's kind, by a part of their names, tried in order.
 /// glibc's (any of its aliases: `___pthread_mutex_lock`, `__GI___lll_lock_wait`), Rust
 /// std's futex locks, parking_lot's, Go's runtime.
-const FUNCTIONS: [(&str, WaitKind); 26] = [
+const FUNCTIONS: [(&str, WaitKind); 25] = [
     ("lll_lock_wait", WaitKind::Mutex),
     ("lll_clocklock_wait", WaitKind::Mutex),
     ("pthread_mutex_", WaitKind::Mutex),
-    ("__pthread_mutex_cond_lock", WaitKind::Mutex),
     ("Mutex>::lock_contended", WaitKind::Mutex),
     ("RawMutex>::lock_slow", WaitKind::Mutex),
     ("pthread_rwlock_", WaitKind::Rwlock),

@@ -202,9 +202,9 @@ pub fn render(title: &str, run: &RunInfo, s: &Snapshot, top: usize) -> String {
                     t.pid.to_string(),
                     count(t.acquisitions),
                     count(t.contended),
-                    ns(t.wait.total_ns - t.idle_wait_ns),
+                    ns(t.lock_wait_ns()),
                     pct(if t.observed_ns > 0 {
-                        ((t.wait.total_ns - t.idle_wait_ns) as f64 / t.observed_ns as f64).min(1.0)
+                        (t.lock_wait_ns() as f64 / t.observed_ns as f64).min(1.0)
                     } else {
                         0.0
                     }),

@@ -58,6 +58,14 @@ pub struct ThreadView {
     pub idle_wait_ns: u64,
 }
 
+impl ThreadView {
+    /// Its time waiting for locks: contention, or waits of unknown kind (its wait but
+    /// the time waiting for work), ns.
+    pub fn lock_wait_ns(&self) -> u64 {
+        self.wait.total_ns.saturating_sub(self.idle_wait_ns)
+    }
+}
+
 /// A synchronization object and its totals over every thread that used it.
 #[derive(Debug, Clone, Serialize)]
 pub struct ObjectView {

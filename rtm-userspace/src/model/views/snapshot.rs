@@ -403,9 +403,8 @@ impl Snapshot<'_> {
                 .min(t.wait.total_ns);
         }
         self.threads.sort_by(|a, b| {
-            let busy = |t: &ThreadView| t.wait.total_ns - t.idle_wait_ns;
-            busy(b)
-                .cmp(&busy(a))
+            b.lock_wait_ns()
+                .cmp(&a.lock_wait_ns())
                 .then(b.wait.total_ns.cmp(&a.wait.total_ns))
                 .then((a.pid, a.tid).cmp(&(b.pid, b.tid)))
         });
