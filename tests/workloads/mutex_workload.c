@@ -12,12 +12,16 @@
  *     --quiet            print only deterministic totals (for output comparisons)
  *
  * Every thread prints what it did, measured by itself, one line each:
- *   truth tid=T shared=N private=N try_ok=N try_busy=N hold_ns=N wait_ns=N
- * (wait_ns: time inside pthread_mutex_lock on the shared lock)
+ *   truth tid=T shared=N private=N try_ok=N try_busy=N hold_ns=N wait_ns=N edge_delay_ns=N
+ * (wait_ns: time inside pthread_mutex_lock on the shared lock; edge_delay_ns: time the
+ * thread spent runnable but not running (its schedstat run_delay) around its lock and
+ * unlock calls on the shared lock, where a tracer's probes and its own clock reads are
+ * apart: a preemption there is in one's times and not the other's)
  * Threads are created after the stdin gate, so an attached tracer sees them start.
  */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -39,6 +43,18 @@ static long long now_ns(void) {
     return ts.tv_sec * 1000000000LL + ts.tv_nsec;
 }
 
+/* This thread's time spent runnable but not running so far (/proc's schedstat), or 0
+ * where the kernel does not keep it. */
+static long long run_delay_ns(int fd) {
+    char buf[96];
+    ssize_t n = fd < 0 ? -1 : pread(fd, buf, sizeof buf - 1, 0);
+    if (n <= 0)
+        return 0;
+    buf[n] = 0;
+    unsigned long long run, delay;
+    return sscanf(buf, "%llu %llu", &run, &delay) == 2 ? (long long)delay : 0;
+}
+
 static void spin_ns(long long ns) {
     long long end = now_ns() + ns;
     while (now_ns() < end) {
@@ -48,7 +64,7 @@ static void spin_ns(long long ns) {
 struct result {
     long tid;
     long shared, priv, try_ok, try_busy;
-    long long hold_ns, wait_ns;
+    long long hold_ns, wait_ns, edge_delay_ns;
 };
 
 static struct result results[MAX_THREADS];
@@ -60,15 +76,21 @@ static void *run(void *arg) {
     snprintf(name, sizeof name, "worker-%ld", i);
     pthread_setname_np(pthread_self(), name);
     r->tid = syscall(SYS_gettid);
+    int sched = open("/proc/thread-self/schedstat", O_RDONLY | O_CLOEXEC);
     for (int k = 0; k < iters; k++) {
+        /* Run-queue delays are read outside each pair of clock read and call. */
+        long long d0 = run_delay_ns(sched);
         long long w0 = now_ns();
         pthread_mutex_lock(&shared_lock);
         long long t0 = now_ns();
+        long long d1 = run_delay_ns(sched);
         r->wait_ns += t0 - w0;
         spin_ns(hold_us * 1000LL);
-        r->hold_ns += now_ns() - t0;
         r->shared++;
+        long long d2 = run_delay_ns(sched);
+        r->hold_ns += now_ns() - t0;
         pthread_mutex_unlock(&shared_lock);
+        r->edge_delay_ns += d1 - d0 + run_delay_ns(sched) - d2;
         spin_ns(hold_us * 250LL); /* outside the lock, so others get a turn */
     }
     for (int k = 0; k < n_try; k++) {
@@ -86,6 +108,8 @@ static void *run(void *arg) {
         r->priv++;
         pthread_mutex_unlock(&private_locks[i]);
     }
+    if (sched >= 0)
+        close(sched);
     return NULL;
 }
 
@@ -128,8 +152,10 @@ int main(int argc, char **argv) {
         shared += r->shared;
         priv += r->priv;
         if (quiet) continue;
-        printf("truth tid=%ld shared=%ld private=%ld try_ok=%ld try_busy=%ld hold_ns=%lld wait_ns=%lld\n",
-               r->tid, r->shared, r->priv, r->try_ok, r->try_busy, r->hold_ns, r->wait_ns);
+        printf("truth tid=%ld shared=%ld private=%ld try_ok=%ld try_busy=%ld hold_ns=%lld "
+               "wait_ns=%lld edge_delay_ns=%lld\n",
+               r->tid, r->shared, r->priv, r->try_ok, r->try_busy, r->hold_ns, r->wait_ns,
+               r->edge_delay_ns);
     }
     if (quiet) printf("done threads=%d shared=%ld private=%ld\n", n_threads, shared, priv);
     fflush(stdout);
