@@ -514,6 +514,13 @@ pub const PENDING_STACKED: u32 = 2;
 /// [`crate::stack::StackSampler`]); it is then sent as a record, not summed.
 pub const PENDING_SAMPLED: u32 = 4;
 
+/// Bit of a futex wait record's op (the low 32 bits of its `aux`; futex ops use the low
+/// 9): full mode saw no probed pthread call in flight on the thread when the wait began
+/// (a language runtime's or a library's own lock: Rust's std, Go, glibc's internal
+/// locks), so no pthread object stands for it. A pthread_mutex_lock probed at its entry
+/// only is not in flight either: userspace tells its waits by their word.
+pub const FUTEX_OP_OUTSIDE_CALL: u32 = 1 << 31;
+
 /// `ret` of a futex wait that a futex wake did not end and whose deadline had not come
 /// (-EINTR): a signal, or the kernel (contention mode, where waits end at their wake).
 pub const WAIT_INTERRUPTED: i32 = -4;

@@ -20,8 +20,8 @@ use aya_ebpf::{
     programs::{BtfTracePointContext, RawTracePointContext, TracePointContext},
 };
 use rtm_common::{
-    AggOutcome, EventKind, FUTEX_CMD_MASK, FutexWaitEvent, FutexWaker, LossCounter,
-    MUTEX_HEAD_WORDS, PENDING_SAMPLED, PENDING_TIMED, PendingFutex, SYNC_FLAG_BLOCKED,
+    AggOutcome, EventKind, FUTEX_CMD_MASK, FUTEX_OP_OUTSIDE_CALL, FutexWaitEvent, FutexWaker,
+    LossCounter, MUTEX_HEAD_WORDS, PENDING_SAMPLED, PENDING_TIMED, PendingFutex, SYNC_FLAG_BLOCKED,
     futex_cmd_waits, futex_cmd_wakes, futex_timeout_realtime, futex_timeout_relative, mutex_holder,
 };
 
@@ -192,13 +192,17 @@ fn enter(pid_tgid: u64, uaddr: u64, op: u32, val: u32, timeout: u64, waking: boo
     if !(waits || wakes) || (wakes && waking) {
         return 0;
     }
+    let mut op = op;
     if waits {
         // The thread is about to wait: the time its last wait's record costs is time it
         // would spend waiting.
         send_done(pid_tgid);
-        if full && let Some(call) = innermost(pid_tgid) {
-            // SAFETY: this thread's own entry; only this thread writes it.
-            unsafe { (*call).flags |= SYNC_FLAG_BLOCKED };
+        if full {
+            match innermost(pid_tgid) {
+                // SAFETY: this thread's own entry; only this thread writes it.
+                Some(call) => unsafe { (*call).flags |= SYNC_FLAG_BLOCKED },
+                None => op |= FUTEX_OP_OUTSIDE_CALL,
+            }
         }
     }
     let ts = now();

@@ -493,3 +493,92 @@ fn idle_waits_are_shown_apart_and_the_contended_lock_ranks_first() {
     }
     assert!(threads.iter().any(|t| t["idle_wait_ns"].as_u64() > Some(0)));
 }
+
+/// Full mode on a program whose locks make no pthread call (Rust's std Mutex is a bare
+/// futex word): the word is shown as an object of its own, with exactly the sleeps
+/// bpftrace counts on it (its waits that did not return EAGAIN), classed as a mutex by
+/// its stack, and the report says why it has no acquisitions or holds. A pthread
+/// mutex's futex word is never shown beside it (its waits are the mutex's).
+#[test]
+fn full_mode_shows_locks_that_make_no_pthread_call() {
+    if !can_trace("full_mode_shows_locks_that_make_no_pthread_call") {
+        return;
+    }
+    let me = std::process::id();
+    let script = format!(
+        "tracepoint:syscalls:sys_enter_futex /comm == \"rust_mutex\" && \
+         ((args->op & 127) == 0 || (args->op & 127) == 9)/ {{ @w[tid] = args->uaddr; }} \
+         tracepoint:syscalls:sys_exit_futex /@w[tid]/ {{ if (args->ret != -11) \
+         {{ @n[@w[tid]] = count(); }} delete(@w[tid]); }} \
+         tracepoint:syscalls:sys_enter_getppid /pid == {me}/ {{ printf(\"attached\\n\"); }}"
+    );
+    let mut bt = spawn(Command::new("bpftrace").args(["-e", &script]));
+    let mut bt_out = LineWatch::new(bt.child.stdout.take().unwrap());
+    bt_out.wait_for("Attaching", T);
+    let asked = Instant::now();
+    while bt_out
+        .try_wait_for("attached", Duration::from_millis(200))
+        .is_none()
+    {
+        assert!(asked.elapsed() < T, "bpftrace did not attach");
+        // SAFETY: a system call without arguments.
+        unsafe { libc::getppid() };
+    }
+    let (stdout, doc) = trace_json(
+        &["--mode", "full"],
+        Path::new(env!("CARGO_BIN_EXE_rust_mutex")),
+        &["4", "3000"],
+    );
+    bt.signal(libc::SIGINT);
+    let counts = bt_out.rest(T);
+    let word = stdout
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("lock="))
+        .unwrap_or_else(|| panic!("no lock= in {stdout}"))
+        .to_owned();
+    let kernel: u64 = counts
+        .iter()
+        .filter_map(|l| {
+            let (k, v) = l.trim().strip_prefix("@n[")?.split_once("]: ")?;
+            let addr = u64::from_str_radix(k.trim_start_matches("0x"), 16).ok()?;
+            (format!("{addr:#x}") == word).then(|| v.trim().parse::<u64>().ok())?
+        })
+        .sum();
+    let objects = doc["sync_graph"]["objects"].as_array().unwrap();
+    let lock = objects
+        .iter()
+        .find(|o| o["addr"].as_str() == Some(&word))
+        .unwrap_or_else(|| panic!("no object for the Rust lock {word}: {objects:#?}"));
+    println!(
+        "rust lock {word}: {} sleeps, bpftrace {kernel}; kind {}",
+        lock["contended"], lock["wait_kind"]
+    );
+    assert!(kernel > 0, "the workload's lock was never contended");
+    assert_eq!(lock["kind"], "futex");
+    assert_eq!(lock["contended"].as_u64(), Some(kernel));
+    assert_eq!(lock["wait_kind"], "mutex", "{lock}");
+    let report = stdout;
+    assert!(
+        report.contains("came from no probed pthread call"),
+        "{report}"
+    );
+
+    // A pthread program in full mode: its mutexes' words are not shown as futex words.
+    let (_, doc) = trace_json(
+        &["--mode", "full"],
+        &workload("mutex_workload"),
+        &["--threads", "4", "--iters", "200", "--hold-us", "50"],
+    );
+    let words: Vec<&Value> = doc["sync_graph"]["objects"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|o| o["kind"] == "futex")
+        .collect();
+    let shared = object(&doc, "shared_lock").expect("shared_lock named");
+    assert!(shared["contended"].as_u64().unwrap() > 0, "{shared}");
+    assert!(
+        words.iter().all(|w| w["addr"] != shared["addr"]),
+        "the mutex's word shown beside it: {words:#?}"
+    );
+}

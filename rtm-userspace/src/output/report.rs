@@ -14,6 +14,8 @@ use super::{
     table::table,
     text::Shown,
 };
+use rtm_common::Primitive;
+
 use crate::{
     config::{Mode, TraceConfig},
     model::Snapshot,
@@ -131,12 +133,13 @@ pub fn render(title: &str, run: &RunInfo, s: &Snapshot, top: usize) -> String {
                 vec![
                     format!("{} {}", sections::kind_label(o), o.label()),
                     o.pid.to_string(),
-                    if run.mode == Mode::Contention {
+                    // A futex word has no acquisitions seen, in either mode.
+                    if o.kind == Primitive::Futex {
                         "-".into()
                     } else {
                         count(o.counts.acquisitions)
                     },
-                    if run.mode == Mode::Contention {
+                    if o.kind == Primitive::Futex {
                         count(o.counts.contended)
                     } else {
                         format!("{} ({})", count(o.counts.contended), pct(share))
@@ -357,6 +360,28 @@ fn notes(out: &mut String, run: &RunInfo, s: &Snapshot) {
              may be shown by address instead of by name",
             count(run.losses.mapping_records)
         ));
+    }
+    if run.mode == Mode::Full {
+        let (words, sleeps) = s
+            .objects
+            .rows()
+            .iter()
+            .filter(|o| o.key.primitive == Primitive::Futex)
+            .fold((0u64, 0u64), |(w, n), o| {
+                (w + 1, n + s.objects.view(o).counts.contended)
+            });
+        if words > 0 {
+            notes.push(format!(
+                "{} sleeps on {} futex word{} came from no probed pthread call (a language \
+                 runtime's or a library's own locks: Rust's std, Go, parking_lot, glibc's \
+                 internal ones): they are shown as futex words, without acquisitions or \
+                 hold times, which only pthread calls give; contention mode sees them the \
+                 same way at a fraction of the cost",
+                count(sleeps),
+                count(words),
+                if words == 1 { "" } else { "s" }
+            ));
+        }
     }
     if run.mode == Mode::Contention {
         notes.push(

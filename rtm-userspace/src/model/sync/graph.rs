@@ -18,8 +18,8 @@ use super::{
 };
 use crate::model::dist::HistogramBudget;
 use rtm_common::{
-    AggOutcome, CLONE_THREAD, LifecycleOp, Primitive, SYNC_FLAG_BEGIN, SYNC_FLAG_BLOCKED,
-    SYNC_FLAG_CONTENDED, SyncOp, WAIT_IN_PROGRESS, WAIT_INTERRUPTED,
+    AggOutcome, CLONE_THREAD, FUTEX_OP_OUTSIDE_CALL, LifecycleOp, Primitive, SYNC_FLAG_BEGIN,
+    SYNC_FLAG_BLOCKED, SYNC_FLAG_CONTENDED, SyncOp, WAIT_IN_PROGRESS, WAIT_INTERRUPTED,
     decode::{Event, FutexAggRecord, LifecycleRecord, SyncRecord},
 };
 
@@ -595,7 +595,16 @@ impl SyncGraph {
                 }
             }
         }
-        if !self.futex_objects {
+        // Full mode: a wait in no probed pthread call (a runtime's or a library's own
+        // lock) has no pthread object, so its word is one; a wait inside a
+        // pthread_mutex_lock probed at entry only is that mutex's.
+        let outside_call = (raw.aux as u32) & FUTEX_OP_OUTSIDE_CALL != 0
+            && s.op == SyncOp::Wait
+            && self
+                .pending_locks
+                .get(&thread)
+                .is_none_or(|p| p.record.raw.object != raw.object);
+        if !self.futex_objects && !outside_call {
             return;
         }
         let Some((object_index, _)) = self.object(object) else {

@@ -428,6 +428,62 @@ fn semaphores_count_posts_and_failed_trywaits() {
     assert_eq!(g.counters().unmatched_releases, 0);
 }
 
+/// Full mode: a futex wait in no probed pthread call (a runtime's own lock) makes its
+/// word an object; one inside a pthread call, or inside a pthread_mutex_lock seen at its
+/// entry only, does not (its pthread object stands for it).
+#[test]
+fn full_mode_shows_words_waited_on_outside_pthread_calls() {
+    let mut g = SyncGraph::new(Limits::default(), false);
+    let outside = u64::from(FUTEX_OP_OUTSIDE_CALL | 128);
+    let futex = |tid, ts, obj, aux| {
+        evp(
+            Primitive::Futex,
+            tid,
+            ts,
+            SyncOp::Wait,
+            obj,
+            500,
+            0,
+            0,
+            aux,
+            7,
+        )
+    };
+    // A Rust-style lock word: two waits outside any call.
+    g.apply(&futex(1, 1_000, M2, outside));
+    g.apply(&futex(2, 2_000, M2, outside));
+    // A wait inside a probed call (no flag): no object.
+    g.apply(&futex(3, 2_500, 0x3000, 128));
+    // A pthread_mutex_lock seen at entry, whose futex wait has no call in flight.
+    let begin = evp(
+        Primitive::Mutex,
+        4,
+        3_000,
+        SyncOp::Lock,
+        M1,
+        0,
+        0,
+        SYNC_FLAG_BEGIN | SYNC_FLAG_CONTENDED,
+        0,
+        0,
+    );
+    g.apply(&begin);
+    g.apply(&futex(4, 3_600, M1, outside));
+    g.apply(&ev(4, 3_900, SyncOp::Unlock, M1, 0, 0, false));
+    g.settle_pending();
+
+    let futex_objects: Vec<u64> = g
+        .objects()
+        .filter(|(k, _)| k.primitive == Primitive::Futex)
+        .map(|(k, _)| k.addr)
+        .collect();
+    assert_eq!(futex_objects, vec![M2]);
+    assert_eq!(edge(&g, 1, M2).counts().waits, 1);
+    assert_eq!(edge(&g, 2, M2).counts().contended_wait_ns, 500);
+    // The mutex's wait is its acquisition's.
+    assert_eq!(edge(&g, 4, M1).counts().contended, 1);
+}
+
 #[test]
 fn lock_seen_at_entry_is_settled_by_the_threads_next_event() {
     let mut g = SyncGraph::new(Limits::default(), false);
