@@ -582,3 +582,77 @@ fn full_mode_shows_locks_that_make_no_pthread_call() {
         "the mutex's word shown beside it: {words:#?}"
     );
 }
+
+/// A Go program whose goroutines contend on a `sync.Mutex` (go_mutex.go; Go's own mutex
+/// profile says they did): a blocked goroutine parks in the runtime, not on a futex, so
+/// its futex waits are the runtime's own. Its idle threads' parking is told as such
+/// (`park`, never in the contention table), nothing is called a condition variable
+/// (the runtime's variables only look like glibc's), and the report says why the mutex
+/// itself is not seen. Every wait's stack is taken, so each word is classed by it.
+#[test]
+fn a_go_programs_runtime_parking_is_not_contention() {
+    if !can_trace("a_go_programs_runtime_parking_is_not_contention") {
+        return;
+    }
+    let bin = workload("go_mutex");
+    assert!(
+        bin.exists(),
+        "{} was not built: golang-go is missing (run cargo xtask setup)",
+        bin.display()
+    );
+    let (stdout, doc) = trace_json(
+        &["--mode", "contention", "--stack-rate", "all"],
+        &bin,
+        &["8", "1000"],
+    );
+    let t = truths(&stdout).pop().expect("the workload's truth line");
+    assert!(
+        t.get("acquisitions") > 0 && t.get("mutex_contention_cycles") > 0,
+        "{stdout}"
+    );
+    let pid = doc["run"]["targets"][0]["pid"].as_u64().unwrap();
+    assert_eq!(doc["sync_graph"]["go_processes"], serde_json::json!([pid]));
+    let objects: Vec<&Value> = doc["sync_graph"]["objects"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|o| o["pid"].as_u64() == Some(pid))
+        .collect();
+    for o in &objects {
+        println!("{} {} waits {}", o["wait_kind"], o["name"], o["waits"]);
+        assert_ne!(o["wait_kind"], "condvar", "{o}");
+        assert!(!o["name"].as_str().unwrap_or("").contains("condvar"), "{o}");
+    }
+    // Every word whose waits parked an idle thread (runtime.notesleep) is a park.
+    let rows = doc["sync_graph"]["stacks"]["rows"].as_array().unwrap();
+    let parked: std::collections::HashSet<&str> = rows
+        .iter()
+        .filter(|r| {
+            r["waiter"].as_array().is_some_and(|f| {
+                f.iter().any(|f| {
+                    f.as_str()
+                        .is_some_and(|f| f.starts_with("runtime.notesleep"))
+                })
+            })
+        })
+        .filter_map(|r| r["object"].as_str())
+        .collect();
+    assert!(!parked.is_empty(), "no thread parked idle: {rows:#?}");
+    for o in &objects {
+        if parked.contains(o["addr"].as_str().unwrap()) {
+            assert_eq!(o["wait_kind"], "park", "{o}");
+        }
+    }
+    // The contention table lists no park.
+    let table: Vec<&str> = stdout
+        .lines()
+        .skip_while(|l| !l.starts_with("Most contended"))
+        .skip(1)
+        .take_while(|l| !l.trim().is_empty())
+        .collect();
+    assert!(
+        table.iter().all(|l| !l.trim_start().starts_with("park ")),
+        "{table:#?}"
+    );
+    assert!(stdout.contains("runs a Go program"), "{stdout}");
+}

@@ -32,6 +32,8 @@ const APT_PACKAGES: &[&str] = &[
     "memcached",
     "libmemcached-tools",
     "bpftrace",
+    // A Go program's futex waits are its runtime's (trust_e2e builds one).
+    "golang-go",
     // The outputs' tests: the HTML report in a real headless browser, the DOT graphs
     // through Graphviz, the live view in tmux, the timeline decoded by Perfetto's own
     // schema in a Python virtual environment.

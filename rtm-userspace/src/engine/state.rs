@@ -400,6 +400,11 @@ impl State {
             }
         }
         snap.stacks = stacks;
+        let pids: std::collections::BTreeSet<u32> = snap.threads.iter().map(|t| t.pid).collect();
+        snap.go_processes = pids
+            .into_iter()
+            .filter(|&p| objects.borrow_mut().runs_go(p))
+            .collect();
         classify_words(&mut snap);
         snap.rank_threads_by_contention();
         if funcs.is_active() {

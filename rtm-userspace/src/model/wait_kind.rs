@@ -106,6 +106,9 @@ fn function(frame: &str) -> &str {
 /// glibc's (any of its aliases: `___pthread_mutex_lock`, `__GI___lll_lock_wait`), Rust
 /// std's futex locks, parking_lot's, Go's runtime.
 const FUNCTIONS: [(&str, WaitKind); 25] = [
+    // Go's runtime: its locks (lock2, over runtime.futexsleep) are mutexes; a thread
+    // parked idle sleeps on its M's note.
+    ("runtime.lock2", WaitKind::Mutex),
     ("lll_lock_wait", WaitKind::Mutex),
     ("lll_clocklock_wait", WaitKind::Mutex),
     ("pthread_mutex_", WaitKind::Mutex),
@@ -127,7 +130,6 @@ const FUNCTIONS: [(&str, WaitKind); 25] = [
     ("pthread_timedjoin", WaitKind::Join),
     ("thread::park", WaitKind::Park),
     ("Parker>::park", WaitKind::Park),
-    ("runtime.futexsleep", WaitKind::Park),
     ("runtime.notesleep", WaitKind::Park),
     ("runtime.notetsleep", WaitKind::Park),
     ("runtime.mPark", WaitKind::Park),
@@ -203,6 +205,16 @@ mod tests {
                 "runtime.notesleep+0x87"
             ]),
             Some(WaitKind::Park)
+        );
+        // Go's runtime lock sleeps in the same futexsleep: its lock2 decides.
+        assert_eq!(
+            k(&[
+                "runtime.futex+0x23",
+                "runtime.futexsleep+0x40",
+                "runtime.lock2+0x1a5 (lock_futex.go:107)",
+                "runtime.semacquire1+0x9c (sema.go:140)",
+            ]),
+            Some(WaitKind::Mutex)
         );
         // No waiting function known, no frames, an unnamed address: nothing told.
         assert_eq!(k(&["syscall+0x1d", "main+0x10 (x.c:3)"]), None);

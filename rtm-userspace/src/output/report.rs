@@ -361,6 +361,16 @@ fn notes(out: &mut String, run: &RunInfo, s: &Snapshot) {
             count(run.losses.mapping_records)
         ));
     }
+    for pid in &s.go_processes {
+        notes.push(format!(
+            "PID {pid} runs a Go program: goroutines that block on a sync.Mutex, a channel \
+             or a WaitGroup park in the Go runtime, not on a futex, so those waits are not \
+             seen here; its futex waits are the runtime's own: idle threads parking (park, \
+             not contention) and the runtime's internal locks (mutex). Go's mutex and \
+             block profiles (runtime.SetMutexProfileFraction, net/http/pprof) measure \
+             goroutine contention"
+        ));
+    }
     if run.mode == Mode::Full {
         let (words, sleeps) = s
             .objects

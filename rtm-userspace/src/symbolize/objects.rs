@@ -271,9 +271,10 @@ impl ObjectNamer {
             return None;
         };
         // glibc's condition variable has two groups of waiters, each waiting on its own
-        // word: both are the condition variable.
+        // word: both are the condition variable (not in a Go program, whose runtime's
+        // variables only look like one).
         let group = (off % 48 == 44) as u8;
-        Some(match condvar_of(off, size) {
+        Some(match condvar_of(off, size).filter(|_| !elf.is_go()) {
             Some(None) => format!("{name} (condvar, group {group})"),
             Some(Some(i)) => format!("{name}[{i}] (condvar, group {group})"),
             None if off == 0 => name.to_owned(),
@@ -376,6 +377,22 @@ impl ObjectNamer {
             }
         }
         out
+    }
+
+    /// Whether process `pid` runs a Go program: its executable (the lowest mapped
+    /// file with code) is one, from its remembered maps (a process that exited is
+    /// known while its space is kept).
+    pub fn runs_go(&mut self, pid: u32) -> bool {
+        let Some(exe) = self.spaces.get(&pid).and_then(|s| {
+            s.modules()
+                .iter()
+                .filter(|m| m.executable)
+                .min_by_key(|m| m.start)
+                .cloned()
+        }) else {
+            return false;
+        };
+        self.symbols(pid, &exe).is_some_and(|e| e.is_go())
     }
 
     /// The stripped files without debug symbols met so far, with the hint.

@@ -81,6 +81,8 @@ pub struct ElfSymbols {
     build_id: Option<Vec<u8>>,
     /// Its .gnu_debuglink: the debug file's name and CRC32.
     debuglink: Option<(String, u32)>,
+    /// Whether it is a Go program (its build info section, or the runtime's main).
+    go: bool,
 }
 
 impl ElfSymbols {
@@ -123,6 +125,7 @@ impl ElfSymbols {
         let file = object::File::parse(data)?;
         let mut out = ElfSymbols {
             has_symtab: file.symbol_table().is_some(),
+            go: file.section_by_name(".go.buildinfo").is_some(),
             build_id: file.build_id().ok().flatten().map(<[u8]>::to_vec),
             debuglink: file
                 .gnu_debuglink()
@@ -242,6 +245,12 @@ impl ElfSymbols {
         Ok(!has_interp
             && (file.kind() == object::ObjectKind::Executable
                 || file.dynamic_symbols().next().is_none()))
+    }
+
+    /// Whether the file is a Go program: goroutines block in its runtime, which parks
+    /// idle threads on futexes.
+    pub fn is_go(&self) -> bool {
+        self.go || self.functions.contains_key("runtime.main")
     }
 
     /// Whether the file has its static symbol table (is not stripped).

@@ -75,6 +75,10 @@ pub struct Snapshot<'g> {
     /// Performance counters (written beside the sync graph).
     #[serde(skip)]
     pub counters: Option<crate::model::system::counters::CountersView>,
+    /// Traced processes that run Go programs: their goroutines block in the Go runtime,
+    /// not on futexes; their futex waits are the runtime's own.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub go_processes: Vec<u32>,
 }
 
 impl<'g> Snapshot<'g> {
@@ -171,6 +175,7 @@ impl<'g> Snapshot<'g> {
             tasks: None,
             ambient: None,
             counters: None,
+            go_processes: Vec::new(),
         }
     }
 }
