@@ -210,7 +210,8 @@ pub struct Cli {
 
     /// Do not trace: show which threads of the targets are blocked now, on what, held by
     /// whom, for how long, and any deadlock among them (a snapshot from /proc and their
-    /// memory, for a hung process). Exits 3 when there is a deadlock.
+    /// memory, for a hung process). Exits 3 when there is a deadlock, 4 when one cannot
+    /// be ruled out (threads wait on semaphores or locks whose holder cannot be read).
     #[arg(long)]
     pub blocked: bool,
 

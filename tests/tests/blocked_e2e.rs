@@ -27,7 +27,8 @@ fn start(mode: &str) -> (Proc, Vec<HashMap<String, String>>) {
     (p, truths)
 }
 
-/// Runs `rtm-trace --blocked` on `pids`; returns its exit code, report and JSON.
+/// Runs `rtm-trace --blocked` on `pids`; returns its exit code (0: no deadlock, 3: a
+/// deadlock, 4: cannot tell), report and JSON.
 fn snapshot(pids: &[u32]) -> (Option<i32>, String, Value) {
     let dir = TempDir::new("blocked");
     let json = dir.join("b.json");
@@ -46,7 +47,7 @@ fn snapshot(pids: &[u32]) -> (Option<i32>, String, Value) {
     println!("--blocked took {:?}", started.elapsed());
     let report = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(
-        matches!(out.status.code(), Some(0 | 3)),
+        matches!(out.status.code(), Some(0 | 3 | 4)),
         "{}\n{report}",
         String::from_utf8_lossy(&out.stderr)
     );
@@ -658,5 +659,44 @@ fn each_waits_holder_is_recorded_when_the_wait_begins() {
             .unwrap()
             >= 1
     );
+    drop(p);
+}
+
+/// Two threads deadlocked on two binary semaphores taken in opposite orders (how
+/// Python's `threading.Lock`s deadlock): a semaphore has no owner, so `--blocked` cannot
+/// see the cycle; it must say it cannot tell, why, and exit 4, never "No deadlock" and
+/// 0. A condition variable's idle waiter (a wait for work) does not make it undecided.
+#[test]
+fn a_deadlock_on_semaphores_is_never_called_no_deadlock() {
+    if !can_trace("--blocked semaphores") {
+        return;
+    }
+    let (p, truths) = start("semaphores");
+    let (code, report, doc) = snapshot(&[p.pid()]);
+    println!("{report}");
+    assert_eq!(code, Some(4), "cannot tell exits 4:\n{report}");
+    assert!(!report.contains("No deadlock"), "{report}");
+    assert!(report.contains("Cannot tell"), "{report}");
+    let undecided: Vec<u64> = doc["cannot_tell"]
+        .as_array()
+        .expect("cannot_tell in the JSON")
+        .iter()
+        .map(|u| {
+            assert_eq!(u["wait_kind"], "semaphore", "{u}");
+            assert!(u["why"].as_str().unwrap().contains("no owner"), "{u}");
+            u["tid"].as_u64().unwrap()
+        })
+        .collect();
+    for t in truths.iter().filter(|t| t.contains_key("sem_index")) {
+        assert!(undecided.contains(&tid(t)), "{t:?} not undecided: {doc:#}");
+    }
+    drop(p);
+
+    // Mutexes whose holders are all known, and a condition variable's idle waiter: no
+    // deadlock, said as such.
+    let (p, _) = start("types");
+    let (code, report, doc) = snapshot(&[p.pid()]);
+    assert_eq!(code, Some(0), "{report}");
+    assert!(doc["cannot_tell"].is_null(), "{doc:#}");
     drop(p);
 }

@@ -12,10 +12,14 @@
 //   many N    the main thread holds lock_a; N threads wait on it (no deadlock)
 //   inversion one thread takes lock_a then lock_b (in path_ab), later another takes
 //             lock_b then lock_a (in path_ba): never at once, so it never hangs; exits
+//   semaphores two binary semaphores used as locks (initial value 1), taken in opposite
+//             orders by two threads: a deadlock no owner field shows (a semaphore has
+//             no owner), as Python's threading.Lock deadlocks
 // prints: `truth ...` lines (who holds and waits on what), then `ready` once every
 // thread is about to block; then hangs until killed.
 #define _GNU_SOURCE
 #include <pthread.h>
+#include <semaphore.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -60,6 +64,22 @@ static void *take_two(void *arg) {
     printf("truth blocking=%d at_ns=%lld\n", p->index, now_ns());
     fflush(stdout);
     pthread_mutex_lock(p->second); // never returns
+    return NULL;
+}
+
+static sem_t sem_a, sem_b;
+
+struct sem_pair {
+    sem_t *first, *second;
+    int index;
+};
+
+static void *take_two_sems(void *arg) {
+    struct sem_pair *p = arg;
+    sem_wait(p->first);
+    say("truth sem_index=%ld tid=%ld\n", p->index, tid());
+    pthread_barrier_wait(&all_hold);
+    sem_wait(p->second); // never returns
     return NULL;
 }
 
@@ -145,6 +165,16 @@ int main(int argc, char **argv) {
             pthread_create(&th[i], NULL, take_two, &pairs[i]);
         }
         ready_then_hang();
+    } else if (!strcmp(mode, "semaphores")) {
+        static struct sem_pair pairs[2];
+        sem_init(&sem_a, 0, 1);
+        sem_init(&sem_b, 0, 1);
+        pthread_barrier_init(&all_hold, NULL, 2);
+        pairs[0] = (struct sem_pair){&sem_a, &sem_b, 0};
+        pairs[1] = (struct sem_pair){&sem_b, &sem_a, 1};
+        for (int i = 0; i < 2; i++)
+            pthread_create(&th[i], NULL, take_two_sems, &pairs[i]);
+        ready_then_hang();
     } else if (!strcmp(mode, "pshared")) {
         pthread_mutex_t *m = mmap(NULL, 2 * sizeof *m, PROT_READ | PROT_WRITE,
                                   MAP_SHARED | MAP_ANONYMOUS, -1, 0);
@@ -218,6 +248,6 @@ int main(int argc, char **argv) {
             pthread_create(&th[i], NULL, passer, NULL);
         ready_then_hang();
     }
-    fprintf(stderr, "usage: deadlock abba|three|pshared|types|contended\n");
+    fprintf(stderr, "usage: deadlock abba|three|pshared|types|contended|semaphores\n");
     return 2;
 }

@@ -143,11 +143,25 @@ pub fn snapshot(pids: &[u32]) -> BlockedView {
             })
         })
         .collect();
+    // Likewise a wait with no holder known stands only when read again unchanged: a
+    // mutex caught between its unlock's clearing of the owner and the wake of its next
+    // owner shows none for an instant.
+    let cannot_tell = blocked::undecided(&out)
+        .into_iter()
+        .filter(|u| {
+            let first = out.iter().find(|b| b.pid == u.pid && b.tid == u.tid);
+            let again = read_thread(u.pid, u.tid, None);
+            first
+                .zip(again.as_ref())
+                .is_some_and(|(f, a)| f.unchanged_in(a))
+        })
+        .collect();
     BlockedView {
         at_ns,
         took_ns: started.elapsed().as_nanos() as u64,
         threads_seen: seen,
         blocked: out,
         cycles,
+        cannot_tell,
     }
 }

@@ -13,6 +13,8 @@
 
 use serde::Serialize;
 
+use super::wait_kind::WaitKind;
+
 /// Offset of `__owner` in `pthread_mutex_t`.
 pub const MUTEX_OWNER: usize = 8;
 /// Offset of `__kind` in `pthread_mutex_t`.
@@ -111,11 +113,12 @@ pub fn foreign_owner() -> Holder {
     }
 }
 
+/// Why a word has no holder when its bytes name none.
+const NO_OWNER: &str = "no owner: not a mutex (condition variable, barrier, semaphore, join, \
+                        other futex) or one just released";
+
 fn not_a_mutex() -> Holder {
-    Holder::Unknown {
-        why: "no owner: not a mutex (condition variable, barrier, semaphore, join, other futex) \
-              or one just released",
-    }
+    Holder::Unknown { why: NO_OWNER }
 }
 
 /// A thread blocked now.
@@ -240,6 +243,66 @@ pub struct BlockedView {
     pub blocked: Vec<BlockedThread>,
     /// The deadlocks among them.
     pub cycles: Vec<Cycle>,
+    /// Threads waiting to acquire something whose holder cannot be known: a cycle
+    /// through them would not be seen, so "no deadlock" cannot be said.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub cannot_tell: Vec<Undecided>,
+}
+
+/// A blocked thread through which a deadlock could run unseen.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Undecided {
+    /// Process.
+    pub pid: u32,
+    /// Thread.
+    pub tid: u32,
+    /// What its stack says it waits for (`unknown` with no stack that tells).
+    pub wait_kind: WaitKind,
+    /// Why its holder is not known.
+    pub why: String,
+}
+
+/// The blocked threads whose waits could be part of a deadlock no owner field shows:
+/// waits to acquire (a mutex, reader-writer lock, spinlock, semaphore, or a wait whose
+/// stack does not say what it is for) with no holder known. Waits for work (condition
+/// variables, barriers, joins, a runtime parking an idle thread) are not: whoever ends
+/// them holds nothing they wait for.
+pub fn undecided(threads: &[BlockedThread]) -> Vec<Undecided> {
+    threads
+        .iter()
+        .filter_map(|t| {
+            let Holder::Unknown { why } = t.holder else {
+                return None;
+            };
+            let kind = WaitKind::of_frames(t.stack.iter().map(String::as_str))
+                .unwrap_or(WaitKind::Unknown);
+            if kind.is_idle() && kind != WaitKind::Semaphore {
+                return None;
+            }
+            // A glibc mutex (its lock call on the stack) with no owner written is being
+            // handed over: its next owner writes it as it returns from the lock, before
+            // it could block anywhere, so it is running or about to, not in a cycle.
+            if why == NO_OWNER && t.stack.iter().any(|f| f.contains("pthread_mutex_")) {
+                return None;
+            }
+            let why = match kind {
+                WaitKind::Semaphore => "a semaphore has no owner: which thread will post it \
+                                        cannot be read"
+                    .to_owned(),
+                WaitKind::Unknown => format!(
+                    "what it waits for is not known (its stack \
+                                              names no waiting function), and {why}"
+                ),
+                _ => format!("a lock whose owner cannot be read: {why}"),
+            };
+            Some(Undecided {
+                pid: t.pid,
+                tid: t.tid,
+                wait_kind: kind,
+                why,
+            })
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -254,6 +317,99 @@ mod tests {
         // A held mutex counts its user.
         b[12..16].copy_from_slice(&u32::from(owner != 0).to_le_bytes());
         b
+    }
+
+    fn blocked_on(tid: u32, holder: Holder, stack: &[&str]) -> BlockedThread {
+        BlockedThread {
+            pid: 1,
+            tid,
+            name: None,
+            word: 0x1000,
+            word_name: None,
+            holder,
+            holder_pid: None,
+            off_cpu_ns: None,
+            waited_ns: None,
+            stack: stack.iter().map(|s| (*s).to_owned()).collect(),
+            switches: None,
+        }
+    }
+
+    #[test]
+    fn waits_to_acquire_with_no_known_holder_leave_deadlocks_undecided() {
+        let none = || not_a_mutex();
+        let threads = [
+            // Two binary semaphores taken in opposite orders.
+            blocked_on(
+                10,
+                none(),
+                &[
+                    "do_futex_wait+0x1",
+                    "__new_sem_wait_slow64+0x80",
+                    "sem_wait+0x9",
+                ],
+            ),
+            // A lock that is no glibc mutex (Rust's std).
+            blocked_on(
+                11,
+                none(),
+                &[
+                    "syscall+0x1d",
+                    "<std::sys::sync::mutex::futex::Mutex>::lock_contended+0x10",
+                ],
+            ),
+            // A wait whose stack tells nothing.
+            blocked_on(12, none(), &[]),
+            // Idle waits: a condition variable, a join, a Go runtime park.
+            blocked_on(
+                13,
+                none(),
+                &[
+                    "__futex_abstimed_wait_common+0xc6",
+                    "___pthread_cond_wait+0x2a1",
+                ],
+            ),
+            blocked_on(
+                14,
+                none(),
+                &[
+                    "__futex_abstimed_wait_common+0xc6",
+                    "__pthread_clockjoin_ex+0x132",
+                ],
+            ),
+            blocked_on(
+                15,
+                none(),
+                &["runtime.futex+0x23", "runtime.notesleep+0x86"],
+            ),
+            // A glibc mutex with its holder known.
+            blocked_on(
+                16,
+                Holder::Thread {
+                    tid: 99,
+                    mutex: "normal",
+                },
+                &["__GI___lll_lock_wait+0x2b"],
+            ),
+            // A glibc mutex handed over (its next owner has not written itself yet).
+            blocked_on(
+                17,
+                none(),
+                &["__GI___lll_lock_wait+0x2b", "___pthread_mutex_lock+0x111"],
+            ),
+        ];
+        let u = undecided(&threads);
+        let got: Vec<(u32, WaitKind)> = u.iter().map(|u| (u.tid, u.wait_kind)).collect();
+        assert_eq!(
+            got,
+            vec![
+                (10, WaitKind::Semaphore),
+                (11, WaitKind::Mutex),
+                (12, WaitKind::Unknown)
+            ]
+        );
+        assert!(u[0].why.contains("semaphore has no owner"), "{}", u[0].why);
+        assert!(undecided(&threads[3..]).is_empty());
     }
 
     #[test]

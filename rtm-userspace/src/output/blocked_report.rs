@@ -127,10 +127,38 @@ pub fn render(v: &BlockedView, top: usize) -> String {
     if v.blocked.len() > top {
         let _ = writeln!(out, "  ... {} more (--top)", v.blocked.len() - top);
     }
+    if v.cycles.is_empty() && !v.cannot_tell.is_empty() {
+        let _ = writeln!(
+            out,
+            "\nCannot tell whether these threads are deadlocked: {} wait{} to acquire \
+             something whose holder cannot be known, so a cycle through them would not \
+             be seen (exit code 4):",
+            count(v.cannot_tell.len() as u64),
+            if v.cannot_tell.len() == 1 { "s" } else { "" }
+        );
+        for u in v.cannot_tell.iter().take(top) {
+            let Some(t) = v.blocked.iter().find(|b| b.tid == u.tid && b.pid == u.pid) else {
+                continue;
+            };
+            let _ = writeln!(
+                out,
+                "  {} ({}) on {}: {}",
+                Shown(&thread(t)),
+                u.wait_kind.name(),
+                Shown(&word(t)),
+                Shown(&u.why)
+            );
+        }
+        if v.cannot_tell.len() > top {
+            let _ = writeln!(out, "  ... {} more (--top)", v.cannot_tell.len() - top);
+        }
+        return out;
+    }
     if v.cycles.is_empty() {
         let _ = writeln!(
             out,
-            "\nNo deadlock: no cycle of threads waiting on each other's mutexes."
+            "\nNo deadlock: no cycle of threads waiting on each other's mutexes, and \
+             every thread waiting to acquire one has a holder known."
         );
         return out;
     }

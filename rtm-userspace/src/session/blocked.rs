@@ -9,8 +9,9 @@ use crate::{
     output::{blocked_report, dest::Dest, text::Shown},
 };
 
-/// Runs `--blocked` on the targets of `config`; returns the exit code: 0, or 3 when
-/// there is a deadlock.
+/// Runs `--blocked` on the targets of `config`; returns the exit code: 3 when there is
+/// a deadlock, 4 when one cannot be ruled out (threads wait to acquire something whose
+/// holder cannot be known), else 0.
 pub fn run(config: &TraceConfig) -> Result<i32, SessionError> {
     let mut report_to = match &config.output.report {
         Some(p) => Dest::check(p)?,
@@ -32,5 +33,11 @@ pub fn run(config: &TraceConfig) -> Result<i32, SessionError> {
         );
     }
     report?;
-    Ok(if view.cycles.is_empty() { 0 } else { 3 })
+    Ok(if !view.cycles.is_empty() {
+        3
+    } else if !view.cannot_tell.is_empty() {
+        4
+    } else {
+        0
+    })
 }
