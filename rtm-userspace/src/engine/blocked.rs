@@ -98,7 +98,7 @@ pub fn read_thread(pid: u32, tid: u32, namers: Option<&mut Namers<'_>>) -> Optio
             .collect();
         t.word_name = n
             .objects
-            .name(pid, word)
+            .name(pid, word, rtm_common::Primitive::Futex)
             .or_else(|| user_frame(&t.stack, &modules).map(|f| format!("in {f}")));
         t.off_cpu_ns = n.clocks.off_cpu_ns(pid, tid);
     }

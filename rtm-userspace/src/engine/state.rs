@@ -353,7 +353,7 @@ impl State {
             StacksView::build(
                 stacks,
                 MAX_STACK_ROWS,
-                &mut |pid, addr| objects.borrow_mut().name(pid, addr),
+                &mut |pid, addr| objects.borrow_mut().name(pid, addr, Primitive::Futex),
                 &mut |pid, addr| code.name(&mut objects.borrow_mut(), pid, addr),
                 &mut |pid, addr| objects.borrow_mut().locate(pid, addr).map(|l| l.file.path),
             )
@@ -369,7 +369,7 @@ impl State {
             &mut |o| {
                 objects
                     .borrow_mut()
-                    .name(o.pid, o.addr)
+                    .name(o.pid, o.addr, o.primitive)
                     .or_else(|| heap_names.get(&(o.pid, o.addr)).cloned())
             },
             &mut |pid, addr| code.name(&mut objects.borrow_mut(), pid, addr),

@@ -56,11 +56,11 @@ impl Names {
         if let Some(&i) = self.objects.get(&(pid, addr)) {
             return Obj::Kept(i);
         }
-        if self.objects.len() >= MAX_OBJECTS {
+        if self.texts.len() >= MAX_OBJECTS {
             return Obj::Unkept(kind, addr);
         }
         let name = namer
-            .name_known(pid, addr)
+            .name_known(pid, addr, kind)
             .unwrap_or_else(|| format!("{kind} {addr:#x}"));
         let i = self.texts.len() as u32;
         self.texts.push(name.into());
