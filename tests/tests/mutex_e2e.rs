@@ -12,12 +12,8 @@ use rtm_tests::*;
 const T: Duration = Duration::from_secs(90);
 
 fn private_name(i: usize) -> String {
-    // pthread_mutex_t is 40 bytes on x86-64 glibc.
-    if i == 0 {
-        "private_locks".into()
-    } else {
-        format!("private_locks+{:#x}", i * 40)
-    }
+    // Element i of the array, element 0 named as the others.
+    format!("private_locks[{i}]")
 }
 
 fn u(v: &Value) -> u64 {

@@ -656,3 +656,131 @@ fn a_go_programs_runtime_parking_is_not_contention() {
     );
     assert!(stdout.contains("runs a Go program"), "{stdout}");
 }
+
+/// Heap mutexes all taken at one line of many_locks.c's worker(): each is its own
+/// object with its own name (`in worker (many_locks.c:LINE) #N`), and the same name in
+/// every part of the JSON, the report, the DOT file, the HTML graph and the folded
+/// stacks (they were one merged "in worker (many_locks.c:35)" node).
+#[test]
+fn objects_from_one_call_site_have_one_name_each_in_every_output() {
+    if !can_trace("objects_from_one_call_site_have_one_name_each_in_every_output") {
+        return;
+    }
+    let dir = TempDir::new("names");
+    let (json, report, dot, html, folded) = (
+        dir.join("t.json"),
+        dir.join("report.txt"),
+        dir.join("t.dot"),
+        dir.join("t.html"),
+        dir.join("t.folded"),
+    );
+    let mut p = spawn(
+        Command::new(rtm_bin())
+            .args(["--mode", "contention", "--stack-rate", "all"])
+            .arg("--json")
+            .arg(&json)
+            .arg("-o")
+            .arg(&report)
+            .arg("--dot")
+            .arg(&dot)
+            .arg("--html")
+            .arg(&html)
+            .arg("--folded")
+            .arg(&folded)
+            .arg("--")
+            .arg(workload("many_locks"))
+            .args(["4", "8", "1500"]),
+    );
+    let mut stdin = p.child.stdin.take().unwrap();
+    writeln!(stdin, "go").unwrap();
+    drop(stdin);
+    let out = p.wait_output(T);
+    assert!(
+        out.status.success(),
+        "rtm-trace failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let doc = read_json(&json);
+    let g = &doc["sync_graph"];
+    let name_at = |pid: &Value, addr: &Value| -> Option<String> {
+        g["objects"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|o| o["pid"] == *pid && o["addr"] == *addr)
+            .and_then(|o| o["name"].as_str().map(str::to_owned))
+    };
+    let site: Vec<(String, String)> = g["objects"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|o| {
+            let n = o["name"].as_str()?;
+            n.starts_with("in worker (many_locks.c:")
+                .then(|| (n.to_owned(), o["addr"].as_str().unwrap().to_owned()))
+        })
+        .collect();
+    println!("named from the call site: {site:?}");
+    assert!(
+        site.len() >= 2,
+        "several heap locks named by their site: {site:?}"
+    );
+    let mut names: Vec<&str> = site.iter().map(|(n, _)| n.as_str()).collect();
+    names.sort_unstable();
+    names.dedup();
+    assert_eq!(names.len(), site.len(), "one name per object: {site:?}");
+    assert!(
+        site.iter().all(|(n, _)| n
+            .rsplit_once(" #")
+            .is_some_and(|(_, k)| k.parse::<u32>().is_ok())),
+        "numbered apart: {site:?}"
+    );
+    // The same name wherever the JSON names the word.
+    let rows = g["waits_for"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .chain(g["stacks"]["rows"].as_array().unwrap());
+    for r in rows {
+        assert_eq!(
+            r["object_name"].as_str().map(str::to_owned),
+            name_at(&r["pid"], &r["object"]),
+            "{r}"
+        );
+    }
+    let report = std::fs::read_to_string(&report).unwrap();
+    let dot = std::fs::read_to_string(&dot).unwrap();
+    let html = std::fs::read_to_string(&html).unwrap();
+    let graph = &html[html.find("id=\"sync-graph\"").expect("the HTML graph")..];
+    let graph = &graph[..graph.find("</svg>").unwrap()];
+    let folded = std::fs::read_to_string(&folded).unwrap();
+    for (name, addr) in &site {
+        assert!(report.contains(name.as_str()), "{name} in the report");
+        // One node each in the DOT graph, one in the HTML graph.
+        let node = format!(
+            "o{}_{} [",
+            doc["run"]["targets"][0]["pid"],
+            addr.trim_start_matches("0x")
+        );
+        let line = dot
+            .lines()
+            .find(|l| l.trim_start().starts_with(&node))
+            .unwrap_or_else(|| panic!("no node {node} in {dot}"));
+        assert!(line.contains(&format!("label=\"{name}\"")), "{line}");
+        assert_eq!(
+            dot.matches(&format!("label=\"{name}\"")).count(),
+            1,
+            "{name}: {dot}"
+        );
+        assert_eq!(
+            graph.matches(&format!("<title>{name}</title>")).count(),
+            1,
+            "{name} in the HTML graph"
+        );
+        let root = name.replace(' ', "_");
+        assert!(
+            folded.lines().any(|l| l.starts_with(&format!("{root};"))),
+            "{root} in the folded stacks"
+        );
+    }
+}

@@ -10,6 +10,8 @@ use crate::{
     model::{
         blocked::{self, BlockedThread, BlockedView, Holder, MUTEX_BYTES},
         stacks::{name_frames, user_frame},
+        views::names,
+        wait_kind::WaitKind,
     },
     symbolize::{CodeNamer, ObjectNamer, StackUnwinder, unwind::Capture},
     target::{
@@ -96,13 +98,39 @@ pub fn read_thread(pid: u32, tid: u32, namers: Option<&mut Namers<'_>>) -> Optio
             .iter()
             .map(|&a| n.objects.locate(pid, a).map(|l| l.file.path))
             .collect();
+        // Named as the trace's outputs name it: a variable by its symbol, a join's word
+        // by the exit it waits for (glibc's pthread_join expects the joined TID in it),
+        // else by the code that waits on it.
+        let expected = s.args[2] as u32;
         t.word_name = n
             .objects
-            .name(pid, word)
+            .name(pid, word, rtm_common::Primitive::Futex)
+            .or_else(|| {
+                (expected != 0
+                    && WaitKind::of_frames(t.stack.iter().map(String::as_str))
+                        == Some(WaitKind::Join))
+                .then(|| format!("exit of thread {expected}"))
+            })
             .or_else(|| user_frame(&t.stack, &modules).map(|f| format!("in {f}")));
         t.off_cpu_ns = n.clocks.off_cpu_ns(pid, tid);
     }
     Some(t)
+}
+
+/// Words of `threads` that share a name (reached from one call site) told apart, as in
+/// a trace's outputs ([`names::unique`]).
+pub fn tell_apart(threads: &mut [BlockedThread]) {
+    let unique = names::unique(
+        threads
+            .iter()
+            .filter_map(|t| Some(((t.pid, t.word), t.word_name.clone()?)))
+            .collect(),
+    );
+    for t in threads {
+        if let Some(n) = unique.get(&(t.pid, t.word)) {
+            t.word_name = Some(n.clone());
+        }
+    }
 }
 
 /// Every thread of `pids` blocked in a futex wait now, and the deadlocks among them.
@@ -127,6 +155,7 @@ pub fn snapshot(pids: &[u32]) -> BlockedView {
             out.extend(read_thread(pid, tid, Some(&mut namers)));
         }
     }
+    tell_apart(&mut out);
     out.sort_by(|a, b| b.off_cpu_ns.cmp(&a.off_cpu_ns).then(a.tid.cmp(&b.tid)));
     // The reads above took a while, one thread after another: a cycle stands only when
     // a second read finds each of its threads in the same wait for the same holder,

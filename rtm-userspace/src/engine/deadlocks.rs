@@ -129,7 +129,7 @@ impl Engine {
                 unwinder: state.join.unwinder(),
                 clocks: Default::default(),
             };
-            let threads: Vec<BlockedThread> = members
+            let mut threads: Vec<BlockedThread> = members
                 .iter()
                 .filter_map(|m| {
                     let mut b = read_thread(m.pid, m.tid, Some(&mut namers))?;
@@ -140,6 +140,7 @@ impl Engine {
             if threads.len() != members.len() {
                 continue;
             }
+            super::blocked::tell_apart(&mut threads);
             self.deadlocks.seen.insert(key);
             new = true;
             let view = DeadlockView {

@@ -723,6 +723,22 @@ fn snapshot<'s>(
     let views = sampler.map(Sampler::views);
     let (mut snap, missing) = state.snapshot(window, running);
     snap.deadlocks = deadlocks.found.clone();
+    // A deadlock's words by the names the rest of the snapshot gives them.
+    for t in snap.deadlocks.iter_mut().flat_map(|d| d.threads.iter_mut()) {
+        use rtm_common::Primitive;
+        let named = [Primitive::Futex, Primitive::Mutex]
+            .into_iter()
+            .find_map(|primitive| {
+                snap.objects.name(&crate::model::sync::ObjectKey {
+                    pid: t.pid,
+                    primitive,
+                    addr: t.word,
+                })
+            });
+        if let Some(n) = named {
+            t.word_name = Some(n.to_owned());
+        }
+    }
     if let Some((ambient, counters)) = views {
         snap.ambient = Some(ambient);
         snap.counters = Some(counters);

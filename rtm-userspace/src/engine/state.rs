@@ -19,7 +19,7 @@ use crate::{
         RankEnv, Snapshot, SyncGraph, TaskGraph, TaskView, Window,
         funcs::{FuncModel, RunningCall},
         stacks::{MAX_STACK_ROWS, StackTable, StacksView, name_frames},
-        sync::ThreadKey,
+        sync::{ObjectKey, ThreadKey},
         wait_kind::WaitKind,
     },
     symbolize::{CodeNamer, ObjectNamer},
@@ -353,7 +353,7 @@ impl State {
             StacksView::build(
                 stacks,
                 MAX_STACK_ROWS,
-                &mut |pid, addr| objects.borrow_mut().name(pid, addr),
+                &mut |pid, addr| objects.borrow_mut().name(pid, addr, Primitive::Futex),
                 &mut |pid, addr| code.name(&mut objects.borrow_mut(), pid, addr),
                 &mut |pid, addr| objects.borrow_mut().locate(pid, addr).map(|l| l.file.path),
             )
@@ -369,34 +369,23 @@ impl State {
             &mut |o| {
                 objects
                     .borrow_mut()
-                    .name(o.pid, o.addr)
+                    .name(o.pid, o.addr, o.primitive)
                     .or_else(|| heap_names.get(&(o.pid, o.addr)).cloned())
             },
             &mut |pid, addr| code.name(&mut objects.borrow_mut(), pid, addr),
         );
         drop_foreign_holders(&mut snap);
-        // Words named in the snapshot only (a pthread_join's "exit of thread N"), in
-        // one pass over the objects.
+        // Each row's word by the name the snapshot gave it: numbered where objects
+        // share one, or named in the snapshot only (a pthread_join's "exit of thread N").
         let mut stacks = stacks;
-        let unnamed: HashSet<(u32, u64)> = stacks
-            .iter()
-            .flat_map(|s| s.rows.iter())
-            .filter(|r| r.object_name.is_none())
-            .map(|r| (r.pid, r.object))
-            .collect();
-        if !unnamed.is_empty() {
-            let named: HashMap<(u32, u64), String> = snap
-                .objects
-                .rows()
-                .iter()
-                .filter(|o| unnamed.contains(&(o.key.pid, o.key.addr)))
-                .map(|o| ((o.key.pid, o.key.addr), snap.objects.label(o)))
-                .filter(|(_, l)| !l.starts_with("0x"))
-                .collect();
-            for r in stacks.iter_mut().flat_map(|s| s.rows.iter_mut()) {
-                if r.object_name.is_none() {
-                    r.object_name = named.get(&(r.pid, r.object)).cloned();
-                }
+        for r in stacks.iter_mut().flat_map(|s| s.rows.iter_mut()) {
+            let key = ObjectKey {
+                pid: r.pid,
+                primitive: Primitive::Futex,
+                addr: r.object,
+            };
+            if let Some(n) = snap.objects.name(&key) {
+                r.object_name = Some(n.to_owned());
             }
         }
         snap.stacks = stacks;

@@ -372,8 +372,17 @@ fn programs_linger_for_release_after() {
             handle.add(vec![Target::running(me, false)]).await.unwrap();
             assert_eq!(*loads.borrow(), (1, 0), "the next target finds it loaded");
             handle.remove(me).unwrap();
-            tokio::time::sleep(Duration::from_millis(800)).await;
+            // Released once idle for 300 ms: waited for (a loaded machine runs the
+            // engine's timer late), not slept for a fixed while.
+            let removed = std::time::Instant::now();
+            while *loads.borrow() != (1, 1) && removed.elapsed() < Duration::from_secs(20) {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
             assert_eq!(*loads.borrow(), (1, 1), "released once idle for 300 ms");
+            assert!(
+                removed.elapsed() >= Duration::from_millis(300),
+                "released early"
+            );
             handle.stop(EndReason::Signal).unwrap();
         };
         let (_, reason) = tokio::join!(driver, engine.run(std::future::pending()));

@@ -342,8 +342,10 @@ pub struct StacksView {
 }
 
 /// Function names of the pthread, futex, stdio-lock and system-call layers a wait goes
-/// through (in a static program the C library's frames are in the program itself).
-const LIBRARY_FRAMES: [&str; 13] = [
+/// through (in a static program the C library's frames are in the program itself), and
+/// of the lock layers other languages' libraries link into a program (Rust's and C++'s
+/// standard libraries, parking_lot, Go's runtime).
+const LIBRARY_FRAMES: [&str; 22] = [
     "pthread_",
     "__pthread",
     "___pthread",
@@ -357,6 +359,15 @@ const LIBRARY_FRAMES: [&str; 13] = [
     "__new_sem",
     "__condvar",
     "_IO_",
+    "__gthread",
+    "std::",
+    "<std::",
+    "core::",
+    "<core::",
+    "alloc::",
+    "parking_lot",
+    "<parking_lot",
+    "runtime.",
 ];
 
 /// C library functions that take a lock of their own (stdio, malloc), by their plain
@@ -366,12 +377,37 @@ const C_LIBRARY_CALLS: [&str; 18] = [
     "printf", "fprintf", "vfprintf", "malloc", "free", "calloc", "realloc", "getline",
 ];
 
-/// The first of `frames` (named as [`StacksView::build`] names them; `modules[i]`: the
-/// file frame `i` is in, when known) that is the program's own code and named by a
-/// symbol, as `FUNCTION (FILE:LINE)`. Frames in a system library, and frames shown as
-/// `file+0xOFF` (no symbol), are passed over.
+/// Directories the system's shared libraries are installed in.
+const SYSTEM_DIRS: [&str; 7] = [
+    "/lib/",
+    "/lib32/",
+    "/lib64/",
+    "/usr/lib/",
+    "/usr/lib32/",
+    "/usr/lib64/",
+    "/usr/local/lib/",
+];
+
+/// Whether `path` is the program's own code: its executable (any file that is not a
+/// shared library), or a shared library of its own (one not installed in a system
+/// directory).
+fn is_own_code(path: &std::path::Path) -> bool {
+    let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
+    let shared = name.ends_with(".so") || name.contains(".so.");
+    let system = path
+        .to_str()
+        .is_some_and(|p| SYSTEM_DIRS.iter().any(|d| p.starts_with(d)));
+    !shared || !system
+}
+
+/// The frame of `frames` (named as [`StacksView::build`] names them; `modules[i]`: the
+/// file frame `i` is in, when known) that names a word by the code that waits on it, as
+/// `FUNCTION (FILE:LINE)`: the innermost that is the program's own code (see
+/// [`is_own_code`]), else the innermost in no C library. Frames in a system C library,
+/// frames of known library layers, and frames shown as `file+0xOFF` (no symbol), are
+/// passed over.
 pub fn user_frame(frames: &[String], modules: &[Option<PathBuf>]) -> Option<String> {
-    frames.iter().enumerate().find_map(|(i, f)| {
+    let named = |i: usize, f: &String| {
         let module = modules.get(i).and_then(Option::as_deref);
         if module.is_some_and(crate::target::is_system_library) {
             return None;
@@ -386,7 +422,19 @@ pub fn user_frame(frames: &[String], modules: &[Option<PathBuf>]) -> Option<Stri
         }
         let line = rest.split_once(" (").map(|(_, l)| format!(" ({l}"));
         Some(format!("{func}{}", line.unwrap_or_default()))
-    })
+    };
+    let own = |i: usize| {
+        modules
+            .get(i)
+            .and_then(Option::as_deref)
+            .is_some_and(is_own_code)
+    };
+    frames
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| own(*i))
+        .find_map(|(i, f)| named(i, f))
+        .or_else(|| frames.iter().enumerate().find_map(|(i, f)| named(i, f)))
 }
 
 /// The address to name frame `i` of a stack by: a return address (every frame but the
@@ -551,5 +599,55 @@ mod view_tests {
             "main+0x9".into(),
         ];
         assert_eq!(user_frame(&names, &[]).as_deref(), Some("main"));
+    }
+
+    #[test]
+    fn the_programs_own_code_names_a_word_before_any_librarys() {
+        let libc = Some(PathBuf::from("/usr/lib/x86_64-linux-gnu/libc.so.6"));
+        let libevent = Some(PathBuf::from("/usr/lib/x86_64-linux-gnu/libevent-2.1.so.7"));
+        let exe = Some(PathBuf::from("/opt/server/bin/server"));
+        let names = [
+            "__lll_lock_wait+0x2f (lowlevellock.c:49)".to_string(),
+            "event_base_loop+0x40".into(),
+            "worker_loop+0x12 (server.c:88)".into(),
+        ];
+        let modules = [libc.clone(), libevent.clone(), exe.clone()];
+        assert_eq!(
+            user_frame(&names, &modules).as_deref(),
+            Some("worker_loop (server.c:88)")
+        );
+        // A library of the program's own (not in a system directory) is its code.
+        let own_lib = Some(PathBuf::from("/opt/server/lib/libcache.so"));
+        let names = [
+            "__lll_lock_wait+0x2f".to_string(),
+            "cache_get+0x9 (cache.c:12)".into(),
+            "event_base_loop+0x40".into(),
+            "main+0x1 (server.c:3)".into(),
+        ];
+        let modules = [libc.clone(), own_lib, libevent.clone(), exe.clone()];
+        assert_eq!(
+            user_frame(&names, &modules).as_deref(),
+            Some("cache_get (cache.c:12)")
+        );
+        // A language's lock layer linked into the program is not its code.
+        let names = [
+            "syscall+0x1d".to_string(),
+            "std::sys::sync::mutex::futex::Mutex::lock_contended+0x5".into(),
+            "app::handle+0x10 (main.rs:9)".into(),
+        ];
+        let modules = [libc.clone(), exe.clone(), exe];
+        assert_eq!(
+            user_frame(&names, &modules).as_deref(),
+            Some("app::handle (main.rs:9)")
+        );
+        // Only a system library's frames: the innermost outside the C library, as before.
+        let names = [
+            "__lll_lock_wait+0x2f".to_string(),
+            "event_base_loop+0x40".into(),
+        ];
+        assert_eq!(
+            user_frame(&names, &[libc, libevent]).as_deref(),
+            Some("event_base_loop")
+        );
     }
 }

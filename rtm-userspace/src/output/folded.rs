@@ -18,6 +18,12 @@ fn node(frame: &str) -> String {
     escape(func).replace([';', ' '], "_")
 }
 
+/// A word as the flame graph's root: its whole name (`slots+0x10`, `in f (a.c:3) #2`:
+/// what tells it from the others), with the separators the format uses replaced.
+fn word_node(name: &str) -> String {
+    escape(name).replace([';', ' '], "_")
+}
+
 /// The folded lines of `view`.
 pub fn render(view: &StacksView) -> String {
     let mut out = String::new();
@@ -26,7 +32,7 @@ pub fn render(view: &StacksView) -> String {
             .object_name
             .clone()
             .unwrap_or_else(|| format!("{:#x}", r.object));
-        let mut line = vec![node(&word)];
+        let mut line = vec![word_node(&word)];
         if r.waiter.is_empty() {
             line.push("[waiter_stack_not_known]".into());
         }
@@ -115,6 +121,49 @@ mod tests {
         assert_eq!(
             render(&view),
             "chain_lock;main;lock_c;__lll_lock_wait;--;__lll_lock_wake;unlock_c 500\n[other_stacks] 70\n"
+        );
+    }
+
+    /// A word's root node is its whole name: the elements of an array, and words
+    /// numbered apart, stay apart.
+    #[test]
+    fn words_keep_the_names_that_tell_them_apart() {
+        let row = |name: &str| StackRowView {
+            pid: 1,
+            object: 0x10,
+            object_name: Some(name.into()),
+            waker_pid: 1,
+            edge: StackEdge {
+                waits: 1,
+                wait_ns: 5,
+                max_ns: 5,
+                samples: 1,
+                weight_milli: 1000,
+            },
+            waiter: vec!["main+0x1".into()],
+            waker: vec!["main+0x2".into()],
+        };
+        let view = StacksView {
+            rows: vec![
+                row("slots+0x0"),
+                row("slots+0x10"),
+                row("in worker (a.c:3) #1"),
+                row("in worker (a.c:3) #2"),
+            ],
+            ..StacksView::default()
+        };
+        let roots: Vec<String> = render(&view)
+            .lines()
+            .map(|l| l.split(';').next().unwrap().to_owned())
+            .collect();
+        assert_eq!(
+            roots,
+            [
+                "slots+0x0",
+                "slots+0x10",
+                "in_worker_(a.c:3)_#1",
+                "in_worker_(a.c:3)_#2"
+            ]
         );
     }
 }

@@ -7,6 +7,8 @@ use std::{
     rc::Rc,
 };
 
+use rtm_common::Primitive;
+
 use crate::target::{
     Module,
     address_space::{AddressSpace, Mapping},
@@ -245,21 +247,21 @@ impl ObjectNamer {
         self.spaces.values().map(|s| s.dropped).sum()
     }
 
-    /// The symbol naming `addr` in `pid`, if it is inside a global or static variable.
-    /// A condition variable's futex word is named as the condition variable.
-    pub fn name(&mut self, pid: u32, addr: u64) -> Option<String> {
+    /// The symbol naming the object of kind `kind` at `addr` in `pid`, if it is inside a
+    /// global or static variable (see [`variable_name`]).
+    pub fn name(&mut self, pid: u32, addr: u64, kind: Primitive) -> Option<String> {
         let found = self.resolve(pid, addr, true)?;
-        self.name_in(found)
+        self.name_in(found, kind)
     }
 
     /// [`ObjectNamer::name`] from what is already known of `pid`'s mappings: never reads
     /// /proc (for the event path; the naming worker keeps the mappings current).
-    pub fn name_known(&mut self, pid: u32, addr: u64) -> Option<String> {
+    pub fn name_known(&mut self, pid: u32, addr: u64, kind: Primitive) -> Option<String> {
         let found = self.resolve(pid, addr, false)?;
-        self.name_in(found)
+        self.name_in(found, kind)
     }
 
-    fn name_in(&mut self, found: (Module, Rc<ElfSymbols>, u64)) -> Option<String> {
+    fn name_in(&mut self, found: (Module, Rc<ElfSymbols>, u64), kind: Primitive) -> Option<String> {
         let (module, elf, vaddr) = found;
         if !elf.contains(vaddr) {
             return None;
@@ -270,16 +272,7 @@ impl ObjectNamer {
             }
             return None;
         };
-        // glibc's condition variable has two groups of waiters, each waiting on its own
-        // word: both are the condition variable (not in a Go program, whose runtime's
-        // variables only look like one).
-        let group = (off % 48 == 44) as u8;
-        Some(match condvar_of(off, size).filter(|_| !elf.is_go()) {
-            Some(None) => format!("{name} (condvar, group {group})"),
-            Some(Some(i)) => format!("{name}[{i}] (condvar, group {group})"),
-            None if off == 0 => name.to_owned(),
-            None => format!("{name}+{off:#x}"),
-        })
+        Some(variable_name(name, off, size, kind, elf.is_go()))
     }
 
     /// The module covering `addr` in `pid`, its symbols, and the address's virtual
@@ -454,6 +447,61 @@ fn kept_symbols(f: &std::fs::File) -> Option<(ElfSymbols, Vec<u8>, PathBuf)> {
     Some((symbols, bytes, PathBuf::new()))
 }
 
+/// The size of one `kind` object as glibc lays it out on x86-64 and aarch64 (a futex
+/// word's is taken as a mutex's: the common case, and the one a word at an element's
+/// start has).
+fn element_size(kind: Primitive) -> Option<u64> {
+    Some(match kind {
+        Primitive::Mutex | Primitive::Futex => 40,
+        Primitive::RwLock => 56,
+        Primitive::Cond => 48,
+        Primitive::Barrier | Primitive::Sem => 32,
+        Primitive::Spin => 4,
+        Primitive::Thread => return None,
+    })
+}
+
+/// The largest glibc synchronization object (pthread_rwlock_t): a variable no larger
+/// holds one object, named by its symbol alone.
+const LARGEST_OBJECT: u64 = 56;
+
+/// The name of a `kind` object `off` bytes into the variable `name` of `size` bytes. A
+/// condition variable's futex word is named as the condition variable, an element of an
+/// array of such objects by its index (`locks[3]`, element 0 too); elsewhere inside a
+/// larger variable by its offset (`state+0x28`, `state+0x0` at its start: one style for
+/// every element); a variable that is one object by its symbol.
+fn variable_name(name: &str, off: u64, size: u64, kind: Primitive, go: bool) -> String {
+    // A Go program's variables are its runtime's: none is a glibc condition variable or
+    // an array of glibc mutexes, however their sizes fall.
+    if go {
+        return if off == 0 && size <= LARGEST_OBJECT {
+            name.to_owned()
+        } else {
+            format!("{name}+{off:#x}")
+        };
+    }
+    // glibc's condition variable has two groups of waiters, each waiting on its own
+    // word: both are the condition variable.
+    let group = (off % 48 == 44) as u8;
+    match condvar_of(off, size) {
+        Some(None) => return format!("{name} (condvar, group {group})"),
+        Some(Some(i)) => return format!("{name}[{i}] (condvar, group {group})"),
+        None => {}
+    }
+    if let Some(e) = element_size(kind)
+        && size > e
+        && size.is_multiple_of(e)
+        && off.is_multiple_of(e)
+    {
+        return format!("{name}[{}]", off / e);
+    }
+    if off == 0 && size <= LARGEST_OBJECT {
+        name.to_owned()
+    } else {
+        format!("{name}+{off:#x}")
+    }
+}
+
 /// glibc's pthread_cond_t (48 bytes) is waited on at its `__g_signals` words, 40 and 44
 /// bytes in: a futex word there in a variable made of condition variables is that
 /// condition variable (Some(None) for a single one, Some(Some(i)) for element i of an
@@ -485,6 +533,59 @@ mod tests {
         assert_eq!(condvar_of(0x28, 40 * 16), None);
     }
 
+    #[test]
+    fn every_element_of_an_array_is_named_one_way() {
+        use super::variable_name;
+        // Sixteen glibc mutexes (40 bytes each): element 0 as the others.
+        let names: Vec<String> = (0..16)
+            .map(|i| variable_name("private_locks", i * 40, 640, Primitive::Mutex, false))
+            .collect();
+        assert_eq!(names[0], "private_locks[0]");
+        assert_eq!(names[3], "private_locks[3]");
+        // A futex word at an element's start is taken as a mutex's.
+        assert_eq!(
+            variable_name("account_locks", 400, 640, Primitive::Futex, false),
+            "account_locks[10]"
+        );
+        assert_eq!(
+            variable_name("rw", 112, 56 * 4, Primitive::RwLock, false),
+            "rw[2]"
+        );
+        // One object is its symbol.
+        assert_eq!(
+            variable_name("queue_lock", 0, 40, Primitive::Futex, false),
+            "queue_lock"
+        );
+        assert_eq!(variable_name("flag", 0, 4, Primitive::Futex, false), "flag");
+        // Elements of unknown size: offsets, the first one's too.
+        assert_eq!(
+            variable_name("slots", 0, 128, Primitive::Futex, false),
+            "slots+0x0"
+        );
+        assert_eq!(
+            variable_name("slots", 16, 128, Primitive::Futex, false),
+            "slots+0x10"
+        );
+        // A condition variable's words.
+        assert_eq!(
+            variable_name("cvs", 88, 96, Primitive::Futex, false),
+            "cvs[1] (condvar, group 0)"
+        );
+        assert_eq!(
+            variable_name("cv", 44, 48, Primitive::Futex, false),
+            "cv (condvar, group 1)"
+        );
+        // A Go program's runtime variable where a condition variable's words would be.
+        assert_eq!(
+            variable_name("runtime.m0", 328, 1152, Primitive::Futex, true),
+            "runtime.m0+0x148"
+        );
+        assert_eq!(
+            variable_name("runtime.m0", 328, 1152, Primitive::Futex, false),
+            "runtime.m0[6] (condvar, group 0)"
+        );
+    }
+
     use super::*;
 
     /// A static in this test binary is named through the same path a traced process's is.
@@ -494,11 +595,12 @@ mod tests {
     fn names_a_static_of_this_process() {
         let mut namer = ObjectNamer::default();
         let addr = std::ptr::addr_of!(NAMED_STATIC_FOR_TEST) as u64;
-        let name = namer.name(std::process::id(), addr).expect("named");
+        let me = std::process::id();
+        let name = namer.name(me, addr, Primitive::Futex).expect("named");
         assert!(name.contains("NAMED_STATIC_FOR_TEST"), "{name}");
-        let inner = namer.name(std::process::id(), addr + 16).expect("named");
+        let inner = namer.name(me, addr + 16, Primitive::Futex).expect("named");
         assert!(inner.ends_with("+0x10"), "{inner}");
-        assert_eq!(namer.name(std::process::id(), 8), None);
+        assert_eq!(namer.name(me, 8, Primitive::Futex), None);
     }
 
     #[test]

@@ -1,8 +1,9 @@
 //! Folded names: what many objects or threads of one kind share, so that a view grouped
 //! by them has a bounded number of rows whatever the target does (a metrics endpoint's
-//! label values). An array's elements fold into `name[]`, objects without a symbol (on
-//! the heap, the stack or in an anonymous mapping) into `heap`, the waits for threads'
-//! exits (joins) into one value, and digits in thread names into `N`.
+//! label values). An array's elements fold into `name[]`, objects numbered apart
+//! because they share a name (`in f (a.c:3) #2`) into that name, objects without a
+//! symbol (on the heap, the stack or in an anonymous mapping) into `heap`, the waits for
+//! threads' exits (joins) into one value, and digits in thread names into `N`.
 
 /// Longest folded name, in characters (a name is cut, not refused).
 pub const MAX_FOLDED: usize = 96;
@@ -15,6 +16,8 @@ pub fn object(name: Option<&str>) -> String {
     if name.starts_with("exit of thread ") || is_numbered(name, "thread ") {
         return "thread exit".to_owned();
     }
+    // "in f (a.c:3) #2": the objects numbered apart share the group of their name.
+    let name = super::names::base(name);
     // "sym[3] (condvar, group 1)", "sym (condvar, group 1)": the condvar's own name.
     let name = name.split(" (").next().unwrap_or(name);
     let base = match (name.find('['), name.find("+0x")) {
@@ -77,6 +80,14 @@ mod tests {
         assert_eq!(object(Some("queue_lock")), "queue_lock");
         assert_eq!(object(Some("account_locks+0x28")), "account_locks[]");
         assert_eq!(object(Some("account_locks")), "account_locks");
+        // Element 0 of an array folds with the others.
+        assert_eq!(object(Some("account_locks[0]")), "account_locks[]");
+        assert_eq!(object(Some("account_locks[3]")), "account_locks[]");
+        assert_eq!(object(Some("slots+0x0")), "slots[]");
+        // Objects numbered apart fold into their shared name.
+        assert_eq!(object(Some("in event_base_loop #3")), "in event_base_loop");
+        assert_eq!(object(Some("in worker (many_locks.c:35) #12")), "in worker");
+        assert_eq!(object(Some("lock #2")), "lock");
         assert_eq!(object(Some("cv[3] (condvar, group 1)")), "cv[]");
         assert_eq!(object(Some("cv (condvar, group 0)")), "cv");
         assert_eq!(object(Some("exit of thread 4242")), "thread exit");

@@ -3,6 +3,7 @@
 //! holds them, its long lists as [`rows`] made into views one at a time.
 
 pub mod fold;
+pub mod names;
 pub mod rows;
 pub mod snapshot;
 

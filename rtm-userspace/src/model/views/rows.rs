@@ -315,6 +315,11 @@ impl<'g> Objects<'g> {
             .find(|r| r.key.pid == pid && r.key.addr == addr && r.key.primitive == kind)
     }
 
+    /// An object's name, when it has one.
+    pub fn name(&self, key: &ObjectKey) -> Option<&str> {
+        self.names.get(key).map(|n| &**n)
+    }
+
     /// An object's name if known, else its address.
     pub fn label(&self, row: &ObjectRow) -> String {
         self.names

@@ -13,7 +13,7 @@ use rtm_common::Primitive;
 use serde::Serialize;
 
 use super::{
-    CallSiteView, ThreadView,
+    CallSiteView, ThreadView, names,
     rows::{EdgeRow, Edges, Objects, WaitsForRow, WaitsFors, totals},
 };
 use crate::model::{
@@ -82,13 +82,18 @@ pub struct Snapshot<'g> {
 }
 
 impl<'g> Snapshot<'g> {
-    /// Builds the views. `name_of` names objects that are global or static variables.
+    /// Builds the views. `name_of` names objects that are global or static variables,
+    /// or words on the heap by the code that waits on them; objects of a process that
+    /// share a name are numbered ([`names::unique`]), the same in every view.
     pub fn build(
         graph: &'g SyncGraph,
         window: Window,
         name_of: &mut dyn FnMut(&ObjectKey) -> Option<String>,
         locate: &mut dyn FnMut(u32, u64) -> Option<String>,
     ) -> Snapshot<'g> {
+        let exits = exit_waits(graph);
+        let names = object_names(graph, &exits, name_of);
+        let name_of = &mut |k: &ObjectKey| names.get(&(k.pid, k.addr)).cloned();
         let call_sites = top_call_sites(graph)
             .into_iter()
             .map(|((obj, site), c)| CallSiteView {
@@ -104,7 +109,6 @@ impl<'g> Snapshot<'g> {
             .collect();
         let threads = thread_views(graph, window);
 
-        let exits = exit_waits(graph);
         let mut waits: Vec<WaitsForRow> = graph
             .waits_for()
             .map(|(k, w)| WaitsForRow {
@@ -132,22 +136,18 @@ impl<'g> Snapshot<'g> {
                 outside: false,
                 waker: *waker,
                 object: *object,
-                object_name: Some(format!("exit of thread {waker}")),
+                object_name: name_of(&ObjectKey {
+                    pid: *pid,
+                    primitive: Primitive::Futex,
+                    addr: *object,
+                })
+                .or_else(|| Some(exit_name(*waker))),
                 count: w.count(),
                 wait: Cow::Owned(w.clone()),
                 at_exit: true,
             });
         }
-        let exit_of: HashMap<(u32, u64), u32> = exits.keys().map(|k| ((k.0, k.3), k.2)).collect();
-
-        let objects = Objects::new(graph, &mut |key, meta| match key.primitive {
-            Primitive::Thread => meta.tid().map(|tid| format!("thread {tid}")),
-            _ => name_of(key).or_else(|| {
-                exit_of
-                    .get(&(key.pid, key.addr))
-                    .map(|tid| format!("exit of thread {tid}"))
-            }),
-        });
+        let objects = Objects::new(graph, &mut |key, _| name_of(key));
         Snapshot {
             window,
             threads,
@@ -178,6 +178,67 @@ impl<'g> Snapshot<'g> {
             go_processes: Vec::new(),
         }
     }
+}
+
+/// The name of a word a joiner waited on until thread `tid` exited.
+fn exit_name(tid: u32) -> String {
+    format!("exit of thread {tid}")
+}
+
+/// Every object's name, by (process, address): its own (`name_of`), a joined thread's
+/// ("thread TID"), or the exit a word's waits were for ("exit of thread TID"); those a
+/// process's objects share numbered so that each names one object.
+fn object_names(
+    graph: &SyncGraph,
+    exits: &HashMap<(u32, u32, u32, u64), Dist>,
+    name_of: &mut dyn FnMut(&ObjectKey) -> Option<String>,
+) -> HashMap<(u32, u64), String> {
+    let exit_of: HashMap<(u32, u64), u32> = exits.keys().map(|k| ((k.0, k.3), k.2)).collect();
+    let mut names: HashMap<(u32, u64), String> = HashMap::new();
+    let mut add = |key: ObjectKey, tid: Option<u32>| {
+        if names.contains_key(&(key.pid, key.addr)) {
+            return;
+        }
+        let name = match key.primitive {
+            Primitive::Thread => tid.map(|tid| format!("thread {tid}")),
+            _ => name_of(&key).or_else(|| exit_of.get(&(key.pid, key.addr)).map(|t| exit_name(*t))),
+        };
+        if let Some(n) = name {
+            names.insert((key.pid, key.addr), n);
+        }
+    };
+    let futex = |pid, addr| ObjectKey {
+        pid,
+        primitive: Primitive::Futex,
+        addr,
+    };
+    for (key, meta) in graph.objects() {
+        add(*key, meta.tid());
+    }
+    for (k, _) in graph.waits_for() {
+        add(futex(k.pid, k.object), None);
+    }
+    for (k, _) in graph.held_by() {
+        add(futex(k.pid, k.object), None);
+    }
+    for k in exits.keys() {
+        add(futex(k.0, k.3), None);
+    }
+    if graph.lock_order().pairs() > 0 {
+        for i in graph.lock_order().inversions().into_iter().take(100) {
+            for addr in [i.a, i.b] {
+                add(
+                    ObjectKey {
+                        pid: i.pid,
+                        primitive: Primitive::Mutex,
+                        addr,
+                    },
+                    None,
+                );
+            }
+        }
+    }
+    names::unique(names)
 }
 
 /// The call sites with the most wait, most first (ties by key), without sorting them

@@ -341,6 +341,7 @@ fn tree(p: &mut String, doc: &Doc) {
 }
 
 fn graph(p: &mut String, doc: &Doc) {
+    use svg::Node;
     let g = &doc.sync_graph;
     let label_of = |pid: u32, addr: &str| {
         g.objects
@@ -348,37 +349,47 @@ fn graph(p: &mut String, doc: &Doc) {
             .find(|o| o.pid == pid && o.addr == addr)
             .map_or_else(|| addr.to_owned(), |o| o.label())
     };
+    // Nodes by identity: objects by process and address, threads by process and TID.
+    let object = |pid: u32, addr: &str, label: String| Node {
+        id: format!("o{pid}_{addr}"),
+        label,
+    };
+    let thread = |pid: u32, tid: u32| Node {
+        id: format!("t{pid}_{tid}"),
+        label: doc.thread_label(pid, tid),
+    };
     let mut edges: Vec<_> = g.edges.iter().filter(|e| e.wait.total_ns > 0).collect();
     edges.sort_by_key(|e| std::cmp::Reverse(e.wait.total_ns));
-    let waits: Vec<(String, String, u64)> = edges
+    let waits: Vec<(Node, Node, u64)> = edges
         .iter()
         .take(GRAPH_EDGES)
         .map(|e| {
             (
-                doc.thread_label(e.pid, e.tid),
-                label_of(e.pid, &e.object),
+                thread(e.pid, e.tid),
+                object(e.pid, &e.object, label_of(e.pid, &e.object)),
                 e.wait.total_ns,
             )
         })
         .collect();
     let mut wf: Vec<_> = g.waits_for.iter().collect();
     wf.sort_by_key(|w| std::cmp::Reverse(w.wait.total_ns));
-    let wakes: Vec<(String, String, u64)> = wf
+    let wakes: Vec<(Node, Node, u64)> = wf
         .iter()
         .take(GRAPH_EDGES)
         .map(|w| {
             let waker = if w.outside {
-                format!("process {} (not traced)", w.waker_pid)
+                Node {
+                    id: format!("p{}", w.waker_pid),
+                    label: format!("process {} (not traced)", w.waker_pid),
+                }
             } else {
-                doc.thread_label(w.waker_pid, w.waker)
+                thread(w.waker_pid, w.waker)
             };
-            (
-                w.object_name
-                    .clone()
-                    .unwrap_or_else(|| label_of(w.pid, &w.object)),
-                waker,
-                w.wait.total_ns,
-            )
+            let name = w
+                .object_name
+                .clone()
+                .unwrap_or_else(|| label_of(w.pid, &w.object));
+            (object(w.pid, &w.object, name), waker, w.wait.total_ns)
         })
         .collect();
     let _ = write!(
@@ -586,5 +597,37 @@ mod tests {
             page.contains("&lt;img src=x onerror=alert(2)&gt;"),
             "shown as text in the graph"
         );
+    }
+
+    /// Objects are the graph's nodes by process and address: two processes' objects
+    /// of one name are two nodes, and objects numbered apart keep their numbers even
+    /// where a label is shortened.
+    #[test]
+    fn the_graph_draws_one_node_per_object() {
+        let long = "in a_function_with_a_long_name (a_long_file_name.c:123)";
+        let text = format!(
+            r#"{{"format":"rtm-trace","version":1,"tool_version":"t","run":{{"mode":"contention"}},
+                "sync_graph":{{"objects":[
+                  {{"pid":5,"kind":"futex","addr":"0x10","name":"queue_lock"}},
+                  {{"pid":6,"kind":"futex","addr":"0x10","name":"queue_lock"}},
+                  {{"pid":5,"kind":"futex","addr":"0x20","name":"{long} #1"}},
+                  {{"pid":5,"kind":"futex","addr":"0x30","name":"{long} #2"}}],
+                "threads":[{{"pid":5,"tid":7}},{{"pid":6,"tid":8}}],
+                "edges":[{{"pid":5,"tid":7,"object":"0x10","wait":{{"total_ns":7}}}},
+                  {{"pid":6,"tid":8,"object":"0x10","wait":{{"total_ns":7}}}},
+                  {{"pid":5,"tid":7,"object":"0x20","wait":{{"total_ns":7}}}},
+                  {{"pid":5,"tid":7,"object":"0x30","wait":{{"total_ns":7}}}}]}}}}"#
+        );
+        let d = Doc::parse(text.as_bytes(), "t.json").unwrap();
+        let page = render(&d);
+        let graph = &page[page.find("id=\"sync-graph\"").expect("the graph")..];
+        let graph = &graph[..graph.find("</svg>").unwrap()];
+        assert_eq!(
+            graph.matches("<title>queue_lock</title>").count(),
+            2,
+            "{graph}"
+        );
+        assert!(graph.contains("\u{2026} #1<title>"), "{graph}");
+        assert!(graph.contains("\u{2026} #2<title>"), "{graph}");
     }
 }

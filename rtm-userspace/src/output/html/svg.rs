@@ -7,30 +7,52 @@ use std::fmt::Write as _;
 use super::esc;
 use crate::output::format::ns;
 
+/// A node of the sync graph: what tells it apart (a thread's or an object's identity,
+/// not its label: two processes may each have a `queue_lock`) and its label.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Node {
+    /// Its identity.
+    pub id: String,
+    /// What is written on it.
+    pub label: String,
+}
+
+/// At most `max` characters of `label`; a number that tells objects of one name apart
+/// (`... #12`) is kept at its end.
+fn shortened(label: &str, max: usize) -> String {
+    if label.chars().count() <= max {
+        return label.to_owned();
+    }
+    let suffix = match label.rsplit_once(" #") {
+        Some((_, n)) if !n.is_empty() && n.bytes().all(|c| c.is_ascii_digit()) => {
+            format!("\u{2026} #{n}")
+        }
+        _ => String::new(),
+    };
+    let keep = max.saturating_sub(suffix.chars().count());
+    label.chars().take(keep).chain(suffix.chars()).collect()
+}
+
 /// The sync graph: waiting threads (left), the objects they waited on (middle), the
 /// threads whose wakes ended the waits (right); an edge's width is its time waited.
-/// `waits`: (waiter label, object label, ns); `wakes`: (object label, waker label, ns).
-pub fn sync_graph(waits: &[(String, String, u64)], wakes: &[(String, String, u64)]) -> String {
-    let mut cols: [Vec<String>; 3] = Default::default();
-    let mut add = |c: usize, n: &String| {
-        if !cols[c].contains(n) {
-            cols[c].push(n.clone());
+/// `waits`: (waiter, object, ns); `wakes`: (object, waker, ns).
+pub fn sync_graph(waits: &[(Node, Node, u64)], wakes: &[(Node, Node, u64)]) -> String {
+    let mut cols: [Vec<&Node>; 3] = Default::default();
+    let ends = waits
+        .iter()
+        .flat_map(|(w, o, _)| [(0, w), (1, o)])
+        .chain(wakes.iter().flat_map(|(o, k, _)| [(1, o), (2, k)]));
+    for (c, n) in ends {
+        if !cols[c].iter().any(|m| m.id == n.id) {
+            cols[c].push(n);
         }
-    };
-    for (w, o, _) in waits {
-        add(0, w);
-        add(1, o);
-    }
-    for (o, k, _) in wakes {
-        add(1, o);
-        add(2, k);
     }
     let rows = cols.iter().map(Vec::len).max().unwrap_or(0).max(1);
     let (width, row_h, top) = (960.0, 26.0, 30.0);
     let height = top + rows as f64 * row_h + 10.0;
     let x = [150.0, 480.0, 810.0];
-    let y = |c: usize, n: &str| {
-        let i = cols[c].iter().position(|m| m == n).unwrap_or(0);
+    let y = |c: usize, n: &Node| {
+        let i = cols[c].iter().position(|m| m.id == n.id).unwrap_or(0);
         top + (i as f64 + 0.5) * (rows as f64 * row_h) / cols[c].len().max(1) as f64
     };
     let max = waits
@@ -65,9 +87,9 @@ pub fn sync_graph(waits: &[(String, String, u64)], wakes: &[(String, String, u64
             x[1] - 60.0,
             y(1, o),
             stroke(*v),
-            esc(w),
+            esc(&w.label),
             ns(*v),
-            esc(o)
+            esc(&o.label)
         );
     }
     for (o, k, v) in wakes {
@@ -79,14 +101,14 @@ pub fn sync_graph(waits: &[(String, String, u64)], wakes: &[(String, String, u64
             x[2] - 60.0,
             y(2, k),
             stroke(*v),
-            esc(k),
-            esc(o),
+            esc(&k.label),
+            esc(&o.label),
             ns(*v)
         );
     }
     for (c, names) in cols.iter().enumerate() {
         for n in names {
-            let short: String = n.chars().take(34).collect();
+            let short = shortened(&n.label, 34);
             let _ = write!(
                 s,
                 r##"<rect x="{}" y="{:.1}" width="120" height="18" rx="3" fill="{}"/><text x="{}" y="{:.1}" text-anchor="middle">{}<title>{}</title></text>"##,
@@ -96,7 +118,7 @@ pub fn sync_graph(waits: &[(String, String, u64)], wakes: &[(String, String, u64
                 x[c],
                 y(c, n) + 4.0,
                 esc(&short),
-                esc(n)
+                esc(&n.label)
             );
         }
     }

@@ -31,7 +31,10 @@ mod write;
 
 use std::path::PathBuf;
 
-use rtm_common::{Primitive, decode::Event};
+use rtm_common::{
+    Primitive, SyncOp,
+    decode::{Event, SyncRecord},
+};
 
 use self::{proto::Writer, tracks::Tracks};
 use super::{
@@ -265,6 +268,45 @@ impl Timeline {
     }
 }
 
+/// The name an event gives its object, as the report names it: a created thread is
+/// "thread TID"; a futex word a thread slept on until it was woken with no waker seen,
+/// expecting the TID of another thread of its process in it, is that thread's exit
+/// (glibc's pthread_join: the kernel wakes it as the thread exits).
+fn said_name(s: &SyncRecord, tracks: &Tracks) -> Option<String> {
+    let (pid, tid) = (s.raw.header.pid, s.raw.header.tid);
+    match (s.primitive, s.op) {
+        (Primitive::Thread, SyncOp::Create) if s.raw.extra != 0 => {
+            Some(format!("thread {}", s.raw.extra))
+        }
+        (Primitive::Futex, SyncOp::Wait) => {
+            let val = (s.raw.aux >> 32) as u32;
+            (s.raw.ret == 0
+                && s.raw.extra == 0
+                && s.raw.wait_ns > 0
+                && val != 0
+                && val != tid
+                && tracks.has_thread(pid, val))
+            .then(|| format!("exit of thread {val}"))
+        }
+        _ => None,
+    }
+}
+
+/// The object of `s`, named as the report names it ([`said_name`], else its symbol,
+/// else its kind and address).
+fn object_of(
+    names: &mut names::Names,
+    namer: &mut ObjectNamer,
+    tracks: &Tracks,
+    s: &SyncRecord,
+) -> names::Obj {
+    let pid = s.raw.header.pid;
+    match said_name(s, tracks) {
+        Some(n) => names.object_named(pid, s.raw.object, s.primitive, n),
+        None => names.object(namer, pid, s.raw.object, s.primitive),
+    }
+}
+
 impl Sink for Timeline {
     fn name(&self) -> String {
         format!("the timeline ({})", self.path.display())
@@ -285,7 +327,7 @@ impl Sink for Timeline {
                 let pid = s.raw.header.pid;
                 let mutex = (s.primitive == Primitive::Cond && s.raw.aux != 0)
                     .then(|| self.names.object(namer, pid, s.raw.aux, Primitive::Mutex));
-                let object = self.names.object(namer, pid, s.raw.object, s.primitive);
+                let object = object_of(&mut self.names, namer, &self.tracks, s);
                 (Some(object), mutex)
             }
             _ => (None, None),

@@ -56,12 +56,31 @@ impl Names {
         if let Some(&i) = self.objects.get(&(pid, addr)) {
             return Obj::Kept(i);
         }
-        if self.objects.len() >= MAX_OBJECTS {
+        if self.texts.len() >= MAX_OBJECTS {
             return Obj::Unkept(kind, addr);
         }
         let name = namer
-            .name_known(pid, addr)
+            .name_known(pid, addr, kind)
             .unwrap_or_else(|| format!("{kind} {addr:#x}"));
+        let i = self.texts.len() as u32;
+        self.texts.push(name.into());
+        self.objects.insert((pid, addr), i);
+        Obj::Kept(i)
+    }
+
+    /// The object at `addr` in `pid`, named `name` by what its event says it is (a
+    /// thread its creation names, the exit a join waits for) rather than by symbol or
+    /// address, as the report names it; an object at the address named otherwise before
+    /// (memory reused) keeps its own name, and events from here on get this one.
+    pub fn object_named(&mut self, pid: u32, addr: u64, kind: Primitive, name: String) -> Obj {
+        if let Some(&i) = self.objects.get(&(pid, addr))
+            && *self.texts[i as usize] == *name
+        {
+            return Obj::Kept(i);
+        }
+        if self.texts.len() >= MAX_OBJECTS {
+            return Obj::Unkept(kind, addr);
+        }
         let i = self.texts.len() as u32;
         self.texts.push(name.into());
         self.objects.insert((pid, addr), i);

@@ -123,7 +123,7 @@ fn write(events: &[Event]) -> Vec<Packet> {
     for e in events {
         let (object, mutex) = match e {
             Event::Sync(s) => (
-                Some(names.object(&mut namer, 100, s.raw.object, s.primitive)),
+                Some(super::object_of(&mut names, &mut namer, &tracks, s)),
                 (s.primitive == Primitive::Cond)
                     .then(|| names.object(&mut namer, 100, s.raw.aux, Primitive::Mutex)),
             ),
@@ -335,4 +335,68 @@ fn a_hold_still_open_when_its_thread_exits_ends_there() {
     let s = slices(&write(&events));
     let names: Vec<_> = s.iter().map(|x| (x.1, x.2, x.3.as_str())).collect();
     assert_eq!(names, vec![(1_000, 5_000, "hold mutex 0x2000")]);
+}
+
+/// A join is named as the report names it: in full mode the thread its creation named
+/// ("thread TID", not the pthread_t's address), in contention mode the exit its futex
+/// wait was for ("exit of thread TID", not the word's address).
+#[test]
+fn joins_are_named_by_the_thread_not_by_an_address() {
+    let create = {
+        let mut e = sync(SyncOp::Create, Primitive::Thread, 1_000, 0, 0);
+        if let Event::Sync(s) = &mut e {
+            s.raw.extra = 9;
+        }
+        e
+    };
+    let join = {
+        let mut e = sync(SyncOp::Join, Primitive::Thread, 5_000, 0, 0);
+        if let Event::Sync(s) = &mut e {
+            s.raw.wait_ns = 3_000;
+        }
+        e
+    };
+    let names: Vec<String> = slices(&write(&[create, join]))
+        .into_iter()
+        .map(|s| s.3)
+        .collect();
+    assert!(
+        names.iter().any(|n| n.ends_with("thread 9"))
+            && !names.iter().any(|n| n.contains("0x2000")),
+        "{names:?}"
+    );
+    // Contention mode: thread 9 runs, then thread 7 sleeps on a word holding 9 until
+    // the kernel wakes it at 9's exit (no waker seen).
+    let spawn = rtm_common::LifecycleEvent {
+        header: header(EventKind::Lifecycle, 500, 7),
+        op: rtm_common::LifecycleOp::Spawn as u32,
+        clone_flags: rtm_common::CLONE_THREAD,
+        child: 9,
+        ..rtm_common::LifecycleEvent::default()
+    };
+    let joined = FutexWaitEvent {
+        header: header(EventKind::FutexWait, 9_000, 7),
+        uaddr: 0x7f00_0000_02d0,
+        aux: (9u64 << 32) | 0x80,
+        wait_ns: 4_000,
+        ..FutexWaitEvent::default()
+    };
+    let other = FutexWaitEvent {
+        header: header(EventKind::FutexWait, 9_500, 7),
+        uaddr: 0x1000,
+        aux: (2u64 << 32) | 0x80,
+        wait_ns: 100,
+        ..FutexWaitEvent::default()
+    };
+    let events = [
+        decode(encode(&spawn)).unwrap(),
+        decode(encode(&joined)).unwrap(),
+        decode(encode(&other)).unwrap(),
+    ];
+    let names: Vec<String> = slices(&write(&events)).into_iter().map(|s| s.3).collect();
+    assert!(
+        names.contains(&"wait exit of thread 9".to_owned()),
+        "{names:?}"
+    );
+    assert!(names.contains(&"wait futex 0x1000".to_owned()), "{names:?}");
 }

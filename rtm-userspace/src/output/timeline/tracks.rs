@@ -131,6 +131,12 @@ impl Tracks {
         Some(uuid)
     }
 
+    /// Whether thread `tid` of `pid` has a track (an event of it, or its creation, was
+    /// seen).
+    pub fn has_thread(&self, pid: u32, tid: u32) -> bool {
+        self.threads.contains_key(&(pid, tid))
+    }
+
     /// Names a thread's track (again) when its name is new or changed.
     pub fn name_thread(&mut self, w: &mut Writer, pid: u32, tid: u32, name: &str) {
         let Some(t) = self.threads.get_mut(&(pid, tid)) else {

@@ -749,3 +749,50 @@ fn wakes_from_other_processes_and_interrupted_waits_are_told_apart() {
             .all(|w| !w.outside && w.waker_pid == 200)
     );
 }
+
+/// Heap words named by the one call site that waits on them all are told apart, by
+/// address, and every view of the snapshot (objects, waits-for rows, call sites) gives
+/// each object the same one name.
+#[test]
+fn objects_of_one_call_site_get_one_name_each_in_every_view() {
+    let mut g = SyncGraph::new(Limits::default(), true);
+    let words = [0x7000u64, 0x5000, 0x6000];
+    for (i, w) in words.iter().enumerate() {
+        let ts = 1_000 * (i as u64 + 1);
+        g.apply(&evp(
+            Primitive::Futex,
+            1,
+            ts,
+            SyncOp::Wait,
+            *w,
+            400,
+            0,
+            0,
+            128,
+            2,
+        ));
+    }
+    let site = "in worker (many_locks.c:35)";
+    let snap = crate::model::Snapshot::build(
+        &g,
+        crate::model::Window {
+            start_ns: 0,
+            end_ns: 10_000,
+        },
+        &mut |k| words.contains(&k.addr).then(|| site.to_owned()),
+        &mut |_, _| None,
+    );
+    let names: std::collections::HashMap<u64, String> = snap
+        .objects
+        .iter()
+        .map(|o| (o.addr, o.name.clone().expect("named")))
+        .collect();
+    assert_eq!(names[&0x5000], format!("{site} #1"));
+    assert_eq!(names[&0x6000], format!("{site} #2"));
+    assert_eq!(names[&0x7000], format!("{site} #3"));
+    let rows: Vec<_> = snap.waits_for.iter().collect();
+    assert_eq!(rows.len(), 3);
+    for w in rows {
+        assert_eq!(w.object_name.as_ref(), Some(&names[&w.object]), "{w:?}");
+    }
+}
