@@ -349,6 +349,8 @@ impl Engine {
     /// watched there).
     pub fn add_targets(&mut self, targets: Vec<Target>) -> Result<Vec<TargetInfo>, EngineError> {
         let first_load = self.targets.iter().all(|t| !t.live) && self.followed.is_empty();
+        // Not idle any more: a later idle spell lingers its whole time again.
+        self.idle_since = None;
         let infos = self.source.attach(&targets)?;
         let timed = self.source.timed_functions();
         if timed.len() != self.state.funcs.functions().len() {

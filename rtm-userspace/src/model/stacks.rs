@@ -402,9 +402,10 @@ fn is_own_code(path: &std::path::Path) -> bool {
 
 /// The frame of `frames` (named as [`StacksView::build`] names them; `modules[i]`: the
 /// file frame `i` is in, when known) that names a word by the code that waits on it, as
-/// `FUNCTION (FILE:LINE)`: the innermost that is the program's own code (see
-/// [`is_own_code`]), else the innermost in no C library. Frames in a system C library,
-/// frames of known library layers, and frames shown as `file+0xOFF` (no symbol), are
+/// `FUNCTION (FILE:LINE)`: the innermost with a symbol that is the program's own code
+/// (see [`is_own_code`]); else, in a stripped program, its innermost own frame as
+/// `file+0xOFF` (its call site still told apart); else the innermost with a symbol in no
+/// C library. Frames in a system C library and frames of known library layers are
 /// passed over.
 pub fn user_frame(frames: &[String], modules: &[Option<PathBuf>]) -> Option<String> {
     let named = |i: usize, f: &String| {
@@ -429,11 +430,20 @@ pub fn user_frame(frames: &[String], modules: &[Option<PathBuf>]) -> Option<Stri
             .and_then(Option::as_deref)
             .is_some_and(is_own_code)
     };
-    frames
-        .iter()
-        .enumerate()
-        .filter(|(i, _)| own(*i))
+    // In a stripped program its own frames have no symbol: `file+0xOFF` still tells
+    // its call site apart, where a library's symbol further out would not.
+    let unsymbolized = |i: usize, f: &String| {
+        let file = modules
+            .get(i)
+            .and_then(Option::as_deref)
+            .and_then(|m| m.file_name())
+            .and_then(|n| n.to_str())?;
+        f.strip_prefix(file)?.starts_with("+0x").then(|| f.clone())
+    };
+    let own_frames = || frames.iter().enumerate().filter(|(i, _)| own(*i));
+    own_frames()
         .find_map(|(i, f)| named(i, f))
+        .or_else(|| own_frames().find_map(|(i, f)| unsymbolized(i, f)))
         .or_else(|| frames.iter().enumerate().find_map(|(i, f)| named(i, f)))
 }
 
@@ -580,7 +590,7 @@ mod view_tests {
     }
 
     #[test]
-    fn frames_in_a_system_library_or_without_a_symbol_are_never_the_users_code() {
+    fn system_library_frames_never_name_a_word_and_symbols_come_first() {
         let libc = Some(PathBuf::from("/usr/lib/x86_64-linux-gnu/libc.so.6"));
         let exe = Some(PathBuf::from("/opt/app"));
         let names = [
@@ -592,7 +602,11 @@ mod view_tests {
             user_frame(&names, &[libc.clone(), exe.clone(), exe.clone()]).as_deref(),
             Some("log_line (a.c:3)")
         );
-        assert_eq!(user_frame(&names[..2], &[libc, exe]), None);
+        // With no symbol in the program's own code, its call site by address.
+        assert_eq!(
+            user_frame(&names[..2], &[libc, exe]).as_deref(),
+            Some("app+0x1380")
+        );
         // Without module knowledge, the C library's known layers are still passed over.
         let names = [
             "_IO_fputs+0x7f (iofputs.c:35)".to_string(),
@@ -639,6 +653,19 @@ mod view_tests {
         assert_eq!(
             user_frame(&names, &modules).as_deref(),
             Some("app::handle (main.rs:9)")
+        );
+        // A stripped program: its own call site by address, before a library's symbol.
+        let stripped = Some(PathBuf::from("/usr/bin/memcached"));
+        let names = [
+            "__lll_lock_wait+0x2f".to_string(),
+            "___pthread_mutex_lock+0x111".into(),
+            "memcached+0x16772".into(),
+            "event_base_loop+0x40".into(),
+        ];
+        let modules = [libc.clone(), libc.clone(), stripped, libevent.clone()];
+        assert_eq!(
+            user_frame(&names, &modules).as_deref(),
+            Some("memcached+0x16772")
         );
         // Only a system library's frames: the innermost outside the C library, as before.
         let names = [
