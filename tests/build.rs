@@ -116,15 +116,25 @@ fn main() {
     // fails if it was missing.
     let go = src.join("go_mutex.go");
     println!("cargo:rerun-if-changed={}", go.display());
-    let built = Command::new("go")
-        .args(["build", "-o"])
-        .arg(out.join("go_mutex"))
-        .arg(&go)
-        .env("GOCACHE", out.join("go-cache"))
-        .env("GOPATH", out.join("go-path"))
-        .env("GO111MODULE", "off")
-        .status()
-        .is_ok_and(|s| s.success());
+    // Also stripped, as distributions ship Go programs (their own function table stays).
+    let built = [
+        ("go_mutex", None),
+        ("go_mutex_stripped", Some("-ldflags=-s -w")),
+    ]
+    .into_iter()
+    .all(|(name, flags)| {
+        Command::new("go")
+            .arg("build")
+            .args(flags)
+            .arg("-o")
+            .arg(out.join(name))
+            .arg(&go)
+            .env("GOCACHE", out.join("go-cache"))
+            .env("GOPATH", out.join("go-path"))
+            .env("GO111MODULE", "off")
+            .status()
+            .is_ok_and(|s| s.success())
+    });
     if !built {
         println!(
             "cargo:warning=go missing or failed: the Go test will fail (run cargo xtask setup)"

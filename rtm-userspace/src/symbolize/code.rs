@@ -80,6 +80,10 @@ impl CodeNamer {
                 Some(debug) => self.symbolize(&at.file.path, Some(debug), at.vaddr),
                 None => {
                     if at.stripped {
+                        // A stripped Go program still has its functions' names.
+                        if let Some(go) = objects.go_function(pid, addr) {
+                            return go;
+                        }
                         objects.note_missing(&at.file.path);
                     }
                     let opened = at.file.open(MAX_OBJECT_BYTES).map_err(|e| {

@@ -372,6 +372,14 @@ impl ObjectNamer {
         out
     }
 
+    /// `function+0xOFF` for a code address of a stripped Go program, from the
+    /// program's own function table; None elsewhere.
+    pub fn go_function(&mut self, pid: u32, addr: u64) -> Option<String> {
+        let (_, elf, vaddr) = self.resolve(pid, addr, true)?;
+        let (name, off) = elf.go_function(vaddr)?;
+        Some(format!("{name}+{off:#x}"))
+    }
+
     /// Whether process `pid` runs a Go program: its executable (the lowest mapped
     /// file with code) is one, from its remembered maps (a process that exited is
     /// known while its space is kept).

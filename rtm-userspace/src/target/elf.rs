@@ -83,6 +83,8 @@ pub struct ElfSymbols {
     debuglink: Option<(String, u32)>,
     /// Whether it is a Go program (its build info section, or the runtime's main).
     go: bool,
+    /// A stripped Go program's own function table (`.gopclntab`).
+    go_functions: Option<super::gopclntab::GoFunctions>,
 }
 
 impl ElfSymbols {
@@ -126,6 +128,14 @@ impl ElfSymbols {
         let mut out = ElfSymbols {
             has_symtab: file.symbol_table().is_some(),
             go: file.section_by_name(".go.buildinfo").is_some(),
+            // Stripped, a Go program still names its functions for its own tracebacks.
+            go_functions: file
+                .symbol_table()
+                .is_none()
+                .then(|| file.section_by_name(".gopclntab"))
+                .flatten()
+                .and_then(|s| object::ObjectSection::data(&s).ok())
+                .and_then(super::gopclntab::GoFunctions::parse),
             build_id: file.build_id().ok().flatten().map(<[u8]>::to_vec),
             debuglink: file
                 .gnu_debuglink()
@@ -251,6 +261,12 @@ impl ElfSymbols {
     /// idle threads on futexes.
     pub fn is_go(&self) -> bool {
         self.go || self.functions.contains_key("runtime.main")
+    }
+
+    /// The function of a stripped Go program at `vaddr`, from its own function table,
+    /// and the offset into it.
+    pub fn go_function(&self, vaddr: u64) -> Option<(&str, u64)> {
+        self.go_functions.as_ref()?.function(vaddr)
     }
 
     /// Whether the file has its static symbol table (is not stripped).

@@ -6,6 +6,7 @@ pub mod address_space;
 pub mod blocked;
 pub mod elf;
 pub mod files;
+pub mod gopclntab;
 pub mod host;
 pub mod launch;
 pub mod mapped;
