@@ -460,6 +460,27 @@ fn check_live(code: Option<i32>, stdout: &str, doc: &Value, n: usize) -> Vec<Val
     threads
 }
 
+/// Two threads deadlocked on two binary semaphores taken in opposite orders: full mode
+/// sees every take and post, so a semaphore used as a lock has a holder (the thread
+/// that took it last and has not posted it): the deadlock is found while tracing.
+#[test]
+fn a_deadlock_on_semaphores_used_as_locks_is_found_in_full_mode() {
+    if !can_trace("live deadlock, semaphores") {
+        return;
+    }
+    let (code, stdout, doc) = live("semaphores", &["--mode", "full"]);
+    let threads = check_live(code, &stdout, &doc, 2);
+    let mut words: Vec<&str> = threads
+        .iter()
+        .map(|t| t["word_name"].as_str().unwrap())
+        .collect();
+    words.sort_unstable();
+    assert_eq!(words, ["sem_a", "sem_b"]);
+    for t in &threads {
+        assert_eq!(t["holder"]["mutex"], "binary semaphore", "{t}");
+    }
+}
+
 #[test]
 fn a_deadlock_is_found_while_tracing_within_a_second_and_ends_the_run() {
     if !can_trace("live deadlock, abba") {
@@ -699,4 +720,72 @@ fn a_deadlock_on_semaphores_is_never_called_no_deadlock() {
     assert_eq!(code, Some(0), "{report}");
     assert!(doc["cannot_tell"].is_null(), "{doc:#}");
     drop(p);
+}
+
+/// The same semaphore deadlock traced in contention mode, which sees only futex words:
+/// no owner can be known, so it never claims a deadlock nor stays silent: it says on
+/// stderr, once per thread, that it cannot tell, and the results list both threads.
+#[test]
+fn a_semaphore_deadlock_traced_in_contention_mode_is_said_undecided() {
+    if !can_trace("live semaphores, contention mode") {
+        return;
+    }
+    let dir = TempDir::new("sem-contention");
+    let (json, err_file) = (dir.join("t.json"), dir.join("err"));
+    let mut tracer = Command::new(rtm_bin())
+        .args(["-d", "3", "-o", "/dev/null", "--json"])
+        .arg(&json)
+        .arg("--")
+        .arg(workload("deadlock"))
+        .arg("semaphores")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(&err_file).unwrap())
+        .spawn()
+        .expect("running rtm-trace");
+    // The results are written after 3 s; the deadlocked program is then waited for:
+    // it is killed here.
+    let started = Instant::now();
+    let stderr = loop {
+        let text = std::fs::read_to_string(&err_file).unwrap_or_default();
+        if text.contains("results written") {
+            break text;
+        }
+        assert!(started.elapsed() < T, "no results: {text}");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let pid: i32 = stderr
+        .split_whitespace()
+        .skip_while(|w| *w != "PID")
+        .nth(1)
+        .and_then(|p| p.trim_end_matches(';').parse().ok())
+        .expect("the launched PID");
+    // SAFETY: kill has no memory effects; the workload is ours.
+    unsafe { libc::kill(pid, libc::SIGKILL) };
+    let status = tracer.wait().unwrap();
+    println!("{stderr}");
+    assert_ne!(
+        status.code(),
+        Some(3),
+        "no deadlock can be claimed: {stderr}"
+    );
+    assert_eq!(
+        stderr.matches("cannot tell whether thread").count(),
+        2,
+        "{stderr}"
+    );
+    assert!(!stderr.contains("deadlock: "), "{stderr}");
+    let doc = read_json(&json);
+    let undecided = doc["sync_graph"]["cannot_tell"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no cannot_tell: {}", doc["sync_graph"]));
+    let mut words: Vec<&str> = undecided
+        .iter()
+        .map(|u| {
+            assert_eq!(u["wait_kind"], "semaphore", "{u}");
+            u["word_name"].as_str().unwrap()
+        })
+        .collect();
+    words.sort_unstable();
+    assert_eq!(words, ["sem_a", "sem_b"]);
 }

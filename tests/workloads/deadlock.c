@@ -79,6 +79,8 @@ static void *take_two_sems(void *arg) {
     sem_wait(p->first);
     say("truth sem_index=%ld tid=%ld\n", p->index, tid());
     pthread_barrier_wait(&all_hold);
+    printf("truth blocking=%d at_ns=%lld\n", p->index, now_ns());
+    fflush(stdout);
     sem_wait(p->second); // never returns
     return NULL;
 }

@@ -15,8 +15,11 @@ use super::{
     blocked::{Namers, read_thread},
 };
 use crate::{
-    model::blocked::{self, BlockedThread, DeadlockView},
-    output::blocked_report::describe,
+    model::{
+        SyncGraph,
+        blocked::{self, BlockedThread, DeadlockView, Holder, Undecided},
+    },
+    output::{blocked_report::describe, text::Shown},
     target::process::monotonic_ns,
 };
 
@@ -27,8 +30,12 @@ pub(super) const CHECK_EVERY: Duration = Duration::from_millis(250);
 const MIN_WAIT_NS: u64 = 200_000_000;
 /// Threads read through /proc per check when the source cannot say which are asleep.
 const MAX_SCANNED: usize = 512;
-/// Deadlocks kept for the results.
+/// Deadlocks kept for the results (and as many undecided threads).
 const MAX_KEPT: usize = 64;
+/// Waits with no holder known remembered as judged (then forgotten, to judge again).
+const MAX_JUDGED: usize = 4096;
+/// Waits with no holder known read with their stacks per check.
+const MAX_JUDGED_PER_CHECK: usize = 16;
 
 /// The deadlocks found so far.
 #[derive(Debug, Default)]
@@ -39,6 +46,12 @@ pub(super) struct Deadlocks {
     seen: HashSet<Vec<(u32, u64)>>,
     /// Checks made.
     checks: u64,
+    /// Threads blocked where a deadlock cannot be ruled out (no holder can be known),
+    /// each said once.
+    pub undecided: Vec<Undecided>,
+    /// The waits (pid, tid, word) with no holder known already judged, undecided or
+    /// not (a wait for work), so each is read with its stack once.
+    judged: HashSet<(u32, u32, u64)>,
 }
 
 impl Engine {
@@ -91,7 +104,13 @@ impl Engine {
             t.waited_ns = start.map(|s| now.saturating_sub(s));
             Some(t)
         };
-        let first: Vec<BlockedThread> = asleep.iter().copied().filter_map(read).collect();
+        let model = &self.state.model;
+        let first: Vec<BlockedThread> = asleep
+            .iter()
+            .copied()
+            .filter_map(read)
+            .map(|t| with_semaphore_holder(model, t))
+            .collect();
         let cycles = blocked::cycles(&first);
         // When each wait began, where the source knows.
         let starts: HashMap<(u32, u32), Option<u64>> =
@@ -134,6 +153,7 @@ impl Engine {
                 .filter_map(|m| {
                     let mut b = read_thread(m.pid, m.tid, Some(&mut namers))?;
                     b.waited_ns = m.waited_ns;
+                    let b = with_semaphore_holder(&state.model, b);
                     m.unchanged_in(&b).then_some(b)
                 })
                 .collect();
@@ -156,6 +176,73 @@ impl Engine {
                 );
             }
         }
+        self.judge_unknown_holders(&first);
         new
     }
+
+    /// Waits in `first` (quiet for a while, read without stacks) with no holder known,
+    /// not judged yet: read again with their stacks; those waiting to acquire (see
+    /// [`blocked::undecided`]) and unchanged are said once: a deadlock through them
+    /// could not be seen.
+    fn judge_unknown_holders(&mut self, first: &[BlockedThread]) {
+        if self.deadlocks.judged.len() > MAX_JUDGED {
+            self.deadlocks.judged.clear();
+        }
+        let fresh: Vec<&BlockedThread> = first
+            .iter()
+            .filter(|t| matches!(t.holder, Holder::Unknown { .. }))
+            .filter(|t| !self.deadlocks.judged.contains(&(t.pid, t.tid, t.word)))
+            .take(MAX_JUDGED_PER_CHECK)
+            .collect();
+        for t in fresh {
+            self.deadlocks.judged.insert((t.pid, t.tid, t.word));
+            let state = &mut self.state;
+            let mut namers = Namers {
+                objects: &mut state.namer,
+                code: &mut state.code,
+                unwinder: state.join.unwinder(),
+                clocks: Default::default(),
+            };
+            let Some(b) = read_thread(t.pid, t.tid, Some(&mut namers)) else {
+                continue;
+            };
+            let b = with_semaphore_holder(&state.model, b);
+            if !t.unchanged_in(&b) {
+                continue;
+            }
+            for u in blocked::undecided(std::slice::from_ref(&b)) {
+                let word = u
+                    .word_name
+                    .clone()
+                    .unwrap_or_else(|| format!("{:#x}", u.word));
+                crate::say!(
+                    "rtm-trace: cannot tell whether thread {} ({}) is deadlocked: it waits \
+                     on {} ({}), and {}",
+                    u.tid,
+                    Shown(b.name.as_deref().unwrap_or("?")),
+                    Shown(&word),
+                    u.wait_kind.name(),
+                    Shown(&u.why)
+                );
+                if self.deadlocks.undecided.len() < MAX_KEPT {
+                    self.deadlocks.undecided.push(u);
+                }
+            }
+        }
+    }
+}
+
+/// Full mode: a thread blocked on a semaphore used as a lock waits for the thread that
+/// took it last (its word names no owner; the model saw every take and post).
+fn with_semaphore_holder(model: &SyncGraph, mut t: BlockedThread) -> BlockedThread {
+    if matches!(t.holder, Holder::Unknown { .. })
+        && let Some(tid) = model.semaphore_holder(t.pid, t.word)
+    {
+        t.holder = Holder::Thread {
+            tid,
+            mutex: "binary semaphore",
+        };
+        t.holder_pid = Some(t.pid);
+    }
+    t
 }

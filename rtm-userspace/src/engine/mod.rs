@@ -725,6 +725,7 @@ fn snapshot<'s>(
     let views = sampler.map(Sampler::views);
     let (mut snap, missing) = state.snapshot(window, running);
     snap.deadlocks = deadlocks.found.clone();
+    snap.cannot_tell = deadlocks.undecided.clone();
     // A deadlock's words by the names the rest of the snapshot gives them.
     for t in snap.deadlocks.iter_mut().flat_map(|d| d.threads.iter_mut()) {
         use rtm_common::Primitive;

@@ -256,6 +256,10 @@ pub struct Undecided {
     pub pid: u32,
     /// Thread.
     pub tid: u32,
+    /// The futex word it waits on.
+    pub word: u64,
+    /// The word's name, when known.
+    pub word_name: Option<String>,
     /// What its stack says it waits for (`unknown` with no stack that tells).
     pub wait_kind: WaitKind,
     /// Why its holder is not known.
@@ -298,6 +302,8 @@ pub fn undecided(threads: &[BlockedThread]) -> Vec<Undecided> {
             Some(Undecided {
                 pid: t.pid,
                 tid: t.tid,
+                word: t.word,
+                word_name: t.word_name.clone(),
                 wait_kind: kind,
                 why,
             })

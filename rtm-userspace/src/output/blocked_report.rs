@@ -11,7 +11,7 @@ use super::{
     text::Shown,
 };
 use crate::model::{
-    blocked::{BlockedThread, BlockedView, Cycle, DeadlockView, Holder},
+    blocked::{BlockedThread, BlockedView, Cycle, DeadlockView, Holder, Undecided},
     views::snapshot::LockOrderView,
 };
 
@@ -184,11 +184,43 @@ pub(super) fn found(out: &mut String, deadlocks: &[DeadlockView]) {
         let _ = writeln!(out, "  {}", Shown(&describe(d)));
         for t in &d.threads {
             let held = match &t.holder {
+                Holder::Thread { tid, mutex } if mutex.contains("semaphore") => {
+                    format!("{tid} (it took the {mutex} last)")
+                }
                 Holder::Thread { tid, mutex } => format!("{tid} ({mutex} mutex)"),
                 Holder::Unknown { why } => format!("unknown: {why}"),
             };
             thread_with_stack(out, t, &held);
         }
+    }
+}
+
+/// The report's section on threads found blocked while tracing where a deadlock cannot
+/// be ruled out.
+pub(super) fn undecided(out: &mut String, threads: &[Undecided]) {
+    if threads.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        out,
+        "\nCannot tell whether these threads were deadlocked ({}): each waited to acquire \
+         something whose holder cannot be known, so a cycle through them would not be seen",
+        threads.len()
+    );
+    for u in threads {
+        let word = u
+            .word_name
+            .clone()
+            .unwrap_or_else(|| format!("{:#x}", u.word));
+        let _ = writeln!(
+            out,
+            "  {} (pid {}) on {} ({}): {}",
+            u.tid,
+            u.pid,
+            Shown(&word),
+            u.wait_kind.name(),
+            Shown(&u.why)
+        );
     }
 }
 

@@ -241,6 +241,7 @@ pub fn render(title: &str, run: &RunInfo, s: &Snapshot, top: usize) -> String {
     stacks_report::render(&mut out, s);
     funcs_report::render(&mut out, s.functions.as_ref(), top);
     blocked_report::found(&mut out, &s.deadlocks);
+    blocked_report::undecided(&mut out, &s.cannot_tell);
     blocked_report::inversions(&mut out, s.lock_order.as_ref(), top);
     sections::rwlocks(&mut out, s, top);
     sections::condvars(&mut out, s, top);

@@ -330,6 +330,22 @@ impl SyncGraph {
             (Primitive::Thread, SyncOp::Create) if raw.extra != 0 => {
                 meta.facts().tid = Some(raw.extra)
             }
+            // A semaphore used as a lock: each take by a thread then its own post.
+            (Primitive::Sem, SyncOp::Wait | SyncOp::TryWait | SyncOp::TimedWait)
+                if raw.ret == 0 =>
+            {
+                let f = meta.facts();
+                f.sem_not_lock |= f.sem_taker.is_some();
+                f.sem_taker = Some(thread.tid);
+            }
+            (Primitive::Sem, SyncOp::Post) => {
+                let f = meta.facts();
+                if f.sem_taker == Some(thread.tid) {
+                    f.sem_taker = None;
+                } else {
+                    f.sem_not_lock = true;
+                }
+            }
             (Primitive::Barrier, SyncOp::Wait) => {
                 let barrier = &mut meta.facts().barrier;
                 if raw.ret == BARRIER_SERIAL {
@@ -787,6 +803,18 @@ impl SyncGraph {
     /// The objects seen so far.
     pub fn objects(&self) -> impl Iterator<Item = (&ObjectKey, &ObjectMeta)> {
         self.objects.iter()
+    }
+
+    /// The thread holding semaphore `addr` of process `pid`, where it has been used as
+    /// a lock (full mode sees every take and post): see [`ObjectMeta::sem_holder`].
+    pub fn semaphore_holder(&self, pid: u32, addr: u64) -> Option<u32> {
+        self.objects
+            .get(&ObjectKey {
+                pid,
+                primitive: Primitive::Sem,
+                addr,
+            })?
+            .sem_holder()
     }
 
     /// The thread -> object edges.

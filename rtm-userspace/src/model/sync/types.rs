@@ -245,12 +245,26 @@ pub struct ObjectFacts {
     pub tid: Option<u32>,
     /// For a barrier: its calls.
     pub barrier: BarrierCalls,
+    /// For a semaphore: the thread that took it last and has not posted it since.
+    pub sem_taker: Option<u32>,
+    /// For a semaphore: it was seen used other than as a lock (taken while taken, or
+    /// posted by a thread that had not taken it), so no thread holds it.
+    pub sem_not_lock: bool,
 }
 
 impl ObjectMeta {
     /// The facts, made on first use.
     pub fn facts(&mut self) -> &mut ObjectFacts {
         self.0.get_or_insert_default()
+    }
+
+    /// For a semaphore used as a lock (every take by a thread followed by its own
+    /// post, never taken twice without one): the thread holding it now.
+    pub fn sem_holder(&self) -> Option<u32> {
+        self.0
+            .as_ref()
+            .filter(|f| !f.sem_not_lock)
+            .and_then(|f| f.sem_taker)
     }
 
     /// For a condition variable: the mutex its waits released (the last one seen).

@@ -63,6 +63,10 @@ pub struct Snapshot<'g> {
     /// Deadlocks found while tracing.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub deadlocks: Vec<crate::model::blocked::DeadlockView>,
+    /// Threads found blocked while tracing where a deadlock cannot be ruled out: they
+    /// wait to acquire something whose holder cannot be known.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub cannot_tell: Vec<crate::model::blocked::Undecided>,
     /// Timed functions (`--func`; written beside the sync graph).
     #[serde(skip)]
     pub functions: Option<crate::model::funcs::FunctionsView>,
@@ -176,6 +180,7 @@ impl<'g> Snapshot<'g> {
             ambient: None,
             counters: None,
             go_processes: Vec::new(),
+            cannot_tell: Vec::new(),
         }
     }
 }

@@ -428,6 +428,44 @@ fn semaphores_count_posts_and_failed_trywaits() {
     assert_eq!(g.counters().unmatched_releases, 0);
 }
 
+/// Full mode: a semaphore used as a lock (each take then the taker's own post) is held
+/// by the thread that took it last; one posted by another thread or taken while taken
+/// is a counter or a signal, held by no one.
+#[test]
+fn a_semaphore_used_as_a_lock_is_held_by_its_last_taker() {
+    let mut g = SyncGraph::new(Limits::default(), false);
+    let (lock, signal, counter) = (0x5000, 0x6000, 0x7000);
+    let sem = |tid, obj, op| evp(Primitive::Sem, tid, 10, op, obj, 0, 0, 0, 0, 0);
+    g.apply(&sem(1, lock, SyncOp::Wait));
+    assert_eq!(g.semaphore_holder(100, lock), Some(1));
+    g.apply(&sem(1, lock, SyncOp::Post));
+    assert_eq!(g.semaphore_holder(100, lock), None);
+    g.apply(&sem(2, lock, SyncOp::TimedWait));
+    assert_eq!(g.semaphore_holder(100, lock), Some(2));
+    // A failed try is no take.
+    g.apply(&evp(
+        Primitive::Sem,
+        3,
+        10,
+        SyncOp::TryWait,
+        lock,
+        0,
+        -1,
+        0,
+        0,
+        0,
+    ));
+    assert_eq!(g.semaphore_holder(100, lock), Some(2));
+    // A producer posts, a consumer takes: a signal.
+    g.apply(&sem(4, signal, SyncOp::Post));
+    g.apply(&sem(5, signal, SyncOp::Wait));
+    assert_eq!(g.semaphore_holder(100, signal), None);
+    // Two takes without a post: a counting semaphore.
+    g.apply(&sem(6, counter, SyncOp::Wait));
+    g.apply(&sem(7, counter, SyncOp::Wait));
+    assert_eq!(g.semaphore_holder(100, counter), None);
+}
+
 /// Full mode: a futex wait in no probed pthread call (a runtime's own lock) makes its
 /// word an object; one inside a pthread call, or inside a pthread_mutex_lock seen at its
 /// entry only, does not (its pthread object stands for it).
