@@ -771,3 +771,121 @@ fn the_hang_gauge_stays_low_while_main_sits_in_a_join() {
     );
     drop(app);
 }
+
+/// Connections held open without a request (four, each reopened as soon as the agent
+/// drops it: what took every scrape down with `max_scrapes = 4`), then beside them
+/// waves of 5,000 new connections opened as fast as they go and held: `/metrics` and
+/// `/healthz` are answered all along, each within a second.
+#[test]
+fn idle_connections_and_a_flood_never_keep_a_scraper_out() {
+    if !can_trace("idle_connections_and_a_flood_never_keep_a_scraper_out") {
+        return;
+    }
+    use std::sync::{
+        Arc,
+        atomic::{AtomicBool, AtomicUsize, Ordering},
+    };
+    // Room for the flood's sockets in this process.
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: valid out-pointer, then the same struct in.
+    unsafe {
+        libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim);
+        lim.rlim_cur = lim.rlim_max.min(16_384);
+        libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
+    }
+    let dir = TempDir::new("agent-flood");
+    let agent = start_agent(
+        &dir,
+        17479,
+        "max_scrapes = 4\n[[agent.select]]\ncomm = \"no-such-program\"\n",
+    );
+    let addr: std::net::SocketAddr = agent.addr.parse().unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let reopened = Arc::new(AtomicUsize::new(0));
+    let holders = {
+        let (stop, reopened) = (stop.clone(), reopened.clone());
+        std::thread::spawn(move || {
+            let open = || {
+                let c = TcpStream::connect_timeout(&addr, Duration::from_millis(500)).ok()?;
+                c.set_nonblocking(true).ok()?;
+                Some(c)
+            };
+            let mut held: Vec<Option<TcpStream>> = (0..4).map(|_| open()).collect();
+            while !stop.load(Ordering::Relaxed) {
+                for c in held.iter_mut() {
+                    let mut b = [0u8; 64];
+                    // Closed by the agent (read 0 or an error): open another at once.
+                    let closed = !matches!(
+                        c.as_mut().map(|c| c.read(&mut b)),
+                        Some(Err(ref e)) if e.kind() == std::io::ErrorKind::WouldBlock
+                    );
+                    if closed {
+                        *c = open();
+                        reopened.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        })
+    };
+    let scrape_all = |phase: &str| {
+        let mut slowest = Duration::ZERO;
+        for _ in 0..8 {
+            for path in ["/metrics", "/healthz"] {
+                let t = Instant::now();
+                let (status, _) = get(&agent.addr, path, "");
+                let took = t.elapsed();
+                assert_eq!(status, 200, "{phase}: {path} answered {status}");
+                assert!(
+                    took < Duration::from_secs(1),
+                    "{phase}: {path} took {took:?}"
+                );
+                slowest = slowest.max(took);
+                if took > Duration::from_millis(100) {
+                    println!("{phase}: {path} took {took:?}");
+                }
+            }
+            std::thread::sleep(Duration::from_millis(150));
+        }
+        println!("{phase}: slowest answer {slowest:?}");
+    };
+    // Past the head timeout, so the agent has dropped and the holders reopened.
+    std::thread::sleep(Duration::from_secs(3));
+    scrape_all("four idle connections held");
+    let flooded = Arc::new(AtomicUsize::new(0));
+    let flood = {
+        let (stop, flooded) = (stop.clone(), flooded.clone());
+        std::thread::spawn(move || {
+            // Waves of 5,000 connections opened as fast as they go and held.
+            let mut kept = Vec::new();
+            while !stop.load(Ordering::Relaxed) {
+                if let Ok(c) = TcpStream::connect_timeout(&addr, Duration::from_millis(200)) {
+                    kept.push(c);
+                    flooded.fetch_add(1, Ordering::Relaxed);
+                }
+                if kept.len() >= 5_000 {
+                    std::thread::sleep(Duration::from_millis(500));
+                    kept.clear();
+                }
+            }
+        })
+    };
+    std::thread::sleep(Duration::from_millis(500));
+    scrape_all("a flood of connections");
+    stop.store(true, Ordering::Relaxed);
+    holders.join().unwrap();
+    flood.join().unwrap();
+    println!(
+        "idle connections reopened {} times; flood opened {} connections",
+        reopened.load(Ordering::Relaxed),
+        flooded.load(Ordering::Relaxed)
+    );
+    assert!(
+        reopened.load(Ordering::Relaxed) >= 4,
+        "the agent dropped no idle connection"
+    );
+    assert!(flooded.load(Ordering::Relaxed) > 1_000, "too small a flood");
+}

@@ -1,9 +1,11 @@
 //! The agent's endpoint: `/metrics` (OpenMetrics when the scraper asks for it, the
 //! classic text format otherwise), `/healthz` and `/readyz`. Read-only: GET and HEAD
 //! only, request heads of at most MAX_HEAD bytes (431 beyond), no body, at most
-//! `max_scrapes` connections at once (503 beyond), and a client that sends its request
-//! too slowly is dropped. The text was built at the last update: a scrape only copies
-//! it.
+//! `max_scrapes` `/metrics` answers at once (503 beyond), and a client that sends its
+//! request head too slowly (2 s) is dropped. At most MAX_CONNECTIONS connections are
+//! open: a new one takes the place of the one idle longest, so idle connections held
+//! open, or a flood of them, never keep a scraper out. The text was built at the last
+//! update: a scrape only copies it.
 
 use std::{
     convert::Infallible,
@@ -33,7 +35,7 @@ pub const MAX_HEAD: usize = 16 * 1024;
 /// Longest request target, bytes.
 const MAX_URI: usize = 2048;
 /// Time a client has to send its request head.
-const HEAD_TIMEOUT: Duration = Duration::from_secs(10);
+const HEAD_TIMEOUT: Duration = Duration::from_secs(2);
 
 const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 const CLASSIC: &str = "text/plain; version=0.0.4; charset=utf-8";
@@ -123,6 +125,13 @@ pub fn bind(addr: SocketAddr) -> std::io::Result<std::net::TcpListener> {
         |e: std::io::Error| std::io::Error::new(e.kind(), format!("cannot listen on {addr}: {e}"));
     let l = std::net::TcpListener::bind(addr).map_err(named)?;
     l.set_nonblocking(true).map_err(named)?;
+    // A deep accept queue: a flood of connections that outruns the accept loop for a
+    // moment must not drop a scraper's (its connection would wait a second for the
+    // retry). listen() again only sets the queue's length (capped by somaxconn).
+    // SAFETY: a listening socket's descriptor, owned by `l`.
+    if unsafe { libc::listen(std::os::fd::AsRawFd::as_raw_fd(&l), 4096) } != 0 {
+        return Err(named(std::io::Error::last_os_error()));
+    }
     Ok(l)
 }
 
@@ -149,26 +158,95 @@ pub fn spawn(
     Ok(())
 }
 
-/// Serves connections for as long as its runtime runs.
+/// Most connections open at once: past it, the one idle longest is dropped for the new
+/// one (a client holding connections open without asking, or a flood of them, never
+/// shuts a scraper out).
+pub const MAX_CONNECTIONS: usize = 256;
+
+/// The open connections: when each last began a request (or opened), and how to end it.
+#[derive(Default)]
+struct Connections {
+    next: u64,
+    open: std::collections::HashMap<u64, (std::time::Instant, tokio::sync::oneshot::Sender<()>)>,
+    /// The same connections by (last activity, id): the first is the one idle longest.
+    by_activity: std::collections::BTreeSet<(std::time::Instant, u64)>,
+}
+
+impl Connections {
+    /// Registers a new connection (dropping the one idle longest when full); returns its
+    /// id and what ends it.
+    fn open(&mut self) -> (u64, tokio::sync::oneshot::Receiver<()>) {
+        if self.open.len() >= MAX_CONNECTIONS
+            && let Some((_, oldest)) = self.by_activity.pop_first()
+            && let Some((_, end)) = self.open.remove(&oldest)
+        {
+            let _ = end.send(());
+        }
+        let (end, ended) = tokio::sync::oneshot::channel();
+        self.next += 1;
+        let now = std::time::Instant::now();
+        self.open.insert(self.next, (now, end));
+        self.by_activity.insert((now, self.next));
+        (self.next, ended)
+    }
+
+    /// The connection `id` began a request now.
+    fn active(&mut self, id: u64) {
+        if let Some((at, _)) = self.open.get_mut(&id) {
+            self.by_activity.remove(&(*at, id));
+            *at = std::time::Instant::now();
+            self.by_activity.insert((*at, id));
+        }
+    }
+
+    /// The connection `id` ended.
+    fn close(&mut self, id: u64) {
+        if let Some((at, _)) = self.open.remove(&id) {
+            self.by_activity.remove(&(at, id));
+        }
+    }
+}
+
+/// Serves connections for as long as its runtime runs. Answering is a copy of the text
+/// of the last update, so every connection is served at once; `max_scrapes` bounds the
+/// `/metrics` answers being written at once (a 503 beyond), never `/healthz`.
 async fn serve(listener: TcpListener, shared: Shared, max_scrapes: usize) {
     let slots = Arc::new(Semaphore::new(max_scrapes));
+    let conns = Arc::new(std::sync::Mutex::new(Connections::default()));
     loop {
         let Ok((stream, _)) = listener.accept().await else {
             // Out of descriptors, say: wait a little rather than spin.
             tokio::time::sleep(Duration::from_millis(50)).await;
             continue;
         };
-        let Ok(permit) = slots.clone().try_acquire_owned() else {
-            // Best effort, never waiting: the socket's buffer takes these few bytes.
-            let _ = stream.try_write(
-                b"HTTP/1.1 503 Service Unavailable\r\ncontent-length: 17\r\nconnection: close\r\n\r\ntoo many scrapes\n",
-            );
-            continue;
-        };
-        let shared = shared.clone();
+        // The connections accepted so far read their requests before the next accept:
+        // a flood accepted faster than they run would push a scraper's out unread.
+        tokio::task::yield_now().await;
+        let (id, mut ended) = conns.lock().unwrap_or_else(|e| e.into_inner()).open();
+        let (shared, slots, conns) = (shared.clone(), slots.clone(), conns.clone());
         tokio::spawn(async move {
+            // Nothing is set up for a connection until it sends something (a flood of
+            // silent ones costs an accept each), and it has the head timeout to.
+            let readable = tokio::select! {
+                r = tokio::time::timeout(HEAD_TIMEOUT, stream.readable()) => matches!(r, Ok(Ok(()))),
+                _ = &mut ended => false,
+            };
+            if !readable {
+                conns.lock().unwrap_or_else(|e| e.into_inner()).close(id);
+                return;
+            }
+            let seen = conns.clone();
             let service = service_fn(move |req: Request<Incoming>| {
-                let r = answer(&shared, &req);
+                seen.lock().unwrap_or_else(|e| e.into_inner()).active(id);
+                let r = if req.uri().path() == "/metrics" {
+                    match slots.clone().try_acquire_owned() {
+                        // Held while the answer is made; the body is shared bytes.
+                        Ok(_permit) => answer(&shared, &req),
+                        Err(_) => text(StatusCode::SERVICE_UNAVAILABLE, "too many scrapes\n"),
+                    }
+                } else {
+                    answer(&shared, &req)
+                };
                 async move { Ok::<_, Infallible>(r) }
             });
             let conn = http1::Builder::new()
@@ -177,9 +255,36 @@ async fn serve(listener: TcpListener, shared: Shared, max_scrapes: usize) {
                 .max_buf_size(MAX_HEAD)
                 .keep_alive(true)
                 .serve_connection(TokioIo::new(stream), service);
-            // A connection lasts at most a minute, whatever the client does.
-            let _ = tokio::time::timeout(Duration::from_secs(60), conn).await;
-            drop(permit);
+            // A connection lasts at most a minute, whatever the client does, and ends
+            // at once when a newer one needs its place.
+            tokio::select! {
+                _ = tokio::time::timeout(Duration::from_secs(60), conn) => {}
+                _ = &mut ended => {}
+            }
+            conns.lock().unwrap_or_else(|e| e.into_inner()).close(id);
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_full_table_drops_the_connection_idle_longest() {
+        let mut c = Connections::default();
+        let mut ends = Vec::new();
+        for _ in 0..MAX_CONNECTIONS {
+            ends.push(c.open());
+        }
+        // The first one asks for something: the second is now idle longest.
+        c.active(ends[0].0);
+        let (_, _newest) = c.open();
+        assert_eq!(c.open.len(), MAX_CONNECTIONS);
+        assert_eq!(c.by_activity.len(), MAX_CONNECTIONS);
+        assert!(c.open.contains_key(&ends[0].0));
+        assert!(!c.open.contains_key(&ends[1].0));
+        assert_eq!(ends[1].1.try_recv(), Ok(()));
+        assert!(ends[2].1.try_recv().is_err());
     }
 }

@@ -37,7 +37,8 @@ pub struct AgentConfig {
     pub max_series: usize,
     /// Most processes traced at once.
     pub max_targets: usize,
-    /// Most concurrent scrapes (more are refused with 503).
+    /// Most `/metrics` answers made at once (more are refused with 503); connections
+    /// are capped apart (`http::MAX_CONNECTIONS`, the one idle longest dropped).
     pub max_scrapes: usize,
     /// Processes to trace: one that matches any rule (and no exclude rule).
     pub select: Vec<Rule>,
