@@ -45,16 +45,25 @@ pub fn request() {
 #[error("interrupted (Ctrl-C or SIGTERM)")]
 pub struct Interrupted;
 
-/// Polls `fd` for `events` in slices of 100 ms until it is ready or a stop is requested.
-/// Returns the revents.
+/// The error a wait given up at a stop request returns. Its kind is not
+/// `ErrorKind::Interrupted`: `write_all`, `read_to_end` and `BufWriter` retry those, so
+/// a writer stuck on a reader that never reads would spin past SIGTERM forever.
+pub fn interrupted_error() -> std::io::Error {
+    std::io::Error::other(Interrupted)
+}
+
+/// Whether `e` is a wait given up at a stop request.
+pub fn is_interrupted(e: &std::io::Error) -> bool {
+    e.get_ref().is_some_and(|inner| inner.is::<Interrupted>())
+}
+
+/// Polls `fd` for `events` in slices of 100 ms until it is ready or a stop is requested
+/// (then fails with [`interrupted_error`]). Returns the revents.
 pub fn poll_fd(fd: std::os::fd::BorrowedFd<'_>, events: i16) -> std::io::Result<i16> {
     use std::os::fd::AsRawFd as _;
     loop {
         if requested() {
-            return Err(std::io::Error::new(
-                std::io::ErrorKind::Interrupted,
-                Interrupted,
-            ));
+            return Err(interrupted_error());
         }
         let mut p = libc::pollfd {
             fd: fd.as_raw_fd(),
@@ -72,5 +81,41 @@ pub fn poll_fd(fd: std::os::fd::BorrowedFd<'_>, events: i16) -> std::io::Result<
                 return Err(e);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::Write as _;
+
+    use super::*;
+
+    /// A writer that is always interrupted, as one over a reader that never reads is
+    /// once a stop was requested.
+    struct Stuck(u32);
+
+    impl std::io::Write for Stuck {
+        fn write(&mut self, _: &[u8]) -> std::io::Result<usize> {
+            self.0 += 1;
+            if self.0 > 1000 {
+                panic!("write_all retried the interruption");
+            }
+            Err(interrupted_error())
+        }
+
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn an_interruption_ends_write_all_instead_of_being_retried() {
+        let mut w = std::io::BufWriter::new(Stuck(0));
+        let e = w
+            .write_all(&[0; 1 << 16])
+            .and_then(|_| w.flush())
+            .unwrap_err();
+        assert!(is_interrupted(&e), "{e}");
+        assert_eq!(w.get_ref().0, 1);
     }
 }

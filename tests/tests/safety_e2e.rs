@@ -578,3 +578,282 @@ fn a_closed_stderr_does_not_stop_the_tracer_before_its_results() {
             .is_some_and(|o| !o.is_empty())
     );
 }
+
+/// A sticky world-writable directory like /tmp (`pub` in `dir`), where any user may
+/// plant names.
+fn sticky_dir(dir: &TempDir) -> std::path::PathBuf {
+    std::fs::set_permissions(&dir.0, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let public = dir.join("pub");
+    std::fs::create_dir(&public).unwrap();
+    std::fs::set_permissions(&public, std::fs::Permissions::from_mode(0o1777)).unwrap();
+    public
+}
+
+/// A command run as user nobody, as the attacker.
+fn as_nobody(program: &str) -> Command {
+    let mut c = Command::new("setpriv");
+    c.args(["--reuid=65534", "--regid=65534", "--clear-groups", program]);
+    c
+}
+
+fn mkfifo(at: &Path) {
+    let c = std::ffi::CString::new(at.to_str().unwrap()).unwrap();
+    // SAFETY: a valid path.
+    let r = unsafe { libc::mkfifo(c.as_ptr(), 0o644) };
+    assert_eq!(r, 0, "{}", at.display());
+}
+
+/// A reader, as user nobody, that opens `fifo` and never reads from it.
+fn reader_that_never_reads(fifo: &Path) -> Proc {
+    // Opening for reading is all it does: then the writer's opens succeed and its
+    // writes fill the pipe.
+    spawn(
+        as_nobody("sh")
+            .args(["-c", "exec sleep 600 < \"$0\""])
+            .arg(fifo),
+    )
+}
+
+/// The BPF programs and perf events (probes) process `pid` holds open.
+fn bpf_fds(pid: u32) -> usize {
+    let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
+        return 0;
+    };
+    fds.filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
+        .filter(|l| {
+            let l = l.to_string_lossy();
+            l.contains("bpf-prog") || l.contains("bpf_link") || l.contains("[perf_event]")
+        })
+        .count()
+}
+
+/// Probes still attached by process `pid`, as the kernel lists them (bpftool); None
+/// when bpftool is missing.
+fn attached_by(pid: u32) -> Option<usize> {
+    let out = Command::new("bpftool")
+        .args(["perf", "list"])
+        .output()
+        .ok()?;
+    let prefix = format!("pid {pid} ");
+    Some(
+        text(&out.stdout)
+            .lines()
+            .filter(|l| l.starts_with(&prefix))
+            .count(),
+    )
+}
+
+/// The PID in rtm-trace's "launched ... as PID N" line.
+fn launched_pid(line: &str) -> i32 {
+    let rest = line.split("as PID ").nth(1).expect("as PID N");
+    rest.split(|c: char| !c.is_ascii_digit())
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap()
+}
+
+/// Kills a process rtm-trace launched (and left running) when the test ends.
+struct KillOnDrop(i32);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        // SAFETY: a signal to the workload this test launched through rtm-trace.
+        unsafe { libc::kill(self.0, libc::SIGKILL) };
+    }
+}
+
+/// Waits at most `limit` for `p` to exit.
+fn exits_within(p: &mut Proc, limit: Duration) -> std::process::ExitStatus {
+    let t = Instant::now();
+    loop {
+        if let Some(st) = p.child.try_wait().unwrap() {
+            return st;
+        }
+        assert!(
+            t.elapsed() < limit,
+            "rtm-trace still running {limit:?} after SIGTERM"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+#[test]
+fn a_reader_that_never_reads_holds_the_tracer_only_until_the_first_sigterm() {
+    if !can_trace("a_reader_that_never_reads_holds_the_tracer_only_until_the_first_sigterm") {
+        return;
+    }
+    let dir = TempDir::new("stuck-reader");
+    let public = sticky_dir(&dir);
+    // Root's own FIFO (another user's is refused, below), opened by nobody for reading.
+    let fifo = public.join("timeline");
+    mkfifo(&fifo);
+    let _reader = reader_that_never_reads(&fifo);
+    let json = dir.join("out.json");
+    let mut tracer = spawn(
+        Command::new(rtm_bin())
+            .args(["-m", "full", "-d", "30", "--timeline"])
+            .arg(&fifo)
+            .arg("--json")
+            .arg(&json)
+            .arg("--")
+            .arg(workload("mutex_workload"))
+            .args(["--threads", "4", "--iters", "100000000", "--hold-us", "1"]),
+    );
+    let mut err = LineWatch::new(tracer.child.stderr.take().unwrap());
+    let _workload = KillOnDrop(launched_pid(&err.wait_for("launched", T)));
+    // Time for the pipe and the tracer's buffer to fill: its writes now wait.
+    std::thread::sleep(Duration::from_secs(2));
+    let held = bpf_fds(tracer.pid());
+    assert!(held > 0, "no probes attached while tracing");
+    let t = Instant::now();
+    tracer.signal(libc::SIGTERM);
+    let status = exits_within(&mut tracer, Duration::from_secs(2));
+    let took = t.elapsed();
+    println!("SIGTERM to exit with a reader that never reads: {took:?} ({held} BPF fds held)");
+    let rest = err.rest(Duration::from_secs(5)).join("\n");
+    // The timeline is lost (said, and the run exits 1); the JSON is written anyway.
+    assert_eq!(status.code(), Some(1), "{rest}");
+    assert!(
+        rest.contains("interrupted (Ctrl-C or SIGTERM)") && rest.contains("timeline"),
+        "{rest}"
+    );
+    assert_eq!(read_json(&json)["run"]["end_reason"], "signal");
+    if let Some(n) = attached_by(tracer.pid()) {
+        assert_eq!(n, 0, "probes still attached");
+    }
+}
+
+#[test]
+fn a_fifo_with_no_reader_holds_the_tracer_neither_past_sigterm_nor_forever() {
+    if !can_trace("a_fifo_with_no_reader_holds_the_tracer_neither_past_sigterm_nor_forever") {
+        return;
+    }
+    let dir = TempDir::new("no-reader");
+    let public = sticky_dir(&dir);
+    let fifo = public.join("timeline");
+    mkfifo(&fifo);
+    let marker = dir.join("ran");
+    let tracer_cmd = || {
+        let mut c = Command::new(rtm_bin());
+        c.args(["-m", "full", "-d", "5", "--timeline"])
+            .arg(&fifo)
+            .args(["--", "touch"])
+            .arg(&marker);
+        c
+    };
+    // The first SIGTERM ends the wait for a reader.
+    let mut tracer = spawn(&mut tracer_cmd());
+    let mut err = LineWatch::new(tracer.child.stderr.take().unwrap());
+    err.wait_for("for a reader", T);
+    let t = Instant::now();
+    tracer.signal(libc::SIGTERM);
+    let status = exits_within(&mut tracer, Duration::from_secs(2));
+    println!("SIGTERM to exit waiting for a reader: {:?}", t.elapsed());
+    let rest = err.rest(Duration::from_secs(5)).join("\n");
+    assert_eq!(status.code(), Some(1), "{rest}");
+    assert!(
+        rest.contains("interrupted (Ctrl-C or SIGTERM) while waiting for a reader"),
+        "{rest}"
+    );
+    assert!(!marker.exists(), "the command ran");
+    // Without one, it gives up on its own.
+    let t = Instant::now();
+    let out = run(&mut tracer_cmd(), Duration::from_secs(30));
+    let took = t.elapsed();
+    let err = text(&out.stderr);
+    println!("gave up waiting for a reader after {took:?}");
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("no reader opened the FIFO within 10 s"),
+        "{err}"
+    );
+    assert!(took < Duration::from_secs(15), "{took:?}");
+    assert!(!marker.exists(), "the command ran");
+}
+
+#[test]
+fn a_directory_link_planted_in_the_path_is_refused() {
+    if !can_trace("a_directory_link_planted_in_the_path_is_refused") {
+        return;
+    }
+    let dir = TempDir::new("planted-dir");
+    let public = sticky_dir(&dir);
+    let secret = dir.join("root-only");
+    std::fs::create_dir(&secret).unwrap();
+    std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let victim = secret.join("victim.json");
+    std::fs::write(&victim, "secret\n").unwrap();
+    let planted = public.join("outdir");
+    plant_link(&secret, &planted);
+    let marker = dir.join("ran");
+    for option in ["--json", "-o", "--timeline"] {
+        let out = run(
+            Command::new(rtm_bin())
+                .args(["-d", "1", option])
+                .arg(planted.join("victim.json"))
+                .args(["--", "touch"])
+                .arg(&marker),
+            T,
+        );
+        let err = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{option}: {err}");
+        assert!(
+            err.contains(&format!(
+                "{} is a symbolic link owned by user 65534",
+                planted.display()
+            )),
+            "{option}: {err}"
+        );
+        assert!(
+            !marker.exists(),
+            "{option}: the command ran before the error"
+        );
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "secret\n");
+        let names: Vec<_> = std::fs::read_dir(&secret).unwrap().collect();
+        assert_eq!(
+            names.len(),
+            1,
+            "{option}: a file was made in the root-only directory"
+        );
+    }
+}
+
+#[test]
+fn another_users_fifo_is_refused() {
+    if !can_trace("another_users_fifo_is_refused") {
+        return;
+    }
+    let dir = TempDir::new("foreign-fifo");
+    let public = sticky_dir(&dir);
+    let fifo = public.join("out.json");
+    let st = as_nobody("mkfifo").arg(&fifo).status().unwrap();
+    assert!(st.success());
+    let marker = dir.join("ran");
+    for option in ["--json", "-o", "--timeline"] {
+        // Its owner reads it.
+        let _reader = spawn(
+            as_nobody("sh")
+                .args(["-c", "exec cat < \"$0\" > /dev/null"])
+                .arg(&fifo),
+        );
+        let out = run(
+            Command::new(rtm_bin())
+                .args(["-d", "1", option])
+                .arg(&fifo)
+                .args(["--", "touch"])
+                .arg(&marker),
+            T,
+        );
+        let err = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{option}: {err}");
+        assert!(
+            err.contains("refusing a FIFO owned by user 65534"),
+            "{option}: {err}"
+        );
+        assert!(
+            !marker.exists(),
+            "{option}: the command ran before the error"
+        );
+    }
+}

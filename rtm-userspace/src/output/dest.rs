@@ -10,31 +10,35 @@
 //!   unpredictable name instead, then renamed the same way. Nothing is ever opened by a
 //!   predictable name, so a link planted at one is never followed.
 //! - A path that is not a regular file (/dev/null, a terminal, a FIFO) is written
-//!   through, never replaced. Block devices, directories and sockets are refused.
-//! - A symbolic link is followed only when it belongs to root or to the invoking user
-//!   (a link planted by someone else is refused, as the kernel's protected_symlinks does
-//!   in sticky directories).
+//!   through, never replaced, when it belongs to root or to the invoking user (a FIFO
+//!   another user made may have that user's reader on it); character devices under
+//!   /dev are written whoever owns them. Block devices, directories and sockets are
+//!   refused.
+//! - A symbolic link, at the end of the path or anywhere in it, is followed only when it
+//!   belongs to root or to the invoking user (a link planted by someone else is refused,
+//!   as the kernel's protected_symlinks does in sticky directories). The path is
+//!   resolved one component at a time by descriptor ([`resolve`]), and the directory
+//!   found is kept open: it is never looked up by name again.
 //! - /dev/stdout, /dev/stderr, /dev/fd/N and /proc/self/fd/N are the tracer's own
 //!   descriptors, written to directly (as a shell does), not reopened.
 //!
-//! Every blocking step (a FIFO nobody reads yet, a full pipe) gives up at Ctrl-C or
-//! SIGTERM, and every write error is reported.
+//! Every blocking step (a FIFO nobody reads yet, a reader that does not read, a full
+//! pipe) gives up at Ctrl-C or SIGTERM, a FIFO with no reader after [`READER_WAIT`], and
+//! every write error is reported.
 
 use std::{
     ffi::OsString,
     fs::File,
     io::{self, Write},
-    os::{
-        fd::{AsFd as _, OwnedFd},
-        unix::{ffi::OsStrExt as _, fs::MetadataExt as _},
-    },
+    os::fd::{AsFd as _, OwnedFd},
     path::{Path, PathBuf},
 };
 
-use rustix::fs::{self as rfs, AtFlags, FileType, Mode, OFlags};
+use rustix::fs::{self as rfs, AtFlags, FileType, Mode, OFlags, Stat};
 
-use crate::{interrupt, target::files::type_name};
+use crate::interrupt;
 
+mod resolve;
 pub mod stream;
 
 /// Why a destination cannot be written.
@@ -60,19 +64,46 @@ pub enum DestError {
         /// What to do instead.
         hint: &'static str,
     },
-    /// A symbolic link that belongs to another user.
+    /// A symbolic link, in the path or at its end, that belongs to another user.
     #[error(
-        "cannot write {path}: it is a symbolic link owned by user {owner}, not by root or \
-         you; refusing to follow it (someone who can write to {dir} may have planted it). \
-         Remove it or give another name"
+        "cannot write {path}: {link} is a symbolic link owned by user {owner}, not by root \
+         or you; refusing to follow it (someone who can write to {dir} may have planted \
+         it). Remove it or give a path without it"
     )]
     ForeignLink {
         /// The destination.
         path: String,
+        /// The link (the destination itself, or one of its directories).
+        link: String,
         /// The link's owner.
         owner: u32,
         /// The directory it is in.
         dir: String,
+    },
+    /// Something written through (a FIFO, a device) that belongs to another user.
+    #[error(
+        "cannot write {path}: refusing {kind} owned by user {owner}, not by root or you \
+         (its owner may be the one reading it). Remove it, or give a regular file or a \
+         FIFO of your own"
+    )]
+    ForeignFile {
+        /// The destination.
+        path: String,
+        /// What it is.
+        kind: &'static str,
+        /// Its owner.
+        owner: u32,
+    },
+    /// A FIFO that no reader opened in time.
+    #[error(
+        "cannot write {path}: no reader opened the FIFO within {secs} s; start its reader \
+         first"
+    )]
+    NoReader {
+        /// The destination.
+        path: String,
+        /// How long it was waited for.
+        secs: u64,
     },
     /// A symbolic link to nothing: writing through it would create its target.
     #[error(
@@ -149,8 +180,13 @@ enum How {
     Stdout,
     /// A copy of one of the tracer's descriptors.
     Descriptor(OwnedFd),
-    /// Not a regular file: opened for writing as it is, at write time.
-    Through,
+    /// Not a regular file: `name` in `dir`, opened for writing as it is at write
+    /// time, if it is still the file checked (device and inode).
+    Through {
+        dir: OwnedFd,
+        name: OsString,
+        id: (u64, u64),
+    },
     /// A regular file replaced by renaming a new one over it.
     Replace {
         dir: OwnedFd,
@@ -277,96 +313,38 @@ impl Dest {
                 how: How::Descriptor(owned),
             });
         }
-        let shown = path.display().to_string();
-        let name = path.file_name().ok_or_else(|| DestError::Kind {
-            path: shown.clone(),
-            kind: "a directory",
-            hint: " inside it",
-        })?;
-        let dir_path = match path.parent() {
-            Some(p) if !p.as_os_str().is_empty() => p,
-            _ => Path::new("."),
+        let r = resolve::resolve(path)?;
+        let Some(st) = r.st else {
+            return Self::replace(path, r.dir, r.name);
         };
-        let dir = rfs::open(
-            dir_path,
-            OFlags::DIRECTORY | OFlags::RDONLY | OFlags::CLOEXEC,
-            Mode::empty(),
-        )
-        .map_err(|e| DestError::Directory {
-            path: shown.clone(),
-            dir: dir_path.display().to_string(),
-            problem: match e {
-                rustix::io::Errno::NOENT => "does not exist".into(),
-                rustix::io::Errno::NOTDIR => "is not a directory".into(),
-                e => format!("cannot be opened ({})", io::Error::from(e)),
-            },
-        })?;
-        if let Some(fs) = special_fs(&dir) {
-            return Err(DestError::SpecialFs { path: shown, fs });
+        let ft = FileType::from_raw_mode(st.st_mode);
+        if ft == FileType::RegularFile {
+            return Self::replace(path, r.dir, r.name);
         }
-        match rfs::statat(&dir, name, AtFlags::SYMLINK_NOFOLLOW) {
-            Err(rustix::io::Errno::NOENT) => Self::replace(path, dir, name.to_owned()),
-            Err(e) => Err(errno(path)(e)),
-            Ok(st) => match FileType::from_raw_mode(st.st_mode) {
-                FileType::RegularFile => Self::replace(path, dir, name.to_owned()),
-                FileType::Symlink => Self::through_link(path, &dir, name, st.st_uid, dir_path),
-                ft => match refuse_kind(ft) {
-                    Some((kind, hint)) => Err(DestError::Kind {
-                        path: shown,
-                        kind,
-                        hint,
-                    }),
-                    None => Ok(Self {
-                        path: path.to_path_buf(),
-                        how: How::Through,
-                    }),
-                },
-            },
-        }
-    }
-
-    /// A symbolic link: followed when it is trusted, to what it names.
-    fn through_link(
-        path: &Path,
-        dir: &OwnedFd,
-        name: &std::ffi::OsStr,
-        owner: u32,
-        dir_path: &Path,
-    ) -> Result<Self, DestError> {
-        if owner != 0 && owner != invoking_uid() {
-            return Err(DestError::ForeignLink {
+        if let Some((kind, hint)) = refuse_kind(ft) {
+            return Err(DestError::Kind {
                 path: path.display().to_string(),
-                owner,
-                dir: dir_path.display().to_string(),
+                kind,
+                hint,
             });
         }
-        let target = rfs::readlinkat(dir, name, Vec::new()).map_err(errno(path))?;
-        let target = PathBuf::from(std::ffi::OsStr::from_bytes(target.as_bytes()));
-        match std::fs::metadata(path) {
-            Err(e) if e.kind() == io::ErrorKind::NotFound => Err(DestError::Dangling {
+        // /dev's terminals and /dev/null are written whoever owns them.
+        let dev = ft == FileType::CharacterDevice && under_dev(&st);
+        if !dev && !resolve::trusted(st.st_uid) {
+            return Err(DestError::ForeignFile {
                 path: path.display().to_string(),
-                target: target.display().to_string(),
-            }),
-            Err(e) => Err(io_err(path)(e)),
-            // A trusted link to a regular file: that file is what gets replaced.
-            Ok(m) if m.is_file() => {
-                let real = std::fs::canonicalize(path).map_err(io_err(path))?;
-                let mut d = Self::check(&real)?;
-                d.path = path.to_path_buf();
-                Ok(d)
-            }
-            Ok(m) => match refuse_kind(FileType::from_raw_mode(m.mode())) {
-                Some((kind, hint)) => Err(DestError::Kind {
-                    path: path.display().to_string(),
-                    kind,
-                    hint,
-                }),
-                None => Ok(Self {
-                    path: path.to_path_buf(),
-                    how: How::Through,
-                }),
-            },
+                kind: type_name_of(ft),
+                owner: st.st_uid,
+            });
         }
+        Ok(Self {
+            path: path.to_path_buf(),
+            how: How::Through {
+                dir: r.dir,
+                name: r.name,
+                id: (st.st_dev, st.st_ino),
+            },
+        })
     }
 
     fn replace(path: &Path, dir: OwnedFd, name: OsString) -> Result<Self, DestError> {
@@ -391,19 +369,17 @@ impl Dest {
         let path = self.path.clone();
         match &mut self.how {
             How::Stdout => {
-                let mut out = io::stdout().lock();
-                body(&mut out)
-                    .and_then(|_| out.flush())
-                    .map_err(io_err(&path))
+                let mut w = io::BufWriter::with_capacity(1 << 16, stdout_writer());
+                body(&mut w).and_then(|_| w.flush()).map_err(io_err(&path))
             }
             How::Descriptor(fd) => {
                 let dup = fd.try_clone().map_err(io_err(&path))?;
-                let mut w = io::BufWriter::new(Patient(File::from(dup)));
+                let mut w = io::BufWriter::new(Patient::new(File::from(dup)));
                 body(&mut w).and_then(|_| w.flush()).map_err(io_err(&path))
             }
-            How::Through => {
-                let file = open_through(&path)?;
-                let mut w = io::BufWriter::with_capacity(1 << 16, Patient(file));
+            How::Through { dir, name, id } => {
+                let file = open_through(dir, name, *id, &path)?;
+                let mut w = io::BufWriter::with_capacity(1 << 16, Patient::new(file));
                 body(&mut w).and_then(|_| w.flush()).map_err(io_err(&path))
             }
             How::Replace {
@@ -591,14 +567,28 @@ fn type_name_of(ft: FileType) -> &'static str {
     }
 }
 
-/// Opens a destination that is not a regular file for writing, as it is: no creating,
-/// no truncating. A FIFO without a reader is waited for until Ctrl-C.
-fn open_through(path: &Path) -> Result<File, DestError> {
+/// How long a FIFO without a reader is waited for: a reader started just before or
+/// after rtm-trace comes in time, and a reader that never comes does not hold the
+/// tracer (and, at the end of a run, its probes) forever.
+pub const READER_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Opens `name` in `dir`, a destination that is not a regular file, for writing, as it
+/// is: no creating, no truncating, no following a link, and only if it is still the
+/// file checked (`id`). A FIFO without a reader is waited for, until Ctrl-C or for
+/// [`READER_WAIT`].
+fn open_through(
+    dir: &OwnedFd,
+    name: &std::ffi::OsStr,
+    id: (u64, u64),
+    path: &Path,
+) -> Result<File, DestError> {
     let mut told = false;
+    let started = std::time::Instant::now();
     let fd = loop {
-        match rfs::open(
-            path,
-            OFlags::WRONLY | OFlags::NOCTTY | OFlags::NONBLOCK | OFlags::CLOEXEC,
+        match rfs::openat(
+            dir,
+            name,
+            OFlags::WRONLY | OFlags::NOCTTY | OFlags::NONBLOCK | OFlags::NOFOLLOW | OFlags::CLOEXEC,
             Mode::empty(),
         ) {
             Ok(fd) => break fd,
@@ -607,43 +597,97 @@ fn open_through(path: &Path) -> Result<File, DestError> {
                 if !told {
                     told = true;
                     crate::say!(
-                        "rtm-trace: waiting for a reader on {} (Ctrl-C to give up)",
+                        "rtm-trace: waiting up to {} s for a reader on {} (Ctrl-C to give up)",
+                        READER_WAIT.as_secs(),
                         crate::output::text::escape(&path.display().to_string())
                     );
                 }
                 if interrupt::requested() {
-                    return Err(io_err(path)(io::Error::new(
-                        io::ErrorKind::Interrupted,
-                        "interrupted while waiting for a reader",
+                    return Err(io_err(path)(io::Error::other(
+                        "interrupted (Ctrl-C or SIGTERM) while waiting for a reader",
                     )));
                 }
-                std::thread::sleep(std::time::Duration::from_millis(100));
+                if started.elapsed() >= READER_WAIT {
+                    return Err(DestError::NoReader {
+                        path: path.display().to_string(),
+                        secs: READER_WAIT.as_secs(),
+                    });
+                }
+                std::thread::sleep(std::time::Duration::from_millis(50));
+            }
+            Err(rustix::io::Errno::LOOP) => {
+                return Err(DestError::Changed {
+                    path: path.display().to_string(),
+                    kind: "a symbolic link",
+                });
             }
             Err(e) => return Err(errno(path)(e)),
         }
     };
     let st = rfs::fstat(&fd).map_err(errno(path))?;
-    let ft = FileType::from_raw_mode(st.st_mode);
-    if ft == FileType::RegularFile || refuse_kind(ft).is_some() {
+    if (st.st_dev, st.st_ino) != id {
         // It was checked as a device or FIFO; something else is there now.
         return Err(DestError::Changed {
             path: path.display().to_string(),
-            kind: type_name(std::fs::metadata(path).map_err(io_err(path))?.file_type()),
+            kind: type_name_of(FileType::from_raw_mode(st.st_mode)),
         });
     }
     Ok(File::from(fd))
 }
 
-/// A writer over a non-blocking descriptor that waits (until Ctrl-C) when the other
-/// end is not ready.
-struct Patient(File);
+/// Whether the character device `st` is one of /dev's (a terminal, /dev/null): those
+/// are written whoever owns them. Only root makes device nodes; the check only keeps a
+/// device elsewhere, on a file system someone else mounted, to the ownership rule.
+fn under_dev(st: &Stat) -> bool {
+    rfs::stat("/dev").is_ok_and(|dev| dev.st_dev == st.st_dev)
+        || rfs::stat("/dev/pts").is_ok_and(|pts| pts.st_dev == st.st_dev)
+}
+
+/// A writer over a pipe, FIFO, terminal or device that waits, until Ctrl-C or SIGTERM,
+/// when the other end does not take more: a reader that never reads holds it only until
+/// the first SIGTERM. A descriptor the tracer opened is non-blocking. One it was given
+/// (its standard output, /dev/fd/N) stays as it is, since others share it: each write
+/// waits for room first and writes at most PIPE_BUF bytes, which a pipe with room takes
+/// without blocking.
+struct Patient {
+    file: File,
+    /// Wait for room before each write (a blocking pipe, FIFO, terminal or socket).
+    poll_first: bool,
+}
+
+impl Patient {
+    fn new(file: File) -> Self {
+        let blocking = rfs::fcntl_getfl(&file).is_ok_and(|f| !f.contains(OFlags::NONBLOCK));
+        let regular = rfs::fstat(&file)
+            .is_ok_and(|st| FileType::from_raw_mode(st.st_mode) == FileType::RegularFile);
+        Self {
+            file,
+            poll_first: blocking && !regular,
+        }
+    }
+
+    /// A copy of the tracer's own descriptor `fd`; None when it is not open.
+    fn own(fd: i32) -> Option<Self> {
+        // SAFETY: a descriptor number; fcntl only duplicates it if it is open.
+        let dup = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 3) };
+        // SAFETY: fcntl returned a new descriptor that we own.
+        (dup >= 0).then(|| Self::new(unsafe { <File as std::os::fd::FromRawFd>::from_raw_fd(dup) }))
+    }
+}
 
 impl Write for Patient {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        if self.poll_first {
+            // Written to as long as it takes more, a stop requested or not.
+            if !ready_now(self.file.as_fd()) {
+                interrupt::poll_fd(self.file.as_fd(), libc::POLLOUT)?;
+            }
+            return self.file.write(&buf[..buf.len().min(libc::PIPE_BUF)]);
+        }
         loop {
-            match self.0.write(buf) {
+            match self.file.write(buf) {
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                    interrupt::poll_fd(self.0.as_fd(), libc::POLLOUT)?;
+                    interrupt::poll_fd(self.file.as_fd(), libc::POLLOUT)?;
                 }
                 r => return r,
             }
@@ -651,12 +695,35 @@ impl Write for Patient {
     }
 
     fn flush(&mut self) -> io::Result<()> {
-        self.0.flush()
+        self.file.flush()
+    }
+}
+
+/// Whether `fd` takes a write now.
+fn ready_now(fd: std::os::fd::BorrowedFd<'_>) -> bool {
+    let mut p = libc::pollfd {
+        fd: std::os::fd::AsRawFd::as_raw_fd(&fd),
+        events: libc::POLLOUT,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd; no wait.
+    unsafe { libc::poll(&mut p, 1, 0) == 1 }
+}
+
+/// Standard output as a [`Patient`] writer, after what was printed to it before;
+/// where it is closed, what is written goes nowhere (as `print!` does).
+fn stdout_writer() -> Box<dyn Write + Send> {
+    let _ = io::stdout().flush();
+    match Patient::own(1) {
+        Some(p) => Box::new(p),
+        None => Box::new(io::sink()),
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use std::os::unix::fs::MetadataExt as _;
+
     use super::*;
 
     fn scratch(name: &str) -> PathBuf {

@@ -123,6 +123,12 @@ pub fn run(cli: Cli) -> Result<i32, SessionError> {
         message: e.to_string(),
     })?;
     cli::check_targets(&config)?;
+    // Ctrl-C and SIGTERM as a flag from here on: waiting for a FIFO's reader below gives
+    // up at the first one (the tracing loop listens to them its own way too).
+    crate::interrupt::install().map_err(|source| SessionError::Io {
+        what: "signal handlers".into(),
+        source,
+    })?;
     // A destination that cannot be written is said before the trace, not after it.
     let sinks = if blocked {
         Vec::new()

@@ -112,6 +112,11 @@ pub(super) async fn trace(
         None
     };
     let signalled = async {
+        // A signal that came before the streams above existed (while the outputs were
+        // opened, or attaching) is only in the flag.
+        if crate::interrupt::requested() {
+            return EndReason::Signal;
+        }
         tokio::select! {
             _ = sigint.recv() => EndReason::Signal,
             _ = sigterm.recv() => EndReason::Signal,

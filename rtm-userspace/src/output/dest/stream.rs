@@ -7,13 +7,15 @@ use std::{
     io::{self, BufWriter, Write},
 };
 
-use super::{Dest, DestError, How, Patient, io_err, new_file, open_through, put_in_place};
+use super::{
+    Dest, DestError, How, Patient, io_err, new_file, open_through, put_in_place, stdout_writer,
+};
 
 /// Bytes buffered before a write to the destination.
 const BUFFER: usize = 1 << 18;
 
 enum Out {
-    Stdout(io::Stdout),
+    Stdout(Box<dyn Write + Send>),
     Patient(Patient),
     /// The unnamed file that replaces the destination at the end.
     File(File),
@@ -49,11 +51,13 @@ impl Dest {
     pub fn stream(mut self) -> Result<Stream, DestError> {
         let path = self.path.clone();
         let out = match &mut self.how {
-            How::Stdout => Out::Stdout(io::stdout()),
-            How::Descriptor(fd) => {
-                Out::Patient(Patient(File::from(fd.try_clone().map_err(io_err(&path))?)))
+            How::Stdout => Out::Stdout(stdout_writer()),
+            How::Descriptor(fd) => Out::Patient(Patient::new(File::from(
+                fd.try_clone().map_err(io_err(&path))?,
+            ))),
+            How::Through { dir, name, id } => {
+                Out::Patient(Patient::new(open_through(dir, name, *id, &path)?))
             }
-            How::Through => Out::Patient(Patient(open_through(&path)?)),
             How::Replace {
                 dir,
                 name,
