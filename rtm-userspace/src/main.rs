@@ -51,16 +51,19 @@ fn main() -> ExitCode {
     match result {
         Ok(code) => ExitCode::from(code.clamp(0, 255) as u8),
         Err(e) => {
-            let mut msg = format!("rtm-trace: error: {e}");
+            // One line each (see `say`): the error, then each cause not already said.
+            let first = format!("rtm-trace: error: {e}");
+            rtm::output::text::say(&first);
+            let mut said = first;
             let mut source = std::error::Error::source(&e);
             while let Some(s) = source {
                 let text = s.to_string();
-                if !msg.contains(&text) {
-                    msg.push_str(&format!("\n  caused by: {text}"));
+                if !said.contains(&text) {
+                    rtm::output::text::say(&format!("  caused by: {text}"));
+                    said.push_str(&text);
                 }
                 source = s.source();
             }
-            rtm::output::text::say(&msg);
             ExitCode::from(e.exit_code() as u8)
         }
     }

@@ -789,3 +789,48 @@ fn a_semaphore_deadlock_traced_in_contention_mode_is_said_undecided() {
     words.sort_unstable();
     assert_eq!(words, ["sem_a", "sem_b"]);
 }
+
+/// A program named to forge the tracer's lines (`c\nrtm-trace: ok`, its threads named
+/// so too) deadlocks: every line rtm-trace writes on stderr (the launch, the deadlock
+/// with its threads' names, the results) stays one line, the name escaped; no line
+/// starts with the forged text.
+#[test]
+fn names_with_line_feeds_forge_no_line_on_stderr() {
+    if !can_trace("names_with_line_feeds_forge_no_line_on_stderr") {
+        return;
+    }
+    let dir = TempDir::new("forged");
+    let forged = dir.join("c\nrtm-trace: ok");
+    std::fs::copy(workload("deadlock"), &forged).unwrap();
+    let err_file = dir.join("err");
+    let status = Command::new(rtm_bin())
+        .args(["--on-deadlock", "exit", "-o", "/dev/null", "-d", "20", "--"])
+        .arg(&forged)
+        .arg("abba")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(&err_file).unwrap())
+        .status()
+        .expect("running rtm-trace");
+    let stderr = std::fs::read_to_string(&err_file).unwrap();
+    let pid: Option<i32> = stderr
+        .split_whitespace()
+        .skip_while(|w| *w != "PID")
+        .nth(1)
+        .and_then(|p| p.trim_end_matches(';').parse().ok());
+    if let Some(p) = pid {
+        // SAFETY: kill has no memory effects; the deadlocked workload is ours.
+        unsafe { libc::kill(p, libc::SIGKILL) };
+    }
+    println!("{stderr}");
+    assert_eq!(status.code(), Some(3), "{stderr}");
+    assert!(
+        stderr.lines().all(|l| !l.starts_with("rtm-trace: ok")),
+        "a forged line: {stderr}"
+    );
+    let deadlock = stderr
+        .lines()
+        .find(|l| l.starts_with("rtm-trace: deadlock:"))
+        .expect("the deadlock said");
+    assert!(deadlock.contains("c\\nrtm-trace: ok"), "{deadlock}");
+}

@@ -44,7 +44,7 @@ pub fn run(cli: AgentCli) -> Result<i32, SessionError> {
         Ok(c) => c,
         Err(message) => {
             crate::say!(
-                "rtm-trace agent: error: config file {}: {message}\n(what it may set: docs/agent.md and docs/config.md)",
+                "rtm-trace agent: error: config file {}: {message} (what it may set: docs/agent.md and docs/config.md)",
                 cli.config.display()
             );
             return Ok(2);

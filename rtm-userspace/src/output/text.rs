@@ -65,12 +65,15 @@ pub fn escape_lines(text: &str) -> Cow<'_, str> {
     Cow::Owned(out)
 }
 
-/// Prints a message on stderr, inert (see [`escape_lines`]).
+/// Prints a message on stderr as one line, inert: every unsafe character escaped, line
+/// feeds too, so a name a target chose (a thread called `c\nrtm-trace: ok`) can never
+/// start a line of its own in the tracer's output or the agent's log. A message of
+/// several lines is several calls.
 pub fn say(msg: &str) {
     use std::io::Write as _;
     // Never a panic: a closed stderr (a reader gone, a pipe closed) must not stop the
     // tracer before its results are written.
-    let _ = writeln!(std::io::stderr(), "{}", escape_lines(msg));
+    let _ = writeln!(std::io::stderr(), "{}", escape(msg));
 }
 
 /// `eprintln!` for the tracer's messages: formats, then prints through [`say`].

@@ -51,7 +51,7 @@ pub enum SessionError {
         problem: String,
     },
     /// The config file is not valid.
-    #[error("config file {path}: {message}\n(what it may set is listed in docs/config.md)")]
+    #[error("config file {path}: {message} (what it may set is listed in docs/config.md)")]
     Config {
         /// The file.
         path: String,
