@@ -81,7 +81,15 @@ fn contention_mode_agrees_with_full_mode_and_names_the_releaser() {
         ef * 100.0
     );
     if times_comparable("wait totals") {
-        assert!(ec < 0.05 && ef < 0.05);
+        // Full mode times the whole call. Contention mode sees a wait from its sleep to
+        // its thread's next run: inside the call, never more than it, short of it by
+        // the lock's work around its sleeps and its waits that did not sleep (EAGAIN),
+        // which grow on a loaded machine (5.0% seen in CI, 0.8-2.9% on a quiet one).
+        assert!(ef < 0.05, "full mode {:.2}% off", ef * 100.0);
+        assert!(
+            c <= truth_c * 1.01 && c >= truth_c * 0.92,
+            "contention mode {c} outside [0.92, 1.01] x {truth_c}"
+        );
     }
     // Per wait ended, the same story in both modes: each worker waited for the other.
     for (doc, tids) in [(&doc_c, &tids_c), (&doc_f, &tids_f)] {
