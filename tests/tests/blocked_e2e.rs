@@ -359,6 +359,15 @@ fn the_mutex_layout_is_the_installed_glibcs() {
     }
 }
 
+/// The PID rtm-trace says it launched ("launched PROGRAM as PID N").
+fn launched_pid(stderr: &str) -> Option<i32> {
+    stderr
+        .split_whitespace()
+        .skip_while(|w| *w != "PID")
+        .nth(1)
+        .and_then(|p| p.trim_end_matches(';').parse().ok())
+}
+
 /// Traces `deadlock MODE` launched, `--on-deadlock exit` and `options`; returns the exit
 /// code, stdout (the workload's truth lines), and the JSON; the deadlocked processes
 /// are killed.
@@ -389,13 +398,7 @@ fn live(mode: &str, options: &[&str]) -> (Option<i32>, String, Value) {
     let stdout = std::fs::read_to_string(&out_file).unwrap();
     let stderr = std::fs::read_to_string(&err_file).unwrap();
     // The launched program (and its child) are deadlocked: they go now.
-    let mut pids: Vec<i32> = stderr
-        .split_whitespace()
-        .skip_while(|w| *w != "PID")
-        .nth(1)
-        .and_then(|p| p.trim_end_matches(';').parse().ok())
-        .into_iter()
-        .collect();
+    let mut pids: Vec<i32> = launched_pid(&stderr).into_iter().collect();
     pids.extend(
         stdout
             .lines()
@@ -754,12 +757,7 @@ fn a_semaphore_deadlock_traced_in_contention_mode_is_said_undecided() {
         assert!(started.elapsed() < T, "no results: {text}");
         std::thread::sleep(Duration::from_millis(100));
     };
-    let pid: i32 = stderr
-        .split_whitespace()
-        .skip_while(|w| *w != "PID")
-        .nth(1)
-        .and_then(|p| p.trim_end_matches(';').parse().ok())
-        .expect("the launched PID");
+    let pid = launched_pid(&stderr).expect("the launched PID");
     // SAFETY: kill has no memory effects; the workload is ours.
     unsafe { libc::kill(pid, libc::SIGKILL) };
     let status = tracer.wait().unwrap();
@@ -813,12 +811,7 @@ fn names_with_line_feeds_forge_no_line_on_stderr() {
         .status()
         .expect("running rtm-trace");
     let stderr = std::fs::read_to_string(&err_file).unwrap();
-    let pid: Option<i32> = stderr
-        .split_whitespace()
-        .skip_while(|w| *w != "PID")
-        .nth(1)
-        .and_then(|p| p.trim_end_matches(';').parse().ok());
-    if let Some(p) = pid {
+    if let Some(p) = launched_pid(&stderr) {
         // SAFETY: kill has no memory effects; the deadlocked workload is ours.
         unsafe { libc::kill(p, libc::SIGKILL) };
     }

@@ -141,19 +141,11 @@ impl Engine {
             }
             // ...and the same words and holders with no run in between (so no lock was
             // let go: every edge held at once), read this time named, with stacks.
-            let state = &mut self.state;
-            let mut namers = Namers {
-                objects: &mut state.namer,
-                code: &mut state.code,
-                unwinder: state.join.unwinder(),
-                clocks: Default::default(),
-            };
             let mut threads: Vec<BlockedThread> = members
                 .iter()
                 .filter_map(|m| {
-                    let mut b = read_thread(m.pid, m.tid, Some(&mut namers))?;
+                    let mut b = self.read_named(m.pid, m.tid)?;
                     b.waited_ns = m.waited_ns;
-                    let b = with_semaphore_holder(&state.model, b);
                     m.unchanged_in(&b).then_some(b)
                 })
                 .collect();
@@ -180,6 +172,20 @@ impl Engine {
         new
     }
 
+    /// Thread `tid` of `pid` read again, named and with its stack, a semaphore used as
+    /// a lock given its holder.
+    fn read_named(&mut self, pid: u32, tid: u32) -> Option<BlockedThread> {
+        let state = &mut self.state;
+        let mut namers = Namers {
+            objects: &mut state.namer,
+            code: &mut state.code,
+            unwinder: state.join.unwinder(),
+            clocks: Default::default(),
+        };
+        let b = read_thread(pid, tid, Some(&mut namers))?;
+        Some(with_semaphore_holder(&state.model, b))
+    }
+
     /// Waits in `first` (quiet for a while, read without stacks) with no holder known,
     /// not judged yet: read again with their stacks; those waiting to acquire (see
     /// [`blocked::undecided`]) and unchanged are said once: a deadlock through them
@@ -196,17 +202,9 @@ impl Engine {
             .collect();
         for t in fresh {
             self.deadlocks.judged.insert((t.pid, t.tid, t.word));
-            let state = &mut self.state;
-            let mut namers = Namers {
-                objects: &mut state.namer,
-                code: &mut state.code,
-                unwinder: state.join.unwinder(),
-                clocks: Default::default(),
-            };
-            let Some(b) = read_thread(t.pid, t.tid, Some(&mut namers)) else {
+            let Some(b) = self.read_named(t.pid, t.tid) else {
                 continue;
             };
-            let b = with_semaphore_holder(&state.model, b);
             if !t.unchanged_in(&b) {
                 continue;
             }
