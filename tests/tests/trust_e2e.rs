@@ -667,20 +667,27 @@ fn go_parking_is_told(bin: &Path) {
 
 /// Heap mutexes all taken at one line of many_locks.c's worker(): each is its own
 /// object with its own name (`in worker (many_locks.c:LINE) #N`), and the same name in
-/// every part of the JSON, the report, the DOT file, the HTML graph and the folded
-/// stacks (they were one merged "in worker (many_locks.c:35)" node).
+/// every part of the JSON, the report, the DOT file, the HTML graph, the folded
+/// stacks (they were one merged "in worker (many_locks.c:35)" node) and the Perfetto
+/// timeline (where they were `futex 0xADDR`: written while tracing, before the stacks
+/// that name them were read).
 #[test]
 fn objects_from_one_call_site_have_one_name_each_in_every_output() {
-    if !can_trace("objects_from_one_call_site_have_one_name_each_in_every_output") {
+    let test = "objects_from_one_call_site_have_one_name_each_in_every_output";
+    if !can_trace(test) {
         return;
     }
+    let Some(python) = perfetto_python(test) else {
+        return;
+    };
     let dir = TempDir::new("names");
-    let (json, report, dot, html, folded) = (
+    let (json, report, dot, html, folded, timeline) = (
         dir.join("t.json"),
         dir.join("report.txt"),
         dir.join("t.dot"),
         dir.join("t.html"),
         dir.join("t.folded"),
+        dir.join("t.pftrace"),
     );
     let mut p = spawn(
         Command::new(rtm_bin())
@@ -695,6 +702,8 @@ fn objects_from_one_call_site_have_one_name_each_in_every_output() {
             .arg(&html)
             .arg("--folded")
             .arg(&folded)
+            .arg("--timeline")
+            .arg(&timeline)
             .arg("--")
             .arg(workload("many_locks"))
             .args(["4", "8", "1500"]),
@@ -762,7 +771,23 @@ fn objects_from_one_call_site_have_one_name_each_in_every_output() {
     let graph = &html[html.find("id=\"sync-graph\"").expect("the HTML graph")..];
     let graph = &graph[..graph.find("</svg>").unwrap()];
     let folded = std::fs::read_to_string(&folded).unwrap();
+    let slices: Vec<String> = decode_timeline(&python, &timeline)["slices"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["name"].as_str().unwrap().to_owned())
+        .collect();
     for (name, addr) in &site {
+        let waits = slices
+            .iter()
+            .filter(|s| **s == format!("wait {name}"))
+            .count();
+        println!("timeline: {waits} waits on {name}");
+        assert!(waits > 0, "{name} in the timeline");
+        assert!(
+            !slices.iter().any(|s| s.ends_with(&format!("futex {addr}"))),
+            "{addr} named by its address in the timeline"
+        );
         assert!(report.contains(name.as_str()), "{name} in the report");
         // One node each in the DOT graph, one in the HTML graph.
         let node = format!(

@@ -85,6 +85,27 @@ impl Stream {
         self.out.write_all(bytes).map_err(io_err(&self.dest.path))
     }
 
+    /// Whether bytes written can be rewritten ([`Stream::patch`]): the destination is a
+    /// file, not a pipe or a terminal.
+    pub fn patchable(&self) -> bool {
+        matches!(self.out.get_ref(), Out::File(_))
+    }
+
+    /// Rewrites the bytes at `offset` (from the start of what was written) with
+    /// `bytes`, as long as they are: nothing is inserted. Only a file can be.
+    pub fn patch(&mut self, offset: u64, bytes: &[u8]) -> Result<(), DestError> {
+        use std::os::unix::fs::FileExt;
+        self.out.flush().map_err(io_err(&self.dest.path))?;
+        match self.out.get_ref() {
+            Out::File(f) => f
+                .write_all_at(bytes, offset)
+                .map_err(io_err(&self.dest.path)),
+            _ => Err(io_err(&self.dest.path)(io::Error::from(
+                io::ErrorKind::Unsupported,
+            ))),
+        }
+    }
+
     /// Writes what is buffered and puts the file in place.
     pub fn finish(mut self) -> Result<(), DestError> {
         let path = self.dest.path.clone();
@@ -121,6 +142,22 @@ mod tests {
         assert_eq!(body.len(), 3 + (1 << 19));
         assert_eq!(&body[..3], b"abc");
         assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 1);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_streamed_file_can_be_rewritten_in_place_before_it_appears() {
+        let dir = std::env::temp_dir().join(format!("rtm-patch-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("t.pftrace");
+        let mut s = Dest::check(&path).unwrap().stream().unwrap();
+        assert!(s.patchable());
+        s.write(b"abcdef").unwrap();
+        s.patch(2, b"XY").unwrap();
+        s.write(b"gh").unwrap();
+        s.finish().unwrap();
+        assert_eq!(std::fs::read(&path).unwrap(), b"abXYefgh");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

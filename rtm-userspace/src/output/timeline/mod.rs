@@ -103,6 +103,8 @@ pub struct Timeline {
     /// Events left out: over the cap, or after a write error.
     dropped: u64,
     error: Option<DestError>,
+    /// Event names to rewrite at the end, where they are in the file.
+    slots: Vec<names::Slot>,
     /// Events seen, and at the last interval (for the event-rate counter).
     events: u64,
     rate_mark: (u64, u64),
@@ -136,12 +138,15 @@ fn clock(id: libc::clockid_t) -> u64 {
 impl Timeline {
     /// A timeline written to `stream`, at most `max_bytes` long.
     pub fn new(path: PathBuf, stream: Stream, max_bytes: u64) -> Result<Self, DestError> {
+        let mut names = names::Names::default();
+        names.renamable = stream.patchable();
         let mut t = Self {
             path,
             stream: Some(stream),
             w: Writer::default(),
             tracks: Tracks::default(),
-            names: names::Names::default(),
+            names,
+            slots: Vec::new(),
             state: state::State::default(),
             written: 0,
             max_bytes,
@@ -188,6 +193,9 @@ impl Timeline {
         let ok = match &mut self.stream {
             Some(s) if self.written + n <= self.max_bytes => match s.write(self.w.bytes()) {
                 Ok(()) => {
+                    let base = self.written;
+                    self.slots
+                        .extend(self.names.pending.drain(..).map(|slot| slot.moved(base)));
                     self.written += n;
                     true
                 }
@@ -202,6 +210,7 @@ impl Timeline {
         if !ok {
             self.dropped += 1;
         }
+        self.names.pending.clear();
         self.w.clear();
         ok
     }
@@ -265,6 +274,36 @@ impl Timeline {
             }
         }
         self.flush_packets();
+    }
+}
+
+impl Timeline {
+    /// Objects named by kind and address while tracing, renamed as every other output
+    /// names them at the end (a word on the heap by the code that waits on it).
+    fn rename(&mut self, at: &Moment) {
+        let Some(stream) = &mut self.stream else {
+            return;
+        };
+        let objects = &at.snapshot.objects;
+        let renamed = self.names.renamed(&self.slots, &mut |pid, addr, kind| {
+            let named = |primitive| {
+                objects.name(&crate::model::sync::ObjectKey {
+                    pid,
+                    primitive,
+                    addr,
+                })
+            };
+            named(kind)
+                .or_else(|| named(Primitive::Futex))
+                .map(str::to_owned)
+        });
+        for (slot, bytes) in renamed {
+            if let Err(e) = stream.patch(slot.at, &bytes) {
+                self.error = Some(e);
+                self.stream = None;
+                return;
+            }
+        }
     }
 }
 
@@ -371,6 +410,7 @@ impl Sink for Timeline {
             calls::close_open(&mut ctx, end);
             self.flush_packets();
         }
+        self.rename(at);
         if let Some(e) = self.error.take() {
             return Err(e);
         }

@@ -64,6 +64,20 @@ impl Writer {
         self.fixed64(field, v.to_bits())
     }
 
+    /// The number of bytes a varint of `v` takes.
+    pub fn varint_len(v: u64) -> usize {
+        (64 - (v | 1).leading_zeros() as usize).div_ceil(7)
+    }
+
+    /// A bytes field of `len` zero bytes (padding that readers skip, in a field number
+    /// the message does not define).
+    pub fn zeros(&mut self, field: u32, len: usize) -> &mut Self {
+        self.tag(field, LEN);
+        varint_into(&mut self.buf, len as u64);
+        self.buf.resize(self.buf.len() + len, 0);
+        self
+    }
+
     /// A string (or bytes) field.
     pub fn str(&mut self, field: u32, s: &str) -> &mut Self {
         self.tag(field, LEN);
