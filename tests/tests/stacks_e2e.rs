@@ -488,36 +488,69 @@ fn the_timeline_has_each_woken_waits_stacks_at_its_wake() {
                 && s["args"]["waker tid"].is_i64()
         })
         .collect();
-    // Instants of the waits a thread woke (those no thread woke have one at their end,
-    // with no waker's stack).
-    let stacks: Vec<Value> = list("instants")
-        .into_iter()
-        .filter(|i| i["name"] == "call stacks" && i["args"]["woken from"] != "")
-        .collect();
-    assert!(!woken.is_empty());
-    // One instant per wait a thread woke, on the waiter's track where its sleep ended.
-    assert_eq!(stacks.len(), woken.len(), "instants vs woken waits");
-    for st in &stacks {
-        assert!(
+    // Each wait's stacks are Perfetto's interned callstacks (outermost frame first): a
+    // `waited in` instant on the waiter's track at the wake, and a `woke a waiter`
+    // instant on the waker's track at the same time, naming the woken thread.
+    let instants = list("instants");
+    let named =
+        |name: &str| -> Vec<&Value> { instants.iter().filter(|i| i["name"] == name).collect() };
+    let stack_of = |i: &Value| -> Vec<String> {
+        i["callstack"]
+            .as_array()
+            .map(|a| a.iter().map(|f| f.as_str().unwrap().to_owned()).collect())
+            .unwrap_or_default()
+    };
+    let waited_in = named("waited in");
+    let woke = named("woke a waiter");
+    let tid_of = |track: &Value| -> u64 {
+        list("tracks")
+            .iter()
+            .find(|t| t["uuid"] == *track)
+            .and_then(|t| t["tid"].as_u64())
+            .unwrap_or_else(|| panic!("no thread track {track}"))
+    };
+    // One `waited in` per wait a thread woke, where its sleep ended.
+    let stacks: Vec<&Value> = waited_in
+        .iter()
+        .copied()
+        .filter(|st| {
             woken
                 .iter()
-                .any(|w| w["track"] == st["track"] && w["end"] == st["ts"]),
-            "no wait ends at {st}"
-        );
-    }
+                .any(|w| w["track"] == st["track"] && w["end"] == st["ts"])
+        })
+        .collect();
+    assert!(!woken.is_empty());
+    assert_eq!(stacks.len(), woken.len(), "instants vs woken waits");
     let chain: Vec<&Value> = stacks
         .iter()
-        .filter(|s| s["args"]["waited in"].as_str().unwrap().contains("lock_b+"))
+        .copied()
+        .filter(|s| stack_of(s).iter().any(|f| f.starts_with("lock_b+")))
         .collect();
     assert!(!chain.is_empty(), "a wait on chain_lock");
-    // Where the wake came from, known for each but a wake that came before its sleep.
+    for s in &chain {
+        in_order(
+            &stack_of(s).into_iter().rev().collect::<Vec<_>>(),
+            &["lock_c", "lock_b", "lock_a", "worker"],
+        );
+    }
+    // Where the wake came from, known for each but a wake that came before its sleep:
+    // on the waker's track at the same time, naming this thread.
+    let waker_stack = |s: &Value| -> Option<Vec<String>> {
+        let tid = tid_of(&s["track"]);
+        woke.iter()
+            .find(|k| k["ts"] == s["ts"] && k["args"]["woken tid"].as_u64() == Some(tid))
+            .map(|k| stack_of(k))
+    };
     let known = chain
         .iter()
         .filter(|s| {
-            s["args"]["woken from"]
-                .as_str()
-                .unwrap()
-                .contains("unlock_b+")
+            waker_stack(s).is_some_and(|st| {
+                in_order(
+                    &st.iter().rev().cloned().collect::<Vec<_>>(),
+                    &["unlock_c", "unlock_b", "unlock_a", "worker"],
+                );
+                true
+            })
         })
         .count();
     let unknown = chain
@@ -525,8 +558,7 @@ fn the_timeline_has_each_woken_waits_stacks_at_its_wake() {
         .filter(|s| {
             s["args"]["woken from"]
                 .as_str()
-                .unwrap()
-                .starts_with("(not known")
+                .is_some_and(|t| t.starts_with("(not known"))
         })
         .count();
     assert_eq!(known + unknown, chain.len(), "{chain:#?}");

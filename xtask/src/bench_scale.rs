@@ -83,6 +83,7 @@ pub fn ingest(env: &crate::setup::Env, root: &Path, dir: &Path, plan: Plan) -> R
         b.median / 1e6,
         w.median / b.median
     );
+    timeline_size(root, dir)?;
     let html = dir.join("big.html");
     let r = run_ok(
         Command::new(&ex).env("INGEST_HTML", &html).args([
@@ -161,6 +162,48 @@ pub fn ingest(env: &crate::setup::Env, root: &Path, dir: &Path, plan: Plan) -> R
          the same at every rate. Every event made is either read or counted as lost. The \
          offered rate is an upper bound: each probe costs the workload ~1 us, so two \
          threads on this 2-vCPU VM cannot make 5 M events/s.\n"
+    );
+    Ok(())
+}
+
+/// The timeline's size per wait on a many-lock program with every wait's call stacks
+/// (`--stack-rate all`), the case where it was largest: stacks as interned callstacks.
+fn timeline_size(root: &Path, dir: &Path) -> Result<()> {
+    use std::io::Write as _;
+    let bin = workload(root, dir, "many_locks")?;
+    let (timeline, out) = (dir.join("sizes.pftrace"), dir.join("sizes.json"));
+    let mut child = Command::new(root.join("target/release/rtm-trace"))
+        .args(["--stack-rate", "all", "-o", "/dev/null", "--timeline"])
+        .arg(&timeline)
+        .arg("--json")
+        .arg(&out)
+        .arg("--")
+        .arg(&bin)
+        .args(["4", "8", "3000"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .spawn()
+        .context("rtm-trace on many_locks")?;
+    writeln!(child.stdin.take().context("stdin")?, "go")?;
+    if !child.wait()?.success() {
+        bail!("rtm-trace on many_locks failed");
+    }
+    let doc = json(&out)?;
+    let waits: u64 = doc["sync_graph"]["objects"]
+        .as_array()
+        .context("no objects")?
+        .iter()
+        .filter_map(|o| o["contended"].as_u64())
+        .sum();
+    let bytes = std::fs::metadata(&timeline)?.len();
+    if waits == 0 {
+        bail!("many_locks made no wait that slept");
+    }
+    println!(
+        "The timeline of `rtm-trace --stack-rate all --timeline` on many_locks (4 threads, \
+         8 heap mutexes, 3 s; every wait's stacks): {bytes} bytes for {waits} waits that \
+         slept, **{:.0} bytes a wait**.\n",
+        bytes as f64 / waits as f64
     );
     Ok(())
 }

@@ -222,6 +222,7 @@ fn give_stacks(state: &mut State, sinks: &mut [SinkSlot]) {
             waiter,
             waker,
             woken: u.waker_pid != 0,
+            waker_thread: (u.waker_pid, u.waker_tid),
         };
         for s in sinks.iter_mut() {
             if s.sink.wants_events() {

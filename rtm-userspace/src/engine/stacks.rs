@@ -48,6 +48,7 @@ struct WakeHalf {
     wait_ns: u64,
     weight: u32,
     waker_pid: u32,
+    waker_tid: u32,
     side: Side,
     ts: u64,
 }
@@ -60,6 +61,7 @@ pub(super) struct Unwound {
     /// The wake, or the end of a wait no thread woke.
     pub at_ns: u64,
     pub waker_pid: u32,
+    pub waker_tid: u32,
     pub waiter: Vec<u64>,
     pub waker: Vec<u64>,
 }
@@ -171,6 +173,7 @@ impl StackJoin {
             wait_ns: head.wait_ns,
             weight,
             waker_pid: head.waker_pid,
+            waker_tid: head.waker,
             side: self.unwind(namer, head.waker_pid, &head.waker_regs, waker),
             ts: h.ts_ns,
         });
@@ -225,6 +228,7 @@ impl StackJoin {
                 uaddr: k.uaddr,
                 at_ns: k.ts,
                 waker_pid: k.waker_pid,
+                waker_tid: k.waker_tid,
                 waiter: frames(&waiter),
                 waker: frames(&k.side),
             });
@@ -259,6 +263,7 @@ impl StackJoin {
                 uaddr,
                 at_ns: at,
                 waker_pid: 0,
+                waker_tid: 0,
                 waiter: frames(&w),
                 waker: Vec::new(),
             });

@@ -27,6 +27,8 @@ pub struct WaitStacks<'a> {
     pub waker: &'a [String],
     /// Whether a thread woke the wait (its stack may still be unknown).
     pub woken: bool,
+    /// The thread that woke it (process, thread; 0 when none or not known).
+    pub waker_thread: (u32, u32),
 }
 
 /// One point of the trace at which sinks are shown the state.

@@ -102,17 +102,21 @@ impl Ctx<'_> {
 
     /// A futex wait: the sleep, then the time runnable after the wake, and the wake on
     /// the waker with an arrow to the woken thread.
-    /// A woken wait's call stacks: an instant on the waiter's track at the wake, with
-    /// where it waited and where the wake came from. (Its own record, which may be
-    /// read before or after this one, draws the wait.)
+    /// A wait's call stacks, as interned callstacks that Perfetto shows as stacks and
+    /// flame graphs: a `waited in` instant on the waiter's track at the wake (or at the
+    /// end of a wait no thread woke) with where it waited, and a `woke a waiter`
+    /// instant on the waker's track at the same time with where the wake came from.
+    /// (The wait's own record, which may be read before or after this one, draws the
+    /// wait.)
     pub fn stacks(&mut self, st: &crate::output::sink::WaitStacks) {
+        let waited = self.state.callstacks.intern(self.w, st.waiter);
+        let woke = self.state.callstacks.intern(self.w, st.waker);
         let track = self.track(st.pid, st.tid, Lane::Main);
-        let name = self.fixed("call stacks");
-        let (waited_in, mut woken_from) = (st.waiter.join("\n"), st.waker.join("\n"));
-        if st.woken && woken_from.is_empty() {
-            woken_from =
-                "(not known: the wake came before the sleep, or its record was lost)".into();
-        }
+        let name = self.fixed("waited in");
+        let unknown = [(
+            "woken from",
+            Arg::Fixed("(not known: the wake came before the sleep, or its record was lost)"),
+        )];
         track_event(
             self.w,
             st.wake_ns,
@@ -120,13 +124,32 @@ impl Ctx<'_> {
             &Ev {
                 ty: INSTANT,
                 name: Some((&name).into()),
-                args: &[
-                    ("waited in", Arg::Str(&waited_in)),
-                    ("woken from", Arg::Str(&woken_from)),
-                ],
+                callstack: waited,
+                args: if st.woken && woke.is_none() {
+                    &unknown
+                } else {
+                    &[]
+                },
                 ..Ev::default()
             },
         );
+        let (waker_pid, waker_tid) = st.waker_thread;
+        if let (Some(id), true) = (woke, waker_tid != 0) {
+            let track = self.track(waker_pid, waker_tid, Lane::Main);
+            let name = self.fixed("woke a waiter");
+            track_event(
+                self.w,
+                st.wake_ns,
+                track,
+                &Ev {
+                    ty: INSTANT,
+                    name: Some((&name).into()),
+                    callstack: Some(id),
+                    args: &[("woken tid", Arg::Int(i64::from(st.tid)))],
+                    ..Ev::default()
+                },
+            );
+        }
     }
 
     fn futex_wait(&mut self, s: &SyncRecord, object: Obj) {
@@ -146,7 +169,7 @@ impl Ctx<'_> {
         let track = self.track(h.pid, h.tid, Lane::Main);
         let name = self.names.of(self.w, "wait", object);
         // On the event path: the annotations in an array, not a Vec.
-        let mut args = [("result", Arg::Str(result)); 3];
+        let mut args = [("result", Arg::Fixed(result)); 3];
         let mut n = 1;
         if waker != 0 {
             args[n] = ("waker tid", Arg::Int(i64::from(waker)));

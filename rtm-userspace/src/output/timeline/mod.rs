@@ -18,6 +18,7 @@
 //! more is written and the events left out are counted and reported.
 
 mod calls;
+mod callstacks;
 mod counters;
 mod events;
 mod messages;
@@ -53,6 +54,7 @@ pub(crate) mod packet {
     const TIMESTAMP_CLOCK_ID: u32 = 58;
     const SEQUENCE_ID: u32 = 10;
     const SEQUENCE_FLAGS: u32 = 13;
+    const TRACE_PACKET_DEFAULTS: u32 = 59;
     /// SEQ_INCREMENTAL_STATE_CLEARED: the sequence's interned names start here.
     pub const STATE_CLEARED: u64 = 1;
     pub const TRACK_DESCRIPTOR: u32 = 60;
@@ -66,20 +68,24 @@ pub(crate) mod packet {
     const SEQUENCE: u64 = 1;
 
     /// Starts a packet; `ts`: its CLOCK_MONOTONIC time (a track event, which may use
-    /// interned names).
+    /// interned names, and whose clock is the sequence's default).
     pub fn start(w: &mut Writer, ts: Option<u64>) {
         w.begin(PACKET);
         if let Some(t) = ts {
             w.uint(TIMESTAMP, t)
-                .uint(TIMESTAMP_CLOCK_ID, CLOCK_MONOTONIC)
                 .uint(SEQUENCE_FLAGS, super::names::NEEDS_STATE);
         }
         w.uint(SEQUENCE_ID, SEQUENCE);
     }
 
-    /// Marks the first packet: the sequence's state starts empty.
+    /// Marks the first packet: the sequence's state starts empty, and its packets'
+    /// timestamps are CLOCK_MONOTONIC unless they say otherwise
+    /// (TracePacketDefaults.timestamp_clock_id: two bytes less in every event).
     pub fn first(w: &mut Writer) {
         w.uint(SEQUENCE_FLAGS, STATE_CLEARED);
+        w.begin(TRACE_PACKET_DEFAULTS)
+            .uint(TIMESTAMP_CLOCK_ID, CLOCK_MONOTONIC)
+            .end();
     }
 
     /// Ends the packet.
@@ -421,6 +427,13 @@ impl Sink for Timeline {
                 self.path.display(),
                 self.max_bytes >> 20,
                 self.dropped
+            );
+        }
+        if self.state.callstacks.left_out > 0 {
+            crate::say!(
+                "rtm-trace: the timeline shows {} waits without their call stacks (more \
+                 distinct frames or stacks than it keeps; the report and JSON have them all)",
+                self.state.callstacks.left_out
             );
         }
         if self.state.messages.let_go > 0 {

@@ -14,6 +14,9 @@ pub struct Writer {
     buf: Vec<u8>,
     /// Where each nested message still open began.
     open: Vec<usize>,
+    /// Fixed strings given ids in the sequence this writer writes, by the table they are
+    /// in (Perfetto's InternedData field): annotation names and values.
+    strings: foldhash::HashMap<(u32, &'static str), u64>,
 }
 
 fn varint_into(buf: &mut Vec<u8>, mut v: u64) {
@@ -28,6 +31,16 @@ impl Writer {
     /// The bytes written so far.
     pub fn bytes(&self) -> &[u8] {
         &self.buf
+    }
+
+    /// The id of `s` in interned table `table`, and whether it is new (its definition
+    /// is then for the caller to write).
+    pub fn string_id(&mut self, table: u32, s: &'static str) -> (u64, bool) {
+        let next = self.strings.len() as u64 + 1;
+        match self.strings.entry((table, s)) {
+            std::collections::hash_map::Entry::Occupied(e) => (*e.get(), false),
+            std::collections::hash_map::Entry::Vacant(e) => (*e.insert(next), true),
+        }
     }
 
     /// Forgets what was written, keeping the allocation.

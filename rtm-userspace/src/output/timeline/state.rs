@@ -44,6 +44,8 @@ pub struct State {
     pub(super) barrier_waits: Map<(u32, u64), u32>,
     /// The timed functions' names, by index (`--func`).
     pub(super) functions: Vec<Box<str>>,
+    /// Call stacks given ids.
+    pub(super) callstacks: super::callstacks::Callstacks,
 }
 
 /// What an event is written with.

@@ -11,11 +11,20 @@ pub const SLICE_END: u64 = 2;
 pub const INSTANT: u64 = 3;
 pub const COUNTER: u64 = 4;
 
+/// InternedData's tables of annotation names and of string values.
+const ANNOTATION_NAMES: u32 = 3;
+const STRING_VALUES: u32 = 29;
+/// An event's annotations whose names are interned; more are written out.
+const MAX_ARGS: usize = 8;
+
 /// A debug annotation's value.
 #[derive(Clone, Copy)]
 pub enum Arg<'a> {
     Int(i64),
+    /// A text made for this event.
     Str(&'a str),
+    /// One of a few texts: interned, written once per trace.
+    Fixed(&'static str),
 }
 
 /// An event's name as written.
@@ -42,12 +51,35 @@ pub struct Ev<'a> {
     pub flow: Option<u64>,
     pub terminating_flow: Option<u64>,
     pub correlation: Option<u64>,
-    pub args: &'a [(&'a str, Arg<'a>)],
+    pub args: &'a [(&'static str, Arg<'a>)],
     pub value: Option<f64>,
+    /// An interned callstack (TrackEvent.callstack_iid).
+    pub callstack: Option<u64>,
+}
+
+/// The id of `s` in interned table `table`, its definition written (as a packet of its
+/// own) when new.
+fn intern(w: &mut Writer, table: u32, s: &'static str) -> u64 {
+    let (id, new) = w.string_id(table, s);
+    if new {
+        packet::start(w, None);
+        w.uint(13, super::names::NEEDS_STATE);
+        w.begin(12).begin(table).uint(1, id).str(2, s).end().end();
+        packet::done(w);
+    }
+    id
 }
 
 /// Writes a TrackEvent packet at `ts` on `track`.
 pub fn track_event(w: &mut Writer, ts: u64, track: u64, ev: &Ev) {
+    // Annotation names (and fixed values) as ids, defined before the event.
+    let mut ids = [(0u64, 0u64); MAX_ARGS];
+    for ((name, arg), id) in ev.args.iter().zip(ids.iter_mut()) {
+        id.0 = intern(w, ANNOTATION_NAMES, name);
+        if let Arg::Fixed(v) = arg {
+            id.1 = intern(w, STRING_VALUES, v);
+        }
+    }
     packet::start(w, Some(ts));
     w.begin(packet::TRACK_EVENT).uint(9, ev.ty).uint(11, track);
     match ev.name {
@@ -71,11 +103,20 @@ pub fn track_event(w: &mut Writer, ts: u64, track: u64, ev: &Ev) {
     if let Some(v) = ev.value {
         w.double(44, v);
     }
-    for (name, arg) in ev.args {
-        w.begin(4).str(10, name);
-        match arg {
-            Arg::Int(i) => w.int(4, *i),
-            Arg::Str(s) => w.str(6, s),
+    if let Some(c) = ev.callstack {
+        w.uint(56, c);
+    }
+    for (i, (name, arg)) in ev.args.iter().enumerate() {
+        w.begin(4);
+        match ids.get(i) {
+            Some(&(name_id, _)) => w.uint(1, name_id),
+            None => w.str(10, name),
+        };
+        match (arg, ids.get(i)) {
+            (Arg::Int(i), _) => w.int(4, *i),
+            (Arg::Str(s), _) => w.str(6, s),
+            (Arg::Fixed(_), Some(&(_, value_id))) => w.uint(17, value_id),
+            (Arg::Fixed(s), None) => w.str(6, s),
         };
         w.end();
     }
