@@ -204,7 +204,9 @@ fn apply_and_render(records: &[Vec<u8>], contention: bool) {
             &mut |_, a| (a % 2 == 0).then(|| format!("f\r\n;{a}+0x1 (a b;c:1)")),
             &mut |_, a| (a % 3 == 0).then(|| "/lib/libc.so.6".into()),
         );
-        for line in folded::render(&view).lines() {
+        for line in
+            folded::render(&view, &|_, _| crate::model::wait_kind::WaitKind::Unknown).lines()
+        {
             // One row a line: frames; a space; the wait.
             let (stack, ns) = line.rsplit_once(' ').expect("a value");
             assert!(

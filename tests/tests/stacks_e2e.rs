@@ -273,8 +273,8 @@ fn check(t: &Traced) {
     let line = t
         .folded
         .lines()
-        .find(|l| l.starts_with("chain_lock;"))
-        .unwrap_or_else(|| panic!("no chain_lock line in {}", t.folded));
+        .find(|l| l.starts_with("contention:mutex;chain_lock;"))
+        .unwrap_or_else(|| panic!("no mutex chain_lock line in {}", t.folded));
     let at = |s: &str| line.find(s).unwrap_or_else(|| panic!("no {s} in {line}"));
     assert!(at(";worker;lock_a;lock_b;lock_c;") < at(";--;"), "{line}");
     assert!(
@@ -652,4 +652,74 @@ fn one_letter_functions_are_named_as_their_symbols_not_as_types() {
         );
         assert!(!t.report.contains(&format!(" {ty}+0x")), "{}", t.report);
     }
+}
+
+/// The folded stacks of a thread pool (thread_pool.c: workers idle on a condition
+/// variable, main in pthread_join, the stats lock every request takes) start each line
+/// with what the wait was for: the stats lock (the workload prints its address) under
+/// `contention:mutex`, the pool's waits under `idle:condvar`, so that a flame graph of
+/// contention is one filter away (`grep -v '^idle:'`), and nothing is lost.
+#[test]
+fn folded_stacks_set_idle_waits_apart_from_contention() {
+    let args = [workload("thread_pool").display().to_string()];
+    let Some(t) = traced_command("folded stacks set idle waits apart", &[], &args, &["1500"])
+    else {
+        return;
+    };
+    let lock = t
+        .stdout
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("stats_lock="))
+        .unwrap_or_else(|| panic!("no stats_lock in {}", t.stdout))
+        .to_owned();
+    let objects = t.json["sync_graph"]["objects"].as_array().unwrap();
+    let name = objects
+        .iter()
+        .find(|o| o["addr"].as_str() == Some(&lock))
+        .and_then(|o| o["name"].as_str())
+        .unwrap_or_else(|| panic!("no name for {lock}"))
+        .replace(' ', "_");
+    let roots = |prefix: &str| -> Vec<&str> {
+        t.folded.lines().filter(|l| l.starts_with(prefix)).collect()
+    };
+    let lock_lines: Vec<&str> = t
+        .folded
+        .lines()
+        .filter(|l| l.split(';').nth(1) == Some(name.as_str()))
+        .collect();
+    assert!(!lock_lines.is_empty(), "no {name} in {}", t.folded);
+    for l in &lock_lines {
+        assert!(l.starts_with("contention:mutex;"), "{l}");
+    }
+    let idle = roots("idle:condvar;");
+    assert!(
+        idle.iter().any(|l| l.contains(";pool_worker;")),
+        "the pool's waits: {}",
+        t.folded
+    );
+    for l in t
+        .folded
+        .lines()
+        .filter(|l| !l.starts_with("[other_stacks]"))
+    {
+        let root = l.split(';').next().unwrap();
+        assert!(
+            root.starts_with("contention:") || root.starts_with("idle:") || root == "not_known",
+            "{l}"
+        );
+    }
+    // Nothing lost: the lines add up to the stacks' rows and the rest.
+    let stacks = &t.json["sync_graph"]["stacks"];
+    let total: u64 = t
+        .folded
+        .lines()
+        .map(|l| l.rsplit_once(' ').unwrap().1.parse::<u64>().unwrap())
+        .sum();
+    let rows_ns: u64 = stacks["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["wait_ns"].as_u64().unwrap())
+        .sum();
+    assert_eq!(total, rows_ns + stacks["other_wait_ns"].as_u64().unwrap());
 }

@@ -812,7 +812,9 @@ fn objects_from_one_call_site_have_one_name_each_in_every_output() {
         );
         let root = name.replace(' ', "_");
         assert!(
-            folded.lines().any(|l| l.starts_with(&format!("{root};"))),
+            folded
+                .lines()
+                .any(|l| l.starts_with(&format!("contention:mutex;{root};"))),
             "{root} in the folded stacks"
         );
     }

@@ -3,13 +3,33 @@
 //! (word, waiter stack, waker stack), `WORD;waiter frames from the root;--;waker frames
 //! from the innermost WAIT_NS`. The waker's frames sit above the `--`, so a flame graph
 //! shows where each wait was and, above it, the code that ended it.
+//!
+//! Each line's root says what the wait was for, so that waits that are no contention
+//! (threads idle waiting for work, a main thread in pthread_join) stand apart from the
+//! locks that cost something and can be filtered out (`grep -v '^idle:'`):
+//! `contention:mutex`, `contention:rwlock`, `idle:condvar`, `idle:join`, ... or
+//! `not_known` (see the report's "wait kinds").
 
 use super::{
     dest::{Dest, DestError},
     sink::{Moment, Sink},
     text::{Shown, escape},
 };
-use crate::{config::TraceConfig, model::stacks::StacksView};
+use crate::{
+    config::TraceConfig,
+    model::{stacks::StacksView, wait_kind::WaitKind},
+};
+
+/// The root node that says what a wait was for.
+fn kind_node(kind: WaitKind) -> String {
+    if kind.is_contention() {
+        format!("contention:{}", kind.name())
+    } else if kind.is_idle() {
+        format!("idle:{}", kind.name())
+    } else {
+        "not_known".into()
+    }
+}
 
 /// A frame as a flame graph node: the function (no offset, no line: calls from one
 /// function merge), with the separators the format uses replaced.
@@ -24,15 +44,18 @@ fn word_node(name: &str) -> String {
     escape(name).replace([';', ' '], "_")
 }
 
-/// The folded lines of `view`.
-pub fn render(view: &StacksView) -> String {
+/// The folded lines of `view`; `kind_of(pid, word)`: what the snapshot says a word's
+/// waits are for, where the waiter's own frames do not tell.
+pub fn render(view: &StacksView, kind_of: &dyn Fn(u32, u64) -> WaitKind) -> String {
     let mut out = String::new();
     for r in &view.rows {
         let word = r
             .object_name
             .clone()
             .unwrap_or_else(|| format!("{:#x}", r.object));
-        let mut line = vec![word_node(&word)];
+        let kind = WaitKind::of_frames(r.waiter.iter().map(String::as_str))
+            .unwrap_or_else(|| kind_of(r.pid, r.object));
+        let mut line = vec![kind_node(kind), word_node(&word)];
         if r.waiter.is_empty() {
             line.push("[waiter_stack_not_known]".into());
         }
@@ -76,7 +99,21 @@ impl Sink for FoldedSink {
     }
 
     fn finish(&mut self, at: &Moment) -> Result<(), DestError> {
-        let text = at.snapshot.stacks.as_ref().map(render).unwrap_or_default();
+        // Each word's kind as the snapshot classified it (by its holders, its name).
+        let kinds: std::collections::HashMap<(u32, u64), WaitKind> = at
+            .snapshot
+            .objects
+            .rows()
+            .iter()
+            .map(|r| ((r.key.pid, r.key.addr), r.wait_kind))
+            .collect();
+        let kind_of = |pid, addr| kinds.get(&(pid, addr)).copied().unwrap_or_default();
+        let text = at
+            .snapshot
+            .stacks
+            .as_ref()
+            .map(|v| render(v, &kind_of))
+            .unwrap_or_default();
         self.dest.write(&mut |w| w.write_all(text.as_bytes()))?;
         crate::say!(
             "rtm-trace: wrote {} ({} stack rows)",
@@ -119,8 +156,8 @@ mod tests {
             ..StacksView::default()
         };
         assert_eq!(
-            render(&view),
-            "chain_lock;main;lock_c;__lll_lock_wait;--;__lll_lock_wake;unlock_c 500\n[other_stacks] 70\n"
+            render(&view, &|_, _| WaitKind::Unknown),
+            "contention:mutex;chain_lock;main;lock_c;__lll_lock_wait;--;__lll_lock_wake;unlock_c 500\n[other_stacks] 70\n"
         );
     }
 
@@ -152,9 +189,9 @@ mod tests {
             ],
             ..StacksView::default()
         };
-        let roots: Vec<String> = render(&view)
+        let roots: Vec<String> = render(&view, &|_, _| WaitKind::Unknown)
             .lines()
-            .map(|l| l.split(';').next().unwrap().to_owned())
+            .map(|l| l.split(';').nth(1).unwrap().to_owned())
             .collect();
         assert_eq!(
             roots,
@@ -164,6 +201,51 @@ mod tests {
                 "in_worker_(a.c:3)_#1",
                 "in_worker_(a.c:3)_#2"
             ]
+        );
+    }
+
+    /// Idle waits stand apart from contention at the root: by the waiter's frames, or
+    /// else by what the snapshot says of the word.
+    #[test]
+    fn each_line_starts_with_what_the_wait_was_for() {
+        let row = |waiter: &str, object: u64| StackRowView {
+            pid: 1,
+            object,
+            object_name: None,
+            waker_pid: 1,
+            edge: StackEdge {
+                waits: 1,
+                wait_ns: 5,
+                max_ns: 5,
+                samples: 1,
+                weight_milli: 1000,
+            },
+            waiter: vec![waiter.into(), "main+0x1".into()],
+            waker: vec!["main+0x2".into()],
+        };
+        let view = StacksView {
+            rows: vec![
+                row("___pthread_cond_wait+0x5 (c.c:1)", 1),
+                row("__pthread_clockjoin_ex+0x9", 2),
+                row("futex_wait+0x3", 3),
+                row("futex_wait+0x3", 4),
+            ],
+            ..StacksView::default()
+        };
+        let kind_of = |_, addr| {
+            if addr == 3 {
+                WaitKind::Mutex
+            } else {
+                WaitKind::Unknown
+            }
+        };
+        let roots: Vec<String> = render(&view, &kind_of)
+            .lines()
+            .map(|l| l.split(';').next().unwrap().to_owned())
+            .collect();
+        assert_eq!(
+            roots,
+            ["idle:condvar", "idle:join", "contention:mutex", "not_known"]
         );
     }
 }
