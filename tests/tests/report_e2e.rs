@@ -124,6 +124,61 @@ fn the_html_report_renders_in_chromium_with_the_known_lock_and_threads() {
     assert!(svg.contains("<svg") && svg.contains("shared_lock") && svg.contains("worker"));
 }
 
+/// Contention mode sees waits on futex words, not acquisitions or holds: the page and
+/// the saved trace's text report say "-" there (not "0", which reads as a lock nobody
+/// took), and give the p99 wait the live report gives.
+#[test]
+fn what_contention_mode_does_not_see_is_a_dash_not_a_zero() {
+    let test = "what_contention_mode_does_not_see_is_a_dash_not_a_zero";
+    if !can_trace(test) {
+        return;
+    }
+    let dir = TempDir::new("html-contention");
+    trace(
+        &dir,
+        &["-m", "contention"],
+        "mutex_workload",
+        &["--threads", "4", "--iters", "150", "--hold-us", "100"],
+    );
+    let Some(dom) = chromium_dom(test, &dir.join("t.html")) else {
+        return;
+    };
+    assert_rendered(&dom);
+    let cells = row(&dom, "shared_lock");
+    println!("shared_lock row: {cells:?}");
+    // object, pid, acquired, contended, total, avg, p99, max, avg hold, max hold, threads
+    assert_eq!(cells.len(), 11, "{cells:?}");
+    assert_eq!(cells[2], "-", "acquired: {cells:?}");
+    assert!(
+        cells[3].replace(',', "").parse::<u64>().unwrap() > 0,
+        "{cells:?}"
+    );
+    assert_ne!(cells[6], "-", "p99: {cells:?}");
+    assert_eq!((&*cells[8], &*cells[9]), ("-", "-"), "holds: {cells:?}");
+    let out = run(
+        Command::new(rtm_bin())
+            .arg("report")
+            .arg(dir.join("t.json")),
+        Duration::from_secs(60),
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    let line = text
+        .lines()
+        .find(|l| l.trim_start().starts_with("mutex shared_lock") || l.contains(" shared_lock "))
+        .unwrap_or_else(|| panic!("no shared_lock in {text}"));
+    let cols: Vec<&str> = line.split_whitespace().collect();
+    let pid_at = cols
+        .iter()
+        .position(|c| c.parse::<u32>().is_ok())
+        .unwrap_or_else(|| panic!("{line}"));
+    assert_eq!(cols[pid_at + 1], "-", "acquired in {line}");
+    assert_eq!(
+        &cols[cols.len() - 3..cols.len() - 1],
+        ["-", "-"],
+        "holds in {line}"
+    );
+}
+
 #[test]
 fn hostile_names_are_inert_in_the_html_report() {
     if !can_trace("hostile_names_are_inert_in_the_html_report") {

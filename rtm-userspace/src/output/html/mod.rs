@@ -75,17 +75,27 @@ pub fn render(doc: &Doc) -> String {
     threads.sort_by_key(|t| std::cmp::Reverse(t.wait.total_ns));
     let mut waits_for: Vec<_> = g.waits_for.iter().collect();
     waits_for.sort_by_key(|w| std::cmp::Reverse(w.wait.total_ns));
+    // Contention mode sees waits, not acquisitions or holds.
+    let full = doc.run.mode != "contention";
     let data = json!({
-        "objects": shown.iter().map(|o| json!({
-            "label": o.label(), "pid": o.pid, "addr": o.addr, "acquisitions": o.acquisitions,
-            "contended": o.contended, "wait_total": o.wait.total_ns, "wait_avg": o.wait.mean_ns,
-            "wait_max": o.wait.max_ns, "hold_avg": o.hold.mean_ns, "hold_max": o.hold.max_ns,
-            "threads": o.threads, "wait_kind": o.wait_kind, "idle": o.is_idle(),
-        })).collect::<Vec<_>>(),
+        // Acquisitions and holds a mode does not see are null ("-"), not 0.
+        "objects": shown.iter().map(|o| {
+            let seen = o.sees_acquisitions();
+            json!({
+                "label": o.label(), "pid": o.pid, "addr": o.addr,
+                "acquisitions": seen.then_some(o.acquisitions),
+                "contended": o.contended, "wait_total": o.wait.total_ns, "wait_avg": o.wait.mean_ns,
+                "wait_p99": o.wait.p99_ns, "wait_max": o.wait.max_ns,
+                "hold_avg": if seen { o.hold.mean_ns } else { None },
+                "hold_max": if seen { o.hold.max_ns } else { None },
+                "threads": o.threads, "wait_kind": o.wait_kind, "idle": o.is_idle(),
+            })
+        }).collect::<Vec<_>>(),
         "edges": g.edges.iter().filter(|e| keys.contains(&(e.pid, e.object.as_str()))).take(MAX_ROWS * 8).map(|e| json!({
             "pid": e.pid, "tid": e.tid, "object": e.object, "role": e.role,
-            "acquisitions": e.acquisitions, "contended": e.contended,
-            "wait_total": e.wait.total_ns, "wait_max": e.wait.max_ns, "hold_avg": e.hold.mean_ns,
+            "acquisitions": full.then_some(e.acquisitions), "contended": e.contended,
+            "wait_total": e.wait.total_ns, "wait_max": e.wait.max_ns,
+            "hold_avg": if full { e.hold.mean_ns } else { None },
         })).collect::<Vec<_>>(),
         "waits_for": waits_for.iter().take(MAX_ROWS * 4).map(|w| json!({
             "pid": w.pid, "waiter": w.waiter, "waker_pid": w.waker_pid, "waker": w.waker,
@@ -93,9 +103,9 @@ pub fn render(doc: &Doc) -> String {
             "wait_total": w.wait.total_ns, "wait_max": w.wait.max_ns,
         })).collect::<Vec<_>>(),
         "threads": threads.iter().take(MAX_ROWS * 4).map(|t| json!({
-            "pid": t.pid, "tid": t.tid, "name": t.name, "acquisitions": t.acquisitions,
+            "pid": t.pid, "tid": t.tid, "name": t.name, "acquisitions": full.then_some(t.acquisitions),
             "contended": t.contended, "wait_total": t.wait.total_ns, "wait_share": t.wait_share,
-            "hold_total": t.hold.total_ns,
+            "hold_total": full.then_some(t.hold.total_ns),
         })).collect::<Vec<_>>(),
         "collectives": doc.task_graph.as_ref().map_or(vec![], |tg| tg.collectives.iter().take(MAX_ROWS).map(|c| json!({
             "function": c.function, "ranks": c.ranks, "instances": c.instances, "time_ns": c.time_ns,

@@ -104,6 +104,7 @@
     { title: "contended", key: "contended", fmt: num },
     { title: "total wait", key: "wait_total", fmt: ns },
     { title: "avg wait", key: "wait_avg", fmt: ns },
+    { title: "p99 wait", key: "wait_p99", fmt: ns },
     { title: "max wait", key: "wait_max", fmt: ns },
     { title: "avg hold", key: "hold_avg", fmt: ns },
     { title: "max hold", key: "hold_max", fmt: ns },

@@ -179,6 +179,13 @@ impl Object {
             "condvar" | "semaphore" | "barrier" | "join" | "park"
         )
     }
+
+    /// Whether its acquisitions and holds were seen: not for a futex word, whose waits
+    /// are seen but not who took it or for how long (contention mode, or a word no
+    /// probed call used). The tables then say "-", not 0.
+    pub fn sees_acquisitions(&self) -> bool {
+        self.kind != "futex"
+    }
 }
 
 /// A thread's use of an object.

@@ -131,16 +131,31 @@ fn objects_table(out: &mut String, objects: &[&super::Object], top: usize) {
         .iter()
         .take(top)
         .map(|o| {
+            let seen = o.sees_acquisitions();
+            let unseen = || "-".to_owned();
             vec![
                 o.titled(),
                 o.pid.to_string(),
-                count(o.acquisitions),
+                if seen {
+                    count(o.acquisitions)
+                } else {
+                    unseen()
+                },
                 count(o.contended),
                 ns(o.wait.total_ns),
                 mean_ns(o.wait.mean_ns),
+                opt_ns(o.wait.p99_ns),
                 opt_ns(o.wait.max_ns),
-                mean_ns(o.hold.mean_ns),
-                opt_ns(o.hold.max_ns),
+                if seen {
+                    mean_ns(o.hold.mean_ns)
+                } else {
+                    unseen()
+                },
+                if seen {
+                    opt_ns(o.hold.max_ns)
+                } else {
+                    unseen()
+                },
                 o.threads.to_string(),
             ]
         })
@@ -154,6 +169,7 @@ fn objects_table(out: &mut String, objects: &[&super::Object], top: usize) {
             "contended",
             "waited",
             "wait avg",
+            "wait p99",
             "wait max",
             "hold avg",
             "hold max",
