@@ -142,3 +142,55 @@ fn the_live_view_sorts_pauses_drills_in_and_quits_in_a_terminal() {
     // The terminal is given back: the shell's output follows on a normal screen.
     assert!(!t.screen().contains("top locks"), "{}", t.screen());
 }
+
+/// With `-i` and the report on the terminal, the interval summaries would be printed
+/// inside the live view's screen: they are left out (said once on stderr), and the
+/// screen shows only the view.
+#[test]
+fn interval_summaries_are_not_printed_into_the_live_view() {
+    if !can_trace("interval_summaries_are_not_printed_into_the_live_view") {
+        return;
+    }
+    let dir = TempDir::new("live-interval");
+    let (err, exit) = (dir.join("stderr"), dir.join("exit"));
+    let command = format!(
+        "{} --live -i 1 -- {} --threads 4 --iters 20000 --hold-us 100 2> {}; echo $? > {}; sleep 60",
+        rtm_bin().display(),
+        workload("mutex_workload").display(),
+        err.display(),
+        exit.display()
+    );
+    let t = Tmux {
+        socket: format!("rtm-live-i-{}", std::process::id()),
+    };
+    t.cmd(&[
+        "new-session",
+        "-d",
+        "-s",
+        "live",
+        "-x",
+        "160",
+        "-y",
+        "40",
+        &command,
+    ]);
+    t.wait_for("shared_lock");
+    // Three intervals pass on screen.
+    for _ in 0..6 {
+        sleep(Duration::from_millis(500));
+        let s = t.screen();
+        assert!(!s.contains("summary at +"), "a summary in the view:\n{s}");
+    }
+    t.keys(&["q"]);
+    let start = Instant::now();
+    while !exit.exists() {
+        assert!(
+            start.elapsed() < Duration::from_secs(180),
+            "rtm-trace did not end after q:\n{}",
+            t.screen()
+        );
+        sleep(Duration::from_millis(200));
+    }
+    let stderr = std::fs::read_to_string(&err).unwrap();
+    assert!(stderr.contains("no summary each interval"), "{stderr}");
+}

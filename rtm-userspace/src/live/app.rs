@@ -90,6 +90,44 @@ const THREAD_COLS: [&str; 6] = [
 ];
 const EDGE_COLS: [&str; 5] = ["waiter", "woken by", "on", "waits", "waited"];
 
+/// The width of a column of figures.
+const NUMBER_WIDTH: usize = 12;
+/// The narrowest a column of names gets.
+const MIN_TEXT_WIDTH: usize = 12;
+
+/// How many of a table's first columns are names (the rest are figures).
+fn text_columns(tab: Tab) -> usize {
+    match tab {
+        Tab::Locks | Tab::Threads => 1,
+        // The waiter, the thread that woke it, and the object.
+        Tab::WaitsFor => 3,
+    }
+}
+
+/// The width each of `texts` name columns gets in a bordered table `width` wide with
+/// `cols` columns: what the figures leave, shared equally.
+fn text_width(width: u16, cols: usize, texts: usize) -> usize {
+    let inner = usize::from(width).saturating_sub(2 + cols.saturating_sub(1));
+    let figures = (cols - texts) * NUMBER_WIDTH;
+    (inner.saturating_sub(figures) / texts.max(1)).max(MIN_TEXT_WIDTH)
+}
+
+/// `s` in at most `width` characters: a longer one keeps its start and its end (where
+/// a call site's line and a `#N` number are) around an ellipsis.
+pub(super) fn middle(s: &str, width: usize) -> String {
+    let n = s.chars().count();
+    if n <= width {
+        return s.to_owned();
+    }
+    let keep = width.saturating_sub(1);
+    let head = keep.div_ceil(2);
+    let tail = keep - head;
+    let mut out: String = s.chars().take(head).collect();
+    out.push('…');
+    out.extend(s.chars().skip(n - tail));
+    out
+}
+
 /// A row: its cells as shown and the values they sort by.
 struct TableRow {
     cells: Vec<String>,
@@ -386,15 +424,15 @@ impl App {
         .style(Style::new().add_modifier(Modifier::BOLD | Modifier::REVERSED));
         let rows = self.rows();
         let selected = self.selected.min(rows.len().saturating_sub(1));
-        let widths: Vec<Constraint> = cols
-            .iter()
-            .enumerate()
-            .map(|(i, _)| {
-                if i == 0 {
-                    Constraint::Min(24)
+        let texts = text_columns(self.tab);
+        let text_width = text_width(area.width, cols.len(), texts);
+        let widths: Vec<Constraint> = (0..cols.len())
+            .map(|i| {
+                Constraint::Length(if i < texts {
+                    text_width as u16
                 } else {
-                    Constraint::Length(12)
-                }
+                    NUMBER_WIDTH as u16
+                })
             })
             .collect();
         let filter = if self.filter.is_empty() {
@@ -404,11 +442,14 @@ impl App {
         };
         let table = Table::new(
             rows.into_iter().map(|r| {
-                Row::new(
-                    r.cells
-                        .into_iter()
-                        .map(|c| Cell::from(escape(&c).into_owned())),
-                )
+                Row::new(r.cells.into_iter().enumerate().map(|(i, c)| {
+                    let c = escape(&c);
+                    Cell::from(if i < texts {
+                        middle(&c, text_width)
+                    } else {
+                        c.into_owned()
+                    })
+                }))
             }),
             widths,
         )

@@ -156,3 +156,40 @@ fn sorting_filtering_pausing_and_drilling_in() {
         Action::Quit
     );
 }
+
+/// A name longer than its column keeps its start and its end (a call site's line, a
+/// `#N`), and in the waits-for table the names share the width: the object's column
+/// is not cut to a figure's width behind a wide first column.
+#[test]
+fn long_names_are_cut_in_the_middle_and_name_columns_share_the_width() {
+    let long = format!(
+        "in {} (server.c:1234) #3",
+        "very_long_function_name_".repeat(5)
+    );
+    let mut s = (*summary(1, 100)).clone();
+    s.waits_for[0].object_name = Some(long.clone());
+    let mut app = App::new(Arc::new(s));
+    press(&mut app, KeyCode::Char('3'));
+    let screen = screen(&app);
+    let row = screen
+        .lines()
+        .find(|l| l.contains("#3"))
+        .unwrap_or_else(|| panic!("no #3 on screen:\n{screen}"));
+    assert!(row.contains('…') && row.contains("in very_long"), "{row}");
+    assert!(row.contains("server.c:1234) #3"), "{row}");
+    // The object's column is about a third of what the figures leave, not 12.
+    let cut = row
+        .split_whitespace()
+        .find(|w| w.contains('…'))
+        .map_or(0, |_| {
+            row.find("#3").unwrap() - row.find("in very").unwrap()
+        });
+    assert!(cut > 24, "{cut}: {row}");
+}
+
+#[test]
+fn middle_keeps_both_ends() {
+    assert_eq!(super::app::middle("abcdefghij", 5), "ab…ij");
+    assert_eq!(super::app::middle("abc", 5), "abc");
+    assert_eq!(super::app::middle("abcdef", 6), "abcdef");
+}

@@ -518,10 +518,19 @@ pub fn sink(c: &TraceConfig) -> Result<Option<Box<dyn Sink>>, DestError> {
         Some(path) => Dest::check(path)?,
         None => Dest::stdout(),
     };
+    // The live view owns the terminal while it runs: summaries printed there would land
+    // inside its screen (its own header shows the same figures each interval).
+    let summaries = c.interval.is_some() && !(c.output.live && dest.is_stdout());
+    if c.interval.is_some() && !summaries {
+        crate::say!(
+            "rtm-trace: no summary each interval on the terminal while the live view shows \
+             it (send the report to a file with -o to have them)"
+        );
+    }
     Ok(Some(Box::new(ReportSink {
         dest,
         top: c.output.top,
-        summaries: c.interval.is_some(),
+        summaries,
     })))
 }
 
