@@ -4,7 +4,11 @@
 
 use std::{process::Command, time::Duration};
 
-use rtm_tests::{TempDir, can_trace, chromium_dom, rtm_bin, run, truths, workload};
+use std::io::Write as _;
+
+use rtm_tests::{
+    TempDir, can_trace, chromium_dom, read_json, rtm_bin, run, spawn, truths, workload,
+};
 
 fn trace(dir: &TempDir, args: &[&str], program: &str, program_args: &[&str]) -> String {
     let out = run(
@@ -253,4 +257,66 @@ fn a_document_of_another_format_version_is_refused_clearly() {
     assert!(
         String::from_utf8_lossy(&out.stderr).contains("not a JSON document written by rtm-trace")
     );
+}
+
+/// The DOT graph of a 50-thread, 200-lock program (it was 400 edges that `dot` took
+/// 104 s to draw 26,199 px wide): the objects waited on longest, a few threads a side,
+/// the rest summed. Graphviz draws it in seconds, to a picture a person can read, and
+/// it says how many objects it leaves to the JSON.
+#[test]
+fn the_graph_of_fifty_threads_draws_in_seconds() {
+    if !can_trace("the_graph_of_fifty_threads_draws_in_seconds") {
+        return;
+    }
+    let dir = TempDir::new("dot-big");
+    let (dot, json) = (dir.join("t.dot"), dir.join("t.json"));
+    let mut p = spawn(
+        Command::new(rtm_bin())
+            .args(["-m", "contention", "-o", "/dev/null", "--dot"])
+            .arg(&dot)
+            .arg("--json")
+            .arg(&json)
+            .arg("--")
+            .arg(workload("many_locks"))
+            .args(["50", "200", "1500"]),
+    );
+    writeln!(p.child.stdin.take().unwrap(), "go").unwrap();
+    let out = p.wait_output(Duration::from_secs(120));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = std::fs::read_to_string(&dot).unwrap();
+    let edges = text.matches(" -> ").count();
+    let waited = read_json(&json)["sync_graph"]["objects"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|o| o["wait"]["total_ns"].as_u64() > Some(0))
+        .count();
+    println!("{edges} edges for {waited} objects waited on");
+    assert!(waited > 100, "the workload's locks: {waited}");
+    assert!(edges <= 10 * 8 + 20, "{edges} edges");
+    assert!(text.contains(&format!("longest of {waited},")), "{text}");
+    let png = dir.join("t.png");
+    let start = std::time::Instant::now();
+    let r = run(
+        Command::new("dot")
+            .arg("-Tpng")
+            .arg(&dot)
+            .arg("-o")
+            .arg(&png),
+        Duration::from_secs(120),
+    );
+    let took = start.elapsed();
+    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+    let head = std::fs::read(&png).unwrap();
+    let (w, h) = (
+        u32::from_be_bytes(head[16..20].try_into().unwrap()),
+        u32::from_be_bytes(head[20..24].try_into().unwrap()),
+    );
+    println!("dot -Tpng: {took:?}, {w} x {h} px");
+    // (Its time is printed, not asserted: under a second here, 104 s before the cut.)
+    assert!(w <= 4000 && h <= 6000, "{w} x {h}");
 }
