@@ -44,6 +44,21 @@ fn word_node(name: &str) -> String {
     escape(name).replace([';', ' '], "_")
 }
 
+/// `frames` (innermost first) without the unnamed addresses at their outer end: what
+/// the unwinder read past a stack's last real frame (or a return probe's trampoline),
+/// not code, which would make each its own root in a flame graph.
+fn to_last_named(frames: &[String]) -> &[String] {
+    let raw = |f: &String| {
+        f.strip_prefix("0x")
+            .is_some_and(|h| !h.is_empty() && h.bytes().all(|b| b.is_ascii_hexdigit()))
+    };
+    let mut end = frames.len();
+    while end > 1 && raw(&frames[end - 1]) {
+        end -= 1;
+    }
+    &frames[..end]
+}
+
 /// The folded lines of `view`; `kind_of(pid, word)`: what the snapshot says a word's
 /// waits are for, where the waiter's own frames do not tell.
 pub fn render(view: &StacksView, kind_of: &dyn Fn(u32, u64) -> WaitKind) -> String {
@@ -59,9 +74,9 @@ pub fn render(view: &StacksView, kind_of: &dyn Fn(u32, u64) -> WaitKind) -> Stri
         if r.waiter.is_empty() {
             line.push("[waiter_stack_not_known]".into());
         }
-        line.extend(r.waiter.iter().rev().map(|f| node(f)));
+        line.extend(to_last_named(&r.waiter).iter().rev().map(|f| node(f)));
         line.push("--".into());
-        line.extend(r.waker.iter().map(|f| node(f)));
+        line.extend(to_last_named(&r.waker).iter().map(|f| node(f)));
         if r.waker_pid == 0 {
             line.push("[no_waker]".into());
         } else if r.waker.is_empty() {
@@ -202,6 +217,22 @@ mod tests {
                 "in_worker_(a.c:3)_#2"
             ]
         );
+    }
+
+    #[test]
+    fn unnamed_addresses_past_the_outermost_named_frame_are_left_out() {
+        let v = |s: &[&str]| s.iter().map(|f| (*f).to_owned()).collect::<Vec<_>>();
+        assert_eq!(
+            to_last_named(&v(&["lock+0x1", "main+0x2", "0x7fffffffe000", "0x10"])),
+            v(&["lock+0x1", "main+0x2"])
+        );
+        // An address inside the stack stays: it is where a frame was.
+        assert_eq!(
+            to_last_named(&v(&["lock+0x1", "0x55aa", "main+0x2"])).len(),
+            3
+        );
+        // A stack of addresses only keeps its innermost.
+        assert_eq!(to_last_named(&v(&["0x1", "0x2"])), v(&["0x1"]));
     }
 
     /// Idle waits stand apart from contention at the root: by the waiter's frames, or
