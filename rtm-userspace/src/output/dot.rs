@@ -78,6 +78,15 @@ pub fn render(doc: &Doc) -> String {
     out
 }
 
+/// `n` `what`s, in words ("1 wait", "118 waits").
+fn times(n: u64, what: &str) -> String {
+    if n == 1 {
+        format!("1 {what}")
+    } else {
+        format!("{} {what}s", count(n))
+    }
+}
+
 /// One side of an object: a thread (or a process not traced) and its summed waits.
 struct Side {
     node: String,
@@ -184,7 +193,10 @@ fn sync_graph(out: &mut String, doc: &Doc) {
                 let others = sides.split_off(THREADS_PER_SIDE);
                 sides.push(Side {
                     node: format!("{id}_{}", if waker { "wakers" } else { "waiters" }),
-                    label: format!("{} other threads", others.len()),
+                    label: match others.len() {
+                        1 => "1 other thread".to_owned(),
+                        n => format!("{n} other threads"),
+                    },
                     pid: Some(o.pid),
                     waits: others.iter().map(|s| s.waits).sum(),
                     wait_ns: others.iter().map(|s| s.wait_ns).sum(),
@@ -203,14 +215,14 @@ fn sync_graph(out: &mut String, doc: &Doc) {
                         &id,
                         &s.node,
                         "#2d6cdf",
-                        format!("woke {} waits ({})", count(s.waits), ns(s.wait_ns)),
+                        format!("woke {} ({})", times(s.waits, "wait"), ns(s.wait_ns)),
                     )
                 } else {
                     (
                         &s.node,
                         &id,
                         "#c0392b",
-                        format!("waited {} ({} times)", ns(s.wait_ns), count(s.waits)),
+                        format!("waited {} ({})", ns(s.wait_ns), times(s.waits, "time")),
                     )
                 };
                 // Wakes do not rank their threads after the object: threads that wait and
