@@ -168,7 +168,11 @@ fn what_contention_mode_does_not_see_is_a_dash_not_a_zero() {
     let text = String::from_utf8_lossy(&out.stdout);
     let line = text
         .lines()
-        .find(|l| l.trim_start().starts_with("mutex shared_lock") || l.contains(" shared_lock "))
+        .find(|l| {
+            // The table's row: the object, then its pid.
+            let mut w = l.split_whitespace().skip_while(|w| *w != "shared_lock");
+            w.next().is_some() && w.next().is_some_and(|p| p.parse::<u32>().is_ok())
+        })
         .unwrap_or_else(|| panic!("no shared_lock in {text}"));
     let cols: Vec<&str> = line.split_whitespace().collect();
     let pid_at = cols

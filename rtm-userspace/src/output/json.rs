@@ -34,6 +34,8 @@ struct Document<'a> {
     counters: Option<&'a crate::model::system::counters::CountersView>,
     #[serde(skip_serializing_if = "Option::is_none")]
     functions: Option<&'a crate::model::funcs::FunctionsView>,
+    /// What limits the traced work (output/findings.rs).
+    findings: Vec<super::findings::Finding>,
 }
 
 fn document<'a>(run: &'a RunInfo, snapshot: &'a Snapshot<'a>) -> Document<'a> {
@@ -47,6 +49,7 @@ fn document<'a>(run: &'a RunInfo, snapshot: &'a Snapshot<'a>) -> Document<'a> {
         ambient: snapshot.ambient.as_ref(),
         counters: snapshot.counters.as_ref(),
         functions: snapshot.functions.as_ref(),
+        findings: super::findings::find(snapshot, run.mode == crate::config::Mode::Full),
     }
 }
 

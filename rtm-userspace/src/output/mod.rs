@@ -3,6 +3,7 @@
 pub mod blocked_report;
 pub mod dest;
 pub mod dot;
+pub mod findings;
 pub mod folded;
 pub mod format;
 mod funcs_report;

@@ -100,6 +100,9 @@ pub fn render(title: &str, run: &RunInfo, s: &Snapshot, top: usize) -> String {
         let _ = writeln!(out, "stopped: {why}");
     }
     losses(&mut out, run);
+    if run.end_reason.is_some() {
+        super::findings::text(&mut out, &super::findings::find(s, run.mode == Mode::Full));
+    }
 
     let locks = s.objects.rows().iter().filter(|o| sections::is_lock(o));
     let total = locks.clone().count();

@@ -217,7 +217,22 @@ fn summary(p: &mut String, doc: &Doc, rest: usize, rest_wait: u64) {
         .iter()
         .filter_map(|k| doc.run.losses.get(*k))
         .sum();
-    p.push_str("<section id=\"summary\" class=\"on\"><div class=\"cards\">");
+    p.push_str("<section id=\"summary\" class=\"on\">");
+    if !doc.findings.is_empty() {
+        p.push_str("<h2>Findings</h2><ol id=\"findings\">");
+        for f in &doc.findings {
+            let _ = write!(p, "<li><b>{}</b>", esc(&f.title));
+            for line in f.evidence.iter().chain(&f.location) {
+                let _ = write!(p, "<br>{}", esc(line));
+            }
+            if let Some(n) = &f.not_seen {
+                let _ = write!(p, "<br><i>not seen: {}</i>", esc(n));
+            }
+            p.push_str("</li>");
+        }
+        p.push_str("</ol>");
+    }
+    p.push_str("<div class=\"cards\">");
     for (v, label) in [
         (
             ns(g.window.end_ns.saturating_sub(g.window.start_ns)),

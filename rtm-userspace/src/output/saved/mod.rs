@@ -434,6 +434,9 @@ pub struct Doc {
     /// A merged job's parts (`rtm-trace merge --json`): it has no sync graph.
     #[serde(deserialize_with = "nullable")]
     pub merged_from: Vec<serde_json::Value>,
+    /// What limits the traced work (none in documents written before findings were).
+    #[serde(deserialize_with = "nullable")]
+    pub findings: Vec<crate::output::findings::Finding>,
 }
 
 impl Doc {

@@ -60,6 +60,7 @@ pub fn render(doc: &Doc, top: usize) -> String {
                 count(lost)
             )
         });
+        crate::output::findings::text(&mut out, &doc.findings);
         sync_sections(&mut out, doc, top);
     }
     crate::output::funcs_report::render(&mut out, doc.functions.as_ref(), top);
