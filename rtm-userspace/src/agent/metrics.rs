@@ -100,6 +100,9 @@ pub struct Bounds {
 pub struct SelfCounts {
     /// Attach failures by reason.
     pub attach_errors: BTreeMap<String, u64>,
+    /// Processes not traced because the target slots were full, by the select rule
+    /// that matched them (`select[N]`).
+    pub turned_away: BTreeMap<String, u64>,
     /// Full /proc scans.
     pub scans: u64,
     /// Exec and fork events read from the kernel.

@@ -220,6 +220,9 @@ struct Discovery {
     /// When each exited target was first seen exited.
     exited: HashMap<u32, Instant>,
     told: HashSet<&'static str>,
+    /// Per select rule turning targets away: when it was last said, and how many
+    /// since.
+    turned_away_told: HashMap<usize, (Option<Instant>, u64)>,
     /// The file's mode and MPI choice.
     defaults: Defaults,
     /// Processes caught at their exec that need their libraries probed: looked at again
@@ -230,11 +233,15 @@ struct Discovery {
 /// How long a process added is taken as traced before a summary lists it.
 const RECENT: Duration = Duration::from_secs(30);
 
+/// How often a rule turning targets away is said at most.
+const TOLD_EVERY: Duration = Duration::from_secs(60);
+
 /// How long after its exec a process's libraries are surely mapped.
 const LOADER_TIME: Duration = Duration::from_millis(300);
 
+/// The process's start (clock ticks since boot): with the pid, its identity.
 fn start_time(pid: u32) -> u64 {
-    crate::target::process::thread_start_ns(pid, pid).unwrap_or(0)
+    crate::target::process::start_ticks(pid, pid).unwrap_or(0)
 }
 
 impl Discovery {
@@ -247,7 +254,11 @@ impl Discovery {
         let Some(info) = ProcInfo::read(pid) else {
             return;
         };
-        let Some((mpi, mode)) = self.selector.rule_for(&info).map(|r| (r.mpi, r.mode)) else {
+        let Some((rule, mpi, mode)) = self
+            .selector
+            .rule_for(&info)
+            .map(|(i, r)| (i, r.mpi, r.mode))
+        else {
             self.passed.insert(pid, start_time(pid));
             return;
         };
@@ -260,18 +271,8 @@ impl Discovery {
             return;
         }
         if self.traced.len() >= self.config.max_targets {
-            *self
-                .own
-                .attach_errors
-                .entry("max_targets".into())
-                .or_default() += 1;
+            self.turn_away(rule, &info);
             self.passed.insert(pid, start_time(pid));
-            if self.told.insert("max_targets") {
-                crate::say!(
-                    "rtm-trace agent: {} targets traced: more are not (agent.max_targets)",
-                    self.config.max_targets
-                );
-            }
             return;
         }
         let target = Target {
@@ -302,6 +303,36 @@ impl Discovery {
                     );
                 }
             }
+        }
+    }
+
+    /// The target slots are full: `p`, selected by rule `rule`, is not traced. Counted
+    /// by rule, and said at most once a minute per rule (with how many since), so
+    /// processes planted to fill the slots show which rule let them in.
+    fn turn_away(&mut self, rule: usize, p: &ProcInfo) {
+        *self
+            .own
+            .attach_errors
+            .entry("max_targets".into())
+            .or_default() += 1;
+        let name = format!("select[{rule}]");
+        *self.own.turned_away.entry(name.clone()).or_default() += 1;
+        let now = Instant::now();
+        let (last, since) = self.turned_away_told.entry(rule).or_insert((None, 0));
+        *since += 1;
+        if last.is_none_or(|l| now.duration_since(l) >= TOLD_EVERY) {
+            crate::say!(
+                "rtm-trace agent: all {} target slots taken (agent.max_targets): PID {} ({}) \
+                 matched by agent.{name} ({}) is not traced ({} turned away by that rule \
+                 since the last message; restrict the rule, e.g. with uid or user)",
+                self.config.max_targets,
+                p.pid,
+                crate::output::text::Shown(&p.comm),
+                self.selector.describe(rule),
+                since
+            );
+            *last = Some(now);
+            *since = 0;
         }
     }
 
@@ -466,6 +497,7 @@ async fn discover(
         passed: HashMap::new(),
         exited: HashMap::new(),
         told: HashSet::new(),
+        turned_away_told: HashMap::new(),
         defaults,
         deferred: Vec::new(),
     };

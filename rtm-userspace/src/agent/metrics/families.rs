@@ -316,6 +316,15 @@ pub(super) fn own_families(summary: &Summary, own: &SelfCounts, targets: usize) 
             .push((vec![("reason", reason.clone())], Value::Int(*n)));
     }
     f.push(a);
+    let mut away = counter(
+        "rtm_targets_turned_away",
+        "Processes a select rule matched that were not traced because every target slot (max_targets) was taken, by rule.",
+    );
+    for (rule, n) in &own.turned_away {
+        away.samples
+            .push((vec![("rule", rule.clone())], Value::Int(*n)));
+    }
+    f.push(away);
     let l = summary.losses;
     let mut lost = counter(
         "rtm_events_lost",
