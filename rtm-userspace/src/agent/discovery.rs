@@ -29,6 +29,8 @@ const MAX_STATUS: usize = 16 * 1024;
 pub struct ProcInfo {
     /// Its id.
     pub pid: u32,
+    /// When it started (clock ticks since boot; 0: unreadable).
+    pub start: u64,
     /// Parent's id.
     pub ppid: u32,
     /// Command name.
@@ -63,18 +65,20 @@ impl ProcInfo {
         let identity = read_proc(format!("/proc/{pid}/cgroup"), MAX_CGROUP)
             .map(|b| cgroup::parse(&String::from_utf8_lossy(&b)))
             .unwrap_or_default();
-        let ppid = read_proc(format!("/proc/{pid}/stat"), 4096)
-            .ok()
-            .and_then(|b| {
-                let s = String::from_utf8_lossy(&b).into_owned();
-                s.rsplit_once(')')?
-                    .1
-                    .split_whitespace()
-                    .nth(1)?
-                    .parse()
-                    .ok()
-            })
-            .unwrap_or(0);
+        let stat = read_proc(format!("/proc/{pid}/stat"), 4096)
+            .map(|b| String::from_utf8_lossy(&b).into_owned())
+            .unwrap_or_default();
+        // After the comm's ')': state, ppid (1), ..., starttime (19).
+        let field = |i: usize| -> Option<u64> {
+            stat.rsplit_once(')')?
+                .1
+                .split_whitespace()
+                .nth(i)?
+                .parse()
+                .ok()
+        };
+        let ppid = field(1).and_then(|p| u32::try_from(p).ok()).unwrap_or(0);
+        let start = field(19).unwrap_or(0);
         let uid = read_proc(format!("/proc/{pid}/status"), MAX_STATUS)
             .ok()
             .and_then(|b| real_uid(&String::from_utf8_lossy(&b)));
@@ -85,6 +89,7 @@ impl ProcInfo {
             .flatten();
         Some(Self {
             pid,
+            start,
             ppid,
             comm,
             exe,
@@ -93,6 +98,13 @@ impl ProcInfo {
             namespace,
             uid,
         })
+    }
+}
+
+impl ProcInfo {
+    /// Which process it is: (pid, start).
+    pub fn key(&self) -> crate::engine::ProcKey {
+        (self.pid, self.start)
     }
 }
 
@@ -331,6 +343,7 @@ mod tests {
     fn info(comm: &str, exe: &str, cmdline: &str, cgroup: &str) -> ProcInfo {
         ProcInfo {
             pid: 4242,
+            start: 100,
             ppid: 1,
             comm: comm.into(),
             exe: exe.into(),

@@ -16,7 +16,7 @@ use super::{
 };
 use crate::{
     engine::{
-        Summary,
+        ProcKey, Summary,
         processes::{GroupValues, ProcessSummary},
     },
     model::{
@@ -70,8 +70,9 @@ fn plus(a: &mut Values, b: Values) {
 /// One target's state across updates.
 #[derive(Debug, Default)]
 struct Target {
-    /// The last summary of each of its processes the engine still has.
-    procs: HashMap<u32, ProcessSummary>,
+    /// The last summary of each of its processes the engine still has, by (pid,
+    /// start): a later process given the same pid is another entry.
+    procs: HashMap<ProcKey, ProcessSummary>,
     /// What its forgotten processes had counted.
     retired: ProcessTotals,
     retired_locks: (HashMap<LockKey, Values>, Values),
@@ -121,7 +122,7 @@ pub struct Metrics {
     bounds: Bounds,
     targets: BTreeMap<TargetKey, Target>,
     /// What discovery read of each process traced.
-    infos: HashMap<u32, Arc<ProcInfo>>,
+    infos: HashMap<ProcKey, Arc<ProcInfo>>,
     series_dropped: u64,
 }
 
@@ -143,28 +144,35 @@ impl Metrics {
 
     /// Records what discovery knows of a traced process.
     pub fn know(&mut self, info: Arc<ProcInfo>) {
-        self.infos.insert(info.pid, info);
+        self.infos.insert(info.key(), info);
     }
 
     /// Whether a process is known (traced, or followed and seen).
-    pub fn knows(&self, pid: u32) -> bool {
-        self.infos.contains_key(&pid)
+    pub fn knows(&self, key: ProcKey) -> bool {
+        self.infos.contains_key(&key)
     }
 
     /// Takes a new summary: processes it no longer has are retired into their target.
     pub fn update(&mut self, summary: &Summary) {
         let mut seen: HashMap<TargetKey, Vec<&ProcessSummary>> = HashMap::new();
         for p in &summary.processes {
-            let info = match self.infos.get(&p.pid) {
+            let key = (p.pid, p.start);
+            let info = match self.infos.get(&key) {
                 Some(i) => i.clone(),
                 None => {
-                    // A followed child: read it once (or name it by its pid's absence).
-                    let i = Arc::new(ProcInfo::read(p.pid).unwrap_or_else(|| ProcInfo {
-                        pid: p.pid,
-                        comm: "unknown".into(),
-                        ..ProcInfo::default()
-                    }));
-                    self.infos.insert(p.pid, i.clone());
+                    // A followed child: read it once (or name it by its absence: a
+                    // process that has its pid now is another one).
+                    let i = Arc::new(
+                        ProcInfo::read(p.pid)
+                            .filter(|i| i.start == p.start)
+                            .unwrap_or_else(|| ProcInfo {
+                                pid: p.pid,
+                                start: p.start,
+                                comm: "unknown".into(),
+                                ..ProcInfo::default()
+                            }),
+                    );
+                    self.infos.insert(key, i.clone());
                     i
                 }
             };
@@ -173,18 +181,18 @@ impl Metrics {
         // Retire what the engine forgot (and only that: a process discovery has just
         // added may not be in this summary yet).
         let mut retired = Vec::new();
-        let present: std::collections::HashSet<u32> =
-            summary.processes.iter().map(|p| p.pid).collect();
+        let present: std::collections::HashSet<ProcKey> =
+            summary.processes.iter().map(|p| (p.pid, p.start)).collect();
         for t in self.targets.values_mut() {
-            let gone: Vec<u32> = t
+            let gone: Vec<ProcKey> = t
                 .procs
                 .keys()
                 .filter(|p| !present.contains(p))
                 .copied()
                 .collect();
-            for pid in gone {
-                let p = t.procs.remove(&pid).expect("listed");
-                retired.push(pid);
+            for key in gone {
+                let p = t.procs.remove(&key).expect("listed");
+                retired.push(key);
                 t.retired.add(&p.totals);
                 for g in &p.locks {
                     let k = (g.name.clone(), g.kind);
@@ -202,13 +210,13 @@ impl Metrics {
                 plus(&mut t.retired_edges.1, values(&p.edges_total));
             }
         }
-        for pid in retired {
-            self.infos.remove(&pid);
+        for key in retired {
+            self.infos.remove(&key);
         }
         for (key, procs) in seen {
             let t = self.targets.entry(key).or_default();
             for p in procs {
-                t.procs.insert(p.pid, p.clone());
+                t.procs.insert((p.pid, p.start), p.clone());
             }
         }
         self.targets.retain(|_, t| !t.procs.is_empty());
@@ -315,6 +323,99 @@ impl Texts {
 mod tests {
     use super::*;
     use crate::engine::processes::LockGroup;
+
+    fn bounds() -> Bounds {
+        Bounds {
+            top_locks: 5,
+            top_edges: 5,
+            sticky_updates: 10,
+            max_series: 10_000,
+        }
+    }
+
+    /// A target exits; within its grace an unrelated process gets its pid and is
+    /// traced (another rule took it): each keeps its own series, the old target's
+    /// never gain the new one's waiter names.
+    #[test]
+    fn a_reused_pid_never_relabels_the_old_targets_series() {
+        let mut m = Metrics::new(bounds());
+        let info = |start, comm: &str| {
+            Arc::new(ProcInfo {
+                pid: 10,
+                start,
+                comm: comm.into(),
+                ..ProcInfo::default()
+            })
+        };
+        let edge = |waiter: &str| crate::engine::processes::EdgeGroup {
+            waiter: waiter.into(),
+            waker: "main".into(),
+            values: GroupValues {
+                waits: 3,
+                contended: 3,
+                wait_ns: 30,
+            },
+        };
+        m.know(info(500, "svc"));
+        let mut old = proc(10, 100, 1_000);
+        old.start = 500;
+        old.edges = vec![edge("svc-worker")];
+        let own = SelfCounts::default();
+        let s = Summary {
+            processes: vec![old.clone()],
+            ..Summary::default()
+        };
+        m.update(&s);
+        old.live = false;
+        m.know(info(900, "unrel"));
+        assert!(m.knows((10, 500)) && m.knows((10, 900)) && !m.knows((10, 901)));
+        let mut new = proc(10, 7, 70);
+        new.start = 900;
+        new.edges = vec![edge("unrelB")];
+        let s = Summary {
+            processes: vec![old, new],
+            ..Summary::default()
+        };
+        m.update(&s);
+        let fams = m.families(&s, &own);
+        let edges = fams.iter().find(|f| f.name == "rtm_waits_for").unwrap();
+        for (labels, _) in &edges.samples {
+            let get = |k: &str| labels.iter().find(|l| l.0 == k).unwrap().1.as_str();
+            if get("waiter") == "unrelB" {
+                assert_eq!(get("target"), "unrel", "{labels:?}");
+            }
+            if get("target") == "svc" {
+                assert_ne!(get("waiter"), "unrelB", "{labels:?}");
+            }
+        }
+        assert_eq!(
+            value(&fams, "rtm_futex_waits", Some(("target", "svc"))),
+            Some(100.0)
+        );
+        assert_eq!(
+            value(&fams, "rtm_futex_waits", Some(("target", "unrel"))),
+            Some(7.0)
+        );
+        // The old one is forgotten after its grace: its target's series go with it, the
+        // new one's go on.
+        let mut new = proc(10, 9, 90);
+        new.start = 900;
+        let s = Summary {
+            processes: vec![new],
+            ..Summary::default()
+        };
+        m.update(&s);
+        assert!(!m.knows((10, 500)));
+        let fams = m.families(&s, &own);
+        assert_eq!(
+            value(&fams, "rtm_futex_waits", Some(("target", "svc"))),
+            None
+        );
+        assert_eq!(
+            value(&fams, "rtm_futex_waits", Some(("target", "unrel"))),
+            Some(9.0)
+        );
+    }
 
     fn proc(pid: u32, waits: u64, lock_ns: u64) -> ProcessSummary {
         let mut totals = ProcessTotals {

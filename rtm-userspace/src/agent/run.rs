@@ -26,7 +26,7 @@ use super::{
 use crate::{
     cli::AgentCli,
     config::{AgentConfig, CounterList, Mode, TraceConfig},
-    engine::{Engine, EngineError, EngineHandle, KernelSource, Summary, Target},
+    engine::{Engine, EngineError, EngineHandle, KernelSource, ProcKey, Summary, Target},
     output::EndReason,
     session::{SessionError, preflight, read_config},
 };
@@ -204,21 +204,23 @@ fn reason(e: &EngineError) -> &'static str {
 struct Discovery {
     /// The engines, by mode: the file's first.
     handles: Vec<(Mode, EngineHandle)>,
-    /// The engine (index in `handles`) tracing each process.
-    owner: HashMap<u32, usize>,
+    /// The engine (index in `handles`) tracing each process. Processes are keyed by
+    /// (pid, start) here, as in the engines and the metrics: a pid the kernel gives
+    /// again is another process, never merged into the series of the one that had it.
+    owner: HashMap<ProcKey, usize>,
     selector: Selector,
     config: AgentConfig,
     metrics: Metrics,
     own: SelfCounts,
     /// Processes traced (added by the agent, or followed by the engine).
-    traced: HashSet<u32>,
+    traced: HashSet<ProcKey>,
     /// Processes added that no summary has listed yet, with when.
-    added: HashMap<u32, Instant>,
+    added: HashMap<ProcKey, Instant>,
     /// Processes looked at that did not match (their start time: a pid used again is
     /// looked at again).
     passed: HashMap<u32, u64>,
-    /// When each exited target was first seen exited.
-    exited: HashMap<u32, Instant>,
+    /// When each exited target was first seen exited (its grace period runs from then).
+    exited: HashMap<ProcKey, Instant>,
     told: HashSet<&'static str>,
     /// Per select rule turning targets away: when it was last said, and how many
     /// since.
@@ -248,18 +250,19 @@ impl Discovery {
     /// Looks at process `pid`, traces it if it is wanted; `execd`: it has just exec'd
     /// (its libraries may not be mapped yet).
     async fn consider(&mut self, pid: u32, execd: bool) {
-        if self.traced.contains(&pid) || self.metrics.knows(pid) {
-            return;
-        }
         let Some(info) = ProcInfo::read(pid) else {
             return;
         };
+        let key = info.key();
+        if self.traced.contains(&key) || self.metrics.knows(key) {
+            return;
+        }
         let Some((rule, mpi, mode)) = self
             .selector
             .rule_for(&info)
             .map(|(i, r)| (i, r.mpi, r.mode))
         else {
-            self.passed.insert(pid, start_time(pid));
+            self.passed.insert(pid, info.start);
             return;
         };
         let mode = mode.unwrap_or(self.defaults.mode);
@@ -272,7 +275,7 @@ impl Discovery {
         }
         if self.traced.len() >= self.config.max_targets {
             self.turn_away(rule, &info);
-            self.passed.insert(pid, start_time(pid));
+            self.passed.insert(pid, info.start);
             return;
         }
         let target = Target {
@@ -286,16 +289,16 @@ impl Discovery {
             .expect("an engine for every mode a rule names");
         match self.handles[engine].1.add(vec![target]).await {
             Ok(_) => {
-                self.traced.insert(pid);
-                self.added.insert(pid, Instant::now());
-                self.owner.insert(pid, engine);
+                self.traced.insert(key);
+                self.added.insert(key, Instant::now());
+                self.owner.insert(key, engine);
                 self.own.attached += 1;
                 self.metrics.know(Arc::new(info));
             }
             Err(e) => {
                 let r = reason(&e);
                 *self.own.attach_errors.entry(r.into()).or_default() += 1;
-                self.passed.insert(pid, start_time(pid));
+                self.passed.insert(pid, info.start);
                 if self.told.insert(r) {
                     crate::say!(
                         "rtm-trace agent: cannot trace PID {pid} ({}): {e}",
@@ -358,7 +361,7 @@ impl Discovery {
     fn update(&mut self, summaries: &[Arc<Summary>], texts: &watch::Sender<Texts>) {
         for (i, s) in summaries.iter().enumerate() {
             for p in &s.processes {
-                self.owner.insert(p.pid, i);
+                self.owner.insert((p.pid, p.start), i);
             }
         }
         let summary = &combine(summaries);
@@ -369,12 +372,12 @@ impl Discovery {
             if p.live {
                 continue;
             }
-            let since = *self.exited.entry(p.pid).or_insert(now);
+            let since = *self.exited.entry((p.pid, p.start)).or_insert(now);
             if now.duration_since(since) >= grace {
-                forget.push(p.pid);
+                forget.push((p.pid, p.start));
             }
         }
-        let listed: HashSet<u32> = summary.processes.iter().map(|p| p.pid).collect();
+        let listed: HashSet<ProcKey> = summary.processes.iter().map(|p| (p.pid, p.start)).collect();
         self.exited.retain(|p, _| listed.contains(p));
         // Traced: what the engines list, and what was added too recently to be listed
         // (a summary may predate the add).
@@ -385,7 +388,7 @@ impl Discovery {
         let families = self.metrics.families(summary, &self.own);
         texts.send_replace(Texts::encode(families));
         for (i, (_, handle)) in self.handles.iter().enumerate() {
-            let mine: Vec<u32> = forget
+            let mine: Vec<ProcKey> = forget
                 .iter()
                 .copied()
                 .filter(|p| self.owner.get(p) == Some(&i))
