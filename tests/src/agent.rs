@@ -46,18 +46,23 @@ pub struct Agent {
 }
 
 impl Agent {
-    /// Starts an agent on loopback `port` with 1 s updates, 2 s rescans, a 4 s grace
-    /// and `extra` appended to its config; returns once it is ready.
+    /// Starts an agent on loopback `port` with `extra` appended to its `[agent]`
+    /// section, 1 s updates, 2 s rescans and a 4 s grace unless `extra` says otherwise;
+    /// returns once it is ready.
     pub fn start(dir: &TempDir, port: u16, extra: &str) -> Self {
         let config = dir.join("agent.toml");
         let addr = format!("127.0.0.1:{port}");
-        std::fs::write(
-            &config,
-            format!(
-                "[agent]\nlisten = \"{addr}\"\nupdate_interval = 1.0\ndiscovery_interval = 2.0\ngrace = 4.0\n{extra}\n"
-            ),
-        )
-        .unwrap();
+        let mut text = format!("[agent]\nlisten = \"{addr}\"\n");
+        for (key, value) in [
+            ("update_interval", "1.0"),
+            ("discovery_interval", "2.0"),
+            ("grace", "4.0"),
+        ] {
+            if !extra.contains(&format!("{key} =")) {
+                text += &format!("{key} = {value}\n");
+            }
+        }
+        std::fs::write(&config, format!("{text}{extra}\n")).unwrap();
         let proc = spawn(
             Command::new(rtm_bin())
                 .arg("agent")

@@ -1,6 +1,7 @@
-//! The agent's targets against another local user: processes `nobody` starts named like
-//! the target neither take its place under a `uid` rule nor go unnoticed when they fill
-//! the slots of a rule without one.
+//! The agent's targets against another local user and against PID reuse: processes
+//! `nobody` starts named like the target neither take its place under a `uid` rule nor
+//! go unnoticed when they fill the slots of a rule without one; and a process that gets
+//! an exited target's pid within its grace period never shows in that target's series.
 
 use std::{
     os::unix::{fs::PermissionsExt as _, process::CommandExt as _},
@@ -12,7 +13,7 @@ use std::{
 use rtm_tests::{
     Proc, TempDir,
     agent::{Agent, sample, samples, wait_for},
-    can_trace, rtm_bin, run, spawn,
+    can_trace, rtm_bin, run, spawn, workload,
 };
 
 /// `nobody`'s uid and gid on Debian.
@@ -23,10 +24,7 @@ const BAIT: &str = "rtm-svc-bait";
 /// A copy of sleep(1) named BAIT, in a directory every user may read.
 fn bait(dir: &TempDir) -> PathBuf {
     std::fs::set_permissions(&dir.0, std::fs::Permissions::from_mode(0o755)).unwrap();
-    let bin = dir.join(BAIT);
-    std::fs::copy("/usr/bin/sleep", &bin).unwrap();
-    std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).unwrap();
-    bin
+    copy_as(dir, Path::new("/usr/bin/sleep"), BAIT)
 }
 
 /// Starts `n` baits as `uid`.
@@ -34,6 +32,14 @@ fn start_baits(bin: &Path, n: usize, uid: u32) -> Vec<Proc> {
     (0..n)
         .map(|_| spawn(Command::new(bin).arg("600").uid(uid).gid(uid)))
         .collect()
+}
+
+/// A copy of sleep(1) or of a workload under another name (its command name).
+fn copy_as(dir: &TempDir, from: &Path, name: &str) -> PathBuf {
+    let bin = dir.join(name);
+    std::fs::copy(from, &bin).unwrap();
+    std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).unwrap();
+    bin
 }
 
 /// The pids of the traced processes, from `rtm_target_info`.
@@ -159,5 +165,119 @@ fn full_slots_say_which_rule_turned_targets_away() {
             && lines[0].contains("uid or user"),
         "{}",
         lines[0]
+    );
+}
+
+/// Starts `cmd` as process `pid`, through /proc/sys/kernel/ns_last_pid. Other
+/// processes of the machine may take the pid first: tried again until it is had.
+fn spawn_as_pid(pid: u32, cmd: impl Fn() -> Command) -> Proc {
+    for _ in 0..500 {
+        std::fs::write("/proc/sys/kernel/ns_last_pid", (pid - 1).to_string()).unwrap();
+        let p = spawn(&mut cmd());
+        if p.pid() == pid {
+            return p;
+        }
+    }
+    panic!("pid {pid} could not be had again in 500 tries");
+}
+
+/// The series of a scrape that belong to target `target`.
+fn series_of<'a>(scrape: &'a str, target: &str) -> Vec<&'a str> {
+    let label = format!("target=\"{target}\"");
+    scrape.lines().filter(|l| l.contains(&label)).collect()
+}
+
+/// Runs a many_locks copy (4 threads on 2 locks for `ms`) to its end.
+fn run_locks(mut p: Proc) {
+    let mut lines = rtm_tests::LineWatch::new(p.child.stdout.take().unwrap());
+    lines.wait_for("ready", Duration::from_secs(30));
+    use std::io::Write as _;
+    writeln!(p.child.stdin.as_mut().unwrap(), "go").unwrap();
+    let out = p.wait_output(Duration::from_secs(60));
+    assert!(out.status.success(), "{out:?}");
+}
+
+#[test]
+fn a_pid_given_again_never_relabels_the_exited_targets_series() {
+    if !can_trace("a_pid_given_again_never_relabels_the_exited_targets_series") {
+        return;
+    }
+    const OLD: &str = "rtm-reuse-old";
+    let dir = TempDir::new("agent-reuse");
+    let locks = workload("many_locks");
+    let old_bin = copy_as(&dir, &locks, OLD);
+    let a_bin = copy_as(&dir, &locks, "unrelA");
+    let b_bin = copy_as(&dir, &locks, "unrelB");
+    // unrelA is not selected, unrelB is (it is traced as its own target). The grace
+    // outlasts both.
+    let agent = Agent::start(
+        &dir,
+        17487,
+        &format!(
+            "grace = 60.0\n[[agent.select]]\ncomm = \"{OLD}\"\n[[agent.select]]\ncomm = \"unrelB\"\n"
+        ),
+    );
+    let waits = |scrape: &str| {
+        sample(scrape, &format!("rtm_futex_waits_total{{target=\"{OLD}\""))
+            .expect("the old target's waits")
+    };
+
+    // The target: traced, contended, then gone (reaped).
+    let old = spawn(Command::new(&old_bin).args(["4", "2", "800"]));
+    let pid = old.pid();
+    wait_for("the target traced", Duration::from_secs(30), || {
+        traced_pids(&agent.scrape()).contains(&pid)
+    });
+    run_locks(old);
+    wait_for("the target seen exited", Duration::from_secs(30), || {
+        sample(&agent.scrape(), "rtm_targets{state=\"exited\"}") == Some(1.0)
+    });
+    std::thread::sleep(Duration::from_secs(2));
+    let before = agent.scrape();
+    let at_exit = waits(&before);
+    let labels_before = series_of(&before, OLD).len();
+    assert!(at_exit > 0.0 && labels_before > 0, "{before}");
+    println!("{OLD} (PID {pid}) exited with {at_exit} waits, {labels_before} series");
+
+    // An unrelated process gets the pid, contends, exits; nothing of it is traced.
+    let a = spawn_as_pid(pid, || {
+        let mut c = Command::new(&a_bin);
+        c.args(["4", "2", "1500"]);
+        c
+    });
+    run_locks(a);
+    std::thread::sleep(Duration::from_secs(3));
+    let scrape = agent.scrape();
+    assert!(!scrape.contains("unrelA"), "{scrape}");
+    assert_eq!(waits(&scrape), at_exit, "the old target's waits moved");
+    assert!(!traced_pids(&scrape).contains(&pid), "{scrape}");
+
+    // Another gets it and is selected: traced as its own target, apart.
+    let b = spawn_as_pid(pid, || {
+        let mut c = Command::new(&b_bin);
+        c.args(["4", "2", "1500"]);
+        c
+    });
+    wait_for("unrelB traced", Duration::from_secs(30), || {
+        let s = agent.scrape();
+        samples(&s, "rtm_target_info{")
+            .iter()
+            .any(|(l, _)| l.contains("target=\"unrelB\"") && l.contains(&format!("pid=\"{pid}\"")))
+    });
+    run_locks(b);
+    wait_for("unrelB's waits", Duration::from_secs(30), || {
+        sample(&agent.scrape(), "rtm_futex_waits_total{target=\"unrelB\"").is_some_and(|w| w > 0.0)
+    });
+    std::thread::sleep(Duration::from_secs(2));
+    let scrape = agent.scrape();
+    let old_series = series_of(&scrape, OLD);
+    assert!(!old_series.is_empty(), "the old target's series went early");
+    for l in &old_series {
+        assert!(!l.contains("unrel"), "{l}");
+    }
+    assert_eq!(waits(&scrape), at_exit, "the old target's waits moved");
+    println!(
+        "unrelB: {} series of its own",
+        series_of(&scrape, "unrelB").len()
     );
 }

@@ -178,48 +178,27 @@ impl Metrics {
             };
             seen.entry(TargetKey::of(&info)).or_default().push(p);
         }
-        // Retire what the engine forgot (and only that: a process discovery has just
-        // added may not be in this summary yet).
-        let mut retired = Vec::new();
+        // Retire what the engine forgot while it ran (a followed process gone), and
+        // only that: a process discovery has just added may not be in this summary
+        // yet, and an exited one stays for its grace (see `retire`) even when an
+        // engine dropped it early, its pid traced again.
         let present: std::collections::HashSet<ProcKey> =
             summary.processes.iter().map(|p| (p.pid, p.start)).collect();
-        for t in self.targets.values_mut() {
-            let gone: Vec<ProcKey> = t
-                .procs
-                .keys()
-                .filter(|p| !present.contains(p))
-                .copied()
-                .collect();
-            for key in gone {
-                let p = t.procs.remove(&key).expect("listed");
-                retired.push(key);
-                t.retired.add(&p.totals);
-                for g in &p.locks {
-                    let k = (g.name.clone(), g.kind);
-                    if t.shown_locks.0.iter().any(|(m, _)| *m == k) {
-                        plus(t.retired_locks.0.entry(k).or_default(), values(&g.values));
-                    }
-                }
-                plus(&mut t.retired_locks.1, values(&p.locks_total));
-                for g in &p.edges {
-                    let k = (g.waiter.clone(), g.waker.clone());
-                    if t.shown_edges.0.iter().any(|(m, _)| *m == k) {
-                        plus(t.retired_edges.0.entry(k).or_default(), values(&g.values));
-                    }
-                }
-                plus(&mut t.retired_edges.1, values(&p.edges_total));
-            }
-        }
-        for key in retired {
-            self.infos.remove(&key);
-        }
+        let gone: Vec<ProcKey> = self
+            .targets
+            .values()
+            .flat_map(|t| t.procs.iter())
+            .filter(|(k, p)| p.live && !present.contains(k))
+            .map(|(k, _)| *k)
+            .collect();
+        self.retire(&gone);
         for (key, procs) in seen {
             let t = self.targets.entry(key).or_default();
             for p in procs {
                 t.procs.insert((p.pid, p.start), p.clone());
             }
         }
-        self.targets.retain(|_, t| !t.procs.is_empty());
+        self.drop_empty();
         let b = self.bounds;
         for t in self.targets.values_mut() {
             let mut locks = t.retired_locks.0.clone();
@@ -256,6 +235,50 @@ impl Metrics {
                 t.shown_edges.0.iter().map(|(k, _)| k).collect();
             t.retired_edges.0.retain(|k, _| shown.contains(k));
         }
+    }
+
+    /// The processes whose last summary says they exited: their grace runs.
+    pub fn exited(&self) -> impl Iterator<Item = ProcKey> + '_ {
+        self.targets
+            .values()
+            .flat_map(|t| t.procs.iter())
+            .filter(|(_, p)| !p.live)
+            .map(|(k, _)| *k)
+    }
+
+    /// Retires processes (exited past their grace, or gone): what they counted stays
+    /// in their target's totals; a target left with no process goes.
+    pub fn retire(&mut self, keys: &[ProcKey]) {
+        for t in self.targets.values_mut() {
+            for key in keys {
+                let Some(p) = t.procs.remove(key) else {
+                    continue;
+                };
+                t.retired.add(&p.totals);
+                for g in &p.locks {
+                    let k = (g.name.clone(), g.kind);
+                    if t.shown_locks.0.iter().any(|(m, _)| *m == k) {
+                        plus(t.retired_locks.0.entry(k).or_default(), values(&g.values));
+                    }
+                }
+                plus(&mut t.retired_locks.1, values(&p.locks_total));
+                for g in &p.edges {
+                    let k = (g.waiter.clone(), g.waker.clone());
+                    if t.shown_edges.0.iter().any(|(m, _)| *m == k) {
+                        plus(t.retired_edges.0.entry(k).or_default(), values(&g.values));
+                    }
+                }
+                plus(&mut t.retired_edges.1, values(&p.edges_total));
+            }
+        }
+        for key in keys {
+            self.infos.remove(key);
+        }
+        self.drop_empty();
+    }
+
+    fn drop_empty(&mut self) {
+        self.targets.retain(|_, t| !t.procs.is_empty());
     }
 
     /// The families of this update, under the series cap (the agent's own first, then
@@ -396,8 +419,9 @@ mod tests {
             value(&fams, "rtm_futex_waits", Some(("target", "unrel"))),
             Some(7.0)
         );
-        // The old one is forgotten after its grace: its target's series go with it, the
-        // new one's go on.
+        // The engine dropped the old one early (its pid traced again): it stays, in
+        // its grace, until the agent retires it; then its target's series go with it,
+        // the new one's go on.
         let mut new = proc(10, 9, 90);
         new.start = 900;
         let s = Summary {
@@ -405,6 +429,13 @@ mod tests {
             ..Summary::default()
         };
         m.update(&s);
+        assert_eq!(m.exited().collect::<Vec<_>>(), [(10, 500)]);
+        let fams = m.families(&s, &own);
+        assert_eq!(
+            value(&fams, "rtm_futex_waits", Some(("target", "svc"))),
+            Some(100.0)
+        );
+        m.retire(&[(10, 500)]);
         assert!(!m.knows((10, 500)));
         let fams = m.families(&s, &own);
         assert_eq!(

@@ -365,26 +365,27 @@ impl Discovery {
             }
         }
         let summary = &combine(summaries);
-        let grace = Duration::from_secs_f64(self.config.grace);
         let now = Instant::now();
-        let mut forget = Vec::new();
-        for p in &summary.processes {
-            if p.live {
-                continue;
-            }
-            let since = *self.exited.entry((p.pid, p.start)).or_insert(now);
-            if now.duration_since(since) >= grace {
-                forget.push((p.pid, p.start));
-            }
-        }
         let listed: HashSet<ProcKey> = summary.processes.iter().map(|p| (p.pid, p.start)).collect();
-        self.exited.retain(|p, _| listed.contains(p));
         // Traced: what the engines list, and what was added too recently to be listed
         // (a summary may predate the add).
         self.added
             .retain(|p, at| !listed.contains(p) && now.duration_since(*at) < RECENT);
         self.traced = listed.iter().chain(self.added.keys()).copied().collect();
         self.metrics.update(summary);
+        // The grace of each exited process the metrics hold (an engine drops one early
+        // when its pid is traced again; its series stay their time all the same).
+        let grace = Duration::from_secs_f64(self.config.grace);
+        let exited: HashSet<ProcKey> = self.metrics.exited().collect();
+        self.exited.retain(|k, _| exited.contains(k));
+        let mut forget = Vec::new();
+        for key in exited {
+            let since = *self.exited.entry(key).or_insert(now);
+            if now.duration_since(since) >= grace {
+                forget.push(key);
+            }
+        }
+        self.metrics.retire(&forget);
         let families = self.metrics.families(summary, &self.own);
         texts.send_replace(Texts::encode(families));
         for (i, (_, handle)) in self.handles.iter().enumerate() {
