@@ -281,6 +281,12 @@ pub const CLONE_THREAD: u64 = 0x0001_0000;
 pub const TRACED_ON: u8 = 1;
 /// Traced, and the processes it forks are traced from birth with this same value.
 pub const TRACED_FOLLOW: u8 = 2;
+/// Was traced, and its last thread has exited: set by the exit program before the pid
+/// can be freed, so a process that gets the pid next is not traced (PID reuse). Only
+/// the exit program acts on it (the dying group's other threads still clean up).
+pub const TRACED_EXITED: u8 = 4;
+/// The bits of a filter value that mean "traced now".
+pub const TRACED_NOW: u8 = TRACED_ON | TRACED_FOLLOW;
 
 /// A thread or process lifecycle event from the sched/task tracepoints.
 #[repr(C)]

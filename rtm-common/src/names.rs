@@ -224,6 +224,12 @@ pub const GLOBAL_SLEEP_ENTRY: &str = "SLEEP_ENTRY";
 pub const GLOBAL_STACK_RATE: &str = "STACK_RATE";
 /// Global: the offset of `__state` (or `state`) in `struct task_struct`.
 pub const GLOBAL_TASK_STATE: &str = "TASK_STATE";
+/// Global: the offset of `signal` in `struct task_struct` (0: unknown; the exit
+/// program then cannot tell a process's last thread, and userspace takes an exited
+/// process out of the filter when it sees the exit).
+pub const GLOBAL_TASK_SIGNAL: &str = "TASK_SIGNAL";
+/// Global: the offset of `live` (threads not yet exiting) in `struct signal_struct`.
+pub const GLOBAL_SIGNAL_LIVE: &str = "SIGNAL_LIVE";
 
 /// Threads with timed calls in flight at once whose slot another holds
 /// ([`MAP_FUNC_PENDING`], 984 bytes each).
@@ -294,5 +300,7 @@ pub const ALL_GLOBALS: &[&str] = &[
     GLOBAL_SLEEP_ENTRY,
     GLOBAL_STACK_RATE,
     GLOBAL_TASK_STATE,
+    GLOBAL_TASK_SIGNAL,
+    GLOBAL_SIGNAL_LIVE,
     GLOBAL_FUNC_SLOT_MASK,
 ];

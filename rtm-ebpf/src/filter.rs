@@ -1,12 +1,13 @@
 //! In-kernel filtering to the traced processes.
 
 use aya_ebpf::helpers::{bpf_get_current_pid_tgid, bpf_get_smp_processor_id};
-use rtm_common::{CONTEXT_CPUS, CONTEXT_TIDS};
+use rtm_common::{CONTEXT_CPUS, CONTEXT_TIDS, TRACED_NOW};
 
 use crate::maps::{CONTEXT_FILTER, CPU_FILTER, TID_FILTER, TRACED, TRACED_TGIDS};
 
 /// The filter's value for the process `tgid`: 0 when it is not traced, else
-/// [`rtm_common::TRACED_ON`] or [`rtm_common::TRACED_FOLLOW`].
+/// [`rtm_common::TRACED_ON`] or [`rtm_common::TRACED_FOLLOW`], or
+/// [`rtm_common::TRACED_EXITED`] once its last thread has exited.
 #[inline(always)]
 pub fn traced_value(tgid: u32) -> u8 {
     match TRACED.get_ptr(tgid >> 3) {
@@ -20,7 +21,7 @@ pub fn traced_value(tgid: u32) -> u8 {
 /// Whether the process `tgid` is traced.
 #[inline(always)]
 pub fn is_traced(tgid: u32) -> bool {
-    traced_value(tgid) != 0
+    traced_value(tgid) & TRACED_NOW != 0
 }
 
 /// Adds a process to the filter with `value` (the kernel's side: a followed child).

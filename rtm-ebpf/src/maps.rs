@@ -325,6 +325,12 @@ pub static REALTIME_OFFSET: Global<u64> = Global::new(0);
 pub static TASK_PID: Global<u32> = Global::new(0);
 #[unsafe(no_mangle)]
 pub static TASK_TGID: Global<u32> = Global::new(0);
+/// Offsets of `task_struct.signal` and `signal_struct.live` (see
+/// `names::GLOBAL_TASK_SIGNAL`; 0: unknown), read by the exit program only.
+#[unsafe(no_mangle)]
+pub static TASK_SIGNAL: Global<u32> = Global::new(0);
+#[unsafe(no_mangle)]
+pub static SIGNAL_LIVE: Global<u32> = Global::new(0);
 
 /// Bytes of each user stack copied at a contended wake (`names::GLOBAL_STACK_BYTES`;
 /// 0: none). A constant to the verifier, like the TASK_* offsets.

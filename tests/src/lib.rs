@@ -16,6 +16,7 @@ use std::{
 
 pub use serde_json::Value;
 
+pub mod agent;
 pub mod mpi;
 
 /// The rtm-trace binary: $RTM_TRACE_BIN (set by `cargo xtask test`), else target/debug.

@@ -324,3 +324,114 @@ fn the_graph_of_fifty_threads_draws_in_seconds() {
     // (Its time is printed, not asserted: under a second here, 104 s before the cut.)
     assert!(w <= 4000 && h <= 6000, "{w} x {h}");
 }
+
+/// Runs `cmd` (its output to files) to its end, within `timeout`; returns whether it
+/// succeeded, its stderr and its peak resident memory (KiB, from its own rusage).
+fn run_with_peak(cmd: &mut Command, dir: &TempDir, timeout: Duration) -> (bool, String, i64) {
+    let err_path = dir.join("stderr");
+    // Reaped below by wait4, which also gives its rusage.
+    #[allow(clippy::zombie_processes)]
+    let child = cmd
+        .stdin(std::process::Stdio::null())
+        .stdout(std::fs::File::create(dir.join("stdout")).unwrap())
+        .stderr(std::fs::File::create(&err_path).unwrap())
+        .spawn()
+        .unwrap();
+    let pid = child.id() as i32;
+    let deadline = std::time::Instant::now() + timeout;
+    loop {
+        let mut status = 0;
+        // SAFETY: a zeroed rusage is a valid out-parameter.
+        let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+        // SAFETY: waits for our own child; both pointers are to locals.
+        let r = unsafe { libc::wait4(pid, &mut status, libc::WNOHANG, &mut usage) };
+        assert!(r >= 0, "wait4: {}", std::io::Error::last_os_error());
+        if r == pid {
+            let stderr = std::fs::read_to_string(&err_path).unwrap();
+            let ok = libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0;
+            return (ok, stderr, usage.ru_maxrss);
+        }
+        if std::time::Instant::now() > deadline {
+            // SAFETY: our own child, not yet reaped.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+            panic!("{cmd:?} still ran after {timeout:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Junk of any size (1 GiB of zeros, 256 MiB of whitespace, a head followed by
+/// whitespace) is refused by `report` and `merge` with a message saying what it is,
+/// in memory that does not grow with the file (it took 2.1 GB for 1 GiB before).
+#[test]
+fn huge_junk_inputs_are_refused_in_bounded_memory() {
+    // Well above a debug build's own footprint, far below the inputs.
+    const MAX_PEAK_KIB: i64 = 100 * 1024;
+    let dir = TempDir::new("report-junk");
+    let zeros = dir.join("zeros.json");
+    std::fs::File::create(&zeros)
+        .unwrap()
+        .set_len(1 << 30)
+        .unwrap();
+    let spaces = dir.join("spaces.json");
+    let headed = dir.join("headed.json");
+    {
+        use std::io::Write as _;
+        let block = vec![b' '; 8 << 20];
+        let mut f = std::fs::File::create(&spaces).unwrap();
+        let mut g = std::fs::File::create(&headed).unwrap();
+        g.write_all(br#"{"format":"rtm-trace","version":1,"run":"#)
+            .unwrap();
+        for i in 0..32 {
+            f.write_all(&block).unwrap();
+            if i < 8 {
+                g.write_all(&block).unwrap();
+            }
+        }
+        g.write_all(b"7}").unwrap();
+        assert_eq!(f.metadata().unwrap().len(), 256 << 20);
+    }
+    let cases: [(&std::path::Path, &str); 3] = [
+        (&zeros, "byte 0x00 at offset 0"),
+        (&spaces, "only whitespace (268435456 bytes)"),
+        (&headed, "invalid type"),
+    ];
+    for (file, says) in cases {
+        for sub in ["report", "merge"] {
+            let (ok, stderr, peak_kib) = run_with_peak(
+                Command::new(rtm_bin()).arg(sub).arg(file),
+                &dir,
+                Duration::from_secs(120),
+            );
+            println!("{sub} {}: peak {peak_kib} KiB: {stderr}", file.display());
+            assert!(!ok, "{sub} {} succeeded", file.display());
+            // The head-then-whitespace part has a run of the wrong type: merge skips
+            // what it does not read, and finds no task graph in it.
+            let says = match (sub, says) {
+                ("merge", "invalid type") => "no task_graph",
+                _ => says,
+            };
+            assert!(stderr.contains(says), "{sub}: {stderr}");
+            assert!(
+                peak_kib < MAX_PEAK_KIB,
+                "{sub} {}: peak RSS {peak_kib} KiB",
+                file.display()
+            );
+        }
+    }
+    // Past the 4 GiB bound (sparse): refused from its size alone.
+    let huge = dir.join("huge.json");
+    std::fs::File::create(&huge)
+        .unwrap()
+        .set_len(5 << 30)
+        .unwrap();
+    let (ok, stderr, _) = run_with_peak(
+        Command::new(rtm_bin()).arg("report").arg(&huge),
+        &dir,
+        Duration::from_secs(60),
+    );
+    assert!(
+        !ok && stderr.contains("more than the 4294967296"),
+        "{stderr}"
+    );
+}

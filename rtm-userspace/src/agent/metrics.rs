@@ -16,7 +16,7 @@ use super::{
 };
 use crate::{
     engine::{
-        Summary,
+        ProcKey, Summary,
         processes::{GroupValues, ProcessSummary},
     },
     model::{
@@ -70,8 +70,9 @@ fn plus(a: &mut Values, b: Values) {
 /// One target's state across updates.
 #[derive(Debug, Default)]
 struct Target {
-    /// The last summary of each of its processes the engine still has.
-    procs: HashMap<u32, ProcessSummary>,
+    /// The last summary of each of its processes the engine still has, by (pid,
+    /// start): a later process given the same pid is another entry.
+    procs: HashMap<ProcKey, ProcessSummary>,
     /// What its forgotten processes had counted.
     retired: ProcessTotals,
     retired_locks: (HashMap<LockKey, Values>, Values),
@@ -100,6 +101,9 @@ pub struct Bounds {
 pub struct SelfCounts {
     /// Attach failures by reason.
     pub attach_errors: BTreeMap<String, u64>,
+    /// Processes not traced because the target slots were full, by the select rule
+    /// that matched them (`select[N]`).
+    pub turned_away: BTreeMap<String, u64>,
     /// Full /proc scans.
     pub scans: u64,
     /// Exec and fork events read from the kernel.
@@ -118,7 +122,7 @@ pub struct Metrics {
     bounds: Bounds,
     targets: BTreeMap<TargetKey, Target>,
     /// What discovery read of each process traced.
-    infos: HashMap<u32, Arc<ProcInfo>>,
+    infos: HashMap<ProcKey, Arc<ProcInfo>>,
     series_dropped: u64,
 }
 
@@ -140,75 +144,61 @@ impl Metrics {
 
     /// Records what discovery knows of a traced process.
     pub fn know(&mut self, info: Arc<ProcInfo>) {
-        self.infos.insert(info.pid, info);
+        self.infos.insert(info.key(), info);
     }
 
     /// Whether a process is known (traced, or followed and seen).
-    pub fn knows(&self, pid: u32) -> bool {
-        self.infos.contains_key(&pid)
+    pub fn knows(&self, key: ProcKey) -> bool {
+        self.infos.contains_key(&key)
     }
 
     /// Takes a new summary: processes it no longer has are retired into their target.
     pub fn update(&mut self, summary: &Summary) {
         let mut seen: HashMap<TargetKey, Vec<&ProcessSummary>> = HashMap::new();
         for p in &summary.processes {
-            let info = match self.infos.get(&p.pid) {
+            let key = (p.pid, p.start);
+            let info = match self.infos.get(&key) {
                 Some(i) => i.clone(),
                 None => {
-                    // A followed child: read it once (or name it by its pid's absence).
-                    let i = Arc::new(ProcInfo::read(p.pid).unwrap_or_else(|| ProcInfo {
-                        pid: p.pid,
-                        comm: "unknown".into(),
-                        ..ProcInfo::default()
-                    }));
-                    self.infos.insert(p.pid, i.clone());
+                    // A followed child: read it once (or name it by its absence: a
+                    // process that has its pid now is another one).
+                    let i = Arc::new(
+                        ProcInfo::read(p.pid)
+                            .filter(|i| i.start == p.start)
+                            .unwrap_or_else(|| ProcInfo {
+                                pid: p.pid,
+                                start: p.start,
+                                comm: "unknown".into(),
+                                ..ProcInfo::default()
+                            }),
+                    );
+                    self.infos.insert(key, i.clone());
                     i
                 }
             };
             seen.entry(TargetKey::of(&info)).or_default().push(p);
         }
-        // Retire what the engine forgot (and only that: a process discovery has just
-        // added may not be in this summary yet).
-        let mut retired = Vec::new();
-        let present: std::collections::HashSet<u32> =
-            summary.processes.iter().map(|p| p.pid).collect();
-        for t in self.targets.values_mut() {
-            let gone: Vec<u32> = t
-                .procs
-                .keys()
-                .filter(|p| !present.contains(p))
-                .copied()
-                .collect();
-            for pid in gone {
-                let p = t.procs.remove(&pid).expect("listed");
-                retired.push(pid);
-                t.retired.add(&p.totals);
-                for g in &p.locks {
-                    let k = (g.name.clone(), g.kind);
-                    if t.shown_locks.0.iter().any(|(m, _)| *m == k) {
-                        plus(t.retired_locks.0.entry(k).or_default(), values(&g.values));
-                    }
-                }
-                plus(&mut t.retired_locks.1, values(&p.locks_total));
-                for g in &p.edges {
-                    let k = (g.waiter.clone(), g.waker.clone());
-                    if t.shown_edges.0.iter().any(|(m, _)| *m == k) {
-                        plus(t.retired_edges.0.entry(k).or_default(), values(&g.values));
-                    }
-                }
-                plus(&mut t.retired_edges.1, values(&p.edges_total));
-            }
-        }
-        for pid in retired {
-            self.infos.remove(&pid);
-        }
+        // Retire what the engine forgot while it ran (a followed process gone), and
+        // only that: a process discovery has just added may not be in this summary
+        // yet, and an exited one stays for its grace (see `retire`) even when an
+        // engine dropped it early, its pid traced again.
+        let present: std::collections::HashSet<ProcKey> =
+            summary.processes.iter().map(|p| (p.pid, p.start)).collect();
+        let gone: Vec<ProcKey> = self
+            .targets
+            .values()
+            .flat_map(|t| t.procs.iter())
+            .filter(|(k, p)| p.live && !present.contains(k))
+            .map(|(k, _)| *k)
+            .collect();
+        self.retire(&gone);
         for (key, procs) in seen {
             let t = self.targets.entry(key).or_default();
             for p in procs {
-                t.procs.insert(p.pid, p.clone());
+                t.procs.insert((p.pid, p.start), p.clone());
             }
         }
-        self.targets.retain(|_, t| !t.procs.is_empty());
+        self.drop_empty();
         let b = self.bounds;
         for t in self.targets.values_mut() {
             let mut locks = t.retired_locks.0.clone();
@@ -245,6 +235,50 @@ impl Metrics {
                 t.shown_edges.0.iter().map(|(k, _)| k).collect();
             t.retired_edges.0.retain(|k, _| shown.contains(k));
         }
+    }
+
+    /// The processes whose last summary says they exited: their grace runs.
+    pub fn exited(&self) -> impl Iterator<Item = ProcKey> + '_ {
+        self.targets
+            .values()
+            .flat_map(|t| t.procs.iter())
+            .filter(|(_, p)| !p.live)
+            .map(|(k, _)| *k)
+    }
+
+    /// Retires processes (exited past their grace, or gone): what they counted stays
+    /// in their target's totals; a target left with no process goes.
+    pub fn retire(&mut self, keys: &[ProcKey]) {
+        for t in self.targets.values_mut() {
+            for key in keys {
+                let Some(p) = t.procs.remove(key) else {
+                    continue;
+                };
+                t.retired.add(&p.totals);
+                for g in &p.locks {
+                    let k = (g.name.clone(), g.kind);
+                    if t.shown_locks.0.iter().any(|(m, _)| *m == k) {
+                        plus(t.retired_locks.0.entry(k).or_default(), values(&g.values));
+                    }
+                }
+                plus(&mut t.retired_locks.1, values(&p.locks_total));
+                for g in &p.edges {
+                    let k = (g.waiter.clone(), g.waker.clone());
+                    if t.shown_edges.0.iter().any(|(m, _)| *m == k) {
+                        plus(t.retired_edges.0.entry(k).or_default(), values(&g.values));
+                    }
+                }
+                plus(&mut t.retired_edges.1, values(&p.edges_total));
+            }
+        }
+        for key in keys {
+            self.infos.remove(key);
+        }
+        self.drop_empty();
+    }
+
+    fn drop_empty(&mut self) {
+        self.targets.retain(|_, t| !t.procs.is_empty());
     }
 
     /// The families of this update, under the series cap (the agent's own first, then
@@ -312,6 +346,107 @@ impl Texts {
 mod tests {
     use super::*;
     use crate::engine::processes::LockGroup;
+
+    fn bounds() -> Bounds {
+        Bounds {
+            top_locks: 5,
+            top_edges: 5,
+            sticky_updates: 10,
+            max_series: 10_000,
+        }
+    }
+
+    /// A target exits; within its grace an unrelated process gets its pid and is
+    /// traced (another rule took it): each keeps its own series, the old target's
+    /// never gain the new one's waiter names.
+    #[test]
+    fn a_reused_pid_never_relabels_the_old_targets_series() {
+        let mut m = Metrics::new(bounds());
+        let info = |start, comm: &str| {
+            Arc::new(ProcInfo {
+                pid: 10,
+                start,
+                comm: comm.into(),
+                ..ProcInfo::default()
+            })
+        };
+        let edge = |waiter: &str| crate::engine::processes::EdgeGroup {
+            waiter: waiter.into(),
+            waker: "main".into(),
+            values: GroupValues {
+                waits: 3,
+                contended: 3,
+                wait_ns: 30,
+            },
+        };
+        m.know(info(500, "svc"));
+        let mut old = proc(10, 100, 1_000);
+        old.start = 500;
+        old.edges = vec![edge("svc-worker")];
+        let own = SelfCounts::default();
+        let s = Summary {
+            processes: vec![old.clone()],
+            ..Summary::default()
+        };
+        m.update(&s);
+        old.live = false;
+        m.know(info(900, "unrel"));
+        assert!(m.knows((10, 500)) && m.knows((10, 900)) && !m.knows((10, 901)));
+        let mut new = proc(10, 7, 70);
+        new.start = 900;
+        new.edges = vec![edge("unrelB")];
+        let s = Summary {
+            processes: vec![old, new],
+            ..Summary::default()
+        };
+        m.update(&s);
+        let fams = m.families(&s, &own);
+        let edges = fams.iter().find(|f| f.name == "rtm_waits_for").unwrap();
+        for (labels, _) in &edges.samples {
+            let get = |k: &str| labels.iter().find(|l| l.0 == k).unwrap().1.as_str();
+            if get("waiter") == "unrelB" {
+                assert_eq!(get("target"), "unrel", "{labels:?}");
+            }
+            if get("target") == "svc" {
+                assert_ne!(get("waiter"), "unrelB", "{labels:?}");
+            }
+        }
+        assert_eq!(
+            value(&fams, "rtm_futex_waits", Some(("target", "svc"))),
+            Some(100.0)
+        );
+        assert_eq!(
+            value(&fams, "rtm_futex_waits", Some(("target", "unrel"))),
+            Some(7.0)
+        );
+        // The engine dropped the old one early (its pid traced again): it stays, in
+        // its grace, until the agent retires it; then its target's series go with it,
+        // the new one's go on.
+        let mut new = proc(10, 9, 90);
+        new.start = 900;
+        let s = Summary {
+            processes: vec![new],
+            ..Summary::default()
+        };
+        m.update(&s);
+        assert_eq!(m.exited().collect::<Vec<_>>(), [(10, 500)]);
+        let fams = m.families(&s, &own);
+        assert_eq!(
+            value(&fams, "rtm_futex_waits", Some(("target", "svc"))),
+            Some(100.0)
+        );
+        m.retire(&[(10, 500)]);
+        assert!(!m.knows((10, 500)));
+        let fams = m.families(&s, &own);
+        assert_eq!(
+            value(&fams, "rtm_futex_waits", Some(("target", "svc"))),
+            None
+        );
+        assert_eq!(
+            value(&fams, "rtm_futex_waits", Some(("target", "unrel"))),
+            Some(9.0)
+        );
+    }
 
     fn proc(pid: u32, waits: u64, lock_ns: u64) -> ProcessSummary {
         let mut totals = ProcessTotals {

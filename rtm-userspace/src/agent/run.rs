@@ -26,7 +26,7 @@ use super::{
 use crate::{
     cli::AgentCli,
     config::{AgentConfig, CounterList, Mode, TraceConfig},
-    engine::{Engine, EngineError, EngineHandle, KernelSource, Summary, Target},
+    engine::{Engine, EngineError, EngineHandle, KernelSource, ProcKey, Summary, Target},
     output::EndReason,
     session::{SessionError, preflight, read_config},
 };
@@ -204,22 +204,27 @@ fn reason(e: &EngineError) -> &'static str {
 struct Discovery {
     /// The engines, by mode: the file's first.
     handles: Vec<(Mode, EngineHandle)>,
-    /// The engine (index in `handles`) tracing each process.
-    owner: HashMap<u32, usize>,
+    /// The engine (index in `handles`) tracing each process. Processes are keyed by
+    /// (pid, start) here, as in the engines and the metrics: a pid the kernel gives
+    /// again is another process, never merged into the series of the one that had it.
+    owner: HashMap<ProcKey, usize>,
     selector: Selector,
     config: AgentConfig,
     metrics: Metrics,
     own: SelfCounts,
     /// Processes traced (added by the agent, or followed by the engine).
-    traced: HashSet<u32>,
+    traced: HashSet<ProcKey>,
     /// Processes added that no summary has listed yet, with when.
-    added: HashMap<u32, Instant>,
+    added: HashMap<ProcKey, Instant>,
     /// Processes looked at that did not match (their start time: a pid used again is
     /// looked at again).
     passed: HashMap<u32, u64>,
-    /// When each exited target was first seen exited.
-    exited: HashMap<u32, Instant>,
+    /// When each exited target was first seen exited (its grace period runs from then).
+    exited: HashMap<ProcKey, Instant>,
     told: HashSet<&'static str>,
+    /// Per select rule turning targets away: when it was last said, and how many
+    /// since.
+    turned_away_told: HashMap<usize, (Option<Instant>, u64)>,
     /// The file's mode and MPI choice.
     defaults: Defaults,
     /// Processes caught at their exec that need their libraries probed: looked at again
@@ -230,25 +235,34 @@ struct Discovery {
 /// How long a process added is taken as traced before a summary lists it.
 const RECENT: Duration = Duration::from_secs(30);
 
+/// How often a rule turning targets away is said at most.
+const TOLD_EVERY: Duration = Duration::from_secs(60);
+
 /// How long after its exec a process's libraries are surely mapped.
 const LOADER_TIME: Duration = Duration::from_millis(300);
 
+/// The process's start (clock ticks since boot): with the pid, its identity.
 fn start_time(pid: u32) -> u64 {
-    crate::target::process::thread_start_ns(pid, pid).unwrap_or(0)
+    crate::target::process::start_ticks(pid, pid).unwrap_or(0)
 }
 
 impl Discovery {
     /// Looks at process `pid`, traces it if it is wanted; `execd`: it has just exec'd
     /// (its libraries may not be mapped yet).
     async fn consider(&mut self, pid: u32, execd: bool) {
-        if self.traced.contains(&pid) || self.metrics.knows(pid) {
-            return;
-        }
         let Some(info) = ProcInfo::read(pid) else {
             return;
         };
-        let Some((mpi, mode)) = self.selector.rule_for(&info).map(|r| (r.mpi, r.mode)) else {
-            self.passed.insert(pid, start_time(pid));
+        let key = info.key();
+        if self.traced.contains(&key) || self.metrics.knows(key) {
+            return;
+        }
+        let Some((rule, mpi, mode)) = self
+            .selector
+            .rule_for(&info)
+            .map(|(i, r)| (i, r.mpi, r.mode))
+        else {
+            self.passed.insert(pid, info.start);
             return;
         };
         let mode = mode.unwrap_or(self.defaults.mode);
@@ -260,18 +274,8 @@ impl Discovery {
             return;
         }
         if self.traced.len() >= self.config.max_targets {
-            *self
-                .own
-                .attach_errors
-                .entry("max_targets".into())
-                .or_default() += 1;
-            self.passed.insert(pid, start_time(pid));
-            if self.told.insert("max_targets") {
-                crate::say!(
-                    "rtm-trace agent: {} targets traced: more are not (agent.max_targets)",
-                    self.config.max_targets
-                );
-            }
+            self.turn_away(rule, &info);
+            self.passed.insert(pid, info.start);
             return;
         }
         let target = Target {
@@ -285,16 +289,16 @@ impl Discovery {
             .expect("an engine for every mode a rule names");
         match self.handles[engine].1.add(vec![target]).await {
             Ok(_) => {
-                self.traced.insert(pid);
-                self.added.insert(pid, Instant::now());
-                self.owner.insert(pid, engine);
+                self.traced.insert(key);
+                self.added.insert(key, Instant::now());
+                self.owner.insert(key, engine);
                 self.own.attached += 1;
                 self.metrics.know(Arc::new(info));
             }
             Err(e) => {
                 let r = reason(&e);
                 *self.own.attach_errors.entry(r.into()).or_default() += 1;
-                self.passed.insert(pid, start_time(pid));
+                self.passed.insert(pid, info.start);
                 if self.told.insert(r) {
                     crate::say!(
                         "rtm-trace agent: cannot trace PID {pid} ({}): {e}",
@@ -302,6 +306,36 @@ impl Discovery {
                     );
                 }
             }
+        }
+    }
+
+    /// The target slots are full: `p`, selected by rule `rule`, is not traced. Counted
+    /// by rule, and said at most once a minute per rule (with how many since), so
+    /// processes planted to fill the slots show which rule let them in.
+    fn turn_away(&mut self, rule: usize, p: &ProcInfo) {
+        *self
+            .own
+            .attach_errors
+            .entry("max_targets".into())
+            .or_default() += 1;
+        let name = format!("select[{rule}]");
+        *self.own.turned_away.entry(name.clone()).or_default() += 1;
+        let now = Instant::now();
+        let (last, since) = self.turned_away_told.entry(rule).or_insert((None, 0));
+        *since += 1;
+        if last.is_none_or(|l| now.duration_since(l) >= TOLD_EVERY) {
+            crate::say!(
+                "rtm-trace agent: all {} target slots taken (agent.max_targets): PID {} ({}) \
+                 matched by agent.{name} ({}) is not traced ({} turned away by that rule \
+                 since the last message; restrict the rule, e.g. with uid or user)",
+                self.config.max_targets,
+                p.pid,
+                crate::output::text::Shown(&p.comm),
+                self.selector.describe(rule),
+                since
+            );
+            *last = Some(now);
+            *since = 0;
         }
     }
 
@@ -327,34 +361,35 @@ impl Discovery {
     fn update(&mut self, summaries: &[Arc<Summary>], texts: &watch::Sender<Texts>) {
         for (i, s) in summaries.iter().enumerate() {
             for p in &s.processes {
-                self.owner.insert(p.pid, i);
+                self.owner.insert((p.pid, p.start), i);
             }
         }
         let summary = &combine(summaries);
-        let grace = Duration::from_secs_f64(self.config.grace);
         let now = Instant::now();
-        let mut forget = Vec::new();
-        for p in &summary.processes {
-            if p.live {
-                continue;
-            }
-            let since = *self.exited.entry(p.pid).or_insert(now);
-            if now.duration_since(since) >= grace {
-                forget.push(p.pid);
-            }
-        }
-        let listed: HashSet<u32> = summary.processes.iter().map(|p| p.pid).collect();
-        self.exited.retain(|p, _| listed.contains(p));
+        let listed: HashSet<ProcKey> = summary.processes.iter().map(|p| (p.pid, p.start)).collect();
         // Traced: what the engines list, and what was added too recently to be listed
         // (a summary may predate the add).
         self.added
             .retain(|p, at| !listed.contains(p) && now.duration_since(*at) < RECENT);
         self.traced = listed.iter().chain(self.added.keys()).copied().collect();
         self.metrics.update(summary);
+        // The grace of each exited process the metrics hold (an engine drops one early
+        // when its pid is traced again; its series stay their time all the same).
+        let grace = Duration::from_secs_f64(self.config.grace);
+        let exited: HashSet<ProcKey> = self.metrics.exited().collect();
+        self.exited.retain(|k, _| exited.contains(k));
+        let mut forget = Vec::new();
+        for key in exited {
+            let since = *self.exited.entry(key).or_insert(now);
+            if now.duration_since(since) >= grace {
+                forget.push(key);
+            }
+        }
+        self.metrics.retire(&forget);
         let families = self.metrics.families(summary, &self.own);
         texts.send_replace(Texts::encode(families));
         for (i, (_, handle)) in self.handles.iter().enumerate() {
-            let mine: Vec<u32> = forget
+            let mine: Vec<ProcKey> = forget
                 .iter()
                 .copied()
                 .filter(|p| self.owner.get(p) == Some(&i))
@@ -466,6 +501,7 @@ async fn discover(
         passed: HashMap::new(),
         exited: HashMap::new(),
         told: HashSet::new(),
+        turned_away_told: HashMap::new(),
         defaults,
         deferred: Vec::new(),
     };

@@ -90,6 +90,11 @@ pub struct Rule {
     pub pod_uid: Option<String>,
     /// The Kubernetes namespace (read from the pod's service account mount).
     pub namespace: Option<String>,
+    /// The process's real user id (/proc/PID/status): another user's processes named
+    /// like the target cannot take its place.
+    pub uid: Option<u32>,
+    /// The same by user name, resolved to a uid once when the config is loaded.
+    pub user: Option<String>,
     /// Select rules only: probe the MPI library of the processes this rule selects
     /// (per-rank calls, time, messages and bytes); None for the file's top-level `mpi`.
     pub mpi: Option<bool>,
@@ -138,7 +143,7 @@ impl AgentConfig {
                 if r.is_empty() {
                     return Err(err(
                         &format!("{list}[{i}]"),
-                        "a rule needs at least one of comm, exe, cmdline, cgroup, container_id, pod_uid, namespace".into(),
+                        "a rule needs at least one of comm, exe, cmdline, cgroup, container_id, pod_uid, namespace, uid, user".into(),
                     ));
                 }
             }

@@ -20,8 +20,9 @@ fn pidfd_open(pid: u32) -> Option<OwnedFd> {
     (fd >= 0).then(|| unsafe { OwnedFd::from_raw_fd(fd as i32) })
 }
 
-/// Sends `pid` on `tx` once the process has exited. Must run inside the tokio runtime.
-pub fn watch(pid: u32, tx: mpsc::UnboundedSender<u32>) {
+/// Sends `said` on `tx` once process `pid` has exited. Must run inside the tokio
+/// runtime.
+pub fn watch<T: Send + 'static>(pid: u32, said: T, tx: mpsc::UnboundedSender<T>) {
     let fd = pidfd_open(pid).and_then(|fd| {
         // SAFETY: the OwnedFd stays open for the AsyncFd's lifetime.
         unsafe { AsyncFd::register_with_interest(fd, Interest::READABLE) }.ok()
@@ -37,6 +38,6 @@ pub fn watch(pid: u32, tx: mpsc::UnboundedSender<u32>) {
                 }
             }
         }
-        let _ = tx.send(pid);
+        let _ = tx.send(said);
     });
 }

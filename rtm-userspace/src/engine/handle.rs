@@ -15,7 +15,7 @@ pub(super) enum Command {
         oneshot::Sender<Result<Vec<TargetInfo>, EngineError>>,
     ),
     Remove(u32),
-    Forget(Vec<u32>),
+    Forget(Vec<super::ProcKey>),
     Stop(EndReason),
 }
 
@@ -45,9 +45,9 @@ impl EngineHandle {
     }
 
     /// Forgets processes that no longer run (see [`super::Engine::forget`]).
-    pub fn forget(&self, pids: Vec<u32>) -> Result<(), EngineError> {
+    pub fn forget(&self, keys: Vec<super::ProcKey>) -> Result<(), EngineError> {
         self.commands
-            .send(Command::Forget(pids))
+            .send(Command::Forget(keys))
             .map_err(|_| EngineError::Stopped)
     }
 

@@ -17,6 +17,7 @@ mod handle;
 mod kernel;
 mod naming;
 pub mod processes;
+mod reuse;
 mod run;
 mod sampler;
 pub mod source;
@@ -143,9 +144,13 @@ pub struct Outcome {
     pub exits: Vec<(u32, ChildExit)>,
 }
 
+pub use reuse::ProcKey;
+
 /// A target and what became of it.
 struct Traced {
     info: TargetInfo,
+    /// When it started (clock ticks since boot): with the pid, which process it is.
+    start: u64,
     launched: Option<Launched>,
     live: bool,
     exit: Option<ChildExit>,
@@ -180,9 +185,14 @@ pub struct Engine {
     /// Processes forked by following processes, traced from birth, each with the
     /// target it descends from.
     followed: Vec<(u32, u32)>,
+    /// When each followed process started (see [`Traced::start`]).
+    followed_starts: std::collections::HashMap<u32, u64>,
     /// Processes whose forks are followed.
     following: HashSet<u32>,
-    exits: (mpsc::UnboundedSender<u32>, mpsc::UnboundedReceiver<u32>),
+    exits: (
+        mpsc::UnboundedSender<ProcKey>,
+        mpsc::UnboundedReceiver<ProcKey>,
+    ),
     commands: (
         mpsc::UnboundedSender<Command>,
         mpsc::UnboundedReceiver<Command>,
@@ -255,6 +265,7 @@ impl Engine {
             source,
             targets: Vec::new(),
             followed: Vec::new(),
+            followed_starts: std::collections::HashMap::new(),
             following: HashSet::new(),
             exits: mpsc::unbounded_channel(),
             commands: mpsc::unbounded_channel(),
@@ -308,30 +319,6 @@ impl Engine {
         self.per_process = yes;
     }
 
-    /// Forgets the processes `pids` that no longer run (a daemon's exited targets,
-    /// after a grace period): their part of the model, their names and their entries in
-    /// the summary. Live ones are left alone.
-    pub fn forget(&mut self, pids: &[u32]) {
-        let live: HashSet<u32> = self
-            .targets
-            .iter()
-            .filter(|t| t.live)
-            .map(|t| t.info.pid)
-            .chain(self.followed.iter().map(|f| f.0))
-            .collect();
-        let gone: HashSet<u32> = pids.iter().copied().filter(|p| !live.contains(p)).collect();
-        if gone.is_empty() {
-            return;
-        }
-        self.state.forget(&gone);
-        let list: Vec<u32> = gone.iter().copied().collect();
-        self.source.forget(&list);
-        self.targets.retain(|t| !gone.contains(&t.info.pid));
-        if let Some(s) = &mut self.sampler {
-            s.forget(&gone);
-        }
-    }
-
     /// A handle to drive the engine while it runs.
     pub fn handle(&self) -> EngineHandle {
         EngineHandle {
@@ -352,6 +339,7 @@ impl Engine {
         let first_load = self.targets.iter().all(|t| !t.live) && self.followed.is_empty();
         // Not idle any more: a later idle spell lingers its whole time again.
         self.idle_since = None;
+        let starts = self.retire_reused(&targets);
         let infos = self.source.attach(&targets)?;
         let timed = self.source.timed_functions();
         if timed.len() != self.state.funcs.functions().len() {
@@ -408,9 +396,11 @@ impl Engine {
             if t.follow_forks {
                 self.following.insert(t.pid);
             }
-            exits::watch(t.pid, self.exits.0.clone());
+            let start = starts.get(&t.pid).copied().unwrap_or(0);
+            exits::watch(t.pid, (t.pid, start), self.exits.0.clone());
             self.targets.retain(|old| old.info.pid != t.pid);
             self.targets.push(Traced {
+                start,
                 info: info.clone(),
                 launched: t.launched.clone(),
                 live: true,
@@ -555,6 +545,8 @@ impl Engine {
                 .find(|f| f.0 == parent)
                 .map_or(parent, |f| f.1);
             self.followed.push((child, root));
+            self.followed_starts
+                .insert(child, process::start_ticks(child, child).unwrap_or(0));
             self.following.insert(child);
             self.state.model.trace_process(child);
             if self.config.verbose {
@@ -572,6 +564,7 @@ impl Engine {
         for pid in &c.gone {
             if let Some(i) = self.followed.iter().position(|f| f.0 == *pid) {
                 self.followed.swap_remove(i);
+                self.state.ended.insert(*pid);
                 self.following.remove(pid);
                 gone_followed.push(*pid);
             }

@@ -94,6 +94,8 @@ pub struct RankSummary {
 pub struct ProcessSummary {
     /// Process id.
     pub pid: u32,
+    /// When it started (clock ticks since boot): with the pid, which process it is.
+    pub start: u64,
     /// Whether it still runs.
     pub live: bool,
     /// Its futex waits.
@@ -123,8 +125,8 @@ pub struct ProcessSummary {
 /// before the snapshot is taken).
 #[derive(Debug, Default)]
 pub struct Inputs {
-    /// The processes, with whether each still runs.
-    pub pids: Vec<(u32, bool)>,
+    /// The processes (pid, start), with whether each still runs.
+    pub pids: Vec<(u32, u64, bool)>,
     /// Their futex wait totals.
     pub totals: HashMap<u32, ProcessTotals>,
     /// The waits their threads are asleep in.
@@ -149,11 +151,12 @@ fn build(inputs: Inputs, snap: &Snapshot, now_ns: u64) -> Vec<ProcessSummary> {
     } = inputs;
     let mut out: HashMap<u32, ProcessSummary> = pids
         .iter()
-        .map(|&(pid, live)| {
+        .map(|&(pid, start, live)| {
             (
                 pid,
                 ProcessSummary {
                     pid,
+                    start,
                     live,
                     totals: totals.get(&pid).copied().unwrap_or_default(),
                     ..Default::default()

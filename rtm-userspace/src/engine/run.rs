@@ -29,7 +29,7 @@ enum Wake {
     Tick,
     Sample,
     Stop(EndReason),
-    Exited(u32),
+    Exited(super::ProcKey),
     DeadlockCheck,
     Command(Command),
 }
@@ -100,15 +100,18 @@ impl Engine {
     }
 
     /// What the per-process summaries need from outside the snapshot.
-    fn process_inputs(&self) -> super::processes::Inputs {
-        let pids: Vec<(u32, bool)> = self
+    pub(super) fn process_inputs(&self) -> super::processes::Inputs {
+        let pids: Vec<(u32, u64, bool)> = self
             .targets
             .iter()
-            .map(|t| (t.info.pid, t.live))
-            .chain(self.followed.iter().map(|f| (f.0, true)))
+            .map(|t| (t.info.pid, t.start, t.live))
+            .chain(self.followed.iter().map(|f| {
+                let start = self.followed_starts.get(&f.0).copied().unwrap_or(0);
+                (f.0, start, true)
+            }))
             .collect();
         let running: std::collections::HashSet<u32> =
-            pids.iter().filter(|p| p.1).map(|p| p.0).collect();
+            pids.iter().filter(|p| p.2).map(|p| p.0).collect();
         let mut threads = self
             .state
             .model
@@ -118,7 +121,7 @@ impl Engine {
         let asleep = self.source.asleep(&mut threads, None);
         let totals = pids
             .iter()
-            .filter_map(|(p, _)| Some((*p, *self.state.model.process_totals(*p)?)))
+            .filter_map(|(p, _, _)| Some((*p, *self.state.model.process_totals(*p)?)))
             .collect();
         let deadlocked = self
             .deadlocks
@@ -176,7 +179,7 @@ impl Engine {
                 _ = async { ticker.as_mut().expect("guarded").tick().await }, if ticker.is_some() => Wake::Tick,
                 _ = async { tokio::time::sleep_until(deadline.expect("guarded")).await }, if deadline.is_some() => Wake::Stop(EndReason::Duration),
                 r = &mut stop => Wake::Stop(r),
-                Some(pid) = self.exits.1.recv() => Wake::Exited(pid),
+                Some(key) = self.exits.1.recv() => Wake::Exited(key),
                 Some(c) = self.commands.1.recv() => Wake::Command(c),
             };
             match wake {
@@ -218,8 +221,8 @@ impl Engine {
                     }
                 }
                 Wake::Stop(r) => return Ok(r),
-                Wake::Exited(pid) => {
-                    if self.exited(pid)? {
+                Wake::Exited(key) => {
+                    if self.exited(key)? {
                         return Ok(EndReason::TargetsExited);
                     }
                 }
@@ -234,7 +237,7 @@ impl Engine {
     }
 
     /// A target exited; returns whether the run is over.
-    fn exited(&mut self, pid: u32) -> Result<bool, EngineError> {
+    fn exited(&mut self, (pid, start): super::ProcKey) -> Result<bool, EngineError> {
         // Its last events are already in the ring buffer; its usage is still readable
         // until it is reaped.
         let alive = self.all_pids();
@@ -245,8 +248,9 @@ impl Engine {
         let Some(t) = self
             .targets
             .iter_mut()
-            .find(|t| t.info.pid == pid && t.live)
+            .find(|t| t.info.pid == pid && t.start == start && t.live)
         else {
+            // Already retired (its pid traced again).
             return Ok(false);
         };
         let ended = if t.launched.is_some() {
@@ -264,6 +268,7 @@ impl Engine {
         // with the others at the end, or when a daemon forgets it. It leaves the
         // in-kernel filter now (its pid may be used again).
         t.live = false;
+        self.state.ended.insert(pid);
         self.source.stop(&[pid]);
         if self.stop_when_targets_exit {
             return Ok(self.targets.iter().all(|t| !t.live));

@@ -69,6 +69,8 @@ pub(super) struct State {
     pub(super) join: StackJoin,
     /// Timed functions (`--func`).
     pub funcs: FuncModel,
+    /// Processes that have exited (their pid may name another process now).
+    pub ended: HashSet<u32>,
 }
 
 impl State {
@@ -90,6 +92,7 @@ impl State {
             stacks: StackTable::default(),
             join: StackJoin::default(),
             funcs: FuncModel::default(),
+            ended: HashSet::new(),
         }
     }
 
@@ -144,6 +147,7 @@ impl State {
         self.join.forget(pids);
         self.funcs.forget(pids);
         for p in pids {
+            self.ended.remove(p);
             self.rank_env.remove(p);
             self.comms.remove(p);
             self.stale_maps.remove(p);
@@ -330,7 +334,9 @@ impl State {
             .map(|(k, n)| (*k, n.last_event_ns))
             .collect();
         for (k, last) in threads {
-            if process::thread_alive(k.pid, k.tid) {
+            // An ended process's pid may name another process now: its threads' names
+            // are not read again.
+            if !self.ended.contains(&k.pid) && process::thread_alive(k.pid, k.tid) {
                 self.model
                     .set_thread_info(k, process::thread_name(k.pid, k.tid), None);
             } else {

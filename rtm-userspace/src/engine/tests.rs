@@ -418,3 +418,52 @@ fn no_system_sampling_when_turned_off() {
         }
     });
 }
+
+/// A pid traced again names another process: what the engine held of the one that had
+/// it (exited) is dropped whole before the new one is attached, never merged into it,
+/// and a forget of the old one leaves the new one be.
+#[test]
+fn a_pid_traced_again_is_another_process() {
+    let me = std::process::id();
+    let start = crate::target::process::start_ticks(me, me).unwrap();
+    let config = TraceConfig {
+        counters: CounterList(Vec::new()),
+        ..TraceConfig::default()
+    };
+    let rt = runtime();
+    rt.block_on(async {
+        let source = EventList::new(workload(me, 10, 100));
+        let mut engine = Engine::new(config, Box::new(source), Vec::new());
+        engine.sample_system(false);
+        engine
+            .add_targets(vec![Target::running(me, false)])
+            .unwrap();
+        assert_eq!(engine.targets[0].start, start);
+        engine.drain(usize::MAX);
+        let objects = |e: &Engine| e.state.model.objects().filter(|(k, _)| k.pid == me).count();
+        assert!(objects(&engine) > 0);
+        // Make it an older process that had the pid and has exited.
+        let old = start.wrapping_sub(1);
+        engine.targets[0].start = old;
+        engine.targets[0].live = false;
+        engine.state.ended.insert(me);
+        // A forget about another process with the pid leaves it alone.
+        engine.forget(&[(me, start)]);
+        assert_eq!(engine.targets.len(), 1);
+        assert!(objects(&engine) > 0);
+        // Traced again: the old one's objects are gone before the new one attaches.
+        engine
+            .add_targets(vec![Target::running(me, false)])
+            .unwrap();
+        assert_eq!(objects(&engine), 0, "the old process's state was kept");
+        assert_eq!(engine.targets.len(), 1);
+        assert!(engine.targets[0].live && engine.targets[0].start == start);
+        assert!(!engine.state.ended.contains(&me));
+        // A late forget of the old one does nothing to the new one.
+        engine.forget(&[(me, old)]);
+        assert_eq!(engine.targets.len(), 1);
+        let summary_pids = engine.process_inputs().pids;
+        assert_eq!(summary_pids, vec![(me, start, true)]);
+        engine.finish(EndReason::Signal).unwrap();
+    });
+}

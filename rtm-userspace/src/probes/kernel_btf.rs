@@ -19,6 +19,11 @@ pub struct TaskOffsets {
     pub tgid: u32,
     /// `__state` (`state` before Linux 5.14): 0 while the task is runnable.
     pub state: u32,
+    /// `signal` (0: unknown).
+    pub signal: u32,
+    /// `live` in `struct signal_struct` (0: unknown): the exit program tells a
+    /// process's last thread by it (PID reuse, see rtm-ebpf's lifecycle.rs).
+    pub signal_live: u32,
 }
 
 /// Why an offset could not be read.
@@ -55,6 +60,19 @@ fn task_offsets_in(btf: &Btf<'_>) -> Result<TaskOffsets, BtfError> {
         state: btf
             .offset_of(task, &["__state"])
             .or_else(|_| btf.offset_of(task, &["state"]))?,
+        // Both or neither.
+        ..btf
+            .offset_of(task, &["signal"])
+            .and_then(|signal| {
+                let s = btf.struct_named("signal_struct")?;
+                Ok((signal, btf.offset_of(s, &["live"])?))
+            })
+            .map(|(signal, signal_live)| TaskOffsets {
+                signal,
+                signal_live,
+                ..TaskOffsets::default()
+            })
+            .unwrap_or_default()
     })
 }
 
@@ -325,6 +343,10 @@ mod tests {
         assert_eq!(btf.offset_of(regs, &["r10"]).unwrap(), 56);
         let t = task_offsets().unwrap();
         assert_eq!(t.tgid, t.pid + 4, "{t:?}");
+        // task_struct.signal is a pointer well past pid; signal_struct.live follows its
+        // refcount (`sigcnt`, 4 bytes) and nr_threads.
+        assert!(t.signal > t.tgid && t.signal.is_multiple_of(8), "{t:?}");
+        assert!((4..=16).contains(&t.signal_live), "{t:?}");
     }
 }
 

@@ -579,6 +579,8 @@ impl Probes {
             .override_global(names::GLOBAL_SLEEP_ENTRY, &sleep_entry, true)
             .override_global(names::GLOBAL_STACK_RATE, &stack_rate, true)
             .override_global(names::GLOBAL_TASK_STATE, &task.state, true)
+            .override_global(names::GLOBAL_TASK_SIGNAL, &task.signal, true)
+            .override_global(names::GLOBAL_SIGNAL_LIVE, &task.signal_live, true)
             .load(object)
             .map_err(|source| ProbeError::Load { source })?;
         fill_context(&mut ebpf, tids, cpus)?;

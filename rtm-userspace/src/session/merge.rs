@@ -37,13 +37,16 @@ fn read_part(path: &Path) -> Result<Part, SessionError> {
 
 /// Parses a part from `input`, named `path`.
 fn parse_part(path: &Path, input: impl std::io::Read) -> Result<Part, SessionError> {
+    let mut input = std::io::BufReader::with_capacity(1 << 16, input);
+    // Junk (whitespace, zeros, a bare string) is refused before anything is kept.
+    crate::output::saved::object_start(&mut input)
+        .map_err(|why| part_err(path, format!("not an rtm-trace JSON document: {why}")))?;
+    let input = std::io::Read::chain(&b"{"[..], input);
     let doc: PartDocument =
-        serde_json::from_reader(std::io::BufReader::with_capacity(1 << 16, input)).map_err(
-            |e| match e.io_error_kind() {
-                Some(_) => part_err(path, format!("cannot read it: {e}")),
-                None => part_err(path, format!("not JSON ({e})")),
-            },
-        )?;
+        serde_json::from_reader(input).map_err(|e| match e.io_error_kind() {
+            Some(_) => part_err(path, format!("cannot read it: {e}")),
+            None => part_err(path, format!("not JSON ({e})")),
+        })?;
     if doc.format.as_ref().and_then(|f| f.as_str()) != Some(json::FORMAT) {
         return Err(part_err(
             path,

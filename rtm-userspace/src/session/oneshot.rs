@@ -153,7 +153,7 @@ pub(super) async fn trace(
             );
             // Its exit comes through a watcher; Ctrl-C or SIGTERM ends the wait.
             let (tx, mut rx) = mpsc::unbounded_channel();
-            exits::watch(c.pid, tx);
+            exits::watch(c.pid, (), tx);
             tokio::select! {
                 Some(_) = rx.recv() => Ok(wait_child(c.pid).map(ChildExit::shell_code)?),
                 _ = sigint.recv() => Ok(130),

@@ -1,8 +1,6 @@
 //! `rtm-trace report FILE.json`: a saved trace rendered again (the text report, and the
 //! HTML report and DOT graphs on request), with no tracing and no root.
 
-use std::io::Read as _;
-
 use crate::{
     cli::ReportCli,
     output::{
@@ -25,15 +23,15 @@ pub fn report(cli: ReportCli) -> Result<i32, SessionError> {
     let mut html_dest = cli.html.as_deref().map(Dest::check).transpose()?;
     let mut dot_dest = cli.dot.as_deref().map(Dest::check).transpose()?;
     let shown = path_shown(&cli.file);
-    let mut bytes = Vec::new();
-    input::Bounded::open(&cli.file, input::MAX_PART_BYTES)
-        .and_then(|mut f| f.read_to_end(&mut bytes))
-        .map_err(|source| SessionError::Io {
+    // Streamed: memory follows what the document holds, not the file's size (junk
+    // is refused from its first bytes; see Doc::read).
+    let file = input::Bounded::open(&cli.file, input::MAX_PART_BYTES).map_err(|source| {
+        SessionError::Io {
             what: format!("cannot read {shown}"),
             source,
-        })?;
-    let doc = Doc::parse(&bytes, &shown)?;
-    drop(bytes);
+        }
+    })?;
+    let doc = Doc::read(file, &shown)?;
     let page = html_dest.as_ref().map(|_| html::render(&doc));
     if let (Some(d), Some(page)) = (&mut html_dest, page) {
         d.write(&mut |w| w.write_all(page.as_bytes()))?;

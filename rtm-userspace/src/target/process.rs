@@ -170,12 +170,19 @@ pub fn thread_alive(pid: u32, tid: u32) -> bool {
     Path::new(&format!("/proc/{pid}/task/{tid}")).exists()
 }
 
-/// A thread's start time on the CLOCK_MONOTONIC scale (10 ms resolution), when readable.
-pub fn thread_start_ns(pid: u32, tid: u32) -> Option<u64> {
+/// A thread's start time as /proc says it: clock ticks since boot (`stat` field 22),
+/// the same on every read. With the pid, it names a process apart from any later one
+/// given the same pid (one started within the same tick, 10 ms, aside).
+pub fn start_ticks(pid: u32, tid: u32) -> Option<u64> {
     let stat = read_proc_text(format!("/proc/{pid}/task/{tid}/stat")).ok()?;
     // Field 22 (starttime), counting from the state (field 3) after the comm's ')'.
     let after = stat.rsplit_once(')')?.1;
-    let ticks: u64 = after.split_whitespace().nth(19)?.parse().ok()?;
+    after.split_whitespace().nth(19)?.parse().ok()
+}
+
+/// A thread's start time on the CLOCK_MONOTONIC scale (10 ms resolution), when readable.
+pub fn thread_start_ns(pid: u32, tid: u32) -> Option<u64> {
+    let ticks = start_ticks(pid, tid)?;
     let hz = ticks_per_second()?;
     let since_boot_ns = ticks.checked_mul(1_000_000_000)? / hz;
     // starttime counts from boot on CLOCK_BOOTTIME; shift it onto CLOCK_MONOTONIC. The two

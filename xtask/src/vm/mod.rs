@@ -30,9 +30,15 @@ pub use kernels::MATRIX;
 /// The smoke set: a ground-truth test for each mode and feature (exact counts in both
 /// modes and on the fallback paths, `--func`, `--blocked` and the live deadlock check,
 /// the timeline, stacks, wakes across processes, timeouts, MPI, the agent scraped by
-/// Prometheus, results on 9p, and every program loading), by test file and name.
+/// Prometheus, a target's pid given again (the exit program's group-death test reads
+/// task_struct and signal_struct by BTF), results on 9p, and every program loading),
+/// by test file and name.
 pub const SMOKE: &[(&str, &str)] = &[
     ("kernel_e2e", "every_program_loads_and_each_feature_says_so"),
+    (
+        "agent_targets_e2e",
+        "a_pid_given_again_never_relabels_the_exited_targets_series",
+    ),
     (
         "kernel_e2e",
         "results_land_on_a_file_system_without_unnamed_files",

@@ -168,11 +168,12 @@ pub(super) fn target_families(m: &Metrics) -> Vec<Family> {
             .samples
             .push((base.clone(), Value::Int(n_threads as u64)));
         procs.samples.push((base.clone(), Value::Int(live)));
-        let mut pids: Vec<&u32> = t.procs.keys().collect();
-        pids.sort();
-        for pid in pids {
+        let mut keys: Vec<&ProcKey> = t.procs.keys().collect();
+        keys.sort();
+        for key in keys {
+            let pid = key.0;
             // A rank's figures stay through the grace period, like the totals.
-            if let Some(r) = &t.procs[pid].mpi {
+            if let Some(r) = &t.procs[key].mpi {
                 let mut l = base.clone();
                 // A rank not known (no MPI_Init seen, no launcher variable): its pid.
                 l.push((
@@ -197,10 +198,10 @@ pub(super) fn target_families(m: &Metrics) -> Vec<Family> {
                     .samples
                     .push((l, Value::Int(r.bytes_received)));
             }
-            if !t.procs[pid].live {
+            if !t.procs[key].live {
                 continue;
             }
-            let i = m.infos.get(pid);
+            let i = m.infos.get(key);
             let mut l = base.clone();
             l.push(("pid", pid.to_string()));
             l.push(("exe", i.map(|i| i.exe.clone()).unwrap_or_default()));
@@ -316,6 +317,15 @@ pub(super) fn own_families(summary: &Summary, own: &SelfCounts, targets: usize) 
             .push((vec![("reason", reason.clone())], Value::Int(*n)));
     }
     f.push(a);
+    let mut away = counter(
+        "rtm_targets_turned_away",
+        "Processes a select rule matched that were not traced because every target slot (max_targets) was taken, by rule.",
+    );
+    for (rule, n) in &own.turned_away {
+        away.samples
+            .push((vec![("rule", rule.clone())], Value::Int(*n)));
+    }
+    f.push(away);
     let l = summary.losses;
     let mut lost = counter(
         "rtm_events_lost",

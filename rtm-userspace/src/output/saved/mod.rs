@@ -7,7 +7,10 @@
 //! The fields are those of docs/json-format.md, documented there once.
 #![allow(missing_docs)]
 
+mod read;
 pub mod text;
+
+pub use read::object_start;
 
 use serde::Deserialize;
 
@@ -440,39 +443,6 @@ pub struct Doc {
 }
 
 impl Doc {
-    /// Parses and checks a document's text (`shown`: its name for messages).
-    pub fn parse(text: &[u8], shown: &str) -> Result<Self, SavedError> {
-        #[derive(Deserialize)]
-        struct Head {
-            format: Option<String>,
-            version: Option<u64>,
-            tool_version: Option<String>,
-        }
-        let not_ours = |why: String| SavedError::NotOurs {
-            path: shown.to_owned(),
-            why,
-        };
-        let head: Head = serde_json::from_slice(text).map_err(|e| not_ours(format!("{e}")))?;
-        if head.format.as_deref() != Some(json::FORMAT) {
-            return Err(not_ours(format!(
-                "its \"format\" is {:?}, not \"{}\"",
-                head.format.unwrap_or_default(),
-                json::FORMAT
-            )));
-        }
-        let version = head.version.unwrap_or(0);
-        if version != u64::from(json::VERSION) {
-            return Err(SavedError::Version {
-                path: shown.to_owned(),
-                version,
-                tool: head.tool_version.unwrap_or_else(|| "unknown".into()),
-                ours: env!("CARGO_PKG_VERSION"),
-                reads: json::VERSION,
-            });
-        }
-        serde_json::from_slice(text).map_err(|e| not_ours(format!("{e}")))
-    }
-
     /// The name a thread is shown by: "tid name".
     pub fn thread_label(&self, pid: u32, tid: u32) -> String {
         match self
