@@ -30,7 +30,8 @@ fn wait_for(what: &str, timeout: Duration, mut ok: impl FnMut() -> bool) -> Dura
 }
 
 /// What curl got: its exit code, the HTTP status (0: none), the response head, the
-/// body, and the time it took.
+/// body, and the time the request took by curl's own clock (connection, handshake and
+/// answer; not curl's start).
 struct Curl {
     code: i32,
     status: u16,
@@ -39,30 +40,37 @@ struct Curl {
     took: Duration,
 }
 
-/// `curl -s URL ARGS`, five seconds at most.
+/// `curl -s URL ARGS`, five seconds at most; `localhost` is 127.0.0.1.
 fn curl(url: &str, args: &[&str]) -> Curl {
     let dir = TempDir::new("curl");
     let (head, body) = (dir.join("head"), dir.join("body"));
-    let t = Instant::now();
     let out = Command::new("curl")
-        .args(["-s", "--max-time", "5", "-D"])
+        .args(["-s", "--max-time", "5", "--resolve"])
+        .arg(format!(
+            "localhost:{}:127.0.0.1",
+            url.rsplit_once(':')
+                .map_or("443", |p| p.1.split('/').next().unwrap())
+        ))
+        .arg("-D")
         .arg(&head)
         .arg("-o")
         .arg(&body)
-        .args(["-w", "%{http_code}"])
+        .args(["-w", "%{http_code} %{time_total}"])
         .args(args)
         .arg(url)
         .output()
         .expect("curl (apt-get install curl)");
+    let said = String::from_utf8_lossy(&out.stdout);
+    let mut w = said.split_whitespace();
     Curl {
         code: out.status.code().unwrap_or(-1),
-        status: String::from_utf8_lossy(&out.stdout)
-            .trim()
-            .parse()
-            .unwrap_or(0),
+        status: w.next().and_then(|c| c.parse().ok()).unwrap_or(0),
+        took: w
+            .next()
+            .and_then(|t| t.parse().ok())
+            .map_or(Duration::MAX, Duration::from_secs_f64),
         head: std::fs::read_to_string(head).unwrap_or_default(),
         body: std::fs::read_to_string(body).unwrap_or_default(),
-        took: t.elapsed(),
     }
 }
 
@@ -420,7 +428,8 @@ fn prometheus_scrapes_over_tls_with_basic_auth_and_client_certificates() {
 
 /// Connections that open a TLS handshake and never finish it, or never start it, are
 /// dropped within the head timeout (2 s); 300 of them held at once (more than the
-/// connection cap) do not keep a scraper out.
+/// connection cap) do not keep a scraper out, and neither does a stream of wrong
+/// passwords (each a bcrypt check).
 #[test]
 fn an_unfinished_tls_handshake_holds_no_place() {
     if !can_trace("an_unfinished_tls_handshake_holds_no_place") {
@@ -503,6 +512,51 @@ fn an_unfinished_tls_handshake_holds_no_place() {
     }
     println!("with 300 stalled handshakes held, the slowest answer took {slowest:?}");
     drop(held);
+
+    // 400 wrong passwords, 50 at a time, while the scraper (its password remembered)
+    // asks: every wrong one refused (401, or 503 while too many checks are under way),
+    // the scraper answered within a second.
+    let url = "https://localhost:17481/metrics";
+    let mut wrong = std::process::Command::new("curl");
+    wrong
+        .args([
+            "-s",
+            "--parallel",
+            "--parallel-max",
+            "50",
+            "--max-time",
+            "20",
+        ])
+        .args(["--resolve", "localhost:17481:127.0.0.1", "--cacert"])
+        .arg(&certs.ca)
+        .args(["-u", "prometheus:wrong", "-w", "%{http_code}\n"]);
+    for _ in 0..400 {
+        wrong.args(["-o", "/dev/null", url]);
+    }
+    let flood = spawn(&mut wrong);
+    let mut slowest = Duration::ZERO;
+    for _ in 0..10 {
+        for path in ["/metrics", "/healthz"] {
+            let c = curl(&format!("https://localhost:17481{path}"), &args(&good));
+            assert_eq!(c.status, 200, "{path}: rc {}", c.code);
+            assert!(c.took < Duration::from_secs(1), "{path} took {:?}", c.took);
+            slowest = slowest.max(c.took);
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let out = flood.wait_output(T);
+    let codes = String::from_utf8_lossy(&out.stdout);
+    let mut counts = std::collections::BTreeMap::new();
+    for c in codes.lines() {
+        *counts.entry(c.to_owned()).or_insert(0) += 1;
+    }
+    println!("with wrong passwords streaming in ({counts:?}), the slowest answer took {slowest:?}");
+    assert_eq!(counts.values().sum::<i32>(), 400, "{codes}");
+    assert!(
+        counts.keys().all(|c| c == "401" || c == "503"),
+        "{counts:?}"
+    );
+    assert!(counts.get("401").is_some_and(|&n| n > 0), "{counts:?}");
 }
 
 fn check_config(dir: &Path, config: &str, web: Option<&str>, listen: Option<&str>) -> Output {

@@ -313,8 +313,15 @@ async fn connection<I>(
                     .headers()
                     .get(header::AUTHORIZATION)
                     .map(|v| v.as_bytes().to_vec());
-                if auth.check(given).await == Verdict::Fail {
-                    return Ok::<_, Infallible>(unauthorized());
+                match auth.check(given).await {
+                    Verdict::Pass => {}
+                    Verdict::Fail => return Ok::<_, Infallible>(unauthorized()),
+                    Verdict::Busy => {
+                        return Ok(text(
+                            StatusCode::SERVICE_UNAVAILABLE,
+                            "too many password checks under way\n",
+                        ));
+                    }
                 }
             }
             let r = if req.uri().path() == "/metrics" {

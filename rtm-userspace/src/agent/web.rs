@@ -343,13 +343,19 @@ fn tls_config(t: &TlsFile, base: &Path) -> Result<(Arc<ServerConfig>, ClientAuth
 /// Basic auth against bcrypt hashes. A bcrypt check costs tens of milliseconds by
 /// design, so each user and password that passed is remembered (as a keyed hash, never
 /// the password), at most CACHE_ENTRIES of them: a scraper every 15 s pays it once.
-/// Checks run off the endpoint's thread, at most two at once, so that a stream of wrong
-/// passwords neither stalls `/healthz` nor takes more than two cores' worth of waiting.
+/// Checks run off the endpoint's thread (two at once on its blocking threads), at most
+/// MAX_CHECKS running or waiting, counted until each ends even when its client has gone:
+/// a stream of wrong passwords neither stalls `/healthz` nor queues work without bound
+/// (past it, 503 until a check ends).
 pub struct BasicAuth {
     users: HashMap<String, String>,
     key: ring::hmac::Key,
     passed: Mutex<Passed>,
+    checks: Arc<tokio::sync::Semaphore>,
 }
+
+/// Most bcrypt checks running or waiting at once.
+pub const MAX_CHECKS: usize = 8;
 
 /// Most users and passwords remembered as passed.
 pub const CACHE_ENTRIES: usize = 64;
@@ -381,6 +387,8 @@ pub enum Verdict {
     Pass,
     /// Refused: 401.
     Fail,
+    /// Too many checks under way: 503.
+    Busy,
 }
 
 impl BasicAuth {
@@ -392,6 +400,7 @@ impl BasicAuth {
             users,
             key,
             passed: Mutex::new(Passed::default()),
+            checks: Arc::new(tokio::sync::Semaphore::new(MAX_CHECKS)),
         }
     }
 
@@ -462,10 +471,17 @@ impl BasicAuth {
         if let Some(v) = self.quick(header.as_deref()) {
             return v;
         }
+        let Ok(permit) = self.checks.clone().try_acquire_owned() else {
+            return Verdict::Busy;
+        };
         let me = self.clone();
-        tokio::task::spawn_blocking(move || me.slow(header.as_deref()))
-            .await
-            .unwrap_or(Verdict::Fail)
+        tokio::task::spawn_blocking(move || {
+            let v = me.slow(header.as_deref());
+            drop(permit);
+            v
+        })
+        .await
+        .unwrap_or(Verdict::Fail)
     }
 }
 
@@ -668,6 +684,27 @@ mod tests {
             w.auth.unwrap().slow(Some(&basic("u", "a:b"))),
             Verdict::Pass
         );
+    }
+
+    #[tokio::test]
+    async fn checks_under_way_are_bounded() {
+        let hash = bcrypt::hash("pw", 4).unwrap();
+        let w = parse(&format!("basic_auth_users:\n  u: \"{hash}\"\n")).unwrap();
+        let a = w.auth.unwrap();
+        // Every place taken (by checks whose clients may have gone): busy, not queued.
+        let held: Vec<_> = (0..MAX_CHECKS)
+            .map(|_| a.checks.clone().try_acquire_owned().unwrap())
+            .collect();
+        assert_eq!(a.check(Some(basic("u", "pw"))).await, Verdict::Busy);
+        assert_eq!(a.check(None).await, Verdict::Fail, "no check needed");
+        drop(held);
+        assert_eq!(a.check(Some(basic("u", "pw"))).await, Verdict::Pass);
+        // Remembered: no place needed any more.
+        let held: Vec<_> = (0..MAX_CHECKS)
+            .map(|_| a.checks.clone().try_acquire_owned().unwrap())
+            .collect();
+        assert_eq!(a.check(Some(basic("u", "pw"))).await, Verdict::Pass);
+        drop(held);
     }
 
     #[test]
