@@ -685,6 +685,11 @@ pub struct AgentCli {
     #[arg(long, value_name = "ADDR")]
     pub listen: Option<std::net::SocketAddr>,
 
+    /// TLS and basic auth from this web config file (the Prometheus exporters' format:
+    /// tls_server_config, basic_auth_users) instead of the config's web_config_file.
+    #[arg(long, value_name = "FILE", alias = "web.config.file")]
+    pub web_config_file: Option<PathBuf>,
+
     /// Check the config and exit: 0 when it is valid, 2 with the reason when not.
     #[arg(long)]
     pub check_config: bool,

@@ -18,6 +18,7 @@ pub use serde_json::Value;
 
 pub mod agent;
 pub mod mpi;
+pub mod tls;
 
 /// The rtm-trace binary: $RTM_TRACE_BIN (set by `cargo xtask test`), else target/debug.
 pub fn rtm_bin() -> PathBuf {

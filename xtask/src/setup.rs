@@ -32,6 +32,15 @@ const APT_PACKAGES: &[&str] = &[
     "memcached",
     "libmemcached-tools",
     "bpftrace",
+    // The agent's TLS and its unit: certificates made by openssl, curl (OpenSSL) as a
+    // second TLS client, systemd-analyze to verify and score the unit, strace to check
+    // the agent's system calls against its filter.
+    "openssl",
+    "curl",
+    "systemd",
+    "strace",
+    // deploy_files.rs reads the Kubernetes manifests with PyYAML.
+    "python3-yaml",
     // A Go program's futex waits are its runtime's (trust_e2e builds one).
     "golang-go",
     // The outputs' tests: the HTML report in a real headless browser, the DOT graphs

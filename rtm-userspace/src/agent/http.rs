@@ -6,6 +6,11 @@
 //! open: a new one takes the place of the one idle longest, so idle connections held
 //! open, or a flood of them, never keep a scraper out. The text was built at the last
 //! update: a scrape only copies it.
+//!
+//! With a web config file (`web.rs`), connections are TLS and every path but `/healthz`
+//! and `/readyz` asks for basic auth (401 and `WWW-Authenticate: Basic` without it). A
+//! client has the same 2 s from its connection to finish the TLS handshake, so idle or
+//! slow handshakes hold no place longer than idle plain connections do.
 
 use std::{
     convert::Infallible,
@@ -26,9 +31,16 @@ use hyper::{
     service::service_fn,
 };
 use hyper_util::rt::{TokioIo, TokioTimer};
-use tokio::{net::TcpListener, sync::Semaphore};
+use tokio::{
+    io::{AsyncRead, AsyncWrite},
+    net::TcpListener,
+    sync::Semaphore,
+};
 
-use super::metrics::Texts;
+use super::{
+    metrics::Texts,
+    web::{BasicAuth, Verdict, Web},
+};
 
 /// Largest request head (request line and headers), bytes.
 pub const MAX_HEAD: usize = 16 * 1024;
@@ -64,6 +76,21 @@ fn text(status: StatusCode, s: &'static str) -> Response<Full<Bytes>> {
         "text/plain; charset=utf-8",
         Bytes::from_static(s.as_bytes()),
     )
+}
+
+fn unauthorized() -> Response<Full<Bytes>> {
+    let mut r = text(StatusCode::UNAUTHORIZED, "unauthorized\n");
+    r.headers_mut().insert(
+        header::WWW_AUTHENTICATE,
+        header::HeaderValue::from_static("Basic realm=\"rtm-trace agent\", charset=\"UTF-8\""),
+    );
+    r
+}
+
+/// Paths that answer without basic auth: they tell nothing but "ok" or "ready", and a
+/// kubelet's probe carries no password.
+fn open_path(path: &str) -> bool {
+    path == "/healthz" || path == "/readyz"
 }
 
 /// Answers one request.
@@ -141,16 +168,19 @@ pub fn spawn(
     listener: std::net::TcpListener,
     shared: Shared,
     max_scrapes: usize,
+    web: Option<Arc<Web>>,
 ) -> std::io::Result<()> {
+    // Its blocking threads check bcrypt hashes, two at most at once.
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
+        .max_blocking_threads(2)
         .build()?;
     std::thread::Builder::new()
         .name("rtm-http".into())
         .spawn(move || {
             rt.block_on(async move {
                 match TcpListener::from_std(listener) {
-                    Ok(l) => serve(l, shared, max_scrapes).await,
+                    Ok(l) => serve(l, shared, max_scrapes, web).await,
                     Err(e) => crate::say!("rtm-trace agent: the metrics endpoint: {e}"),
                 }
             })
@@ -210,9 +240,14 @@ impl Connections {
 /// Serves connections for as long as its runtime runs. Answering is a copy of the text
 /// of the last update, so every connection is served at once; `max_scrapes` bounds the
 /// `/metrics` answers being written at once (a 503 beyond), never `/healthz`.
-async fn serve(listener: TcpListener, shared: Shared, max_scrapes: usize) {
+async fn serve(listener: TcpListener, shared: Shared, max_scrapes: usize, web: Option<Arc<Web>>) {
     let slots = Arc::new(Semaphore::new(max_scrapes));
     let conns = Arc::new(std::sync::Mutex::new(Connections::default()));
+    let tls = web
+        .as_ref()
+        .and_then(|w| w.tls.clone())
+        .map(tokio_rustls::TlsAcceptor::from);
+    let auth = web.as_ref().and_then(|w| w.auth.clone());
     loop {
         let Ok((stream, _)) = listener.accept().await else {
             // Out of descriptors, say: wait a little rather than spin.
@@ -224,45 +259,94 @@ async fn serve(listener: TcpListener, shared: Shared, max_scrapes: usize) {
         tokio::task::yield_now().await;
         let (id, mut ended) = conns.lock().unwrap_or_else(|e| e.into_inner()).open();
         let (shared, slots, conns) = (shared.clone(), slots.clone(), conns.clone());
+        let (tls, auth) = (tls.clone(), auth.clone());
         tokio::spawn(async move {
             // Nothing is set up for a connection until it sends something (a flood of
-            // silent ones costs an accept each), and it has the head timeout to.
+            // silent ones costs an accept each), and it has the head timeout to, TLS
+            // handshake included.
+            let deadline = tokio::time::Instant::now() + HEAD_TIMEOUT;
             let readable = tokio::select! {
-                r = tokio::time::timeout(HEAD_TIMEOUT, stream.readable()) => matches!(r, Ok(Ok(()))),
+                r = tokio::time::timeout_at(deadline, stream.readable()) => matches!(r, Ok(Ok(()))),
                 _ = &mut ended => false,
             };
-            if !readable {
-                conns.lock().unwrap_or_else(|e| e.into_inner()).close(id);
-                return;
-            }
-            let seen = conns.clone();
-            let service = service_fn(move |req: Request<Incoming>| {
-                seen.lock().unwrap_or_else(|e| e.into_inner()).active(id);
-                let r = if req.uri().path() == "/metrics" {
-                    match slots.clone().try_acquire_owned() {
-                        // Held while the answer is made; the body is shared bytes.
-                        Ok(_permit) => answer(&shared, &req),
-                        Err(_) => text(StatusCode::SERVICE_UNAVAILABLE, "too many scrapes\n"),
+            if readable {
+                match tls {
+                    None => connection(stream, id, &conns, shared, slots, auth, &mut ended).await,
+                    Some(acceptor) => {
+                        let shaken = tokio::select! {
+                            r = tokio::time::timeout_at(deadline, acceptor.accept(stream)) => match r {
+                                Ok(Ok(s)) => Some(s),
+                                _ => None,
+                            },
+                            _ = &mut ended => None,
+                        };
+                        if let Some(s) = shaken {
+                            connection(s, id, &conns, shared, slots, auth, &mut ended).await;
+                        }
                     }
-                } else {
-                    answer(&shared, &req)
-                };
-                async move { Ok::<_, Infallible>(r) }
-            });
-            let conn = http1::Builder::new()
-                .timer(TokioTimer::new())
-                .header_read_timeout(HEAD_TIMEOUT)
-                .max_buf_size(MAX_HEAD)
-                .keep_alive(true)
-                .serve_connection(TokioIo::new(stream), service);
-            // A connection lasts at most a minute, whatever the client does, and ends
-            // at once when a newer one needs its place.
-            tokio::select! {
-                _ = tokio::time::timeout(Duration::from_secs(60), conn) => {}
-                _ = &mut ended => {}
+                }
             }
             conns.lock().unwrap_or_else(|e| e.into_inner()).close(id);
         });
+    }
+}
+
+/// Serves the requests of one connection (plain or TLS).
+async fn connection<I>(
+    io: I,
+    id: u64,
+    conns: &Arc<std::sync::Mutex<Connections>>,
+    shared: Shared,
+    slots: Arc<Semaphore>,
+    auth: Option<Arc<BasicAuth>>,
+    ended: &mut tokio::sync::oneshot::Receiver<()>,
+) where
+    I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let seen = conns.clone();
+    let service = service_fn(move |req: Request<Incoming>| {
+        seen.lock().unwrap_or_else(|e| e.into_inner()).active(id);
+        let (shared, slots, auth) = (shared.clone(), slots.clone(), auth.clone());
+        async move {
+            if let Some(auth) = auth.filter(|_| !open_path(req.uri().path())) {
+                let given = req
+                    .headers()
+                    .get(header::AUTHORIZATION)
+                    .map(|v| v.as_bytes().to_vec());
+                match auth.check(given).await {
+                    Verdict::Pass => {}
+                    Verdict::Fail => return Ok::<_, Infallible>(unauthorized()),
+                    Verdict::Busy => {
+                        return Ok(text(
+                            StatusCode::SERVICE_UNAVAILABLE,
+                            "too many password checks under way\n",
+                        ));
+                    }
+                }
+            }
+            let r = if req.uri().path() == "/metrics" {
+                match slots.try_acquire_owned() {
+                    // Held while the answer is made; the body is shared bytes.
+                    Ok(_permit) => answer(&shared, &req),
+                    Err(_) => text(StatusCode::SERVICE_UNAVAILABLE, "too many scrapes\n"),
+                }
+            } else {
+                answer(&shared, &req)
+            };
+            Ok::<_, Infallible>(r)
+        }
+    });
+    let conn = http1::Builder::new()
+        .timer(TokioTimer::new())
+        .header_read_timeout(HEAD_TIMEOUT)
+        .max_buf_size(MAX_HEAD)
+        .keep_alive(true)
+        .serve_connection(TokioIo::new(io), service);
+    // A connection lasts at most a minute, whatever the client does, and ends at once
+    // when a newer one needs its place.
+    tokio::select! {
+        _ = tokio::time::timeout(Duration::from_secs(60), conn) => {}
+        _ = ended => {}
     }
 }
 

@@ -14,6 +14,7 @@ pub mod http;
 pub mod metrics;
 pub mod proc_events;
 pub mod top;
+pub mod web;
 
 mod run;
 

@@ -22,6 +22,7 @@ use super::{
     http,
     metrics::{Bounds, Metrics, SelfCounts, Texts},
     proc_events::{ProcEvent, ProcEvents},
+    web::{self, Web},
 };
 use crate::{
     cli::AgentCli,
@@ -40,7 +41,7 @@ fn io_err(what: &'static str) -> impl FnOnce(std::io::Error) -> SessionError {
 
 /// Runs the agent until SIGINT or SIGTERM; returns the exit code (2 for a bad config).
 pub fn run(cli: AgentCli) -> Result<i32, SessionError> {
-    let (config, selector) = match load(&cli) {
+    let (config, selector, web) = match load(&cli) {
         Ok(c) => c,
         Err(message) => {
             crate::say!(
@@ -53,16 +54,21 @@ pub fn run(cli: AgentCli) -> Result<i32, SessionError> {
     if cli.check_config {
         let a = &config.agent;
         println!(
-            "{}: valid: {} select and {} exclude rules; serving on {}; {} mode",
+            "{}: valid: {} select and {} exclude rules; serving on {}://{} ({}); {} mode",
             cli.config.display(),
             a.select.len(),
             a.exclude.len(),
+            Web::scheme(web.as_deref()),
             a.listen,
+            Web::describe(web.as_deref()),
             match config.mode {
                 crate::config::Mode::Contention => "contention",
                 crate::config::Mode::Full => "full",
             }
         );
+        if let Some(w) = web::exposure_warning(a.listen, web.as_deref()) {
+            crate::say!("{w}");
+        }
         return Ok(0);
     }
     preflight::check()?;
@@ -70,11 +76,12 @@ pub fn run(cli: AgentCli) -> Result<i32, SessionError> {
         .enable_all()
         .build()
         .map_err(io_err("starting the async runtime"))?;
-    rt.block_on(agent(config, selector))
+    rt.block_on(agent(config, selector, web))
 }
 
-/// The config file with the command line over it, checked; Err: what is wrong.
-fn load(cli: &AgentCli) -> Result<(TraceConfig, Selector), String> {
+/// The config file with the command line over it, checked, and the web config it names
+/// loaded; Err: what is wrong.
+fn load(cli: &AgentCli) -> Result<(TraceConfig, Selector, Option<Arc<Web>>), String> {
     let mut config = read_config(&cli.config).map_err(|e| match e {
         SessionError::Config { message, .. } => message,
         e => e.to_string(),
@@ -83,6 +90,29 @@ fn load(cli: &AgentCli) -> Result<(TraceConfig, Selector), String> {
         config.agent.listen = l;
     }
     config.agent.validate().map_err(|e| e.to_string())?;
+    // The command line's path is the shell's; the file's is from the file's directory.
+    let web_file = match (&cli.web_config_file, &config.agent.web_config_file) {
+        (Some(p), _) => Some(("--web-config-file", p.clone())),
+        (None, Some(p)) => Some((
+            "agent.web_config_file",
+            cli.config
+                .parent()
+                .unwrap_or(std::path::Path::new("."))
+                .join(p),
+        )),
+        (None, None) => None,
+    };
+    let web = match web_file {
+        Some((field, path)) => Some(Arc::new(Web::load(&path).map_err(|e| {
+            format!(
+                "{field}: {}: {}",
+                crate::output::text::path_shown(&path),
+                crate::output::text::escape(&e)
+            )
+        })?)),
+        None => None,
+    };
+    config.agent.web_config_file = web.as_ref().map(|w| w.source.clone());
     let a = &config.agent;
     let selector = Selector::new(&a.select, &a.exclude).map_err(|e| e.to_string())?;
     if config.duration.is_some()
@@ -98,19 +128,28 @@ fn load(cli: &AgentCli) -> Result<(TraceConfig, Selector), String> {
     config.counters = CounterList(Vec::new());
     config.stacks.enabled = false;
     config.interval = Some(Duration::from_secs_f64(a.update_interval));
-    Ok((config, selector))
+    Ok((config, selector, web))
 }
 
-async fn agent(config: TraceConfig, selector: Selector) -> Result<i32, SessionError> {
+async fn agent(
+    config: TraceConfig,
+    selector: Selector,
+    web: Option<Arc<Web>>,
+) -> Result<i32, SessionError> {
     let mut sigint = signal(SignalKind::interrupt()).map_err(io_err("SIGINT handler"))?;
     let mut sigterm = signal(SignalKind::terminate()).map_err(io_err("SIGTERM handler"))?;
     crate::interrupt::install().map_err(io_err("signal handlers"))?;
     let a = config.agent.clone();
     let listener = http::bind(a.listen).map_err(io_err("the metrics endpoint"))?;
     crate::say!(
-        "rtm-trace agent: serving /metrics, /healthz and /readyz on http://{}",
-        a.listen
+        "rtm-trace agent: serving /metrics, /healthz and /readyz on {}://{} ({})",
+        Web::scheme(web.as_deref()),
+        a.listen,
+        Web::describe(web.as_deref())
     );
+    if let Some(w) = web::exposure_warning(a.listen, web.as_deref()) {
+        crate::say!("{w}");
+    }
     // One engine in the file's mode, and one in the other mode when a rule asks for it
     // (each loads its programs only when it has a target).
     let engine_in = |mode: Mode| {
@@ -145,6 +184,7 @@ async fn agent(config: TraceConfig, selector: Selector) -> Result<i32, SessionEr
             ready: ready.clone(),
         },
         a.max_scrapes,
+        web,
     )
     .map_err(io_err("the metrics endpoint's thread"))?;
     let defaults = Defaults {

@@ -1,7 +1,7 @@
 //! The `[agent]` section: how `rtm-trace agent` finds its targets, serves its metrics and
 //! bounds them. Every key may be left out; unknown keys are refused by name.
 
-use std::net::SocketAddr;
+use std::{net::SocketAddr, path::PathBuf};
 
 use serde::{Deserialize, Serialize};
 
@@ -20,6 +20,10 @@ pub const MAX_TARGETS: usize = 4096;
 pub struct AgentConfig {
     /// Where `/metrics`, `/healthz` and `/readyz` are served.
     pub listen: SocketAddr,
+    /// TLS and basic auth for the endpoint: a web config file in the Prometheus
+    /// exporters' format (`--web.config.file`; docs/agent.md). A relative path is taken
+    /// from the config file's directory. None: plain HTTP, no auth.
+    pub web_config_file: Option<PathBuf>,
     /// How often /proc is rescanned for targets (seconds; exec events find most at once).
     pub discovery_interval: f64,
     /// How often the metrics are brought up to date (seconds).
@@ -57,6 +61,7 @@ impl Default for AgentConfig {
     fn default() -> Self {
         Self {
             listen: DEFAULT_LISTEN.parse().expect("valid constant address"),
+            web_config_file: None,
             discovery_interval: 5.0,
             update_interval: 5.0,
             grace: 60.0,

@@ -4,7 +4,7 @@
 
 mod blocked;
 mod check;
-mod input;
+pub(crate) mod input;
 mod merge;
 mod oneshot;
 pub mod preflight;
