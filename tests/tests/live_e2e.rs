@@ -99,6 +99,8 @@ fn the_live_view_sorts_pauses_drills_in_and_quits_in_a_terminal() {
 
     let s = t.wait_for("shared_lock");
     assert!(s.contains("top locks") && s.contains("waited v"), "{s}");
+    // The header says what limits the work: the lock the workload contends.
+    t.wait_for("finding: mutex shared_lock holds up");
     // Sort by acquisitions (two columns left of time waited).
     t.keys(&["Left", "Left"]);
     t.wait_for("acquired v");

@@ -88,6 +88,9 @@ pub struct Summary {
     pub kernel: KernelState,
     /// The eBPF programs' and maps' statistics (with `bpf_stats`).
     pub bpf: Option<BpfStats>,
+    /// What limits the traced work so far: the first finding's sentence (the live
+    /// view's header).
+    pub finding: Option<String>,
 }
 
 impl Summary {
@@ -144,6 +147,10 @@ impl Summary {
             processes: Vec::new(),
             kernel: KernelState::default(),
             bpf: None,
+            finding: crate::output::findings::find(snap, run.mode == Mode::Full)
+                .into_iter()
+                .next()
+                .map(|f| f.title),
         }
     }
 }

@@ -361,7 +361,7 @@ impl App {
     /// Draws the view.
     pub fn draw(&self, f: &mut Frame) {
         let [head, body, foot] = Layout::vertical([
-            Constraint::Length(2),
+            Constraint::Length(3),
             Constraint::Min(3),
             Constraint::Length(1),
         ])
@@ -387,6 +387,13 @@ impl App {
             Paragraph::new(vec![
                 Line::from(status).bold(),
                 Line::from(escape(&format!("targets: {}", targets.join(", "))).into_owned()),
+                Line::from(
+                    escape(&format!(
+                        "finding: {}",
+                        s.finding.as_deref().unwrap_or("none yet")
+                    ))
+                    .into_owned(),
+                ),
             ]),
             head,
         );

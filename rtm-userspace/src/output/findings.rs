@@ -3,7 +3,7 @@
 //! every output says the same (the report and `rtm-trace report` open with them, the
 //! JSON has them as `findings`, the HTML page shows them first).
 //!
-//! What they rest on (docs/findings.md): a lock "serialises" its waiters by the share
+//! What they rest on (docs/findings.md): a lock "holds up" its waiters by the share
 //! of their observed time they spent waiting on it; a barrier "waits for a laggard"
 //! when one thread arrives last in most rounds; waiting for work (condition variables,
 //! joins, ...) is called out as not the problem. No finding claims a speedup: they say
