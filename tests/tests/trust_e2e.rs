@@ -340,7 +340,18 @@ fn timer_expiries_are_timeouts_whatever_thread_has_the_cpu() {
         .filter_map(|o| o["waits"].as_u64())
         .sum();
     let seen = format!("{mode}: {woken} woken, {waits} waits on the word, {m}");
-    assert_eq!(m["waits_timed_out"], 300, "{seen}");
+    // On the kernel's futex functions every ETIMEDOUT from futex_wait is a timed-out
+    // wait; on the scheduler's tracepoints a wait begins at its sleep, and on a busy CPU
+    // a deadline can pass before the call sleeps (the kernel then returns at once): the
+    // workload counts the timeouts during which it slept, by its voluntary switches.
+    let futex_functions = doc["run"]["collection"]["futex_functions"] == true;
+    let expected = if futex_functions {
+        300
+    } else {
+        truth("slept_timeouts")
+    };
+    assert!(expected >= 150, "most waits slept: {stdout}");
+    assert_eq!(m["waits_timed_out"], expected, "{seen}");
     assert_eq!(m["waits_interrupted"], 0, "{seen}");
     assert_eq!(woken, 0, "timeouts credited to a waker: {seen}");
 }
