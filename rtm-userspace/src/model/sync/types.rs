@@ -375,22 +375,29 @@ pub struct ModelCounters {
     pub histograms_refused: u64,
 }
 
-/// Upper bounds (ns) of the fixed buckets of [`ProcessTotals::buckets`]: 1 us to 10 s by
-/// powers of ten, then everything longer.
-pub const WAIT_BUCKETS_NS: [u64; 8] = [
-    1_000,
-    10_000,
-    100_000,
-    1_000_000,
-    10_000_000,
-    100_000_000,
-    1_000_000_000,
-    10_000_000_000,
-];
+/// Upper bounds (ns) of the fixed buckets of [`ProcessTotals::buckets`]: two to each
+/// power of two (2^e and 1.5 x 2^e ns) from 2^10 ns (1.024 us) to 2^33 ns (8.59 s), then
+/// everything longer. A quantile interpolated in one bucket (as Prometheus'
+/// `histogram_quantile` does) is within a factor of 1.5 of the truth at worst, and close
+/// for a spread distribution (buckets a power of ten apart read a 190 us median as
+/// 399 us); the kernel's sums (four buckets to each power of two) fall into them
+/// exactly.
+pub const WAIT_BUCKETS_NS: [u64; 47] = {
+    let mut b = [0u64; 47];
+    let mut i = 0;
+    while i < 24 {
+        b[2 * i] = 1 << (10 + i);
+        if i < 23 {
+            b[2 * i + 1] = 3 << (9 + i);
+        }
+        i += 1;
+    }
+    b
+};
 
 /// A process's futex waits, in both modes: what a metrics endpoint exports per target.
 /// Cumulative from when the process was first traced; fixed size.
-#[derive(Clone, Copy, Debug, Default, Serialize, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Serialize, PartialEq, Eq)]
 pub struct ProcessTotals {
     /// Futex waits (FUTEX_WAIT calls, whether they slept or not).
     pub waits: u64,
@@ -404,7 +411,29 @@ pub struct ProcessTotals {
     pub timeouts: u64,
     /// Sleeping waits by length: one count per bound of [`WAIT_BUCKETS_NS`], then one
     /// for longer waits (not cumulative).
+    #[serde(serialize_with = "as_slice")]
     pub buckets: [u64; WAIT_BUCKETS_NS.len() + 1],
+}
+
+/// An array longer than serde's own impls cover, as a sequence.
+fn as_slice<S: serde::Serializer>(
+    v: &[u64; WAIT_BUCKETS_NS.len() + 1],
+    s: S,
+) -> Result<S::Ok, S::Error> {
+    s.collect_seq(v.iter())
+}
+
+impl Default for ProcessTotals {
+    fn default() -> Self {
+        Self {
+            waits: 0,
+            sleeps: 0,
+            wait_ns: 0,
+            unslept: 0,
+            timeouts: 0,
+            buckets: [0; WAIT_BUCKETS_NS.len() + 1],
+        }
+    }
 }
 
 impl ProcessTotals {
@@ -476,4 +505,72 @@ pub struct UnwokenWait {
     pub start_ns: u64,
     /// When it ended.
     pub end_ns: u64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The q-quantile of cumulative `buckets` (upper bound, count), interpolated in its
+    /// bucket as Prometheus' `histogram_quantile` does.
+    fn quantile(q: f64, t: &ProcessTotals) -> f64 {
+        let rank = q * t.sleeps as f64;
+        let mut below = 0u64;
+        let mut low = 0.0;
+        for (i, &edge) in WAIT_BUCKETS_NS.iter().enumerate() {
+            let n = t.buckets[i];
+            if (below + n) as f64 >= rank && n > 0 {
+                return low + (edge as f64 - low) * (rank - below as f64) / n as f64;
+            }
+            below += n;
+            low = edge as f64;
+        }
+        low
+    }
+
+    /// Sleeps of known lengths, counted one by one and summed the kernel's way: the
+    /// median read from the buckets is within 25% of the true one (it was 399 us for a
+    /// 190 us median with buckets a power of ten apart).
+    #[test]
+    fn quantiles_from_the_buckets_are_close_to_the_true_ones() {
+        for (lo, hi) in [
+            (150_000u64, 250_000u64),
+            (1_000_000, 3_000_000),
+            (8_000, 9_000),
+        ] {
+            let (mut one, mut summed) = (ProcessTotals::default(), ProcessTotals::default());
+            let mut kernel = std::collections::BTreeMap::<u8, u32>::new();
+            let n = 1000u64;
+            for k in 0..n {
+                let ns = lo + (hi - lo) * k / n;
+                one.sleep(ns, false);
+                *kernel.entry(rtm_common::agg_bucket(ns) as u8).or_default() += 1;
+            }
+            let spread: Vec<(u8, u32)> = kernel.into_iter().collect();
+            summed.sleeps_summed(n, 0, false, &spread);
+            let truth = (lo + hi) as f64 / 2.0;
+            for t in [&one, &summed] {
+                let p50 = quantile(0.5, t);
+                assert!(
+                    (p50 / truth - 1.0).abs() < 0.25,
+                    "median {p50} vs {truth} ({lo}-{hi} ns)"
+                );
+            }
+            // The kernel's sums land in the same buckets as the sleeps one by one, but
+            // for a sleep of exactly a bound, which they cannot tell from the bucket
+            // above it.
+            let moved: u64 = one
+                .buckets
+                .iter()
+                .zip(summed.buckets)
+                .map(|(a, b)| a.abs_diff(b))
+                .sum();
+            assert!(
+                moved <= 2,
+                "{lo}-{hi} ns: {:?} vs {:?}",
+                one.buckets,
+                summed.buckets
+            );
+        }
+    }
 }

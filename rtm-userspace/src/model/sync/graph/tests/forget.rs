@@ -40,10 +40,15 @@ fn process_totals_and_forgetting_a_process() {
     let t = *g.process_totals(200).unwrap();
     assert_eq!((t.waits, t.sleeps, t.unslept, t.timeouts), (3, 2, 1, 1));
     assert_eq!(t.wait_ns, 20_002_000_000);
-    // 2 ms in the (1 ms, 10 ms] bucket; 20 s past the last bound.
-    assert_eq!(t.buckets[4], 1);
+    // 2 ms in the bucket whose bound is the first at or over it; 20 s past the last.
+    let at = |ns: u64| WAIT_BUCKETS_NS.partition_point(|&b| b < ns);
+    assert!(WAIT_BUCKETS_NS[at(2_000_000) - 1] < 2_000_000);
+    assert!(WAIT_BUCKETS_NS[at(2_000_000)] >= 2_000_000);
+    assert_eq!(t.buckets[at(2_000_000)], 1);
+    assert_eq!(t.buckets.iter().sum::<u64>(), 2);
     assert_eq!(t.buckets[WAIT_BUCKETS_NS.len()], 1);
-    assert_eq!(g.process_totals(100).unwrap().buckets[1], 1);
+    // 5 us and 50 ns (under the first bound).
+    assert_eq!(g.process_totals(100).unwrap().buckets[at(5_000)], 1);
     assert_eq!(g.process_totals(100).unwrap().buckets[0], 1);
 
     g.forget_processes(&[100].into_iter().collect());
