@@ -4,7 +4,7 @@ pub mod func_tables;
 pub mod funcs;
 pub mod kernel_btf;
 pub mod layout;
-pub mod loader;
+mod load;
 pub mod mpi;
 pub mod multi_uprobe;
 pub mod placement;
@@ -12,5 +12,7 @@ pub mod pthread;
 pub mod shared_memory;
 pub mod traced;
 
-pub use loader::{LoadOptions, ProbeError, Probes};
+pub use load::{
+    AttachReport, HOOKS_ENV, LeftWaitMaps, LoadOptions, Placed, ProbeError, ProbeScope, Probes,
+};
 pub use traced::Traced;
