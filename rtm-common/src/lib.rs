@@ -7,9 +7,11 @@
 #![no_std]
 #![deny(missing_docs)]
 
-pub mod agg;
+// First: its `abi_enum!` is used by the modules after it.
 #[macro_use]
-pub mod event;
+pub mod records;
+
+pub mod agg;
 pub mod func;
 pub mod mpi;
 pub mod names;
@@ -19,7 +21,7 @@ pub mod stack;
 pub mod decode;
 
 pub use agg::*;
-pub use event::*;
 pub use func::*;
 pub use mpi::*;
+pub use records::*;
 pub use stack::*;
