@@ -4,32 +4,6 @@
 
 use core::mem::size_of;
 
-/// Declares a `#[repr(u32)]` enum with explicit discriminants, `ALL` and a checked
-/// `from_u32`, so a new variant cannot be forgotten in the conversion.
-macro_rules! abi_enum {
-    ($(#[$m:meta])* pub enum $name:ident { $($(#[$vm:meta])* $v:ident = $n:literal,)+ }) => {
-        $(#[$m])*
-        #[repr(u32)]
-        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-        #[cfg_attr(feature = "user", derive(serde::Serialize, serde::Deserialize))]
-        #[cfg_attr(feature = "user", serde(rename_all = "snake_case"))]
-        pub enum $name { $($(#[$vm])* $v = $n,)+ }
-
-        impl $name {
-            /// Every variant, in discriminant order.
-            pub const ALL: &'static [$name] = &[$($name::$v,)+];
-
-            /// Converts a raw discriminant; `None` for a value this build does not know.
-            pub const fn from_u32(v: u32) -> Option<Self> {
-                match v {
-                    $($n => Some($name::$v),)+
-                    _ => None,
-                }
-            }
-        }
-    };
-}
-
 abi_enum! {
     /// Discriminant of a record, stored in [`EventHeader::kind`].
     pub enum EventKind {
@@ -219,8 +193,9 @@ pub struct FutexWaitEvent {
     /// the thread never left its CPU, and when the wake time is not known (full mode).
     pub runnable_ns: u32,
     /// The thread that held the word's mutex when the wait began, read from the mutex
-    /// in the waiter's context ([`mutex_holder`]); 0 when the word is no mutex's (a
-    /// condition variable, barrier, semaphore, join or custom futex) or it is unknown.
+    /// in the waiter's context ([`mutex_holder`](crate::mutex_holder)); 0 when the word
+    /// is no mutex's (a condition variable, barrier, semaphore, join or custom futex) or
+    /// it is unknown.
     pub holder: u32,
 }
 const _: () = assert!(size_of::<FutexWaitEvent>() == 72);
@@ -276,18 +251,6 @@ abi_enum! {
 /// Linux `CLONE_THREAD`: a [`LifecycleOp::Spawn`] that created a thread, not a process.
 pub const CLONE_THREAD: u64 = 0x0001_0000;
 
-/// A process's value in the in-kernel filter (its byte in the TRACED array, its value
-/// in TRACED_TGIDS): traced.
-pub const TRACED_ON: u8 = 1;
-/// Traced, and the processes it forks are traced from birth with this same value.
-pub const TRACED_FOLLOW: u8 = 2;
-/// Was traced, and its last thread has exited: set by the exit program before the pid
-/// can be freed, so a process that gets the pid next is not traced (PID reuse). Only
-/// the exit program acts on it (the dying group's other threads still clean up).
-pub const TRACED_EXITED: u8 = 4;
-/// The bits of a filter value that mean "traced now".
-pub const TRACED_NOW: u8 = TRACED_ON | TRACED_FOLLOW;
-
 /// A thread or process lifecycle event from the sched/task tracepoints.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -305,220 +268,9 @@ pub struct LifecycleEvent {
 }
 const _: () = assert!(size_of::<LifecycleEvent>() == 56);
 
-/// Indexes into the per-CPU loss counter map ([`crate::names::MAP_LOSSES`]).
-#[repr(u32)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-#[cfg_attr(feature = "user", derive(serde::Serialize))]
-#[cfg_attr(feature = "user", serde(rename_all = "snake_case"))]
-pub enum LossCounter {
-    /// A record could not be reserved: the ring buffer was full.
-    RingFull = 0,
-    /// The per-thread pending-call map was full: an entry could not be remembered.
-    PendingFull = 1,
-    /// A call in flight when the probes attached: a return probe fired without a
-    /// remembered entry, or an entry's return was never probed (a later call from the
-    /// same frame found it).
-    MissedEntry = 2,
-    /// Not a loss: a futex wait sent as a record because the map that sums them was
-    /// full ([`crate::names::MAP_FUTEX_AGG`]).
-    AggFull = 3,
-}
-
-impl LossCounter {
-    /// Number of counters; the size of the loss map.
-    pub const COUNT: u32 = 4;
-    /// Every counter, in index order.
-    pub const ALL: [LossCounter; 4] = [
-        LossCounter::RingFull,
-        LossCounter::PendingFull,
-        LossCounter::MissedEntry,
-        LossCounter::AggFull,
-    ];
-}
-
-/// What an entry probe remembers until the matching return probe fires.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default)]
-pub struct PendingCall {
-    /// Object address (first argument).
-    pub object: u64,
-    /// Second argument when the operation needs it (the cond wait's mutex, the
-    /// pthread_t pointer of pthread_create).
-    pub aux: u64,
-    /// Return address of the call.
-    pub caller: u64,
-    /// bpf_ktime_get_ns at entry.
-    pub start_ns: u64,
-    /// The probe's cookie (see [`Cookie`]).
-    pub cookie: u64,
-    /// `SYNC_FLAG_*` bits observed so far.
-    pub flags: u32,
-    /// Filled in while the call runs: threads woken, or the created thread's tid.
-    pub extra: u32,
-    /// Stack pointer at the probe: with `caller`, identifies the call's frame.
-    pub sp: u64,
-    /// Extra hits of the entry probe by the same call (a function that loops back to its
-    /// probed instruction, as pthread_spin_lock's retry loop does); that many return-probe
-    /// firings belong to them and are swallowed.
-    pub rehits: u32,
-    /// 1 when this entry replaced one of the same frame, object and return address whose
-    /// return was never probed (see `call_enter`): the replaced ones were counted once.
-    pub replaced: u32,
-}
-const _: () = assert!(size_of::<PendingCall>() == 64);
-
-/// Deepest nesting of probed calls remembered per thread (pthread_create calls
-/// pthread_mutex_lock, for one).
-pub const MAX_CALL_DEPTH: usize = 4;
-
-/// The probed calls in flight on one thread, innermost last: one map value per thread,
-/// so entry and return each cost one map lookup.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default)]
-pub struct ThreadCalls {
-    /// How many of `calls` are in flight (64 bits wide so the eBPF verifier can follow
-    /// bounds checks on it without a zero-extension in between).
-    pub depth: u64,
-    /// The calls, outermost first.
-    pub calls: [PendingCall; MAX_CALL_DEPTH],
-}
-const _: () = assert!(size_of::<ThreadCalls>() == 8 + 64 * MAX_CALL_DEPTH);
-
-/// A futex wait in flight, between the entry and the return of a futex call.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default)]
-pub struct PendingFutex {
-    /// The futex word's user address.
-    pub uaddr: u64,
-    /// bpf_ktime_get_ns at entry.
-    pub start_ns: u64,
-    /// When a timed wait times out, on bpf_ktime_get_ns's clock (0: untimed, or the
-    /// timeout could not be read).
-    pub deadline_ns: u64,
-    /// Full mode: the thread whose wake ended the wait, as `tgid << 32 | tid`, recorded
-    /// at the wake (0: none yet); the record is made at the return.
-    pub waker: u64,
-    /// The futex op (with its flags).
-    pub op: u32,
-    /// The value the caller expected in the word (for pthread_join: the joined tid).
-    pub val: u32,
-    /// [`PENDING_TIMED`] when the call has a timeout.
-    pub flags: u32,
-    /// Contention mode: waits on this word before this one that returned without
-    /// sleeping, not yet sent ([`FutexWaitEvent::unslept`]).
-    pub unslept: u32,
-    /// The mutex's holder when the wait began ([`FutexWaitEvent::holder`]).
-    pub holder: u32,
-    /// A sampled wait's weight, thousandths of a wait (see `StacksHead::weight_milli`).
-    pub pad: u32,
-    /// Contention mode from the sleep: the word of a wait a wake reached before the
-    /// thread went to sleep (the wake counted it once the thread's next event tells
-    /// whether its sleep still came), 0 for none.
-    pub early_word: u64,
-    /// When that wake came (0: none).
-    pub early_ns: u64,
-    /// Who made it, `tgid << 32 | tid`.
-    pub early_waker: u64,
-    /// Contention mode on the kernel's futex functions: when a thread's wake marked the
-    /// wait (`waker` says whose; 0: no wake yet).
-    pub wake_ns: u64,
-}
-const _: () = assert!(size_of::<PendingFutex>() == 88);
-
-/// Bytes of a glibc `pthread_mutex_t` read at a futex wait's word to find its holder:
-/// `int __lock; unsigned __count; int __owner; unsigned __nusers; int __kind`.
-pub const MUTEX_HEAD_WORDS: usize = 5;
-
-/// The holder of the glibc mutex whose head (`words`, read at the futex word) a thread
-/// waits on with futex command `cmd` (`op & FUTEX_CMD_MASK`): every mutex type keeps its
-/// owner's TID in `__owner`; a normal, recursive, error-checking or adaptive mutex's
-/// waiters sleep on `__lock` with the value 2; a robust one's `__lock` holds the owner
-/// (with the waiters bit); a priority-inheritance one is waited on with FUTEX_LOCK_PI
-/// (or LOCK_PI2), its word holding the owner. 0 for anything else: not a mutex, or an
-/// owner that died. An owner past the largest TID Linux gives (`PID_MAX_LIMIT`) is no
-/// owner: glibc's stdio lock (`_IO_lock_t`) also sleeps on a word of 2, with a pointer
-/// where a mutex has `__owner`. A locked glibc mutex also counts its user in `__nusers`
-/// (set with `__owner`, cleared after it) and keeps `__count` 0 unless it is recursive
-/// or robust:
-/// a word that is no glibc mutex (a Rust `std::sync::Mutex`, whose protected value sits
-/// where `__owner` would be) fails those and says no holder rather than inventing one.
-/// The layout is checked against the installed glibc by a test.
-pub const fn mutex_holder(cmd: u32, words: [u32; MUTEX_HEAD_WORDS]) -> u32 {
-    const TID_MASK: u32 = 0x3fff_ffff;
-    /// The kernel's PID_MAX_LIMIT on 64-bit: pid_max cannot be raised past it.
-    const PID_MAX_LIMIT: u32 = 4 * 1024 * 1024;
-    const KNOWN_KIND: u32 = 3 | 16 | 32 | 64 | 128 | 256 | 512;
-    const KIND_ROBUST: u32 = 16;
-    const KIND_PI_PP: u32 = 32 | 64;
-    const LOCK_PI: u32 = 6;
-    const LOCK_PI2: u32 = 13;
-    const KIND_RECURSIVE: u32 = 1;
-    let (lock, count, owner, users, kind) = (words[0], words[1], words[2], words[3], words[4]);
-    if cmd == LOCK_PI || cmd == LOCK_PI2 {
-        let tid = lock & TID_MASK;
-        return if tid <= PID_MAX_LIMIT { tid } else { 0 };
-    }
-    if kind & !KNOWN_KIND != 0 || kind & KIND_PI_PP != 0 || owner == 0 || owner > PID_MAX_LIMIT {
-        return 0;
-    }
-    // Held: one user at least (no more than there are threads), and a count only when
-    // recursive or robust (glibc counts a robust mutex's one hold).
-    let counted = kind & 3 == KIND_RECURSIVE || kind & KIND_ROBUST != 0;
-    if users == 0 || users > PID_MAX_LIMIT || (!counted && count != 0) {
-        return 0;
-    }
-    let fits = if kind & KIND_ROBUST != 0 {
-        lock & TID_MASK == owner
-    } else {
-        lock == 2
-    };
-    if fits { owner } else { 0 }
-}
-// `flags` and `unslept` are exchanged together, as one aligned 8-byte word.
-const _: () = assert!(core::mem::offset_of!(PendingFutex, flags) % 8 == 0);
-const _: () = assert!(
-    core::mem::offset_of!(PendingFutex, unslept) == core::mem::offset_of!(PendingFutex, flags) + 4
-);
-
-impl PendingFutex {
-    /// The `aux` of the wait's record: the op in the low 32 bits, the value expected in
-    /// the word in the high 32.
-    pub const fn aux(&self) -> u64 {
-        self.op as u64 | (self.val as u64) << 32
-    }
-
-    /// The record of this wait, which returned without sleeping (-EAGAIN, no wait time,
-    /// no waker), standing also for `earlier` such waits before it on the same word.
-    pub const fn unslept_record(&self, header: EventHeader, earlier: u32) -> FutexWaitEvent {
-        FutexWaitEvent {
-            header,
-            uaddr: self.uaddr,
-            aux: self.aux(),
-            wait_ns: 0,
-            ret: -11,
-            waker: 0,
-            unslept: earlier,
-            waker_pid: 0,
-            runnable_ns: 0,
-            holder: self.holder,
-        }
-    }
-}
-
 /// `ret` of a futex wait that was still asleep when the trace ended (-EINPROGRESS): its
 /// record, made by userspace then, holds its wait so far and no waker.
 pub const WAIT_IN_PROGRESS: i32 = -115;
-
-/// [`PendingFutex::flags`]: the wait has a timeout (a wake from no thread ends it as
-/// timed out).
-pub const PENDING_TIMED: u32 = 1;
-/// [`PendingFutex::flags`] bit: the waiter's call stack of this wait was taken (at its
-/// sleep, or at its wake when it had not left its CPU yet); set by whoever takes it,
-/// atomically, so it is taken once.
-pub const PENDING_STACKED: u32 = 2;
-/// [`PendingFutex::flags`] bit: this wait's call stacks are taken (it was sampled, see
-/// [`crate::stack::StackSampler`]); it is then sent as a record, not summed.
-pub const PENDING_SAMPLED: u32 = 4;
 
 /// Bit of a futex wait record's op (the low 32 bits of its `aux`; futex ops use the low
 /// 9): full mode saw no probed pthread call in flight on the thread when the wait began
@@ -531,157 +283,6 @@ pub const FUTEX_OP_OUTSIDE_CALL: u32 = 1 << 31;
 /// (-EINTR): a signal, or the kernel (contention mode, where waits end at their wake).
 pub const WAIT_INTERRUPTED: i32 = -4;
 
-/// How far before its deadline a wake still counts as the timeout (timers fire at or
-/// after the deadline; this covers a realtime deadline's conversion).
-pub const DEADLINE_SLACK_NS: u64 = 1_000_000;
-
-/// Futex flag: the word is private to its process (its wakes come from that process).
-pub const FUTEX_PRIVATE_FLAG: u32 = 128;
-/// Futex flag: an absolute timeout is on CLOCK_REALTIME.
-pub const FUTEX_CLOCK_REALTIME: u32 = 256;
-
-/// How a futex wait's timeout argument is to be read: None for no timeout (or a command
-/// without one), Some(true) when absolute on CLOCK_REALTIME, Some(false) when
-/// absolute on CLOCK_MONOTONIC; relative timeouts (FUTEX_WAIT) are `Some(false)` with
-/// [`futex_timeout_relative`].
-pub const fn futex_timeout_realtime(op: u32) -> bool {
-    let cmd = op & FUTEX_CMD_MASK;
-    // FUTEX_LOCK_PI's timeout is always on CLOCK_REALTIME.
-    cmd == 6 || op & FUTEX_CLOCK_REALTIME != 0
-}
-
-/// Whether a futex command's timeout is relative to the call (FUTEX_WAIT), not absolute.
-pub const fn futex_timeout_relative(op: u32) -> bool {
-    op & FUTEX_CMD_MASK == 0
-}
-
-/// A thread's last futex wait that ended, waiting in its slot to be sent (contention
-/// mode, `names::MAP_FUTEX_DONE`), with what it needs to be finished. The waker's CPU
-/// records the wait at the wake; the woken thread's first switch-in after it
-/// (`names::PROG_FUTEX_SWITCH`, on sched_switch) ends it, so the time the thread then
-/// spent getting a CPU (waking an idle one, queueing behind others) is the wait's, and
-/// nothing after (a preemption later in its critical section) is.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct FutexDone {
-    /// The wait, ended at its wake; `header.kind` and `header.cpu` (its first 8 bytes)
-    /// are the mark of a record not yet sent.
-    pub wait: FutexWaitEvent,
-    /// When the woken thread was first switched in after the wake; 0 until then (and
-    /// for good when it was woken before it had left its CPU).
-    pub ran_ns: u64,
-    /// 1 when the wait ended at its system call's return (full mode, kernels without
-    /// BTF): nothing to add.
-    pub at_return: u64,
-}
-const _: () = assert!(size_of::<FutexDone>() == 88);
-
-impl FutexDone {
-    /// The wait, ended when its thread got a CPU: at its first switch-in after the
-    /// wake. A thread woken before it had left its CPU, or not run yet, ends at the
-    /// wake.
-    pub fn finished(&self) -> FutexWaitEvent {
-        let mut w = self.wait;
-        let woken = w.header.ts_ns;
-        if self.at_return & DONE_AT_RETURN == 0 && self.ran_ns > woken {
-            let runnable = self.ran_ns - woken;
-            w.wait_ns += runnable;
-            w.header.ts_ns = self.ran_ns;
-            w.runnable_ns = if runnable > u32::MAX as u64 {
-                u32::MAX
-            } else {
-                runnable as u32
-            };
-        }
-        w
-    }
-}
-
-/// [`FutexDone::at_return`] bit: the wait ended at its return (no run time to add).
-pub const DONE_AT_RETURN: u64 = 1;
-/// [`FutexDone::at_return`] bit: the wait's stacks were taken: it goes out as a record
-/// (its stacks records are joined with it), not into the sums.
-pub const DONE_SAMPLED: u64 = 2;
-
-/// A slot of the last-waker table: who last woke waiters on a futex word, and when.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default)]
-pub struct FutexWaker {
-    /// The futex word's user address (with `tgid`, the slot's key).
-    pub uaddr: u64,
-    /// bpf_ktime_get_ns when the wake was entered.
-    pub ts_ns: u64,
-    /// The word's process.
-    pub tgid: u32,
-    /// The waking thread.
-    pub tid: u32,
-    /// Pads a slot to 32 bytes.
-    pub pad: u64,
-}
-const _: () = assert!(size_of::<FutexWaker>() == 32);
-
-abi_enum! {
-    /// How an entry probe judges contention from the object's first word, read when the
-    /// probe fires. Which check applies depends on where the probe sits in the function.
-    pub enum Check {
-        /// No contention check.
-        None = 0,
-        /// Contended when the word is nonzero (a glibc mutex or rwlock being written,
-        /// a spinlock after its `lock decl`).
-        NonZero = 1,
-        /// Contended when the word is not 1 (a spinlock before its `lock decl`).
-        NotOne = 2,
-        /// Contended when the word has the writer-locked bit (a rwlock taken for reading).
-        WriterBit = 3,
-        /// Contended when the low 32 bits are 0 (a semaphore with no value left).
-        Empty = 4,
-        /// Contended when anything but the phase bit is set (a rwlock taken for writing:
-        /// readers, a writer or waiters present).
-        Busy = 5,
-    }
-}
-
-/// The attach cookie of a uprobe: which primitive, operation and contention check the
-/// shared programs are running for, packed into 64 bits.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Cookie {
-    /// The primitive.
-    pub primitive: u32,
-    /// The operation.
-    pub op: u32,
-    /// The [`Check`].
-    pub check: u32,
-}
-
-impl Cookie {
-    /// Packs the cookie.
-    pub const fn pack(primitive: Primitive, op: SyncOp, check: Check) -> u64 {
-        (primitive as u64) | ((op as u64) << 16) | ((check as u64) << 32)
-    }
-
-    /// Unpacks a cookie (no validation: the fields are checked where they are decoded).
-    pub const fn unpack(v: u64) -> Self {
-        Self {
-            primitive: (v & 0xffff) as u32,
-            op: ((v >> 16) & 0xffff) as u32,
-            check: ((v >> 32) & 0xffff) as u32,
-        }
-    }
-}
-
-/// Futex commands (`op & FUTEX_CMD_MASK`) that put the caller to sleep.
-pub const fn futex_cmd_waits(cmd: u32) -> bool {
-    matches!(cmd, 0 | 6 | 9 | 11 | 13)
-}
-
-/// Futex commands that wake sleepers.
-pub const fn futex_cmd_wakes(cmd: u32) -> bool {
-    matches!(cmd, 1 | 3 | 4 | 5 | 7 | 10 | 12)
-}
-
-/// Masks the private and clock flags off a futex op.
-pub const FUTEX_CMD_MASK: u32 = 0x7f;
-
 #[cfg(feature = "user")]
 mod user_impls {
     use super::*;
@@ -692,13 +293,7 @@ mod user_impls {
     // SAFETY: as above.
     unsafe impl aya::Pod for FutexWaitEvent {}
     // SAFETY: as above.
-    unsafe impl aya::Pod for PendingFutex {}
-    // SAFETY: as above.
     unsafe impl aya::Pod for LifecycleEvent {}
-    // SAFETY: as above.
-    unsafe impl aya::Pod for PendingCall {}
-    // SAFETY: as above.
-    unsafe impl aya::Pod for ThreadCalls {}
     // SAFETY: as above.
     unsafe impl aya::Pod for crate::FuncEvent {}
     // SAFETY: as above.
@@ -729,39 +324,12 @@ mod user_impls {
             f.write_str(self.name())
         }
     }
-
-    impl core::fmt::Display for LossCounter {
-        fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-            f.write_str(match self {
-                LossCounter::RingFull => "ring buffer full",
-                LossCounter::PendingFull => "pending-call map full",
-                LossCounter::MissedEntry => "return without entry (call in flight at attach)",
-                LossCounter::AggFull => "futex sums map full (waits sent one by one)",
-            })
-        }
-    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn cookie_round_trip() {
-        let c = Cookie::unpack(Cookie::pack(
-            Primitive::RwLock,
-            SyncOp::TimedWrLock,
-            Check::NonZero,
-        ));
-        assert_eq!(
-            c,
-            Cookie {
-                primitive: Primitive::RwLock as u32,
-                op: SyncOp::TimedWrLock as u32,
-                check: Check::NonZero as u32
-            }
-        );
-    }
+    use crate::{futex_cmd_waits, futex_cmd_wakes};
 
     #[test]
     fn discriminants_round_trip() {
