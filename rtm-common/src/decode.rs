@@ -8,12 +8,12 @@ use core::mem::size_of;
 
 use crate::{
     agg::{AggOutcome, FutexAggKey},
-    event::{
+    func::FuncEvent,
+    mpi::{MpiEvent, MpiImpl, MpiOp},
+    records::{
         EventHeader, EventKind, FutexWaitEvent, LifecycleEvent, LifecycleOp, Primitive, SyncEvent,
         SyncOp,
     },
-    func::FuncEvent,
-    mpi::{MpiEvent, MpiImpl, MpiOp},
     stack::{STACK_SIDE_WAITER, STACK_SIDE_WAKER, StacksHead},
 };
 
@@ -276,7 +276,7 @@ pub fn encode<T: Copy>(event: &T) -> &[u8] {
 mod tests {
     extern crate std;
     use super::*;
-    use crate::event::SYNC_FLAG_CONTENDED;
+    use crate::records::SYNC_FLAG_CONTENDED;
 
     fn sample() -> SyncEvent {
         SyncEvent {
@@ -443,7 +443,7 @@ mod tests {
             },
             op: LifecycleOp::Spawn as u32,
             child: 11,
-            clone_flags: crate::event::CLONE_THREAD,
+            clone_flags: crate::records::CLONE_THREAD,
             comm,
         };
         let Event::Lifecycle(t) = decode(encode(&ev)).unwrap() else {

@@ -7,7 +7,7 @@
 
 use core::mem::size_of;
 
-use crate::event::EventHeader;
+use crate::records::EventHeader;
 
 /// One finished call of a timed function.
 #[repr(C)]

@@ -7,19 +7,30 @@
 #![no_std]
 #![deny(missing_docs)]
 
-pub mod agg;
+// First: its `abi_enum!` is used by the modules after it.
 #[macro_use]
-pub mod event;
+mod macros;
+
+pub mod agg;
+pub mod cookie;
 pub mod func;
+pub mod futex;
+pub mod glibc;
+pub mod map_values;
 pub mod mpi;
 pub mod names;
+pub mod records;
 pub mod stack;
 
 #[cfg(feature = "user")]
 pub mod decode;
 
 pub use agg::*;
-pub use event::*;
+pub use cookie::*;
 pub use func::*;
+pub use futex::*;
+pub use glibc::*;
+pub use map_values::*;
 pub use mpi::*;
+pub use records::*;
 pub use stack::*;

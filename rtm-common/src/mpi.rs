@@ -4,7 +4,7 @@
 
 use core::mem::size_of;
 
-use crate::event::EventHeader;
+use crate::records::EventHeader;
 
 abi_enum! {
     /// A traced MPI entry point.

@@ -1,6 +1,6 @@
 //! Names of maps and programs in the eBPF object, shared so neither side spells them twice.
 
-/// Ring buffer carrying every [`crate::event`] record to userspace (ring 0).
+/// Ring buffer carrying every [`crate::records`] record to userspace (ring 0).
 pub const MAP_EVENTS: &str = "EVENTS";
 /// Further rings for sync records in contention mode: a CPU's records go to ring
 /// `cpu & GLOBAL_SYNC_RING_MASK` (MAP_EVENTS is ring 0), so CPUs do not contend for one

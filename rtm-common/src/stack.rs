@@ -4,7 +4,7 @@
 
 use core::mem::size_of;
 
-use crate::event::EventHeader;
+use crate::records::EventHeader;
 
 /// The user registers an unwinder needs and how much of the stack above `sp` was
 /// copied.

@@ -26,7 +26,7 @@ use rtm_common::{
     names::futex_slot_index,
 };
 
-use crate::probes::loader::LeftWaitMaps;
+use crate::probes::LeftWaitMaps;
 use crate::probes::shared_memory::SharedMemory;
 use crate::target::{files::read_proc_text, process::monotonic_ns};
 

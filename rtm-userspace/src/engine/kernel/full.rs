@@ -9,8 +9,7 @@ use crate::{
     engine::{EngineError, Launched, source::ProcessChanges},
     output::Unprobed,
     probes::{
-        ProbeError, Probes,
-        loader::{AttachReport, ProbeScope},
+        AttachReport, ProbeError, ProbeScope, Probes,
         pthread::{self, LibraryError, ProbeKind},
     },
     target::{Module, files, process::monotonic_ns},
