@@ -698,7 +698,10 @@ fn a_reader_that_never_reads_holds_the_tracer_only_until_the_first_sigterm() {
             .arg(&json)
             .arg("--")
             .arg(workload("mutex_workload"))
-            .args(["--threads", "4", "--iters", "100000000", "--hold-us", "1"]),
+            // Holds of 20 us: ~100 KB/s of timeline fills the pipe and the buffer in
+            // under a second, without the backlog of millions of events a second that
+            // a debug build then drains at its end (what this checks is the reader).
+            .args(["--threads", "4", "--iters", "100000000", "--hold-us", "20"]),
     );
     let mut err = LineWatch::new(tracer.child.stderr.take().unwrap());
     let _workload = KillOnDrop(launched_pid(&err.wait_for("launched", T)));
