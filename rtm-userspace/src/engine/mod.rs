@@ -231,7 +231,6 @@ fn give_stacks(state: &mut State, sinks: &mut [SinkSlot]) {
             wake_ns: u.at_ns,
             waiter,
             waker,
-            woken: u.waker_pid != 0,
             waker_thread: (u.waker_pid, u.waker_tid),
         };
         for s in sinks.iter_mut() {

@@ -88,6 +88,13 @@ impl Engine {
             self.seq += 1;
             let top = self.summary_rows.unwrap_or(self.config.output.top);
             let mut summary = Summary::build(self.seq, &run, &snap, followed, system, top);
+            if per_process.is_none() {
+                summary.finding =
+                    crate::output::findings::find(&snap, run.mode == crate::config::Mode::Full)
+                        .into_iter()
+                        .next()
+                        .map(|f| f.title);
+            }
             if let Some(p) = per_process {
                 summary.processes = p.build(&snap, now);
                 summary.kernel = self.source.kernel_state();

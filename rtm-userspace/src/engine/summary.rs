@@ -89,7 +89,7 @@ pub struct Summary {
     /// The eBPF programs' and maps' statistics (with `bpf_stats`).
     pub bpf: Option<BpfStats>,
     /// What limits the traced work so far: the first finding's sentence (the live
-    /// view's header).
+    /// view's header; not made for a metrics agent, which shows none).
     pub finding: Option<String>,
 }
 
@@ -147,10 +147,7 @@ impl Summary {
             processes: Vec::new(),
             kernel: KernelState::default(),
             bpf: None,
-            finding: crate::output::findings::find(snap, run.mode == Mode::Full)
-                .into_iter()
-                .next()
-                .map(|f| f.title),
+            finding: None,
         }
     }
 }

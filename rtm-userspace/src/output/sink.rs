@@ -25,9 +25,8 @@ pub struct WaitStacks<'a> {
     pub waiter: &'a [String],
     /// Where the wake came from (empty: not known).
     pub waker: &'a [String],
-    /// Whether a thread woke the wait (its stack may still be unknown).
-    pub woken: bool,
-    /// The thread that woke it (process, thread; 0 when none or not known).
+    /// The thread that woke it (process, thread; process 0: no thread woke it, though
+    /// its stack may be unknown when one did).
     pub waker_thread: (u32, u32),
 }
 

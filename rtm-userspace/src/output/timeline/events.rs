@@ -125,7 +125,7 @@ impl Ctx<'_> {
                 ty: INSTANT,
                 name: Some((&name).into()),
                 callstack: waited,
-                args: if st.woken && woke.is_none() {
+                args: if st.waker_thread.0 != 0 && woke.is_none() {
                     &unknown
                 } else {
                     &[]
