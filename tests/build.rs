@@ -6,7 +6,7 @@ fn main() {
     let out = PathBuf::from(env::var_os("OUT_DIR").expect("OUT_DIR"));
     let src =
         PathBuf::from(env::var_os("CARGO_MANIFEST_DIR").expect("manifest dir")).join("workloads");
-    let builds: [(&str, &[&str]); 24] = [
+    let builds: [(&str, &[&str]); 25] = [
         // Call-stack tests: without frame pointers, with them, and static.
         (
             "stack_workload",
@@ -39,6 +39,7 @@ fn main() {
             &["-O2", "-g", "-pthread", "-static"],
         ),
         ("demo", &["-O2", "-g", "-pthread"]),
+        ("whatif", &["-O2", "-g", "-pthread"]),
         ("deadlock", &["-O2", "-g", "-pthread"]),
         // The glibc mutex layout rtm-trace reads, from the installed headers.
         ("layout_probe", &["-O2", "-g", "-pthread"]),

@@ -225,6 +225,9 @@ fn summary(p: &mut String, doc: &Doc, rest: usize, rest_wait: u64) {
             for line in f.evidence.iter().chain(&f.location) {
                 let _ = write!(p, "<br>{}", esc(line));
             }
+            if let Some(w) = &f.what_if {
+                let _ = write!(p, "<br><b>what if</b>: {}", esc(&w.sentence()));
+            }
             if let Some(n) = &f.not_seen {
                 let _ = write!(p, "<br><i>not seen: {}</i>", esc(n));
             }

@@ -5,9 +5,14 @@
 //!
 //! What they rest on (docs/findings.md): a lock "holds up" its waiters by the share
 //! of their observed time they spent waiting on it; a barrier "waits for a laggard"
-//! when one thread arrives last in most rounds; waiting for work (condition variables,
-//! joins, ...) is called out as not the problem. No finding claims a speedup: they say
-//! where the time went.
+//! when one thread arrives last in most rounds; the wait-for graph's knot says where
+//! waiting ends ([`knots`]); waiting for work (condition variables, joins, ...) is
+//! called out as not the problem. In full mode the first lock findings carry a what-if
+//! estimate ([`whatif`]): what halving the critical section would buy.
+
+pub mod knots;
+mod simulate;
+pub mod whatif;
 
 use std::collections::HashMap;
 
@@ -15,6 +20,7 @@ use serde::{Deserialize, Serialize};
 
 use super::format::{count, ns};
 use crate::model::{Snapshot, wait_kind::WaitKind};
+pub use whatif::WhatIf;
 
 /// Findings kept, most important first.
 const MAX_FINDINGS: usize = 5;
@@ -24,6 +30,10 @@ const MIN_LOCK_SHARE: f64 = 0.02;
 const LAGGARD_SHARE: f64 = 0.5;
 /// Below this share of lock waiting in every thread, nothing lock-bound is reported.
 const LOCK_BOUND_SHARE: f64 = 0.05;
+/// Lock findings given a what-if estimate (the first ones).
+const MAX_WHAT_IFS: usize = 2;
+/// The what-if asked by default: critical sections this many times shorter.
+const HOLD_FACTOR: f64 = 2.0;
 
 /// How sure a finding is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -54,6 +64,9 @@ pub struct Finding {
     pub not_seen: Option<String>,
     /// The share of the affected threads' time it accounts for (0 to 1): the rank.
     pub share: f64,
+    /// What fixing it would buy, estimated (full mode, locks).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub what_if: Option<WhatIf>,
 }
 
 fn pct(v: f64) -> String {
@@ -68,7 +81,11 @@ pub fn find(snap: &Snapshot, full: bool) -> Vec<Finding> {
         .map(|t| ((t.pid, t.tid), t.observed_ns))
         .collect();
     let mut found = Vec::new();
+    // Per lock finding (by index in `found`): what its what-if estimate is made from.
+    let mut models: Vec<(usize, Vec<whatif::Use>, String)> = Vec::new();
     let mut lock_bound = false;
+    // The lock held longest (full mode): the what-if of a run no lock limits.
+    let mut busiest = None;
     for row in snap.objects.rows() {
         if row.wait_kind.is_idle() || !row.active {
             continue;
@@ -76,12 +93,17 @@ pub fn find(snap: &Snapshot, full: bool) -> Vec<Finding> {
         let mut waited = 0u64;
         let mut their_time = 0u64;
         let mut waiters = 0usize;
+        let uses = uses_of(snap, row, &observed);
+        let held: u64 = uses.iter().map(|u| u.hold_ns).sum();
+        if full && held > busiest.map_or(0, |(h, _)| h) {
+            busiest = Some((held, row));
+        }
         for e in snap.objects.edges_of(row) {
+            let t = e.key.thread();
             let w = e.stats.counts().contended_wait_ns;
             if w == 0 {
                 continue;
             }
-            let t = e.key.thread();
             waited += w;
             their_time += observed.get(&(t.pid, t.tid)).copied().unwrap_or(0);
             waiters += 1;
@@ -129,13 +151,11 @@ pub fn find(snap: &Snapshot, full: bool) -> Vec<Finding> {
                 ns(v.hold.max_ns.unwrap_or(0))
             ));
         }
-        let location = snap
-            .call_sites
-            .iter()
-            .filter(|c| c.pid == v.pid && c.object == v.addr)
-            .max_by_key(|c| c.wait_ns)
-            .and_then(|c| c.location.clone())
-            .map(|l| format!("most waiting at {l}"));
+        let site = waited_at(snap, v.pid, v.addr);
+        let location = site.as_ref().map(|l| format!("most waiting at {l}"));
+        if full {
+            models.push((found.len(), uses, halved(&name, site.as_deref())));
+        }
         found.push(Finding {
             kind: "lock".into(),
             title: if waiters == 1 {
@@ -163,7 +183,17 @@ pub fn find(snap: &Snapshot, full: bool) -> Vec<Finding> {
                     .to_owned()
             }),
             share,
+            what_if: None,
         });
+    }
+    let mut estimated = 0;
+    models.sort_by(|a, b| found[b.0].share.total_cmp(&found[a.0].share));
+    for (i, uses, change) in models {
+        if estimated == MAX_WHAT_IFS {
+            break;
+        }
+        found[i].what_if = whatif::shorter_holds(&uses, HOLD_FACTOR, change);
+        estimated += usize::from(found[i].what_if.is_some());
     }
     for v in snap.objects.iter().filter(|v| v.barrier.is_some()) {
         let b = v.barrier.as_ref().expect("filtered");
@@ -188,10 +218,12 @@ pub fn find(snap: &Snapshot, full: bool) -> Vec<Finding> {
             confidence: Confidence::High,
             not_seen: None,
             share: last as f64 / b.rounds as f64 * 0.5,
+            what_if: None,
         });
     }
     found.sort_by(|a, b| b.share.total_cmp(&a.share));
-    found.truncate(MAX_FINDINGS - 1);
+    found.truncate(MAX_FINDINGS - 2);
+    found.extend(knot(snap, &observed, full));
     let idle: u64 = snap.threads.iter().map(|t| t.idle_wait_ns).sum();
     if !lock_bound && !found.iter().any(|f| f.kind == "barrier") {
         let most = snap
@@ -216,6 +248,16 @@ pub fn find(snap: &Snapshot, full: bool) -> Vec<Finding> {
                     "what the threads did while running (CPU, I/O): a profiler (perf) says".into(),
                 ),
                 share: 0.0,
+                what_if: busiest.and_then(|(_, row)| {
+                    let v = snap.objects.view(row);
+                    let name = v.name.clone().unwrap_or_else(|| format!("{:#x}", v.addr));
+                    let site = waited_at(snap, v.pid, v.addr);
+                    whatif::shorter_holds(
+                        &uses_of(snap, row, &observed),
+                        HOLD_FACTOR,
+                        halved(&name, site.as_deref()),
+                    )
+                }),
             },
         );
     }
@@ -232,9 +274,144 @@ pub fn find(snap: &Snapshot, full: bool) -> Vec<Finding> {
             confidence: Confidence::High,
             not_seen: None,
             share: 0.0,
+            what_if: None,
         });
     }
     found
+}
+
+/// The wait-for graph's bottleneck as a finding (after the lock findings: it says where
+/// waiting ends, they say on what).
+fn knot(snap: &Snapshot, observed: &HashMap<(u32, u32), u64>, full: bool) -> Option<Finding> {
+    let edges: Vec<knots::WaitEdge> = snap
+        .waits_for
+        .rows()
+        .iter()
+        .filter(|r| !r.outside)
+        .map(|r| knots::WaitEdge {
+            waiter: (r.pid, r.waiter),
+            waker: (r.waker_pid, r.waker),
+            wait_ns: r.wait.total(),
+            object: r
+                .object_name
+                .clone()
+                .unwrap_or_else(|| format!("futex {:#x}", r.object)),
+        })
+        .collect();
+    let k = knots::bottleneck(&edges, observed)?;
+    let names: HashMap<(u32, u32), &str> = snap
+        .threads
+        .iter()
+        .filter_map(|t| Some(((t.pid, t.tid), t.name.as_deref()?)))
+        .collect();
+    let thread = |n: &(u32, u32)| match names.get(n) {
+        Some(name) => format!("{name} ({})", n.1),
+        None => format!("thread {}", n.1),
+    };
+    let mut listed: Vec<String> = k.threads.iter().take(4).map(thread).collect();
+    if k.threads.len() > 4 {
+        listed.push(format!("{} more", k.threads.len() - 4));
+    }
+    let listed = listed.join(", ");
+    let their_time: u64 = k.threads.iter().filter_map(|n| observed.get(n)).sum();
+    let waited = if k.threads.len() == 1 {
+        k.into_ns
+    } else {
+        k.inside_ns
+    };
+    let on = k
+        .objects
+        .first()
+        .filter(|_| waited > 0)
+        .map(|(o, ns)| format!(", {} of it for {o}", pct(*ns as f64 / waited as f64)))
+        .unwrap_or_default();
+    let others = match k.waiting_threads {
+        0 => String::new(),
+        1 => format!("; 1 other thread waits for them ({})", ns(k.into_ns)),
+        n => format!("; {n} other threads wait for them ({})", ns(k.into_ns)),
+    };
+    let (title, not_seen) = if k.threads.len() == 1 {
+        (
+            format!(
+                "the others wait for {listed}: {} of their waiting ended with its wakes{on}; \
+                 it waits for no other traced thread",
+                ns(k.into_ns)
+            ),
+            Some(format!(
+                "what {listed} does while they wait (its own CPU work, I/O, sleeps): a CPU \
+                 profile of that thread (perf record -t {}) says",
+                k.threads[0].1
+            )),
+        )
+    } else {
+        (
+            format!(
+                "{} threads wait on each other and on no one else: {listed} spent {} of their \
+                 time waiting for each other{on}{others}",
+                k.threads.len(),
+                pct(k.inside_ns as f64 / their_time.max(1) as f64)
+            ),
+            None,
+        )
+    };
+    Some(Finding {
+        kind: "knot".into(),
+        title,
+        evidence: vec![
+            "from the wait-for graph: who waited until whom woke them, edges of 2% or more \
+             of the waiter's time; no such edge leaves these threads"
+                .into(),
+        ],
+        location: None,
+        confidence: if full {
+            Confidence::High
+        } else {
+            Confidence::Medium
+        },
+        not_seen,
+        share: k.inside_ns.max(k.into_ns) as f64 / their_time.max(1) as f64,
+        what_if: None,
+    })
+}
+
+/// Each thread's acquisitions, holds and waits on `row`'s object, with its observed time.
+fn uses_of(
+    snap: &Snapshot,
+    row: &crate::model::ObjectRow,
+    observed: &HashMap<(u32, u32), u64>,
+) -> Vec<whatif::Use> {
+    let mut uses: HashMap<(u32, u32), whatif::Use> = HashMap::new();
+    for e in snap.objects.edges_of(row) {
+        let (c, t) = (e.stats.counts(), e.key.thread());
+        let u = uses.entry((t.pid, t.tid)).or_default();
+        u.acquisitions += c.acquisitions;
+        u.hold_ns += e.stats.hold().total();
+        u.wait_ns += c.contended_wait_ns;
+        u.observed_ns = observed.get(&(t.pid, t.tid)).copied().unwrap_or(0);
+    }
+    let mut uses: Vec<whatif::Use> = uses.into_values().collect();
+    uses.sort_by_key(|u| (u.acquisitions, u.hold_ns, u.wait_ns, u.observed_ns));
+    uses
+}
+
+/// Where `addr` was waited for most, when the call site is known.
+fn waited_at(snap: &Snapshot, pid: u32, addr: u64) -> Option<String> {
+    snap.call_sites
+        .iter()
+        .filter(|c| c.pid == pid && c.object == addr)
+        .max_by_key(|c| c.wait_ns)
+        .and_then(|c| c.location.clone())
+}
+
+/// "audit_lock's hold (locked at demo.c:54) were halved".
+fn halved(name: &str, site: Option<&str>) -> String {
+    match site.and_then(|l| l.rsplit_once(" (")) {
+        Some((_, line)) => format!(
+            "{name}'s hold (locked at {}) were halved",
+            line.trim_end_matches(')')
+        ),
+        None => format!("{name}'s hold were halved"),
+    }
 }
 
 /// The findings as the report's first section.
@@ -261,6 +438,9 @@ pub fn text(out: &mut String, findings: &[Finding]) {
         }
         if let Some(l) = &f.location {
             let _ = writeln!(out, "     {}", super::text::Shown(l));
+        }
+        if let Some(w) = &f.what_if {
+            let _ = writeln!(out, "     what if: {}", super::text::Shown(&w.sentence()));
         }
         if let Some(n) = &f.not_seen {
             let _ = writeln!(out, "     not seen: {}", super::text::Shown(n));
