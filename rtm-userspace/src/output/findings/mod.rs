@@ -11,6 +11,7 @@
 //! estimate ([`whatif`]): what halving the critical section would buy.
 
 pub mod knots;
+mod more;
 mod simulate;
 pub mod whatif;
 
@@ -23,7 +24,7 @@ use crate::model::{Snapshot, wait_kind::WaitKind};
 pub use whatif::WhatIf;
 
 /// Findings kept, most important first.
-const MAX_FINDINGS: usize = 5;
+const MAX_FINDINGS: usize = 6;
 /// A lock whose waiters spent less of their time waiting on it is not a finding.
 const MIN_LOCK_SHARE: f64 = 0.02;
 /// A thread arriving last in at least this share of a barrier's rounds is its laggard.
@@ -221,9 +222,21 @@ pub fn find(snap: &Snapshot, full: bool) -> Vec<Finding> {
             what_if: None,
         });
     }
+    found.extend(more::laggard_ranks(snap));
     found.sort_by(|a, b| b.share.total_cmp(&a.share));
-    found.truncate(MAX_FINDINGS - 2);
+    found.truncate(MAX_FINDINGS - 3);
     found.extend(knot(snap, &observed, full));
+    if let Some(cpu) = more::saturated_cpus(snap) {
+        for f in found.iter_mut().filter(|f| f.what_if.is_some()) {
+            f.not_seen = Some(
+                "how much of the time outside the lock was queueing for a busy CPU: the \
+                 estimate holds that time fixed, but shorter holds shorten it too, so the \
+                 gain may be larger"
+                    .into(),
+            );
+        }
+        found.push(cpu);
+    }
     let idle: u64 = snap.threads.iter().map(|t| t.idle_wait_ns).sum();
     if !lock_bound && !found.iter().any(|f| f.kind == "barrier") {
         let most = snap
@@ -287,7 +300,10 @@ fn knot(snap: &Snapshot, observed: &HashMap<(u32, u32), u64>, full: bool) -> Opt
         .waits_for
         .rows()
         .iter()
-        .filter(|r| !r.outside)
+        // A join's wait ends at the thread's exit: it says a thread ran to its end, not
+        // that it held anyone up (a main thread joining its workers would otherwise make
+        // the first worker joined look like everyone's bottleneck).
+        .filter(|r| !r.outside && !r.at_exit)
         .map(|r| knots::WaitEdge {
             waiter: (r.pid, r.waiter),
             waker: (r.waker_pid, r.waker),
@@ -333,8 +349,14 @@ fn knot(snap: &Snapshot, observed: &HashMap<(u32, u32), u64>, full: bool) -> Opt
     let (title, not_seen) = if k.threads.len() == 1 {
         (
             format!(
-                "the others wait for {listed}: {} of their waiting ended with its wakes{on}; \
-                 it waits for no other traced thread",
+                "{listed} is what {} wait{} for: {} of their waiting ended with its \
+                 wakes{on}; it waits for no other traced thread",
+                if k.waiting_threads == 1 {
+                    "1 other thread".to_owned()
+                } else {
+                    format!("{} other threads", k.waiting_threads)
+                },
+                if k.waiting_threads == 1 { "s" } else { "" },
                 ns(k.into_ns)
             ),
             Some(format!(
