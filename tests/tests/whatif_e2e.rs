@@ -167,7 +167,7 @@ fn the_demo_predicts_what_halving_its_audit_hold_buys() {
         first["what_if"]["change"]
             .as_str()
             .unwrap()
-            .starts_with("audit_lock's hold (locked at demo.c:"),
+            .starts_with("the hold of audit_lock (locked at demo.c:"),
         "{first:#}"
     );
 }

@@ -25,6 +25,8 @@ pub struct WaitEdge {
     pub wait_ns: u64,
     /// The object's display name.
     pub object: String,
+    /// Waiting for work (a condition variable, a semaphore, ...), not for a lock.
+    pub idle: bool,
 }
 
 /// Where waiting ends.
@@ -40,6 +42,8 @@ pub struct Knot {
     pub waiting_threads: usize,
     /// Objects of the waiting inside it (or into it, for a single thread), most first.
     pub objects: Vec<(String, u64)>,
+    /// Of that waiting, the part that was for work (idle objects), ns.
+    pub idle_ns: u64,
 }
 
 /// The knot the most waiting ends in; `None` when no kept edge exists.
@@ -96,10 +100,12 @@ pub fn bottleneck(edges: &[WaitEdge], observed: &HashMap<Node, u64>) -> Option<K
     // What the waiting inside it (or, for one thread, into it) was on.
     let single = threads.len() == 1;
     let mut objects: BTreeMap<&str, u64> = BTreeMap::new();
+    let mut idle_ns = 0;
     for e in edges {
         let (a, b) = (threads.contains(&e.waiter), threads.contains(&e.waker));
         if b && (a || single) && e.waiter != e.waker {
             *objects.entry(&e.object).or_default() += e.wait_ns;
+            idle_ns += if e.idle { e.wait_ns } else { 0 };
         }
     }
     let mut objects: Vec<(String, u64)> = objects
@@ -113,6 +119,7 @@ pub fn bottleneck(edges: &[WaitEdge], observed: &HashMap<Node, u64>) -> Option<K
         into_ns: into[best],
         waiting_threads: w.len(),
         objects,
+        idle_ns,
     })
 }
 
@@ -178,6 +185,7 @@ mod tests {
             waker: (1, waker),
             wait_ns: ms * 1_000_000,
             object: object.into(),
+            idle: object == "queue",
         }
     }
 
@@ -201,6 +209,7 @@ mod tests {
         assert_eq!(k.into_ns, 1_000_000_000);
         assert_eq!(k.waiting_threads, 1);
         assert_eq!(k.objects[0], ("audit_lock".to_owned(), 530_000_000));
+        assert_eq!(k.idle_ns, 0);
     }
 
     #[test]
@@ -218,6 +227,10 @@ mod tests {
             (0, 1_100_000_000, 2)
         );
         assert_eq!(k.objects[0].0, "queue");
+        assert_eq!(
+            k.idle_ns, 1_110_000_000,
+            "the objects of waiting into a single thread"
+        );
     }
 
     #[test]

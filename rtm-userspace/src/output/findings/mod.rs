@@ -296,6 +296,21 @@ pub fn find(snap: &Snapshot, full: bool) -> Vec<Finding> {
 /// The wait-for graph's bottleneck as a finding (after the lock findings: it says where
 /// waiting ends, they say on what).
 fn knot(snap: &Snapshot, observed: &HashMap<(u32, u32), u64>, full: bool) -> Option<Finding> {
+    // Whether a futex word is waiting for work: its object's kind. In full mode a
+    // condition variable's word lies inside the pthread_cond_t (48 bytes) the object is
+    // keyed by, so the nearest object at or below the word counts.
+    let kinds: std::collections::BTreeMap<(u32, u64), WaitKind> = snap
+        .objects
+        .rows()
+        .iter()
+        .map(|r| ((r.key.pid, r.key.addr), r.wait_kind))
+        .collect();
+    let kind_of = |pid: u32, word: u64| {
+        kinds
+            .range((pid, word.saturating_sub(47))..=(pid, word))
+            .next_back()
+            .map_or(WaitKind::Unknown, |(_, k)| *k)
+    };
     let edges: Vec<knots::WaitEdge> = snap
         .waits_for
         .rows()
@@ -308,10 +323,13 @@ fn knot(snap: &Snapshot, observed: &HashMap<(u32, u32), u64>, full: bool) -> Opt
             waiter: (r.pid, r.waiter),
             waker: (r.waker_pid, r.waker),
             wait_ns: r.wait.total(),
-            object: r
-                .object_name
-                .clone()
-                .unwrap_or_else(|| format!("futex {:#x}", r.object)),
+            object: match (kind_of(r.pid, r.object), &r.object_name) {
+                (WaitKind::Unknown, Some(n)) => format!("futex {n}"),
+                (WaitKind::Unknown, None) => format!("futex {:#x}", r.object),
+                (k, Some(n)) => format!("{} {n}", k.name()),
+                (k, None) => format!("{} {:#x}", k.name(), r.object),
+            },
+            idle: kind_of(r.pid, r.object).is_idle(),
         })
         .collect();
     let k = knots::bottleneck(&edges, observed)?;
@@ -364,6 +382,20 @@ fn knot(snap: &Snapshot, observed: &HashMap<(u32, u32), u64>, full: bool) -> Opt
                  profile of that thread (perf record -t {}) says",
                 k.threads[0].1
             )),
+        )
+    } else if k.idle_ns * 2 > k.inside_ns {
+        (
+            format!(
+                "{} threads hand work to each other and wait on no one else: {listed} spent \
+                 {} of their time waiting for each other, mostly for work{on}{others}",
+                k.threads.len(),
+                pct(k.inside_ns as f64 / their_time.max(1) as f64)
+            ),
+            Some(
+                "which of them is slowest at its part of the work: a CPU profile of these \
+                 threads says; their waiting for work is not contention"
+                    .into(),
+            ),
         )
     } else {
         (
@@ -425,14 +457,14 @@ fn waited_at(snap: &Snapshot, pid: u32, addr: u64) -> Option<String> {
         .and_then(|c| c.location.clone())
 }
 
-/// "audit_lock's hold (locked at demo.c:54) were halved".
+/// "the hold of audit_lock (locked at demo.c:58) were halved".
 fn halved(name: &str, site: Option<&str>) -> String {
     match site.and_then(|l| l.rsplit_once(" (")) {
         Some((_, line)) => format!(
-            "{name}'s hold (locked at {}) were halved",
+            "the hold of {name} (locked at {}) were halved",
             line.trim_end_matches(')')
         ),
-        None => format!("{name}'s hold were halved"),
+        None => format!("the hold of {name} were halved"),
     }
 }
 

@@ -24,7 +24,7 @@ const SEED: u64 = 0x5eed_2026;
 /// An estimate of what a change would buy.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct WhatIf {
-    /// The change, as a clause: "audit_lock's hold were halved".
+    /// The change, as a clause: "the hold of audit_lock were halved".
     pub change: String,
     /// How many times faster the threads that use the lock would finish (their
     /// makespan now over the makespan after the change).
@@ -38,7 +38,7 @@ pub struct WhatIf {
 }
 
 impl WhatIf {
-    /// "x1.6 [1.4-1.8] if audit_lock's hold were halved".
+    /// "x1.60 [1.40-1.80] for its 4 threads if the hold of audit_lock were halved".
     pub fn sentence(&self) -> String {
         format!(
             "x{:.2} [{:.2}-{:.2}] for its {} threads if {}",
