@@ -228,7 +228,7 @@ mod tests {
         );
         assert_eq!(k.objects[0].0, "queue");
         assert_eq!(
-            k.idle_ns, 1_110_000_000,
+            k.idle_ns, 1_100_000_000,
             "the objects of waiting into a single thread"
         );
     }
