@@ -2,7 +2,6 @@
 //! errors into a message on stderr and an exit code.
 use std::process::ExitCode;
 
-use clap::Parser;
 use rtm::{
     agent,
     cli::{Action, Cli},
@@ -18,7 +17,7 @@ fn main() -> ExitCode {
     // (session::trace), so the model's growing tables reuse heap memory.
     // SAFETY: mallopt only tunes the allocator; no other thread exists yet.
     unsafe { libc::mallopt(libc::M_MMAP_THRESHOLD, 256 * 1024) };
-    let result = match Cli::parse().action() {
+    let result = match Cli::parse_action() {
         Action::Trace(cli) => {
             init_logging(if cli.verbose { "debug" } else { "warn" });
             session::run(*cli)

@@ -12,7 +12,7 @@ mod commands;
 pub mod generate;
 mod trace;
 
-use clap::{CommandFactory, Parser, Subcommand};
+use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 
 pub use commands::{AgentCli, BlockedCli, CheckCli, MergeCli, ReportCli};
 pub use generate::GenerateCli;
@@ -76,9 +76,6 @@ pub enum Command {
     /// Watch the processes a config selects, all the time, and serve their lock
     /// contention as Prometheus metrics (/metrics, /healthz, /readyz)
     Agent(AgentCli),
-    /// Write the man pages or shell completions (for packaging)
-    #[command(name = "__generate", hide = true)]
-    Generate(GenerateCli),
 }
 
 /// What a command line asks for, once the default subcommand is resolved.
@@ -98,11 +95,37 @@ pub enum Action {
     Generate(GenerateCli),
 }
 
+/// The packaging hook's name: not a subcommand of the documented command line.
+const GENERATE: &str = "__generate";
+
 impl Cli {
-    /// The clap command the binary parses with: the one man pages and completions are
-    /// generated from.
+    /// The command line the man pages and completions describe: the binary's, less
+    /// its packaging hook.
     pub fn clap_command() -> clap::Command {
         Self::command()
+    }
+
+    /// Parses the process's arguments; on a usage error (or --help), says it and exits.
+    pub fn parse_action() -> Action {
+        Self::try_parse_action(std::env::args_os()).unwrap_or_else(|e| e.exit())
+    }
+
+    /// Parses `args` (the program's name first): [`Cli`], or the hidden packaging hook
+    /// `rtm-trace __generate man|completions DIR`, added here only so that the pages
+    /// and completions generated from [`Cli::clap_command`] do not offer it.
+    pub fn try_parse_action<I, T>(args: I) -> Result<Action, clap::Error>
+    where
+        I: IntoIterator<Item = T>,
+        T: Into<std::ffi::OsString> + Clone,
+    {
+        let hook = GenerateCli::augment_args(clap::Command::new(GENERATE).hide(true));
+        let matches = Self::command()
+            .subcommand(hook)
+            .try_get_matches_from(args)?;
+        if let Some(m) = matches.subcommand_matches(GENERATE) {
+            return GenerateCli::from_arg_matches(m).map(Action::Generate);
+        }
+        Self::from_arg_matches(&matches).map(Self::action)
     }
 
     /// What to do: the subcommand, or a trace with the top-level options.
@@ -119,7 +142,6 @@ impl Cli {
             Some(Command::Merge(m)) => Action::Merge(m),
             Some(Command::Check(c)) => Action::Check(c),
             Some(Command::Agent(a)) => Action::Agent(a),
-            Some(Command::Generate(g)) => Action::Generate(g),
         }
     }
 }
@@ -129,8 +151,7 @@ mod tests {
     use super::*;
 
     fn action(args: &[&str]) -> Result<Action, clap::Error> {
-        Cli::try_parse_from(std::iter::once("rtm-trace").chain(args.iter().copied()))
-            .map(Cli::action)
+        Cli::try_parse_action(std::iter::once("rtm-trace").chain(args.iter().copied()))
     }
 
     fn trace(args: &[&str]) -> TraceCli {
@@ -219,5 +240,16 @@ mod tests {
             assert!(top.contains(heading), "{heading}: {top}");
         }
         assert!(!top.contains("__generate"), "{top}");
+    }
+
+    #[test]
+    fn the_packaging_hook_parses_but_is_not_documented() {
+        assert!(matches!(
+            action(&["__generate", "man", "/tmp/x"]).unwrap(),
+            Action::Generate(g) if matches!(g.what, generate::Generated::Man)
+        ));
+        assert!(Cli::clap_command().find_subcommand(GENERATE).is_none());
+        let help = action(&["--help"]).unwrap_err().to_string();
+        assert!(help.contains("agent") && !help.contains(GENERATE), "{help}");
     }
 }
