@@ -39,12 +39,25 @@ pub fn run(cli: &GenerateCli) -> io::Result<i32> {
     match cli.what {
         Generated::Man => man_pages(&mut cmd, &cli.dir)?,
         Generated::Completions => {
-            for shell in [Shell::Bash, Shell::Zsh, Shell::Fish] {
+            for shell in [Shell::Zsh, Shell::Fish] {
                 clap_complete::generate_to(shell, &mut cmd, "rtm-trace", &cli.dir)?;
             }
+            fs::write(cli.dir.join("rtm-trace.bash"), bash(&mut cmd))?;
         }
     }
     Ok(0)
+}
+
+/// The bash completion script. clap_complete (4.6) spells the state of a subcommand
+/// of a hyphenated program two ways, `rtm__trace__subcmd__agent` where it walks the
+/// words and `rtm__subcmd__trace__subcmd__agent` in the arms that complete, so no
+/// subcommand's options completed (clap-rs/clap#6421): the arms are spelled as the walk.
+fn bash(cmd: &mut clap::Command) -> Vec<u8> {
+    let mut out = Vec::new();
+    clap_complete::generate(Shell::Bash, cmd, "rtm-trace", &mut out);
+    String::from_utf8_lossy(&out)
+        .replace("rtm__subcmd__trace", "rtm__trace")
+        .into_bytes()
 }
 
 /// rtm-trace.8, and rtm-trace-NAME.8 for each subcommand a user runs.
@@ -67,4 +80,21 @@ fn man_pages(cmd: &mut clap::Command, dir: &std::path::Path) -> io::Result<()> {
         page(sub, &format!("rtm-trace-{}", sub.get_name()))?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bash_completes_a_subcommands_options() {
+        let script = String::from_utf8(bash(&mut super::super::Cli::clap_command())).unwrap();
+        // The word walk reaches this state, and an arm completes it.
+        assert!(script.contains("cmd=\"rtm__trace__subcmd__agent\""));
+        assert!(
+            script.contains("\n        rtm__trace__subcmd__agent)"),
+            "{script}"
+        );
+        assert!(!script.contains("__generate"));
+    }
 }
