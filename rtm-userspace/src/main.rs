@@ -2,10 +2,9 @@
 //! errors into a message on stderr and an exit code.
 use std::process::ExitCode;
 
-use clap::Parser;
 use rtm::{
     agent,
-    cli::{AgentCli, CheckCli, Cli, MergeCli, ReportCli},
+    cli::{Action, Cli},
     session,
 };
 
@@ -18,35 +17,36 @@ fn main() -> ExitCode {
     // (session::trace), so the model's growing tables reuse heap memory.
     // SAFETY: mallopt only tunes the allocator; no other thread exists yet.
     unsafe { libc::mallopt(libc::M_MMAP_THRESHOLD, 256 * 1024) };
-    // `rtm-trace merge ...` joins parts; anything else traces (a command named merge
-    // is launched with `rtm-trace -- merge`).
-    let mut args: Vec<std::ffi::OsString> = std::env::args_os().collect();
-    let result = if args.get(1).is_some_and(|a| a == "agent") {
-        args.remove(1);
-        init_logging("warn");
-        agent::run(AgentCli::parse_from(args))
-    } else if args.get(1).is_some_and(|a| a == "top") {
-        // `rtm-trace top ARGS` is `rtm-trace --live ARGS`.
-        args[1] = "--live".into();
-        let cli = Cli::parse_from(args);
-        init_logging(if cli.verbose { "debug" } else { "warn" });
-        session::run(cli)
-    } else if args.get(1).is_some_and(|a| a == "report") {
-        args.remove(1);
-        init_logging("warn");
-        session::report(ReportCli::parse_from(args))
-    } else if args.get(1).is_some_and(|a| a == "check") {
-        args.remove(1);
-        init_logging("warn");
-        session::check(CheckCli::parse_from(args))
-    } else if args.get(1).is_some_and(|a| a == "merge") {
-        args.remove(1);
-        init_logging("warn");
-        session::merge(MergeCli::parse_from(args))
-    } else {
-        let cli = Cli::parse_from(args);
-        init_logging(if cli.verbose { "debug" } else { "warn" });
-        session::run(cli)
+    let result = match Cli::parse_action() {
+        Action::Trace(cli) => {
+            init_logging(if cli.verbose { "debug" } else { "warn" });
+            session::run(*cli)
+        }
+        Action::Report(cli) => {
+            init_logging("warn");
+            session::report(cli)
+        }
+        Action::Merge(cli) => {
+            init_logging("warn");
+            session::merge(cli)
+        }
+        Action::Check(cli) => {
+            init_logging("warn");
+            session::check(cli)
+        }
+        Action::Agent(cli) => {
+            init_logging("warn");
+            agent::run(cli)
+        }
+        Action::Generate(cli) => {
+            return match rtm::cli::generate::run(&cli) {
+                Ok(_) => ExitCode::SUCCESS,
+                Err(e) => {
+                    rtm::output::text::say(&format!("rtm-trace: error: {e}"));
+                    ExitCode::FAILURE
+                }
+            };
+        }
     };
     match result {
         Ok(code) => ExitCode::from(code.clamp(0, 255) as u8),

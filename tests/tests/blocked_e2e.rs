@@ -113,6 +113,14 @@ fn an_abba_deadlock_names_both_threads_locks_and_holders() {
     let (p, truths) = start("abba");
     let (code, report, doc) = snapshot(&[p.pid()]);
     assert_eq!(code, Some(3), "a deadlock exits 3:\n{report}");
+    // `rtm-trace blocked` is `--blocked`.
+    let sub = run(
+        Command::new(rtm_bin()).args(["blocked", "-p", &p.pid().to_string()]),
+        T,
+    );
+    let sub_report = String::from_utf8_lossy(&sub.stdout);
+    assert_eq!(sub.status.code(), Some(3), "{sub_report}");
+    assert!(sub_report.contains("lock_a"), "{sub_report}");
     let by_index: HashMap<&str, u64> = truths
         .iter()
         .filter(|t| t.contains_key("tid"))

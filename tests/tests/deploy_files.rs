@@ -41,7 +41,7 @@ fn unit_copy(dir: &TempDir) -> std::path::PathBuf {
     let copy = dir.join("rtm-trace-agent.service");
     std::fs::write(
         &copy,
-        unit.replace("/usr/local/bin/rtm-trace", &rtm_bin().display().to_string()),
+        unit.replace("/usr/bin/rtm-trace", &rtm_bin().display().to_string()),
     )
     .unwrap();
     copy
@@ -83,7 +83,8 @@ fn the_systemd_unit_verifies() {
     // The unit names the installed binary: verify a copy that names this build's.
     let dir = TempDir::new("deploy-unit");
     let unit = std::fs::read_to_string(deploy("rtm-trace-agent.service")).unwrap();
-    assert!(unit.contains("ExecStart=/usr/local/bin/rtm-trace agent"));
+    // Where the package installs the binary and the config (xtask/src/dist.rs).
+    assert!(unit.contains("ExecStart=/usr/bin/rtm-trace agent --config /etc/rtm-trace/agent.toml"));
     for line in [
         "NoNewPrivileges=yes",
         "DynamicUser=yes",

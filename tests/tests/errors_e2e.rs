@@ -25,6 +25,16 @@ fn usage_errors_exit_2_with_a_hint() {
     let (code, err) = stderr_of(Command::new(rtm_bin()).args(["-p", "1", "--", "true"]));
     assert_eq!(code, Some(2));
     assert!(err.contains("not both"), "{err}");
+    // Subcommands are clap's: their help names them, and a trace option before one is
+    // refused rather than dropped.
+    for args in [&["help", "agent"][..], &["agent", "--help"]] {
+        let out = run(Command::new(rtm_bin()).args(args), T);
+        let help = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(out.status.code(), Some(0), "{args:?}");
+        assert!(help.contains("Usage: rtm-trace agent "), "{args:?}: {help}");
+    }
+    let (code, err) = stderr_of(Command::new(rtm_bin()).args(["-p", "1", "report", "x.json"]));
+    assert_eq!(code, Some(2), "{err}");
 }
 
 #[test]

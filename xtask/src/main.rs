@@ -11,6 +11,7 @@ mod bench_others;
 mod bench_prod;
 mod bench_scale;
 mod bench_stacks;
+mod dist;
 mod measure;
 mod setup;
 mod tasks;
@@ -37,6 +38,10 @@ enum Cmd {
     },
     /// Set up, build, and trace the bundled demo workload (needs root).
     Demo,
+    /// Set up, build the release binary, and make the Debian packages in target/dist:
+    /// rtm-trace (stripped binary, man pages, completions, the agent's unit and config,
+    /// docs) and rtm-trace-dbg (its debug info).
+    Dist,
     /// Set up, then run the whole suite: fmt, clippy, unit tests, eBPF tests (needs root).
     Test,
     /// The kernel matrix (needs root): the end-to-end smoke set inside QEMU guests booted
@@ -168,6 +173,12 @@ fn main() -> anyhow::Result<()> {
             tasks::build(&env, release)
         }
         Cmd::Demo => tasks::demo(&setup::run()?),
+        Cmd::Dist => {
+            let packages = dist::dist(&setup::run()?)?;
+            eprintln!("xtask: built {}", packages.debug.display());
+            println!("{}", packages.main.display());
+            Ok(())
+        }
         Cmd::Test => tasks::test(&setup::run()?),
         Cmd::Vm {
             kernel,

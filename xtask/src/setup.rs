@@ -57,6 +57,11 @@ const APT_PACKAGES: &[&str] = &[
     "busybox-static",
     "kmod",
     "bindfs",
+    // The package (`cargo xtask dist`): objcopy splits the debug info, readelf and
+    // objdump read the build id and glibc versions; package_e2e.rs finds the
+    // installed man pages with man-db (its bash completion needs no package).
+    "binutils",
+    "man-db",
 ];
 
 /// PyPI's `perfetto` package: its compiled protobuf schema decodes the timelines in the

@@ -117,9 +117,17 @@ pub fn test(env: &Env) -> Result<()> {
             .arg(root().join("target/ebpf-clippy"))
             .args(["--", "-D", "warnings"]),
     )?;
-    // The end-to-end tests run the real binary.
+    // The end-to-end tests run the real binary, and install the package (built from
+    // the release binary, which the benchmarks' smoke run below reuses).
     build(env, false)?;
     let bin = root().join("target/debug/rtm-trace");
+    let started = std::time::Instant::now();
+    let package = crate::dist::dist(env)?.main;
+    eprintln!(
+        "xtask: release build and packages: {:.0} s ({})",
+        started.elapsed().as_secs_f64(),
+        package.display()
+    );
     if !is_root() {
         eprintln!(
             "xtask: WARNING: not root: the end-to-end eBPF tests will fail (or, outside CI, \
@@ -127,15 +135,20 @@ pub fn test(env: &Env) -> Result<()> {
         );
     }
     eprintln!("xtask: cargo test (unit tests, then end-to-end eBPF tests one at a time)");
-    status(cargo(env).env("RTM_TRACE_BIN", &bin).args([
-        "test",
-        "--workspace",
-        "--exclude",
-        "rtm-ebpf",
-        "--no-fail-fast",
-        "--",
-        "--test-threads=1",
-    ]))?;
+    status(
+        cargo(env)
+            .env("RTM_TRACE_BIN", &bin)
+            .env("RTM_TRACE_DEB", &package)
+            .args([
+                "test",
+                "--workspace",
+                "--exclude",
+                "rtm-ebpf",
+                "--no-fail-fast",
+                "--",
+                "--test-threads=1",
+            ]),
+    )?;
     // The same smoke set inside Debian 12's and 13's kernels.
     eprintln!("xtask: kernel matrix (cargo xtask vm)");
     crate::vm::run(env, &[], &[], None)?;

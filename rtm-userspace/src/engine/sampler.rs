@@ -20,6 +20,8 @@ pub struct Sampler {
     model: Ambient,
     counters: Counters,
     last: Vec<(Scope, &'static str, Reading)>,
+    /// Counters this machine cannot count are said on stderr too (`-v`); the report
+    /// says them once either way. Set once said, or from the start without `-v`.
     told_unavailable: bool,
     /// The last interval closed.
     latest: Option<Interval>,
@@ -46,7 +48,9 @@ impl Sampler {
             ),
             counters,
             last: Vec::new(),
-            told_unavailable: false,
+            // A VM has no hardware counters: a warning on every run there said nothing
+            // the report does not.
+            told_unavailable: !config.verbose,
             latest: None,
             per_target: config.target_counters,
         }

@@ -275,7 +275,8 @@ pub(super) fn counters(out: &mut String, c: &CountersView) {
             c.unavailable[0].reason
         );
     }
-    if !c.targets_counted && !c.events.is_empty() {
+    // Nothing to say of the targets' own counters where no counter counts at all (a VM).
+    if !c.targets_counted && !counted.is_empty() {
         let _ = writeln!(
             out,
             "  the traced processes' own counters were not opened (per-task perf events cost \

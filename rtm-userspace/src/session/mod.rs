@@ -11,7 +11,7 @@ pub mod preflight;
 mod report;
 
 use crate::{
-    cli::{self, Cli, UsageError},
+    cli::{self, TraceCli, UsageError},
     config::TraceConfig,
     engine::EngineError,
     output::dest::DestError,
@@ -106,7 +106,7 @@ pub fn read_config(path: &std::path::Path) -> Result<TraceConfig, SessionError> 
 }
 
 /// Runs a session; returns the exit code (the launched command's, or 0).
-pub fn run(cli: Cli) -> Result<i32, SessionError> {
+pub fn run(cli: TraceCli) -> Result<i32, SessionError> {
     // The config file first: the command line goes over it. A bad one is refused
     // before anything is loaded or run.
     let file = cli.config.clone();

@@ -1,9 +1,9 @@
-//! Command line: parsed and checked by clap, then turned into a [`TraceConfig`] (over
-//! the one `--config` gives, if any). Nothing below the front end sees these types.
+//! The trace's options, turned into a [`TraceConfig`] (over the one `--config` gives, if
+//! any).
 
 use std::{ffi::OsString, path::PathBuf, time::Duration};
 
-use clap::Parser;
+use clap::Args;
 
 use crate::config::{self, CounterList, Mode, TraceConfig};
 
@@ -27,303 +27,214 @@ impl clap::ValueEnum for Mode {
     }
 }
 
-/// Attach to running processes (or launch one) and show where their threads wait on each
-/// other: which locks are contended, for how long, by whom, and who they waited for.
-#[derive(Debug, Parser)]
-#[command(
-    name = "rtm-trace",
-    version,
-    after_help = "EXAMPLES:\n  \
-        sudo rtm-trace --pid 1234                 trace PID 1234 until Ctrl-C\n  \
-        sudo rtm-trace -p 1234 -d 10 --json out.json   10 seconds, graph to out.json\n  \
-        sudo rtm-trace -i 1 -- ./app --threads 8    launch ./app, summary every second\n  \
-        sudo rtm-trace top -p 1234                live view: top locks, threads, wakers\n  \
-        sudo rtm-trace -m full --html r.html --timeline t.pftrace -- ./app\n  \
-        rtm-trace report out.json --html r.html   render a saved trace (no root)\n  \
-        rtm-trace merge a.json b.json             join MPI parts written on several nodes\n\n\
-        Needs root (or CAP_BPF and CAP_PERFMON) and a kernel with BPF and uprobes.\n\
-        The report goes to stdout (or --output); messages go to stderr."
-)]
-pub struct Cli {
+/// What to trace and how: the options of `rtm-trace [trace]`, `top` and `--blocked`.
+#[derive(Debug, Default, Args)]
+pub struct TraceCli {
     /// Process to trace (all its threads, including ones created later). Repeatable.
-    #[arg(short, long = "pid", value_name = "PID")]
+    #[arg(help_heading = "Targets", short, long = "pid", value_name = "PID")]
     pub pids: Vec<u32>,
 
     /// Trace every process whose command name (as ps shows it) or program file name is
     /// NAME, e.g. all ranks of an MPI job on this node. Repeatable; combines with --pid.
-    #[arg(long = "comm", value_name = "NAME")]
+    #[arg(help_heading = "Targets", long = "comm", value_name = "NAME")]
     pub comms: Vec<String>,
+
+    /// Only these threads of the traced processes (comma-separated or repeated), in the
+    /// kernel; alone, it traces their processes.
+    #[arg(
+        help_heading = "Targets",
+        long = "tid",
+        value_name = "TID",
+        value_delimiter = ','
+    )]
+    pub tids: Vec<u32>,
+
+    /// Only what starts on these CPUs (e.g. 0,2-3), in the kernel: a call or wait
+    /// counts where it started.
+    #[arg(help_heading = "Targets", long = "cpu", value_name = "LIST", value_parser = parse_cpus)]
+    pub cpus: Option<CpuList>,
+
+    /// Also trace processes the targets fork (default in launch mode).
+    #[arg(help_heading = "Targets", long)]
+    pub follow: bool,
+
+    /// Do not trace processes the targets fork.
+    #[arg(help_heading = "Targets", long, conflicts_with = "follow")]
+    pub no_follow: bool,
+
+    /// Command to launch and trace from its first instruction (after `--`). rtm-trace exits
+    /// with its exit code.
+    #[arg(help_heading = "Targets", last = true, value_name = "COMMAND")]
+    pub command: Vec<OsString>,
+
+    /// What to trace (default: contention): contended waits only (near-zero overhead),
+    /// or every pthread call.
+    #[arg(help_heading = "Mode", short, long, value_enum)]
+    pub mode: Option<Mode>,
+
+    /// Probe the MPI library each traced process maps (or a launched command's ranks
+    /// will load) in contention mode too: the task graph, at about 2 us per MPI call
+    /// (full mode probes MPI unless --no-mpi).
+    #[arg(help_heading = "Mode", long, conflicts_with = "no_mpi")]
+    pub mpi: bool,
+
+    /// Do not probe MPI libraries in full mode.
+    #[arg(help_heading = "Mode", long)]
+    pub no_mpi: bool,
+
+    /// Time FUNCTION of the targets: calls, and the distribution of their inclusive
+    /// time, per thread. SYMBOL, SYMBOL@MODULE (a file name or its start: libfoo), or a
+    /// glob (cache_*@libfoo). Repeatable. About 1 us per call.
+    #[arg(help_heading = "Mode", long = "func", value_name = "SPEC", value_parser = parse_func)]
+    pub funcs: Vec<String>,
+
+    /// Show a live view in the terminal while tracing (also `rtm-trace top ...`): the
+    /// top locks, threads and who waited for whom, refreshed each interval; sort,
+    /// filter, pause, drill into a lock. q stops tracing and prints the report.
+    #[arg(help_heading = "Mode", long)]
+    pub live: bool,
+
+    /// Do not trace: show which threads of the targets are blocked now, on what, held by
+    /// whom, for how long, and any deadlock among them (a snapshot from /proc and their
+    /// memory, for a hung process). Exits 3 when there is a deadlock, 4 when one cannot
+    /// be ruled out (threads wait on semaphores or locks whose holder cannot be read).
+    #[arg(help_heading = "Mode", long)]
+    pub blocked: bool,
+
+    /// When a deadlock is found while tracing (threads waiting on each other's mutexes):
+    /// `report` (the default) says it on stderr at once and keeps tracing; `exit` says
+    /// it, stops and writes the results (exit code 3).
+    #[arg(help_heading = "Mode", long, value_name = "WHAT", value_parser = ["report", "exit"])]
+    pub on_deadlock: Option<String>,
 
     /// Stop after this many seconds (default: until Ctrl-C or the targets exit; at most
     /// a year).
-    #[arg(short, long, value_name = "SECS", value_parser = parse_duration)]
+    #[arg(help_heading = "Mode", short, long, value_name = "SECS", value_parser = parse_duration)]
     pub duration: Option<Duration>,
 
     /// Print a summary every SECS seconds while tracing (0.01 to 86400). System
     /// statistics and counters are sampled at this interval too (every second when it
     /// is not given).
-    #[arg(short, long, value_name = "SECS", value_parser = parse_interval)]
+    #[arg(help_heading = "Mode", short, long, value_name = "SECS", value_parser = parse_interval)]
     pub interval: Option<Duration>,
-
-    /// Performance counters to read, by `perf list` name, comma-separated ("default",
-    /// the default, for all known; "none" for none). Ones this machine cannot count are
-    /// reported.
-    #[arg(long, value_name = "LIST", value_parser = parse_counters)]
-    pub counters: Option<CounterList>,
 
     /// A TOML file describing the trace (docs/config.md): thresholds that flag trouble
     /// in the system, and any option below; the command line overrides it.
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
 
+    /// Write the report to FILE instead of stdout.
+    #[arg(help_heading = "Outputs", short, long, value_name = "FILE")]
+    pub output: Option<PathBuf>,
+
     /// Write the whole sync graph as JSON (format: docs/json-format.md).
-    #[arg(long, value_name = "FILE")]
+    #[arg(help_heading = "Outputs", long, value_name = "FILE")]
     pub json: Option<PathBuf>,
 
-    /// Write the report to FILE instead of stdout.
-    #[arg(short, long, value_name = "FILE")]
-    pub output: Option<PathBuf>,
+    /// Write the report as one self-contained HTML file (tables, sync graph, MPI matrix,
+    /// time series; opens offline).
+    #[arg(help_heading = "Outputs", long, value_name = "FILE.html")]
+    pub html: Option<PathBuf>,
+
+    /// Write the sync graph and the MPI task graph as Graphviz DOT (`dot -Tsvg`).
+    #[arg(help_heading = "Outputs", long, value_name = "FILE.dot")]
+    pub dot: Option<PathBuf>,
 
     /// Write a timeline while tracing: a Perfetto trace (open it at ui.perfetto.dev) with
     /// a track per thread, waits, wakes as arrows, holds, MPI calls and the system's
     /// counters.
-    #[arg(long, value_name = "FILE.pftrace")]
+    #[arg(help_heading = "Outputs", long, value_name = "FILE.pftrace")]
     pub timeline: Option<PathBuf>,
 
-    /// Show a live view in the terminal while tracing (also `rtm-trace top ...`): the
-    /// top locks, threads and who waited for whom, refreshed each interval; sort,
-    /// filter, pause, drill into a lock. q stops tracing and prints the report.
-    #[arg(long)]
-    pub live: bool,
-
-    /// Write the report as one self-contained HTML file (tables, sync graph, MPI matrix,
-    /// time series; opens offline).
-    #[arg(long, value_name = "FILE.html")]
-    pub html: Option<PathBuf>,
-
-    /// Write the sync graph and the MPI task graph as Graphviz DOT (`dot -Tsvg`).
-    #[arg(long, value_name = "FILE.dot")]
-    pub dot: Option<PathBuf>,
-
-    /// The timeline's size cap in MiB (default 1024); events past it are counted and
-    /// reported, not written.
-    #[arg(long, value_name = "MIB", value_parser = clap::value_parser!(u64).range(1..=config::MAX_TIMELINE_MB))]
-    pub timeline_max_mb: Option<u64>,
-
     /// Rows per table in the report (default 10).
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=config::MAX_TOP as u64))]
+    #[arg(help_heading = "Outputs", long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=config::MAX_TOP as u64))]
     pub top: Option<u64>,
 
     /// No call stacks of the waiters and wakers of contended waits (each wake that ends
     /// a sleeping futex wait copies both threads' stacks).
-    #[arg(long)]
+    #[arg(help_heading = "Stacks", long)]
     pub no_stacks: bool,
 
     /// Waits whose call stacks are taken, per CPU per second at most (default 200;
     /// `all`: every wait; 0: none). Each sample stands for the waits it was chosen
     /// among; per-lock counts and times stay exact whatever the rate.
-    #[arg(long, value_name = "N|all", value_parser = config::StackRate::parse)]
+    #[arg(help_heading = "Stacks", long, value_name = "N|all", value_parser = config::StackRate::parse)]
     pub stack_rate: Option<config::StackRate>,
+
+    /// Bytes of each user stack copied at a contended wake (1024, 2048, 4096, 8192 or
+    /// 16384; default 4096): deeper stacks are cut there.
+    #[arg(help_heading = "Stacks", long, value_name = "BYTES", value_parser = parse_stack_bytes)]
+    pub stack_bytes: Option<u32>,
+
+    /// Write the contended waits' call stacks as folded stacks (waiter frames from the
+    /// root, `--`, waker frames, wait ns), for flamegraph.pl or speedscope.
+    #[arg(help_heading = "Stacks", long, value_name = "FILE")]
+    pub folded: Option<PathBuf>,
+
+    /// Ring buffer size in bytes (a power of two, at least 4096; default 8 MiB; in
+    /// contention mode shared by a ring per CPU, up to 4); raise it if events are lost.
+    #[arg(help_heading = "Limits", long, value_name = "BYTES", value_parser = parse_ring_size)]
+    pub ring_size: Option<u32>,
+
+    /// Most distinct objects tracked (default 200000); events beyond are counted, not
+    /// recorded.
+    #[arg(help_heading = "Limits", long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    pub max_objects: Option<u64>,
+
+    /// Most distributions that keep percentiles (1-16 KiB each; default 2048); beyond,
+    /// exact counts, totals, min and max only.
+    #[arg(help_heading = "Limits", long, value_name = "N")]
+    pub max_histograms: Option<usize>,
+
+    /// Entries of the kernel's map of summed futex waits (one per waiter, word, waker and
+    /// outcome; ~0.7 KiB each; default 8192). Waits past it are sent one by one, and
+    /// counted in the report.
+    #[arg(help_heading = "Limits", long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=1 << 20))]
+    pub futex_sums: Option<u32>,
+
+    /// Most functions --func may time (default 64; a glob matching more is refused).
+    #[arg(help_heading = "Limits", long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=config::MAX_FUNCTIONS as u64))]
+    pub max_funcs: Option<u64>,
+
+    /// The timeline's size cap in MiB (default 1024); events past it are counted and
+    /// reported, not written.
+    #[arg(help_heading = "Limits", long, value_name = "MIB", value_parser = clap::value_parser!(u64).range(1..=config::MAX_TIMELINE_MB))]
+    pub timeline_max_mb: Option<u64>,
+
+    /// Performance counters to read, by `perf list` name, comma-separated ("default",
+    /// the default, for all known; "none" for none). Ones this machine cannot count are
+    /// reported.
+    #[arg(help_heading = "Advanced", long, value_name = "LIST", value_parser = parse_counters)]
+    pub counters: Option<CounterList>,
 
     /// Also count the performance counters for the traced processes (their threads,
     /// per-task perf events), not only per CPU. Every context switch of theirs then
     /// pays for switching the perf contexts (~1 us here: a program whose critical
     /// sections yield ran at 0.36x); their CPU time and switches are in the report
     /// anyway, from /proc.
-    #[arg(long)]
+    #[arg(help_heading = "Advanced", long)]
     pub target_counters: bool,
 
     /// Contention mode: also count futex waits that returned without sleeping (the word
     /// had changed), seen at their system call's entry. Every system call on the
     /// machine then pays for a program (~50 ns here); by default none does.
-    #[arg(long)]
+    #[arg(help_heading = "Advanced", long)]
     pub unslept: bool,
-
-    /// Bytes of each user stack copied at a contended wake (1024, 2048, 4096, 8192 or
-    /// 16384; default 4096): deeper stacks are cut there.
-    #[arg(long, value_name = "BYTES", value_parser = parse_stack_bytes)]
-    pub stack_bytes: Option<u32>,
-
-    /// Write the contended waits' call stacks as folded stacks (waiter frames from the
-    /// root, `--`, waker frames, wait ns), for flamegraph.pl or speedscope.
-    #[arg(long, value_name = "FILE")]
-    pub folded: Option<PathBuf>,
-
-    /// Ring buffer size in bytes (a power of two, at least 4096; default 8 MiB; in
-    /// contention mode shared by a ring per CPU, up to 4); raise it if events are lost.
-    #[arg(long, value_name = "BYTES", value_parser = parse_ring_size)]
-    pub ring_size: Option<u32>,
-
-    /// Most distinct objects tracked (default 200000); events beyond are counted, not
-    /// recorded.
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
-    pub max_objects: Option<u64>,
-
-    /// Most distributions that keep percentiles (1-16 KiB each; default 2048); beyond,
-    /// exact counts, totals, min and max only.
-    #[arg(long, value_name = "N")]
-    pub max_histograms: Option<usize>,
-
-    /// Entries of the kernel's map of summed futex waits (one per waiter, word, waker and
-    /// outcome; ~0.7 KiB each; default 8192). Waits past it are sent one by one, and
-    /// counted in the report.
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=1 << 20))]
-    pub futex_sums: Option<u32>,
-
-    /// What to trace (default: contention): contended waits only (near-zero overhead),
-    /// or every pthread call.
-    #[arg(short, long, value_enum)]
-    pub mode: Option<Mode>,
 
     /// Full mode: probe every pthread function, not only those the program and its
     /// libraries import (each probe costs ~0.1 s to remove at exit). Use it when the
     /// program loads libraries with dlopen after the trace starts.
-    #[arg(long)]
+    #[arg(help_heading = "Advanced", long)]
     pub probe_all: bool,
-
-    /// Also trace processes the targets fork (default in launch mode).
-    #[arg(long)]
-    pub follow: bool,
-
-    /// Do not trace processes the targets fork.
-    #[arg(long, conflicts_with = "follow")]
-    pub no_follow: bool,
-
-    /// Probe the MPI library each traced process maps (or a launched command's ranks
-    /// will load) in contention mode too: the task graph, at about 2 us per MPI call
-    /// (full mode probes MPI unless --no-mpi).
-    #[arg(long, conflicts_with = "no_mpi")]
-    pub mpi: bool,
-
-    /// Do not probe MPI libraries in full mode.
-    #[arg(long)]
-    pub no_mpi: bool,
 
     /// Measure the eBPF side: each program's runs and time per run (the kernel's BPF
     /// statistics, on for this run only) and each map's memory, in the report and JSON.
-    #[arg(long)]
+    #[arg(help_heading = "Advanced", long)]
     pub bpf_stats: bool,
 
     /// Say where each probe went and what the tracer is doing.
     #[arg(short, long)]
     pub verbose: bool,
-
-    /// Do not trace: show which threads of the targets are blocked now, on what, held by
-    /// whom, for how long, and any deadlock among them (a snapshot from /proc and their
-    /// memory, for a hung process). Exits 3 when there is a deadlock, 4 when one cannot
-    /// be ruled out (threads wait on semaphores or locks whose holder cannot be read).
-    #[arg(long)]
-    pub blocked: bool,
-
-    /// When a deadlock is found while tracing (threads waiting on each other's mutexes):
-    /// `report` (the default) says it on stderr at once and keeps tracing; `exit` says
-    /// it, stops and writes the results (exit code 3).
-    #[arg(long, value_name = "WHAT", value_parser = ["report", "exit"])]
-    pub on_deadlock: Option<String>,
-
-    /// Time FUNCTION of the targets: calls, and the distribution of their inclusive
-    /// time, per thread. SYMBOL, SYMBOL@MODULE (a file name or its start: libfoo), or a
-    /// glob (cache_*@libfoo). Repeatable. About 1 us per call.
-    #[arg(long = "func", value_name = "SPEC", value_parser = parse_func)]
-    pub funcs: Vec<String>,
-
-    /// Most functions --func may time (default 64; a glob matching more is refused).
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=config::MAX_FUNCTIONS as u64))]
-    pub max_funcs: Option<u64>,
-
-    /// Only these threads of the traced processes (comma-separated or repeated), in the
-    /// kernel; alone, it traces their processes.
-    #[arg(long = "tid", value_name = "TID", value_delimiter = ',')]
-    pub tids: Vec<u32>,
-
-    /// Only what starts on these CPUs (e.g. 0,2-3), in the kernel: a call or wait
-    /// counts where it started.
-    #[arg(long = "cpu", value_name = "LIST", value_parser = parse_cpus)]
-    pub cpus: Option<CpuList>,
-
-    /// Command to launch and trace from its first instruction (after `--`). rtm-trace exits
-    /// with its exit code.
-    #[arg(last = true, value_name = "COMMAND")]
-    pub command: Vec<OsString>,
-}
-
-/// `rtm-trace check`: what this kernel lets rtm-trace do.
-#[derive(Debug, Parser)]
-#[command(
-    name = "rtm-trace check",
-    version,
-    about = "Load every eBPF program as each mode would and say which features work on \
-             this kernel, and why not where one does not (nothing is traced)",
-    after_help = "Exit status: 0 when every feature loads, 1 when one does not."
-)]
-pub struct CheckCli {
-    /// Also say how each feature attaches (tracepoint kinds, uprobe links).
-    #[arg(short, long)]
-    pub verbose: bool,
-}
-
-/// `rtm-trace merge`: join the parts several nodes wrote (--json) for one MPI job.
-#[derive(Debug, Parser)]
-#[command(
-    name = "rtm-trace merge",
-    version,
-    about = "Join the task graphs several nodes wrote (rtm-trace --json) for one MPI job \
-             into one cluster-wide task graph and report",
-    after_help = "EXAMPLE:\n  \
-        rtm-trace merge node1.json node2.json --json job.json\n\n\
-        Parts of different jobs or format versions, or that trace one rank twice, are \
-        refused."
-)]
-pub struct MergeCli {
-    /// The parts: JSON files written by `rtm-trace --json` on each node.
-    #[arg(required = true, value_name = "PART.json")]
-    pub parts: Vec<PathBuf>,
-
-    /// Write the merged task graph as JSON (format: docs/json-format.md).
-    #[arg(long, value_name = "FILE")]
-    pub json: Option<PathBuf>,
-
-    /// Write the report to FILE instead of stdout.
-    #[arg(short, long, value_name = "FILE")]
-    pub output: Option<PathBuf>,
-
-    /// Rows per table in the report.
-    #[arg(long, value_name = "N", default_value_t = 10)]
-    pub top: usize,
-}
-
-/// `rtm-trace report`: render a saved trace (no root needed).
-#[derive(Debug, Parser)]
-#[command(
-    name = "rtm-trace report",
-    version,
-    about = "Render a trace saved with --json: the text report, and the HTML report and \
-             Graphviz graphs, without tracing again (no root needed)",
-    after_help = "EXAMPLES:\n  \
-        rtm-trace report trace.json                       the text report\n  \
-        rtm-trace report trace.json --html report.html    the HTML report too\n  \
-        rtm-trace report trace.json --dot graphs.dot && dot -Tsvg graphs.dot > graphs.svg"
-)]
-pub struct ReportCli {
-    /// A JSON document written by `rtm-trace --json`.
-    #[arg(value_name = "FILE.json")]
-    pub file: PathBuf,
-
-    /// Write the HTML report to FILE.
-    #[arg(long, value_name = "FILE.html")]
-    pub html: Option<PathBuf>,
-
-    /// Write the sync and task graphs as Graphviz DOT to FILE.
-    #[arg(long, value_name = "FILE.dot")]
-    pub dot: Option<PathBuf>,
-
-    /// Write the text report to FILE instead of stdout.
-    #[arg(short, long, value_name = "FILE")]
-    pub output: Option<PathBuf>,
-
-    /// Rows per table in the text report.
-    #[arg(long, value_name = "N", default_value_t = 10)]
-    pub top: usize,
 }
 
 /// Seconds in `[min, max]`, refused otherwise (never a panic on 1e30, NaN or -0).
@@ -417,7 +328,7 @@ pub fn parse_cpus(s: &str) -> Result<CpuList, String> {
     Ok(CpuList(out))
 }
 
-impl Cli {
+impl TraceCli {
     /// The trace this command line describes, over `base` (what `--config` gave, or
     /// the defaults): what the command line says wins.
     pub fn into_config(self, base: TraceConfig) -> TraceConfig {
@@ -520,8 +431,12 @@ pub fn check_targets(c: &TraceConfig) -> Result<(), UsageError> {
 mod tests {
     use super::*;
 
-    fn parse(args: &[&str]) -> Result<Cli, clap::Error> {
-        Cli::try_parse_from(std::iter::once("rtm-trace").chain(args.iter().copied()))
+    fn parse(args: &[&str]) -> Result<TraceCli, clap::Error> {
+        use clap::Parser;
+        let cli = crate::cli::Cli::try_parse_from(
+            std::iter::once("rtm-trace").chain(args.iter().copied()),
+        )?;
+        Ok(cli.trace)
     }
 
     fn config(args: &[&str]) -> TraceConfig {
@@ -660,37 +575,4 @@ mod tests {
             .into_config(file);
         assert_eq!((c.mode, c.output.top), (Mode::Contention, 7));
     }
-}
-
-/// `rtm-trace agent`: a daemon that traces the processes its config selects and serves
-/// their metrics to Prometheus.
-#[derive(Debug, Parser)]
-#[command(
-    name = "rtm-trace agent",
-    version,
-    about = "Watch the processes a config selects, all the time, and serve their lock \
-             contention as Prometheus metrics (/metrics, /healthz, /readyz)",
-    after_help = "EXAMPLE:\n  \
-        rtm-trace agent --config /etc/rtm-trace/agent.toml\n\n\
-        The config's [agent] section selects the processes (by comm, exe glob, \
-        cmdline regex, cgroup glob, container id, pod UID or namespace) and bounds the \
-        series: see docs/agent.md."
-)]
-pub struct AgentCli {
-    /// The config file (TOML; its [agent] section, and the trace settings above it).
-    #[arg(long, value_name = "FILE")]
-    pub config: PathBuf,
-
-    /// Serve on this address instead of the config's (default 127.0.0.1:7470).
-    #[arg(long, value_name = "ADDR")]
-    pub listen: Option<std::net::SocketAddr>,
-
-    /// TLS and basic auth from this web config file (the Prometheus exporters' format:
-    /// tls_server_config, basic_auth_users) instead of the config's web_config_file.
-    #[arg(long, value_name = "FILE", alias = "web.config.file")]
-    pub web_config_file: Option<PathBuf>,
-
-    /// Check the config and exit: 0 when it is valid, 2 with the reason when not.
-    #[arg(long)]
-    pub check_config: bool,
 }
