@@ -340,9 +340,9 @@ fn the_agents_system_calls_stay_inside_the_units_filter() {
     for (p, _) in &mut apps {
         writeln!(p.child.stdin.as_mut().unwrap(), "go").unwrap();
     }
-    // Full mode names the pthread call (kind="mutex"), contention mode the futex.
+    // Both modes' waits, each series labelled with its mode.
     wait("both modes' waits", &|m| {
-        m.contains("kind=\"mutex\"") && m.contains("kind=\"futex\"")
+        m.contains("mode=\"full\",lock=") && m.contains("mode=\"contention\",lock=")
     });
     for (p, _) in apps {
         assert!(p.wait_output(T).status.success());
