@@ -18,8 +18,9 @@ use rtm_tests::{tls::Certs, *};
 const T: Duration = Duration::from_secs(60);
 
 /// The unit's `systemd-analyze security` score (systemd 252): lower is better; 5.7
-/// before the sandboxing of issue 31.
-const MAX_EXPOSURE: f64 = 2.4;
+/// before the sandboxing of issue 31, 2.4 before sched_setaffinity was let through
+/// (the deadlock check makes it; denied, the agent would be killed).
+const MAX_EXPOSURE: f64 = 2.5;
 
 /// The tool, or None (a failure in CI) with why not.
 fn tool(test: &str, cmd: &str, package: &str) -> bool {
