@@ -119,6 +119,14 @@ fn one_lock_has_one_kind_in_both_modes_and_acquisitions_only_in_full() {
         !scrape.contains("kind=\"futex\"") && !scrape.contains("kind=\"thread\""),
         "{scrape}"
     );
+    // A join is a thread's exit in both modes.
+    for (series, _) in samples(&scrape, "rtm_lock_sleeps_total{") {
+        assert_eq!(
+            series.contains("kind=\"join\""),
+            series.contains("lock=\"thread exit\""),
+            "{series}"
+        );
+    }
     // Every metric the mixin's rules and dashboard use is one this agent exports.
     // Its samples' names, and the families it declares (some, like attach errors,
     // have no sample until something happens).

@@ -6,11 +6,12 @@
 
 use std::collections::{HashMap, HashSet};
 
+use rtm_common::Primitive;
 use serde::Serialize;
 
 use crate::{
     config::Mode,
-    model::{Snapshot, sync::ProcessTotals, views::fold},
+    model::{Snapshot, sync::ProcessTotals, views::fold, wait_kind::WaitKind},
 };
 
 /// Most groups kept per process and list (the rest are in the list's totals only).
@@ -48,7 +49,7 @@ impl GroupValues {
 pub struct LockGroup {
     /// Folded name.
     pub name: String,
-    /// What its waits are for ([`crate::model::wait_kind::WaitKind::name`]: "mutex", "condvar", "join",
+    /// What its waits are for ([`WaitKind::name`]: "mutex", "condvar", "join",
     /// "unknown" ...), the same for one object in both modes.
     pub kind: &'static str,
     /// Their counts.
@@ -211,13 +212,33 @@ fn build(inputs: Inputs, snap: &Snapshot, now_ns: u64) -> Vec<ProcessSummary> {
             }
         }
     }
+    // Full mode: a futex word at a pthread object's address (its waits seen outside a
+    // probed call, as when the probes came in mid-call) is that object, of its kind.
+    let pthread_kinds: HashMap<(u32, u64), WaitKind> = snap
+        .objects
+        .rows()
+        .iter()
+        .filter(|r| r.key.primitive != Primitive::Futex)
+        .map(|r| ((r.key.pid, r.key.addr), r.wait_kind))
+        .collect();
     let mut locks: HashMap<u32, HashMap<(String, &'static str), GroupValues>> = HashMap::new();
     for o in snap.objects.iter() {
         let Some(p) = out.get_mut(&o.pid) else {
             continue;
         };
         // A futex word's "contended" counts its sleeps: no acquisition.
-        let word = o.kind == rtm_common::Primitive::Futex;
+        let word = o.kind == Primitive::Futex;
+        let kind = match pthread_kinds.get(&(o.pid, o.addr)) {
+            Some(k) if word && o.wait_kind == WaitKind::Unknown => *k,
+            _ => o.wait_kind,
+        };
+        // A join is a thread's exit in both modes (full mode's thread handle has no
+        // name of its own).
+        let name = if kind == WaitKind::Join {
+            fold::object(Some("exit of thread 0"))
+        } else {
+            fold::object(o.name.as_deref())
+        };
         let v = GroupValues {
             acquisitions: o.counts.acquisitions,
             contended: if word { 0 } else { o.counts.contended },
@@ -228,7 +249,7 @@ fn build(inputs: Inputs, snap: &Snapshot, now_ns: u64) -> Vec<ProcessSummary> {
         locks
             .entry(o.pid)
             .or_default()
-            .entry((fold::object(o.name.as_deref()), o.wait_kind.name()))
+            .entry((name, kind.name()))
             .or_default()
             .add(&v);
     }
