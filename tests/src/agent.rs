@@ -115,11 +115,27 @@ pub struct Prometheus {
 impl Prometheus {
     /// Starts it with its data in `dir`, job `rtm`; returns once it is ready.
     pub fn start(dir: &TempDir, port: u16, target: &str) -> Self {
+        Self::with_rules(dir, port, target, None)
+    }
+
+    /// The same, also evaluating the rules of `rules` (a file) every second.
+    pub fn with_rules(
+        dir: &TempDir,
+        port: u16,
+        target: &str,
+        rules: Option<&std::path::Path>,
+    ) -> Self {
         let config = dir.join("prometheus.yml");
+        let rule_files = rules.map_or_else(String::new, |r| {
+            format!(
+                "  evaluation_interval: 1s\nrule_files: ['{}']\n",
+                r.display()
+            )
+        });
         std::fs::write(
             &config,
             format!(
-                "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\nscrape_configs:\n  - job_name: rtm\n    static_configs:\n      - targets: ['{target}']\n"
+                "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n{rule_files}scrape_configs:\n  - job_name: rtm\n    static_configs:\n      - targets: ['{target}']\n"
             ),
         )
         .unwrap();

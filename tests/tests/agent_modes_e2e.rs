@@ -166,7 +166,13 @@ fn the_bucket_median_agrees_with_the_one_shot_trace() {
     }
     let dir = TempDir::new("agent-quantile");
     let agent = Agent::start(&dir, 17491, "[[agent.select]]\ncomm = \"mutex_workload\"\n");
-    let prom = Prometheus::start(&dir, 19491, &agent.addr);
+    // The mixin's rules evaluated on what it scrapes.
+    let prom = Prometheus::with_rules(
+        &dir,
+        19491,
+        &agent.addr,
+        Some(&rtm_tests::mixin::file("rules.yml")),
+    );
     let (mut app, mut lines) = gated("4", "400");
     let pid = app.pid().to_string();
     wait_for("the target in Prometheus", Duration::from_secs(30), || {
@@ -197,6 +203,30 @@ fn the_bucket_median_agrees_with_the_one_shot_trace() {
         settled
     });
     let p50 = prom.query(q)[0].1;
+    // The mixin's recording rules, on real series: the lock's rate is recorded with
+    // its labels (its value may be 0: the lock's series began with its first waits),
+    // and the target's median from the buckets (over 5 minutes: the same sleeps).
+    let recorded = |q: &str| {
+        let mut got = Vec::new();
+        wait_for(q, Duration::from_secs(10), || {
+            got = prom.query(q);
+            !got.is_empty()
+        });
+        println!("{q}: {got:?}");
+        got
+    };
+    let lock = recorded(
+        "lock:rtm_lock_wait_seconds:rate5m{target=\"mutex_workload\",lock=\"shared_lock\"}",
+    );
+    assert_eq!(lock[0].0["kind"], "mutex", "{lock:?}");
+    assert_eq!(lock[0].0["mode"], "contention", "{lock:?}");
+    let median = recorded("target:rtm_futex_sleep_seconds:p50_5m{target=\"mutex_workload\"}");
+    within(
+        median[0].1,
+        p50,
+        0.25,
+        "the mixin's recorded median vs the query's",
+    );
     let out = oneshot.wait_output(T);
     assert!(out.status.success(), "{out:?} after {:?}", start.elapsed());
     assert!(app.wait_output(T).status.success());
