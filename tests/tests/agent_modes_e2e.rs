@@ -3,8 +3,9 @@
 //! same lock has the same `kind` in both, its sleeps and wait time are there in both,
 //! its acquisitions (exact) in full mode only, and every series says its `mode`. Also:
 //! the median Prometheus reads from the sleep histogram's buckets agrees with the
-//! one-shot trace's per-lock median on the same process; and every metric the
-//! monitoring mixin (deploy/mixin) uses is one a real agent exports.
+//! one-shot trace's per-lock median on the same process; the monitoring mixin's
+//! (deploy/mixin) recording rules, evaluated by that Prometheus, carry the agent's
+//! labels; and every metric the mixin uses is one a real agent exports.
 
 use std::{
     collections::BTreeSet,
@@ -222,10 +223,10 @@ fn the_bucket_median_agrees_with_the_one_shot_trace() {
     assert_eq!(lock[0].0["mode"], "contention", "{lock:?}");
     let median = recorded("target:rtm_futex_sleep_seconds:p50_5m{target=\"mutex_workload\"}");
     within(
-        median[0].1,
-        p50,
+        median[0].1 * 1e6,
+        p50 * 1e6,
         0.25,
-        "the mixin's recorded median vs the query's",
+        "the mixin's recorded median vs the query's (us)",
     );
     let out = oneshot.wait_output(T);
     assert!(out.status.success(), "{out:?} after {:?}", start.elapsed());
