@@ -102,3 +102,82 @@ pub fn sample(scrape: &str, start: &str) -> Option<f64> {
     assert!(s.len() <= 1, "{start}: {s:?}");
     s.first().map(|s| s.1)
 }
+
+/// A Prometheus (Debian's) scraping `target` every second, on loopback `port`; killed
+/// on drop.
+pub struct Prometheus {
+    /// The server.
+    pub proc: Proc,
+    /// Its `host:port`.
+    pub addr: String,
+}
+
+impl Prometheus {
+    /// Starts it with its data in `dir`, job `rtm`; returns once it is ready.
+    pub fn start(dir: &TempDir, port: u16, target: &str) -> Self {
+        Self::with_rules(dir, port, target, None)
+    }
+
+    /// The same, also evaluating the rules of `rules` (a file) every second.
+    pub fn with_rules(
+        dir: &TempDir,
+        port: u16,
+        target: &str,
+        rules: Option<&std::path::Path>,
+    ) -> Self {
+        let config = dir.join("prometheus.yml");
+        let rule_files = rules.map_or_else(String::new, |r| {
+            format!(
+                "  evaluation_interval: 1s\nrule_files: ['{}']\n",
+                r.display()
+            )
+        });
+        std::fs::write(
+            &config,
+            format!(
+                "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n{rule_files}scrape_configs:\n  - job_name: rtm\n    static_configs:\n      - targets: ['{target}']\n"
+            ),
+        )
+        .unwrap();
+        let addr = format!("127.0.0.1:{port}");
+        let proc = spawn(
+            Command::new("prometheus")
+                .arg(format!("--config.file={}", config.display()))
+                .arg(format!(
+                    "--storage.tsdb.path={}",
+                    dir.join("tsdb").display()
+                ))
+                .arg(format!("--web.listen-address={addr}"))
+                .arg("--log.level=warn"),
+        );
+        wait_for("Prometheus ready", Duration::from_secs(30), || {
+            TcpStream::connect(&addr).is_ok() && get(&addr, "/-/ready").0 == 200
+        });
+        Self { proc, addr }
+    }
+
+    /// An instant query: (labels, value) per series.
+    pub fn query(&self, q: &str) -> Vec<(serde_json::Value, f64)> {
+        let enc: String = q
+            .bytes()
+            .map(|b| match b {
+                b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' | b'_' | b'.' | b'-' => {
+                    (b as char).to_string()
+                }
+                _ => format!("%{b:02X}"),
+            })
+            .collect();
+        let (status, body) = get(&self.addr, &format!("/api/v1/query?query={enc}"));
+        assert_eq!(status, 200, "{q}: {body}");
+        let doc: serde_json::Value = serde_json::from_str(&body).unwrap();
+        doc["data"]["result"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|r| {
+                let v: f64 = r["value"][1].as_str()?.parse().ok()?;
+                Some((r["metric"].clone(), v))
+            })
+            .collect()
+    }
+}

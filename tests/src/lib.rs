@@ -17,6 +17,7 @@ use std::{
 pub use serde_json::Value;
 
 pub mod agent;
+pub mod mixin;
 pub mod mpi;
 pub mod tls;
 

@@ -649,7 +649,7 @@ fn a_full_mode_rule_counts_every_acquisition() {
         metric("rtm_targets{state=\"running\"}") == Some(1.0)
     });
     writeln!(app.child.stdin.as_mut().unwrap(), "go").unwrap();
-    let q = "rtm_lock_waits_total{target=\"mutex_workload\",container_id=\"\",lock=\"shared_lock\",kind=\"mutex\"}";
+    let q = "rtm_lock_acquisitions_total{target=\"mutex_workload\",container_id=\"\",mode=\"full\",lock=\"shared_lock\",kind=\"mutex\"}";
     let mut last = None;
     wait_for(
         "120 acquisitions of shared_lock",

@@ -25,7 +25,8 @@ const APT_PACKAGES: &[&str] = &[
     "libmpich-dev",
     "sysstat",
     "procps",
-    // The agent's tests: a real Prometheus scrapes it; promtool lints its metrics; a
+    // The agent's tests: a real Prometheus scrapes it; promtool lints its metrics, and
+    // checks and unit-tests the monitoring mixin's rules (tests/tests/mixin.rs); a
     // Debian-packaged server (memcached, loaded by memcslap) is watched, with bpftrace
     // counting the same futex calls independently.
     "prometheus",

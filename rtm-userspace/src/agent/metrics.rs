@@ -15,6 +15,7 @@ use super::{
     top::{TopN, Values},
 };
 use crate::{
+    config::Mode,
     engine::{
         ProcKey, Summary,
         processes::{GroupValues, ProcessSummary},
@@ -29,20 +30,32 @@ mod families;
 
 use families::{count, own_families, single, target_families};
 
-/// A target: one program (command name) in one container.
+/// A target: one program (command name) in one container, traced in one mode (what
+/// a series means may depend on the mode: its `mode` label says which).
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct TargetKey {
     /// Command name.
     pub target: String,
     /// Container id ("" outside containers).
     pub container_id: String,
+    /// "contention" or "full".
+    pub mode: &'static str,
+}
+
+/// A mode's name in the `mode` label.
+pub fn mode_name(mode: Mode) -> &'static str {
+    match mode {
+        Mode::Contention => "contention",
+        Mode::Full => "full",
+    }
 }
 
 impl TargetKey {
-    fn of(info: &ProcInfo) -> Self {
+    fn of(info: &ProcInfo, mode: Mode) -> Self {
         Self {
             target: info.comm.clone(),
             container_id: info.identity.container_id.clone().unwrap_or_default(),
+            mode: mode_name(mode),
         }
     }
 
@@ -50,6 +63,7 @@ impl TargetKey {
         vec![
             ("target", self.target.clone()),
             ("container_id", self.container_id.clone()),
+            ("mode", self.mode.to_owned()),
         ]
     }
 }
@@ -58,7 +72,7 @@ type LockKey = (String, &'static str);
 type EdgeKey = (String, String);
 
 fn values(v: &GroupValues) -> Values {
-    [v.waits, v.contended, v.wait_ns]
+    [v.acquisitions, v.contended, v.sleeps, v.wait_ns]
 }
 
 fn plus(a: &mut Values, b: Values) {
@@ -176,7 +190,9 @@ impl Metrics {
                     i
                 }
             };
-            seen.entry(TargetKey::of(&info)).or_default().push(p);
+            seen.entry(TargetKey::of(&info, p.mode))
+                .or_default()
+                .push(p);
         }
         // Retire what the engine forgot while it ran (a followed process gone), and
         // only that: a process discovery has just added may not be in this summary
@@ -374,9 +390,9 @@ mod tests {
             waiter: waiter.into(),
             waker: "main".into(),
             values: GroupValues {
-                waits: 3,
-                contended: 3,
+                sleeps: 3,
                 wait_ns: 30,
+                ..GroupValues::default()
             },
         };
         m.know(info(500, "svc"));
@@ -455,9 +471,9 @@ mod tests {
         };
         totals.sleep(lock_ns, false);
         let v = GroupValues {
-            waits,
-            contended: waits,
+            sleeps: waits,
             wait_ns: lock_ns,
+            ..GroupValues::default()
         };
         ProcessSummary {
             pid,
@@ -465,7 +481,7 @@ mod tests {
             totals,
             locks: vec![LockGroup {
                 name: "queue_lock".into(),
-                kind: "futex",
+                kind: "mutex",
                 values: v,
             }],
             locks_total: v,
@@ -524,7 +540,7 @@ mod tests {
             m.update(&s);
             let fams = m.families(&s, &own);
             let waits = value(&fams, "rtm_futex_waits", None).unwrap();
-            let lock = value(&fams, "rtm_lock_waits", Some(("lock", "queue_lock"))).unwrap();
+            let lock = value(&fams, "rtm_lock_sleeps", Some(("lock", "queue_lock"))).unwrap();
             assert!(
                 waits >= last.0 && lock >= last.1,
                 "step {i}: {waits} {lock} after {last:?}"
@@ -533,5 +549,75 @@ mod tests {
         }
         // Everything counted: 150 by the forgotten process, 70 and 5 by the others.
         assert_eq!(last, (225.0, 225.0));
+    }
+
+    /// One program traced in both modes (two processes, one per engine): each target
+    /// carries its mode; the lock has one kind in both; sleeps and wait time are there
+    /// in both, acquisitions in full mode only.
+    #[test]
+    fn series_say_their_mode_and_acquisitions_are_full_mode_only() {
+        let mut m = Metrics::new(bounds());
+        for pid in [10, 11] {
+            m.know(Arc::new(ProcInfo {
+                pid,
+                comm: "svc".into(),
+                ..ProcInfo::default()
+            }));
+        }
+        let mut full = proc(10, 40, 4_000);
+        full.mode = Mode::Full;
+        full.locks[0].values.acquisitions = 1_000;
+        full.locks[0].values.contended = 300;
+        full.locks_total = full.locks[0].values;
+        let contention = proc(11, 40, 4_000);
+        let s = Summary {
+            processes: vec![full, contention],
+            ..Summary::default()
+        };
+        m.update(&s);
+        let fams = m.families(&s, &SelfCounts::default());
+        let series = |name: &str| -> Vec<(String, String, f64)> {
+            let f = fams.iter().find(|f| f.name == name).unwrap();
+            f.samples
+                .iter()
+                .filter_map(|(l, v)| {
+                    let get = |k: &str| l.iter().find(|x| x.0 == k).map(|x| x.1.clone());
+                    let v = match v {
+                        Value::Int(n) => *n as f64,
+                        Value::Float(x) => *x,
+                        _ => return None,
+                    };
+                    (get("lock").as_deref() != Some(OTHER))
+                        .then(|| (get("mode").unwrap(), get("kind").unwrap_or_default(), v))
+                })
+                .collect()
+        };
+        let sleeps = series("rtm_lock_sleeps");
+        assert_eq!(
+            sleeps,
+            [
+                ("contention".into(), "mutex".into(), 40.0),
+                ("full".into(), "mutex".into(), 40.0)
+            ]
+        );
+        assert_eq!(
+            series("rtm_lock_acquisitions"),
+            [("full".into(), "mutex".into(), 1_000.0)]
+        );
+        assert_eq!(
+            series("rtm_lock_contended_acquisitions"),
+            [("full".into(), "mutex".into(), 300.0)]
+        );
+        let waits = series("rtm_futex_waits");
+        assert_eq!(waits.len(), 2, "{waits:?}");
+        assert!(waits.iter().all(|w| w.2 == 40.0), "{waits:?}");
+        let info = fams.iter().find(|f| f.name == "rtm_target").unwrap();
+        assert!(
+            info.samples
+                .iter()
+                .all(|(l, _)| l.iter().any(|x| x.0 == "mode")),
+            "{:?}",
+            info.samples
+        );
     }
 }

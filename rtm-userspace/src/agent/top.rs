@@ -1,7 +1,7 @@
 //! Sticky top-N counters with an `other` series that never goes down.
 //!
-//! Each update brings every group's cumulative values (a lock's waits, contended waits
-//! and wait time, say) and the total over all groups. At most N groups are exported as
+//! Each update brings every group's cumulative values (a lock's acquisitions, contended
+//! acquisitions, sleeps and wait time) and the total over all groups. At most N groups are exported as
 //! series of their own; the rest are summed into `other`. A member stays while it grows,
 //! and gives its place to a busier group only after `sticky` updates without growth, so
 //! series do not flap. Every exported value only grows: a group that joins starts from
@@ -11,31 +11,27 @@
 
 use std::{collections::HashMap, hash::Hash};
 
-/// Three counters: waits, contended waits (or waits, for edges), time waited in ns.
-pub type Values = [u64; 3];
+/// Four counters: acquisitions, contended acquisitions, sleeps, time waited in ns.
+pub type Values = [u64; 4];
+
+fn zip(a: Values, b: Values, f: impl Fn(u64, u64) -> u64) -> Values {
+    std::array::from_fn(|i| f(a[i], b[i]))
+}
 
 fn sub(a: Values, b: Values) -> Values {
-    [
-        a[0].saturating_sub(b[0]),
-        a[1].saturating_sub(b[1]),
-        a[2].saturating_sub(b[2]),
-    ]
+    zip(a, b, u64::saturating_sub)
 }
 
 fn add(a: Values, b: Values) -> Values {
-    [
-        a[0].saturating_add(b[0]),
-        a[1].saturating_add(b[1]),
-        a[2].saturating_add(b[2]),
-    ]
+    zip(a, b, u64::saturating_add)
 }
 
 fn max(a: Values, b: Values) -> Values {
-    [a[0].max(b[0]), a[1].max(b[1]), a[2].max(b[2])]
+    zip(a, b, u64::max)
 }
 
 fn min(a: Values, b: Values) -> Values {
-    [a[0].min(b[0]), a[1].min(b[1]), a[2].min(b[2])]
+    zip(a, b, u64::min)
 }
 
 #[derive(Debug, Clone)]
@@ -59,7 +55,7 @@ impl<K> Default for TopN<K> {
     fn default() -> Self {
         Self {
             members: HashMap::new(),
-            other: [0; 3],
+            other: [0; 4],
             seq: 0,
         }
     }
@@ -92,7 +88,8 @@ impl<K: Hash + Eq + Clone + Ord> TopN<K> {
             .iter()
             .filter(|(k, v)| !self.members.contains_key(*k) && v.iter().any(|x| *x > 0))
             .collect();
-        candidates.sort_by(|a, b| (b.1[2], b.1[0], a.0).cmp(&(a.1[2], a.1[0], b.0)));
+        candidates
+            .sort_by(|a, b| (b.1[3], b.1[2], b.1[0], a.0).cmp(&(a.1[3], a.1[2], a.1[0], b.0)));
         for (k, v) in candidates {
             if self.members.len() >= n {
                 // The member idle longest, if it has been idle long enough.
@@ -107,7 +104,7 @@ impl<K: Hash + Eq + Clone + Ord> TopN<K> {
                 };
                 self.members.remove(&idle);
             }
-            let shown_sum = self.members.values().fold([0; 3], |s, m| add(s, m.shown));
+            let shown_sum = self.members.values().fold([0; 4], |s, m| add(s, m.shown));
             // What `other` holds but has not exported: a joiner may take that much.
             let headroom = sub(sub(total, shown_sum), self.other);
             let start = min(*v, headroom);
@@ -120,7 +117,7 @@ impl<K: Hash + Eq + Clone + Ord> TopN<K> {
                 },
             );
         }
-        let shown_sum = self.members.values().fold([0; 3], |s, m| add(s, m.shown));
+        let shown_sum = self.members.values().fold([0; 4], |s, m| add(s, m.shown));
         self.other = max(self.other, sub(total, shown_sum));
         let mut out: Vec<(K, Values)> = self
             .members
@@ -137,11 +134,11 @@ mod tests {
     use super::*;
 
     fn groups(v: &[(&'static str, u64)]) -> HashMap<&'static str, Values> {
-        v.iter().map(|(k, x)| (*k, [*x, *x, *x])).collect()
+        v.iter().map(|(k, x)| (*k, [*x; 4])).collect()
     }
 
     fn total(g: &HashMap<&'static str, Values>) -> Values {
-        g.values().fold([0; 3], |s, v| add(s, *v))
+        g.values().fold([0; 4], |s, v| add(s, *v))
     }
 
     /// Checks the invariants over a random-ish walk: values only grow, series sum to
@@ -159,7 +156,7 @@ mod tests {
             let j = (step * 3 % 6) as usize;
             *vals.entry(names[i]).or_default() += step % 5 + 1;
             *vals.entry(names[j]).or_default() += 1;
-            let g: HashMap<&str, Values> = vals.iter().map(|(k, v)| (*k, [*v; 3])).collect();
+            let g: HashMap<&str, Values> = vals.iter().map(|(k, v)| (*k, [*v; 4])).collect();
             let t = total(&g);
             let (members, other) = top.update(&g, t, 2, 3);
             assert!(members.len() <= 2);
@@ -182,13 +179,13 @@ mod tests {
         let mut top = TopN::default();
         let g = groups(&[("a", 100), ("b", 50), ("c", 10)]);
         let (m, other) = top.update(&g, total(&g), 2, 5);
-        assert_eq!(m, vec![("a", [100; 3]), ("b", [50; 3])]);
-        assert_eq!(other, [10; 3]);
+        assert_eq!(m, vec![("a", [100; 4]), ("b", [50; 4])]);
+        assert_eq!(other, [10; 4]);
         // c becomes the busiest; a and b keep their places while they grow.
         let g = groups(&[("a", 101), ("b", 51), ("c", 1000)]);
         let (m, other) = top.update(&g, total(&g), 2, 5);
-        assert_eq!(m, vec![("a", [101; 3]), ("b", [51; 3])]);
-        assert_eq!(other, [1000; 3]);
+        assert_eq!(m, vec![("a", [101; 4]), ("b", [51; 4])]);
+        assert_eq!(other, [1000; 4]);
         // b stops growing; after 5 updates c takes its place. It starts from what other
         // has not exported (b's 51 handed back, and this update's growth): other stays.
         for _ in 0..5 {
@@ -197,11 +194,11 @@ mod tests {
         }
         let g = groups(&[("a", 103), ("b", 51), ("c", 1100)]);
         let (m, other) = top.update(&g, total(&g), 2, 5);
-        assert_eq!(m, vec![("a", [103; 3]), ("c", [151; 3])]);
-        assert_eq!(other, [1000; 3]);
+        assert_eq!(m, vec![("a", [103; 4]), ("c", [151; 4])]);
+        assert_eq!(other, [1000; 4]);
         let g = groups(&[("a", 103), ("b", 51), ("c", 1200)]);
         let (m, other) = top.update(&g, total(&g), 2, 5);
-        assert_eq!(m[1], ("c", [251; 3]));
-        assert_eq!(other, [1000; 3]);
+        assert_eq!(m[1], ("c", [251; 4]));
+        assert_eq!(other, [1000; 4]);
     }
 }

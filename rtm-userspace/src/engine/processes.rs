@@ -6,20 +6,30 @@
 
 use std::collections::{HashMap, HashSet};
 
+use rtm_common::Primitive;
 use serde::Serialize;
 
-use crate::model::{Snapshot, sync::ProcessTotals, views::fold};
+use crate::{
+    config::Mode,
+    model::{Snapshot, sync::ProcessTotals, views::fold, wait_kind::WaitKind},
+};
 
 /// Most groups kept per process and list (the rest are in the list's totals only).
 pub const MAX_GROUPS: usize = 512;
 
-/// Counts of a group of objects or of edges.
+/// Counts of a group of objects or of edges. `sleeps` and `wait_ns` mean the same in
+/// both modes; acquisitions are seen in full mode only.
 #[derive(Debug, Clone, Copy, Default, Serialize, PartialEq, Eq)]
 pub struct GroupValues {
-    /// Acquisitions and waits (objects); waits ended by the waker (edges).
-    pub waits: u64,
-    /// Of those, the ones that found the object held or slept (objects).
+    /// Acquisitions (objects, full mode: pthread locks, trylocks, timed locks and
+    /// semaphore takes that succeeded); 0 in contention mode and for futex words.
+    pub acquisitions: u64,
+    /// Of those, the ones that found the object held.
     pub contended: u64,
+    /// Waits that slept in the kernel: on an object, a futex wait on its word that
+    /// slept (contention mode) or a call that slept in one (full mode); on an edge, a
+    /// sleep its waker ended.
+    pub sleeps: u64,
     /// Time waited, ns.
     pub wait_ns: u64,
 }
@@ -27,8 +37,9 @@ pub struct GroupValues {
 impl GroupValues {
     /// Adds `o` into these.
     pub fn add(&mut self, o: &GroupValues) {
-        self.waits = self.waits.saturating_add(o.waits);
+        self.acquisitions = self.acquisitions.saturating_add(o.acquisitions);
         self.contended = self.contended.saturating_add(o.contended);
+        self.sleeps = self.sleeps.saturating_add(o.sleeps);
         self.wait_ns = self.wait_ns.saturating_add(o.wait_ns);
     }
 }
@@ -38,7 +49,8 @@ impl GroupValues {
 pub struct LockGroup {
     /// Folded name.
     pub name: String,
-    /// Kind ("mutex", "futex" ...).
+    /// What its waits are for ([`WaitKind::name`]: "mutex", "condvar", "join",
+    /// "unknown" ...), the same for one object in both modes.
     pub kind: &'static str,
     /// Their counts.
     pub values: GroupValues,
@@ -98,6 +110,8 @@ pub struct ProcessSummary {
     pub start: u64,
     /// Whether it still runs.
     pub live: bool,
+    /// The mode of the engine that traces it.
+    pub mode: Mode,
     /// Its futex waits.
     pub totals: ProcessTotals,
     /// Its threads now (seen and not exited).
@@ -125,6 +139,8 @@ pub struct ProcessSummary {
 /// before the snapshot is taken).
 #[derive(Debug, Default)]
 pub struct Inputs {
+    /// The engine's mode.
+    pub mode: Mode,
     /// The processes (pid, start), with whether each still runs.
     pub pids: Vec<(u32, u64, bool)>,
     /// Their futex wait totals.
@@ -144,6 +160,7 @@ impl Inputs {
 
 fn build(inputs: Inputs, snap: &Snapshot, now_ns: u64) -> Vec<ProcessSummary> {
     let Inputs {
+        mode,
         pids,
         totals,
         asleep,
@@ -158,6 +175,7 @@ fn build(inputs: Inputs, snap: &Snapshot, now_ns: u64) -> Vec<ProcessSummary> {
                     pid,
                     start,
                     live,
+                    mode,
                     totals: totals.get(&pid).copied().unwrap_or_default(),
                     ..Default::default()
                 },
@@ -194,21 +212,44 @@ fn build(inputs: Inputs, snap: &Snapshot, now_ns: u64) -> Vec<ProcessSummary> {
             }
         }
     }
+    // Full mode: a futex word at a pthread object's address (its waits seen outside a
+    // probed call, as when the probes came in mid-call) is that object, of its kind.
+    let pthread_kinds: HashMap<(u32, u64), WaitKind> = snap
+        .objects
+        .rows()
+        .iter()
+        .filter(|r| r.key.primitive != Primitive::Futex)
+        .map(|r| ((r.key.pid, r.key.addr), r.wait_kind))
+        .collect();
     let mut locks: HashMap<u32, HashMap<(String, &'static str), GroupValues>> = HashMap::new();
     for o in snap.objects.iter() {
         let Some(p) = out.get_mut(&o.pid) else {
             continue;
         };
+        // A futex word's "contended" counts its sleeps: no acquisition.
+        let word = o.kind == Primitive::Futex;
+        let kind = match pthread_kinds.get(&(o.pid, o.addr)) {
+            Some(k) if word && o.wait_kind == WaitKind::Unknown => *k,
+            _ => o.wait_kind,
+        };
+        // A join is a thread's exit in both modes (full mode's thread handle has no
+        // name of its own).
+        let name = if kind == WaitKind::Join {
+            fold::object(Some("exit of thread 0"))
+        } else {
+            fold::object(o.name.as_deref())
+        };
         let v = GroupValues {
-            waits: o.counts.acquisitions.saturating_add(o.counts.waits),
-            contended: o.counts.contended,
+            acquisitions: o.counts.acquisitions,
+            contended: if word { 0 } else { o.counts.contended },
+            sleeps: o.counts.blocked,
             wait_ns: o.wait.total_ns,
         };
         p.locks_total.add(&v);
         locks
             .entry(o.pid)
             .or_default()
-            .entry((fold::object(o.name.as_deref()), o.kind.name()))
+            .entry((name, kind.name()))
             .or_default()
             .add(&v);
     }
@@ -218,9 +259,9 @@ fn build(inputs: Inputs, snap: &Snapshot, now_ns: u64) -> Vec<ProcessSummary> {
             continue;
         };
         let v = GroupValues {
-            waits: w.count,
-            contended: w.count,
+            sleeps: w.count,
             wait_ns: w.wait.total_ns,
+            ..GroupValues::default()
         };
         p.edges_total.add(&v);
         let name = |pid, tid| {
@@ -291,8 +332,8 @@ fn top<K: Ord, T>(
 ) -> Vec<T> {
     let mut v: Vec<(K, GroupValues)> = groups.unwrap_or_default().into_iter().collect();
     v.sort_by(|a, b| {
-        (b.1.wait_ns, b.1.waits)
-            .cmp(&(a.1.wait_ns, a.1.waits))
+        (b.1.wait_ns, b.1.sleeps, b.1.acquisitions)
+            .cmp(&(a.1.wait_ns, a.1.sleeps, a.1.acquisitions))
             .then_with(|| a.0.cmp(&b.0))
     });
     v.truncate(MAX_GROUPS);

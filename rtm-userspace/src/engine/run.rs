@@ -137,6 +137,7 @@ impl Engine {
             .flat_map(|d| d.threads.iter().map(|t| (t.pid, t.tid)))
             .collect();
         super::processes::Inputs {
+            mode: self.config.mode,
             pids,
             totals,
             asleep,

@@ -467,3 +467,93 @@ fn a_pid_traced_again_is_another_process() {
         engine.finish(EndReason::Signal).unwrap();
     });
 }
+
+/// The per-process summary (the agent's) in full mode: a mutex's futex word, waited on
+/// outside a probed call (as when the probes came in mid-call), is the mutex: one group,
+/// kind "mutex", its acquisitions and sleeps together; a join is "thread exit", kind
+/// "join", as contention mode names it.
+#[test]
+fn a_mutex_word_and_a_join_are_one_group_each_in_the_process_summary() {
+    let dir = std::env::temp_dir().join(format!("rtm-engine-groups-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let pid = std::process::id();
+    let mut records = workload(pid, 10, 5_000);
+    let futex_wait = SyncEvent {
+        header: EventHeader {
+            kind: EventKind::Sync as u32,
+            cpu: 0,
+            ts_ns: 500_000,
+            pid,
+            tid: pid + 1,
+        },
+        object: M1,
+        aux: u64::from(rtm_common::FUTEX_OP_OUTSIDE_CALL),
+        caller: 0,
+        wait_ns: 3_000,
+        primitive: Primitive::Futex as u32,
+        op: SyncOp::Wait as u32,
+        ret: 0,
+        flags: 0,
+        extra: 0,
+        repeats: 0,
+    };
+    records.push(encode(&futex_wait).to_vec());
+    let join = SyncEvent {
+        object: 0x9000,
+        primitive: Primitive::Thread as u32,
+        op: SyncOp::Join as u32,
+        aux: 0,
+        wait_ns: 2_000,
+        header: EventHeader {
+            ts_ns: 600_000,
+            tid: pid,
+            ..futex_wait.header
+        },
+        ..futex_wait
+    };
+    records.push(encode(&join).to_vec());
+    let rt = runtime();
+    let summary = rt.block_on(async {
+        let mut engine = Engine::new(config(&dir), Box::new(EventList::new(records)), vec![]);
+        engine.publish_processes(true);
+        let handle = engine.handle();
+        let mut watch = handle.summary();
+        engine
+            .add_targets(vec![Target::running(pid, false)])
+            .unwrap();
+        let reader = async {
+            loop {
+                watch.changed().await.expect("the engine publishes");
+                let s = watch.borrow_and_update().clone();
+                let groups = s.processes.first().map_or(0, |p| p.locks.len());
+                if groups >= 2 {
+                    handle.stop(EndReason::Signal).unwrap();
+                    return s;
+                }
+            }
+        };
+        let (summary, _) = tokio::join!(reader, engine.run(std::future::pending()));
+        summary
+    });
+    let p = &summary.processes[0];
+    assert_eq!(p.mode, Mode::Full);
+    let groups: Vec<(&str, &str, u64, u64)> = p
+        .locks
+        .iter()
+        .map(|g| {
+            (
+                g.name.as_str(),
+                g.kind,
+                g.values.acquisitions,
+                g.values.sleeps,
+            )
+        })
+        .collect();
+    assert_eq!(
+        groups,
+        [("heap", "mutex", 10, 1), ("thread exit", "join", 0, 0)],
+        "{:?}",
+        p.locks
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}

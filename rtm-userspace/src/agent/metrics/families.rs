@@ -30,7 +30,7 @@ fn gauge(name: &'static str, help: &'static str) -> Family {
 pub(super) fn target_families(m: &Metrics) -> Vec<Family> {
     let mut waits = counter(
         "rtm_futex_waits",
-        "Futex waits (FUTEX_WAIT calls) by the target's threads.",
+        "Futex waits (FUTEX_WAIT calls) by the target's threads; every mode.",
     );
     let mut sleeps = counter("rtm_futex_sleeps", "Futex waits that slept.");
     let mut waited = counter(
@@ -57,7 +57,7 @@ pub(super) fn target_families(m: &Metrics) -> Vec<Family> {
     );
     let mut oldest = gauge(
         "rtm_oldest_wait_in_progress_seconds",
-        "The longest futex wait in progress now (a hang or deadlock shows here).",
+        "The longest futex wait in progress now that may be contention (waits for work or for another thread, joins included, are left out): a hang or deadlock shows here.",
     );
     let mut deadlocked = gauge(
         "rtm_deadlocked_threads",
@@ -74,21 +74,25 @@ pub(super) fn target_families(m: &Metrics) -> Vec<Family> {
         kind: Kind::Info,
         samples: Vec::new(),
     };
-    let mut lock_waits = counter(
-        "rtm_lock_waits",
-        "Waits for the target's locks and other sync objects, by folded name (top N, the rest in lock=\"(other)\").",
-    );
-    let mut lock_contended = counter(
-        "rtm_lock_contended_waits",
-        "Of those, the ones that found the object held or slept.",
+    let mut lock_sleeps = counter(
+        "rtm_lock_sleeps",
+        "Waits for the target's locks and other sync objects that slept in the kernel, by folded name and wait kind (top N, the rest in lock=\"(other)\"); every mode.",
     );
     let mut lock_seconds = counter(
         "rtm_lock_wait_seconds",
-        "Time waited for the target's sync objects, by folded name.",
+        "Time waited for the target's sync objects, by folded name and wait kind; every mode.",
+    );
+    let mut lock_acquisitions = counter(
+        "rtm_lock_acquisitions",
+        "Acquisitions of the target's locks and semaphores, by folded name (mode=\"full\" only).",
+    );
+    let mut lock_contended = counter(
+        "rtm_lock_contended_acquisitions",
+        "Of those, the ones that found the object held (mode=\"full\" only).",
     );
     let mut edge_waits = counter(
         "rtm_waits_for",
-        "Waits ended by a waker thread, by folded waiter and waker names (top N, the rest in waiter=\"(other)\").",
+        "Futex sleeps ended by a waker thread, by folded waiter and waker names (top N, the rest in waiter=\"(other)\"); every mode.",
     );
     let mut edge_seconds = counter(
         "rtm_waits_for_seconds",
@@ -225,9 +229,14 @@ pub(super) fn target_families(m: &Metrics) -> Vec<Family> {
             let mut l = base.clone();
             l.push(("lock", name.to_owned()));
             l.push(("kind", kind.to_owned()));
-            lock_waits.samples.push((l.clone(), Value::Int(v[0])));
-            lock_contended.samples.push((l.clone(), Value::Int(v[1])));
-            lock_seconds.samples.push((l, Value::Float(secs(v[2]))));
+            if key.mode == "full" {
+                lock_acquisitions
+                    .samples
+                    .push((l.clone(), Value::Int(v[0])));
+                lock_contended.samples.push((l.clone(), Value::Int(v[1])));
+            }
+            lock_sleeps.samples.push((l.clone(), Value::Int(v[2])));
+            lock_seconds.samples.push((l, Value::Float(secs(v[3]))));
         }
         let (members, other) = &t.shown_edges;
         let rows = members
@@ -238,8 +247,8 @@ pub(super) fn target_families(m: &Metrics) -> Vec<Family> {
             let mut l = base.clone();
             l.push(("waiter", waiter.to_owned()));
             l.push(("waker", waker.to_owned()));
-            edge_waits.samples.push((l.clone(), Value::Int(v[0])));
-            edge_seconds.samples.push((l, Value::Float(secs(v[2]))));
+            edge_waits.samples.push((l.clone(), Value::Int(v[2])));
+            edge_seconds.samples.push((l, Value::Float(secs(v[3]))));
         }
     }
     // Most telling first: under the series cap, what comes last is dropped first.
@@ -264,7 +273,8 @@ pub(super) fn target_families(m: &Metrics) -> Vec<Family> {
         mpi_received_bytes,
         mpi_received,
         hist,
-        lock_waits,
+        lock_sleeps,
+        lock_acquisitions,
         lock_contended,
         edge_waits,
     ]
@@ -302,6 +312,12 @@ pub(super) fn own_families(summary: &Summary, own: &SelfCounts, targets: usize) 
     t.samples
         .push((vec![("state", "exited".into())], Value::Int(exited)));
     f.push(t);
+    f.push(single(
+        Kind::Gauge,
+        "rtm_ready",
+        "Whether the first discovery pass is done (what /readyz says).",
+        Value::Int(u64::from(own.discovered)),
+    ));
     f.push(single(
         Kind::Gauge,
         "rtm_target_groups",
