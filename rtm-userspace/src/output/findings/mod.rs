@@ -31,6 +31,8 @@ const MIN_LOCK_SHARE: f64 = 0.02;
 const LAGGARD_SHARE: f64 = 0.5;
 /// Below this share of lock waiting in every thread, nothing lock-bound is reported.
 const LOCK_BOUND_SHARE: f64 = 0.05;
+/// A lock most of whose acquisitions wait is handed from thread to thread: a convoy.
+const CONVOY_SHARE: f64 = 0.75;
 /// Lock findings given a what-if estimate (the first ones).
 const MAX_WHAT_IFS: usize = 2;
 /// The what-if asked by default: critical sections this many times shorter.
@@ -150,6 +152,16 @@ pub fn find(snap: &Snapshot, full: bool) -> Vec<Finding> {
                 "held {} on average, {} at most",
                 ns(h as u64),
                 ns(v.hold.max_ns.unwrap_or(0))
+            ));
+        }
+        if full
+            && waiters > 1
+            && v.counts.contended as f64 >= CONVOY_SHARE * v.counts.acquisitions.max(1) as f64
+        {
+            evidence.push(format!(
+                "a convoy: {} of acquisitions found it held, so it passes from thread to \
+                 thread and every hand-off waits for a wake-up",
+                pct(v.counts.contended as f64 / v.counts.acquisitions as f64)
             ));
         }
         let site = waited_at(snap, v.pid, v.addr);
