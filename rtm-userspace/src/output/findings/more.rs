@@ -57,18 +57,38 @@ pub(super) fn saturated_cpus(snap: &Snapshot) -> Option<Finding> {
         .filter(|t| matches!(t.kind, TroubleKind::CpuSaturated | TroubleKind::RunQueue))
         .max_by_key(|t| t.intervals)?;
     let of = a.summary.intervals.max(t.intervals);
+    // The traced processes' own share of the machine's CPU time.
+    let cpus = a
+        .intervals
+        .first()
+        .map_or(1, |i| i.per_cpu_busy.len().max(1));
+    let own: f64 = a
+        .processes
+        .iter()
+        .map(|p| (p.usage.user_pct + p.usage.system_pct) / 100.0)
+        .sum::<f64>()
+        / cpus as f64;
+    let busy = a.summary.cpu_busy_pct.mean / 100.0;
+    let whose = if own >= 0.5 * busy {
+        "mostly by the traced program itself"
+    } else {
+        "mostly by other processes"
+    };
     Some(Finding {
         kind: "cpu".into(),
         title: format!(
-            "the machine's CPUs were busy: {} in {} of {} intervals: waits include time \
+            "the CPUs were busy, {whose}: {} in {} of {} intervals: waits include time \
              queueing for a CPU, and a wake reaches its waiter late",
             t.kind.describe(),
             t.intervals,
             of
         ),
         evidence: vec![format!(
-            "CPU busy {} on average, run queue {:.1} on average (system statistics)",
-            pct(a.summary.cpu_busy_pct.mean / 100.0),
+            "CPU busy {} on average, {} of it the traced processes' ({} CPUs), run queue \
+             {:.1} on average (system statistics)",
+            pct(busy),
+            pct((own / busy.max(1e-9)).min(1.0)),
+            cpus,
             a.summary.procs_running.mean
         )],
         location: None,
