@@ -105,7 +105,8 @@ impl<'g> Snapshot<'g> {
                 kind: obj.primitive,
                 object: obj.addr,
                 site,
-                location: locate(obj.pid, site),
+                // A call site is a return address: its line is the call's, the byte before.
+                location: locate(obj.pid, crate::model::stacks::call_address(1, site)),
                 calls: c.calls,
                 contended: c.contended,
                 wait_ns: c.wait_ns,
@@ -415,10 +416,10 @@ fn lock_order_view(
         count: o.count,
         tid: o.tid,
         first_site: (o.first_site != 0)
-            .then(|| locate(pid, o.first_site))
+            .then(|| locate(pid, crate::model::stacks::call_address(1, o.first_site)))
             .flatten(),
         then_site: (o.then_site != 0)
-            .then(|| locate(pid, o.then_site))
+            .then(|| locate(pid, crate::model::stacks::call_address(1, o.then_site)))
             .flatten(),
     };
     let inversions = order
