@@ -242,8 +242,9 @@ pub fn find(snap: &Snapshot, full: bool) -> Vec<Finding> {
         for f in found.iter_mut().filter(|f| f.what_if.is_some()) {
             f.not_seen = Some(
                 "how much of the time outside the lock was queueing for a busy CPU: the \
-                 estimate holds that time fixed, but shorter holds shorten it too, so the \
-                 gain may be larger"
+                 estimate holds that time fixed, so with the CPUs saturated the real gain \
+                 can differ (larger when the CPU time shorter holds free speeds up the other \
+                 threads' work)"
                     .into(),
             );
         }
