@@ -11,6 +11,8 @@ use serde::{Deserialize, Serialize};
 
 use super::simulate::{self, Params, Worker};
 
+/// Fewer acquisitions than this make no estimate: too few rounds to simulate.
+const MIN_ACQUISITIONS: u64 = 20;
 /// Rounds simulated at most (the threads' acquisitions scaled down to it).
 const MAX_ROUNDS: f64 = 4_000.0;
 /// Variabilities of the time outside the lock tried.
@@ -69,7 +71,7 @@ pub fn shorter_holds(uses: &[Use], k: f64, change: String) -> Option<WhatIf> {
         .collect();
     let acquisitions: u64 = uses.iter().map(|u| u.acquisitions).sum();
     let held: u64 = uses.iter().map(|u| u.hold_ns).sum();
-    if acquisitions == 0 || held == 0 || k <= 0.0 {
+    if acquisitions < MIN_ACQUISITIONS || held == 0 || k <= 0.0 {
         return None;
     }
     let measured_wait = uses.iter().map(|u| u.wait_ns).sum::<u64>() as f64 / acquisitions as f64;
@@ -125,6 +127,11 @@ pub fn shorter_holds(uses: &[Use], k: f64, change: String) -> Option<WhatIf> {
             return None;
         }
         estimates.push(now / after);
+    }
+    // Shorter holds cannot make the model slower; below 1 is the noise of a short
+    // simulation (another interleaving), not a loss.
+    if k >= 1.0 {
+        estimates.iter_mut().for_each(|e| *e = e.max(1.0));
     }
     estimates.sort_by(f64::total_cmp);
     Some(WhatIf {
