@@ -42,7 +42,8 @@ const APT_PACKAGES: &[&str] = &[
     "strace",
     // deploy_files.rs reads the Kubernetes manifests with PyYAML.
     "python3-yaml",
-    // A Go program's futex waits are its runtime's (trust_e2e builds one).
+    // A Go program's futex waits are its runtime's (trust_e2e builds one); pprof_e2e
+    // reads --pprof profiles with `go tool pprof`.
     "golang-go",
     // The outputs' tests: the HTML report in a real headless browser, the DOT graphs
     // through Graphviz, the live view in tmux, the timeline decoded by Perfetto's own

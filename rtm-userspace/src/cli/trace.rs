@@ -171,6 +171,12 @@ pub struct TraceCli {
     #[arg(help_heading = "Stacks", long, value_name = "FILE")]
     pub folded: Option<PathBuf>,
 
+    /// Write the contended waits' call stacks as a gzip-compressed pprof profile
+    /// (contentions and delay per waiter stack, like Go's mutex profile), for
+    /// `go tool pprof`, Parca or Pyroscope.
+    #[arg(help_heading = "Outputs", long, value_name = "FILE")]
+    pub pprof: Option<PathBuf>,
+
     /// Ring buffer size in bytes (a power of two, at least 4096; default 8 MiB; in
     /// contention mode shared by a ring per CPU, up to 4); raise it if events are lost.
     #[arg(help_heading = "Limits", long, value_name = "BYTES", value_parser = parse_ring_size)]
@@ -385,6 +391,7 @@ impl TraceCli {
         c.unslept |= self.unslept;
         c.target_counters |= self.target_counters;
         c.stacks.folded = self.folded.or(c.stacks.folded);
+        c.stacks.pprof = self.pprof.or(c.stacks.pprof);
         if let Some(n) = self.max_objects {
             c.limits.max_objects = n as usize;
         }

@@ -218,6 +218,9 @@ pub struct StacksConfig {
     /// A folded-stack file (waiter frames, `--`, waker frames, wait ns) for flame-graph
     /// tools (None: not written).
     pub folded: Option<PathBuf>,
+    /// A gzip-compressed pprof profile of the contended waits' stacks (None: not
+    /// written).
+    pub pprof: Option<PathBuf>,
     /// Waits whose stacks are taken, per CPU per second at most (`all`: every one; 0:
     /// none). Each sample stands for the waits it was chosen among, so per-stack totals
     /// are estimates; per-lock totals are exact whatever the rate.
@@ -239,6 +242,7 @@ impl Default for StacksConfig {
             enabled: true,
             bytes: DEFAULT_STACK_BYTES,
             folded: None,
+            pprof: None,
             rate: StackRate::PerSecond(DEFAULT_STACK_RATE),
         }
     }

@@ -11,6 +11,8 @@ pub mod html;
 pub mod json;
 pub mod merged;
 mod mpi_report;
+pub mod pprof;
+pub mod proto;
 pub mod rendered;
 pub mod report;
 pub mod saved;
@@ -42,6 +44,7 @@ pub const SINKS: &[MakeSink] = &[
     timeline::sink,
     rendered::sink,
     folded::sink,
+    pprof::sink,
 ];
 
 /// The outputs `config` asks for, their destinations checked.

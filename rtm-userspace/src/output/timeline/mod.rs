@@ -23,7 +23,7 @@ mod counters;
 mod events;
 mod messages;
 mod names;
-pub mod proto;
+pub(crate) use super::proto;
 mod state;
 #[cfg(test)]
 mod tests;

@@ -1,7 +1,7 @@
-//! Just enough protocol buffers to write Perfetto's trace format: varints, fixed 64-bit
-//! values, strings and nested messages, with field numbers from Perfetto's .proto files
-//! (protos/perfetto/trace/...). Nested messages are written in place and their length is
-//! inserted when they end, so a packet is built in one reused buffer.
+//! Just enough protocol buffers to write Perfetto's trace format (the timeline) and pprof's
+//! profile.proto (`--pprof`): varints, fixed 64-bit values, strings and nested messages.
+//! Nested messages are written in place and their length is inserted when they end, so a
+//! packet is built in one reused buffer.
 
 /// Wire types.
 const VARINT: u8 = 0;
