@@ -47,7 +47,7 @@ fn word_node(name: &str) -> String {
 /// `frames` (innermost first) without the unnamed addresses at their outer end: what
 /// the unwinder read past a stack's last real frame (or a return probe's trampoline),
 /// not code, which would make each its own root in a flame graph.
-fn to_last_named(frames: &[String]) -> &[String] {
+pub(crate) fn to_last_named(frames: &[String]) -> &[String] {
     let raw = |f: &String| {
         f.strip_prefix("0x")
             .is_some_and(|h| !h.is_empty() && h.bytes().all(|b| b.is_ascii_hexdigit()))

@@ -111,20 +111,6 @@ impl Tables {
     }
 }
 
-/// The frames of a stack worth a location: without the unnamed addresses past its
-/// outermost named frame (see the folded file).
-fn frames(frames: &[String]) -> &[String] {
-    let raw = |f: &String| {
-        f.strip_prefix("0x")
-            .is_some_and(|h| !h.is_empty() && h.bytes().all(|b| b.is_ascii_hexdigit()))
-    };
-    let mut end = frames.len();
-    while end > 1 && raw(&frames[end - 1]) {
-        end -= 1;
-    }
-    &frames[..end]
-}
-
 /// The profile of `view` (not compressed); `kind_of(pid, word)`: what the snapshot says
 /// a word's waits are for; `start_ns`/`duration_ns`: the run's wall-clock start and
 /// length.
@@ -151,7 +137,10 @@ pub fn encode(
         let locations: Vec<u64> = if r.waiter.is_empty() {
             vec![t.location("[waiter_stack_not_known]")]
         } else {
-            frames(&r.waiter).iter().map(|f| t.location(f)).collect()
+            super::folded::to_last_named(&r.waiter)
+                .iter()
+                .map(|f| t.location(f))
+                .collect()
         };
         let waker = if r.waker_pid == 0 {
             Some("[no_waker]".to_owned())
