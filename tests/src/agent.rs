@@ -12,19 +12,28 @@ use crate::{Proc, TempDir, rtm_bin, spawn};
 
 /// A plain HTTP/1.0 GET; returns (status, body).
 pub fn get(addr: &str, path: &str) -> (u16, String) {
+    let (status, body) = get_bytes(addr, path, Duration::from_secs(10));
+    (status, String::from_utf8_lossy(&body).into_owned())
+}
+
+/// A plain HTTP/1.0 GET of a body of any bytes, waiting `timeout` at most for it;
+/// returns (status, body).
+pub fn get_bytes(addr: &str, path: &str, timeout: Duration) -> (u16, Vec<u8>) {
     let mut s = TcpStream::connect(addr).unwrap_or_else(|e| panic!("connect {addr}: {e}"));
-    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s.set_read_timeout(Some(timeout)).unwrap();
     let _ = write!(s, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n");
     let mut out = Vec::new();
     let _ = s.read_to_end(&mut out);
-    let text = String::from_utf8_lossy(&out).into_owned();
-    let status = text
+    let Some(head_end) = out.windows(4).position(|w| w == b"\r\n\r\n") else {
+        return (0, out);
+    };
+    let head = String::from_utf8_lossy(&out[..head_end]).into_owned();
+    let status = head
         .split_whitespace()
         .nth(1)
         .and_then(|c| c.parse().ok())
         .unwrap_or(0);
-    let body = text.split_once("\r\n\r\n").map_or("", |b| b.1).to_owned();
-    (status, body)
+    (status, out[head_end + 4..].to_vec())
 }
 
 /// Waits until `ok`, failing after `timeout`; returns how long it took.

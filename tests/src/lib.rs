@@ -19,6 +19,7 @@ pub use serde_json::Value;
 pub mod agent;
 pub mod mixin;
 pub mod mpi;
+pub mod pprof;
 pub mod tls;
 
 /// The rtm-trace binary: $RTM_TRACE_BIN (set by `cargo xtask test`), else target/debug.

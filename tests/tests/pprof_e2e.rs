@@ -3,74 +3,13 @@
 //! source (worker -> lock_a -> lock_b -> lock_c -> pthread_mutex_lock), and the profile's
 //! totals are checked against the JSON's stack rows of the same run.
 
-use std::{
-    path::{Path, PathBuf},
-    process::Command,
-    time::Duration,
+use std::{process::Command, time::Duration};
+
+use rtm_tests::{
+    TempDir, can_trace,
+    pprof::{go, pprof_top, total},
+    read_json, rtm_bin, run, workload,
 };
-
-use rtm_tests::{TempDir, can_trace, read_json, rtm_bin, run, workload};
-
-/// `go`, or None said loudly (a failure in CI) when it is missing.
-fn go(test: &str) -> Option<PathBuf> {
-    let found = std::env::var_os("PATH").and_then(|paths| {
-        std::env::split_paths(&paths)
-            .map(|d| d.join("go"))
-            .find(|p| p.is_file())
-    });
-    if found.is_none() {
-        let msg =
-            format!("{test}: NOT RUN: `go` is missing (cargo xtask setup installs golang-go)");
-        assert!(std::env::var("CI").as_deref() != Ok("true"), "{msg}");
-        eprintln!("{msg}");
-    }
-    found
-}
-
-/// `go tool pprof -top -sample_index=INDEX file`'s output.
-fn pprof_top(go: &Path, dir: &TempDir, file: &Path, index: &str) -> String {
-    let out = run(
-        Command::new(go)
-            .args(["tool", "pprof", "-top", "-nodefraction=0"])
-            .arg(format!("-sample_index={index}"))
-            .arg(file)
-            .env("GOCACHE", dir.join("go-cache"))
-            .env("HOME", dir.join("home")),
-        Duration::from_secs(120),
-    );
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(
-        out.status.success(),
-        "go tool pprof: {}\n{stdout}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    stdout
-}
-
-/// The total pprof prints (`... of 472.21ms total`), in its base unit (ns for times).
-fn total(top: &str) -> f64 {
-    let line = top
-        .lines()
-        .find(|l| l.starts_with("Showing nodes accounting for"))
-        .unwrap_or_else(|| panic!("no total in {top}"));
-    let v = line
-        .rsplit_once(" of ")
-        .and_then(|(_, t)| t.strip_suffix(" total"))
-        .unwrap_or_else(|| panic!("no total in {line}"));
-    let split = v
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(v.len());
-    let (n, unit) = v.split_at(split);
-    let n: f64 = n.parse().unwrap_or_else(|_| panic!("total {v}"));
-    n * match unit {
-        "" | "ns" => 1.0,
-        "us" => 1e3,
-        "ms" => 1e6,
-        "s" => 1e9,
-        "mins" => 60e9,
-        u => panic!("unit {u} in {line}"),
-    }
-}
 
 #[test]
 fn go_tool_pprof_lists_the_workload_and_agrees_with_the_json() {

@@ -1,5 +1,6 @@
 //! The agent's endpoint: `/metrics` (OpenMetrics when the scraper asks for it, the
-//! classic text format otherwise), `/healthz` and `/readyz`. Read-only: GET and HEAD
+//! classic text format otherwise), `/healthz`, `/readyz` and `/debug/pprof/contention`
+//! (`profiles.rs`). Read-only: GET and HEAD
 //! only, request heads of at most MAX_HEAD bytes (431 beyond), no body, at most
 //! `max_scrapes` `/metrics` answers at once (503 beyond), and a client that sends its
 //! request head too slowly (2 s) is dropped. At most MAX_CONNECTIONS connections are
@@ -39,6 +40,7 @@ use tokio::{
 
 use super::{
     metrics::Texts,
+    profiles::{self, Profiles},
     web::{BasicAuth, Verdict, Web},
 };
 
@@ -59,6 +61,8 @@ pub struct Shared {
     pub texts: tokio::sync::watch::Receiver<Texts>,
     /// Programs loadable and the first discovery pass done.
     pub ready: Arc<AtomicBool>,
+    /// Contention profiles from the engines' stacks.
+    pub profiles: Arc<Profiles>,
 }
 
 fn reply(status: StatusCode, kind: &'static str, body: Bytes) -> Response<Full<Bytes>> {
@@ -93,21 +97,51 @@ fn open_path(path: &str) -> bool {
     path == "/healthz" || path == "/readyz"
 }
 
-/// Answers one request.
-pub fn answer(shared: &Shared, req: &Request<Incoming>) -> Response<Full<Bytes>> {
+/// What is refused of any request, whatever its path: methods but GET and HEAD, long
+/// targets, bodies.
+fn refuse<B>(req: &Request<B>) -> Option<Response<Full<Bytes>>> {
     if req.method() != Method::GET && req.method() != Method::HEAD {
-        return text(StatusCode::METHOD_NOT_ALLOWED, "GET or HEAD only\n");
+        return Some(text(StatusCode::METHOD_NOT_ALLOWED, "GET or HEAD only\n"));
     }
     if req.uri().to_string().len() > MAX_URI {
-        return text(StatusCode::URI_TOO_LONG, "request target too long\n");
+        return Some(text(StatusCode::URI_TOO_LONG, "request target too long\n"));
     }
     let has_body = req
         .headers()
         .get(header::CONTENT_LENGTH)
         .is_some_and(|v| v != "0")
         || req.headers().contains_key(header::TRANSFER_ENCODING);
-    if has_body {
-        return text(StatusCode::PAYLOAD_TOO_LARGE, "no request body is taken\n");
+    has_body.then(|| text(StatusCode::PAYLOAD_TOO_LARGE, "no request body is taken\n"))
+}
+
+/// Answers a profile request (it takes as long as the window it asks for).
+pub async fn answer_profile<B>(shared: &Shared, req: &Request<B>) -> Response<Full<Bytes>> {
+    if let Some(r) = refuse(req) {
+        return r;
+    }
+    let a = shared.profiles.answer(req).await;
+    let mut r = reply(
+        a.status,
+        if a.profile {
+            "application/octet-stream"
+        } else {
+            "text/plain; charset=utf-8"
+        },
+        Bytes::from(a.body),
+    );
+    if a.profile {
+        r.headers_mut().insert(
+            header::CONTENT_DISPOSITION,
+            header::HeaderValue::from_static("attachment; filename=\"contention.pb.gz\""),
+        );
+    }
+    r
+}
+
+/// Answers one request (but a profile's: [`answer_profile`]).
+pub fn answer(shared: &Shared, req: &Request<Incoming>) -> Response<Full<Bytes>> {
+    if let Some(r) = refuse(req) {
+        return r;
     }
     match req.uri().path() {
         "/metrics" => {
@@ -137,11 +171,11 @@ pub fn answer(shared: &Shared, req: &Request<Incoming>) -> Response<Full<Bytes>>
         }
         "/" => text(
             StatusCode::OK,
-            "rtm-trace agent: /metrics, /healthz, /readyz\n",
+            "rtm-trace agent: /metrics, /healthz, /readyz, /debug/pprof/contention[?seconds=N]\n",
         ),
         _ => text(
             StatusCode::NOT_FOUND,
-            "not found: /metrics, /healthz, /readyz\n",
+            "not found: /metrics, /healthz, /readyz, /debug/pprof/contention\n",
         ),
     }
 }
@@ -330,6 +364,8 @@ async fn connection<I>(
                     Ok(_permit) => answer(&shared, &req),
                     Err(_) => text(StatusCode::SERVICE_UNAVAILABLE, "too many scrapes\n"),
                 }
+            } else if req.uri().path() == profiles::PATH {
+                answer_profile(&shared, &req).await
             } else {
                 answer(&shared, &req)
             };

@@ -13,6 +13,7 @@ pub mod exposition;
 pub mod http;
 pub mod metrics;
 pub mod proc_events;
+pub mod profiles;
 pub mod top;
 pub mod web;
 

@@ -22,6 +22,7 @@ use super::{
     http,
     metrics::{Bounds, Metrics, SelfCounts, Texts},
     proc_events::{ProcEvent, ProcEvents},
+    profiles::Profiles,
     web::{self, Web},
 };
 use crate::{
@@ -123,10 +124,15 @@ fn load(cli: &AgentCli) -> Result<(TraceConfig, Selector, Option<Arc<Web>>), Str
             "duration and targets are for the one-shot command: the agent runs until stopped and takes its targets from [agent] select rules".into(),
         );
     }
-    // The agent exports no counters and no call stacks (a copy of two stacks at every
-    // woken wait, for nothing), and samples at its update interval.
+    // The agent exports no counters, and samples at its update interval. Call stacks
+    // are sampled as the file says (200 a second per CPU by default) for the
+    // contention profiles; their files are the one-shot command's.
     config.counters = CounterList(Vec::new());
-    config.stacks.enabled = false;
+    if config.stacks.folded.is_some() || config.stacks.pprof.is_some() {
+        return Err(
+            "stacks.folded and stacks.pprof are files of the one-shot command: the agent serves its profiles at /debug/pprof/contention".into(),
+        );
+    }
     config.interval = Some(Duration::from_secs_f64(a.update_interval));
     Ok((config, selector, web))
 }
@@ -142,7 +148,7 @@ async fn agent(
     let a = config.agent.clone();
     let listener = http::bind(a.listen).map_err(io_err("the metrics endpoint"))?;
     crate::say!(
-        "rtm-trace agent: serving /metrics, /healthz and /readyz on {}://{} ({})",
+        "rtm-trace agent: serving /metrics, /healthz, /readyz and /debug/pprof/contention on {}://{} ({})",
         Web::scheme(web.as_deref()),
         a.listen,
         Web::describe(web.as_deref())
@@ -182,6 +188,9 @@ async fn agent(
         http::Shared {
             texts: texts_rx,
             ready: ready.clone(),
+            profiles: Arc::new(Profiles::new(
+                handles.iter().map(|(_, h)| h.clone()).collect(),
+            )),
         },
         a.max_scrapes,
         web,

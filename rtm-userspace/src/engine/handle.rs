@@ -17,6 +17,10 @@ pub(super) enum Command {
     Remove(u32),
     Forget(Vec<super::ProcKey>),
     Stop(EndReason),
+    Profile(
+        super::ProfileAsk,
+        oneshot::Sender<Result<Option<super::ProfileData>, super::ProfileRefused>>,
+    ),
 }
 
 /// Drives a running engine from anywhere (another task or thread): add and remove
@@ -56,6 +60,27 @@ impl EngineHandle {
         self.commands
             .send(Command::Stop(reason))
             .map_err(|_| EngineError::Stopped)
+    }
+
+    /// Answers a profile request (see [`super::ProfileAsk`]); `Ok(None)` for a window
+    /// opened; Err(None): the engine is gone.
+    pub async fn profile(
+        &self,
+        ask: super::ProfileAsk,
+    ) -> Result<Option<super::ProfileData>, Option<super::ProfileRefused>> {
+        let (tx, rx) = oneshot::channel();
+        self.commands
+            .send(Command::Profile(ask, tx))
+            .map_err(|_| None)?;
+        rx.await.map_err(|_| None)?.map_err(Some)
+    }
+
+    /// Ends profile window `id` without waiting for it (its client went away).
+    pub fn close_window(&self, id: u64) {
+        let (tx, _) = oneshot::channel();
+        let _ = self
+            .commands
+            .send(Command::Profile(super::ProfileAsk::Close(id), tx));
     }
 
     /// The summary published on every tick.

@@ -17,6 +17,7 @@ mod handle;
 mod kernel;
 mod naming;
 pub mod processes;
+mod profiles;
 mod reuse;
 mod run;
 mod sampler;
@@ -37,6 +38,7 @@ use std::{
 use handle::Command;
 pub use handle::EngineHandle;
 pub use kernel::{KernelSource, load_options};
+pub use profiles::{ProfileAsk, ProfileData, ProfileRefused};
 use rtm_common::decode::Event;
 pub use source::{EventList, KernelState, ProcessChanges, Source};
 pub use summary::Summary;

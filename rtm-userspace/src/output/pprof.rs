@@ -225,7 +225,6 @@ pub fn sink(c: &TraceConfig) -> Result<Option<Box<dyn Sink>>, DestError> {
 
 /// The profile of a moment's stacks, gzip-compressed.
 pub fn profile(at: &Moment) -> Vec<u8> {
-    use std::io::Write;
     let kinds: HashMap<(u32, u64), WaitKind> = at
         .snapshot
         .objects
@@ -241,9 +240,15 @@ pub fn profile(at: &Moment) -> Vec<u8> {
         at.run.started_unix_ms.saturating_mul(1_000_000),
         at.elapsed_ns,
     );
+    gzip(&raw)
+}
+
+/// `raw` gzip-compressed.
+pub fn gzip(raw: &[u8]) -> Vec<u8> {
+    use std::io::Write;
     let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
     // Writing to memory cannot fail.
-    let _ = gz.write_all(&raw);
+    let _ = gz.write_all(raw);
     gz.finish().unwrap_or_default()
 }
 
