@@ -2,7 +2,8 @@
 //! real pprof client, `go tool pprof`. A program with two call sites, each with its own
 //! lock, runs under the agent: the profile since the start lists both sites, and the
 //! share of waits through each (from sampled stacks, weighted) is the share the agent's
-//! exact per-lock sleep counts give; a window (`seconds=N`) taken while the program ran
+//! exact per-lock sleep counts give, whether the samples are keyed by the waiter's stack
+//! or the waker's (the unlock); a window (`seconds=N`) taken while the program ran
 //! holds part of those waits; a client that goes away mid-window frees its place.
 
 use std::{
@@ -125,6 +126,23 @@ fn the_agents_profile_reads_in_go_tool_pprof_and_agrees_with_its_lock_counts() {
         (0.85..=1.15).contains(&ratio),
         "{estimated} waits estimated vs {} counted:\n{contentions}",
         a + b
+    );
+
+    // Keyed by the waker's stack: the unlocks in the same two sites ended the waits.
+    let (status, by_waker) = get_bytes(&addr, &format!("{PATH}?by=waker"), Duration::from_secs(30));
+    assert_eq!(status, 200, "{}", String::from_utf8_lossy(&by_waker));
+    let wk = dir.join("waker.pb.gz");
+    std::fs::write(&wk, &by_waker).unwrap();
+    let wtop = pprof_top(&go, &dir, &wk, "contentions");
+    assert!(
+        wtop.lines().any(|l| l.contains("mutex_unlock")),
+        "the unlocks are the wakers:\n{wtop}"
+    );
+    let (wa, wb) = (cum(&wtop, "site_a"), cum(&wtop, "site_b"));
+    println!("keyed by the waker: {wa} + {wb} contentions through site_a + site_b");
+    assert!(
+        (wa / (wa + wb) - exact).abs() <= 0.05,
+        "by waker: site_a {wa}, site_b {wb} vs the share {exact:.3}:\n{wtop}"
     );
 
     // The window taken while it ran holds part of its waits.

@@ -3,7 +3,8 @@
 //! stacks the engines count. Without `seconds` it covers the waits since the agent
 //! started (of the processes it still remembers: an exited one's go with its series);
 //! with `seconds=N` (1 to [`MAX_SECONDS`]) the engines count a window of their own for
-//! N seconds and the answer is that window's. Sample types `contentions`/`count` and
+//! N seconds and the answer is that window's. `by=waker` locates the samples at the
+//! waker's stack (where a mutex was unlocked) rather than the waiter's. Sample types `contentions`/`count` and
 //! `delay`/`nanoseconds`, the waiter's stack as the location, the lock's name, wait
 //! kind and waker as labels (see `output/pprof.rs`). Bounded: at most
 //! [`MAX_STACK_ROWS`] samples (the rest in one `[other_stacks]` sample), at most
@@ -28,6 +29,7 @@ use crate::{
         stacks::{MAX_STACK_ROWS, MAX_WINDOWS, StacksView},
         wait_kind::WaitKind,
     },
+    output::pprof::Keyed,
 };
 
 /// The path served.
@@ -71,25 +73,39 @@ fn unix_ns() -> u64 {
         .map_or(0, |d| d.as_nanos() as u64)
 }
 
-/// The `seconds` a request's query asks for (None: since the start); Err: what is
-/// wrong with it.
-pub fn seconds(query: Option<&str>) -> Result<Option<u64>, String> {
-    let mut out = None;
+/// What a request's query asks for: `seconds` (None: since the start) and `by=waiter`
+/// (the default) or `by=waker`; Err: what is wrong with it.
+pub fn query(query: Option<&str>) -> Result<(Option<u64>, Keyed), String> {
+    let (mut secs, mut keyed) = (None, Keyed::Waiter);
     for pair in query.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
         let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
-        if k == "seconds" {
-            let n: u64 = v
-                .parse()
-                .map_err(|_| "seconds must be a whole number of seconds".to_owned())?;
-            if !(1..=MAX_SECONDS).contains(&n) {
-                return Err(format!(
-                    "seconds must be from 1 to {MAX_SECONDS} (a connection lasts a minute at most); leave it out for every wait since the agent started"
-                ));
+        match k {
+            "seconds" => {
+                let n: u64 = v
+                    .parse()
+                    .map_err(|_| "seconds must be a whole number of seconds".to_owned())?;
+                if !(1..=MAX_SECONDS).contains(&n) {
+                    return Err(format!(
+                        "seconds must be from 1 to {MAX_SECONDS} (a connection lasts a minute at most); leave it out for every wait since the agent started"
+                    ));
+                }
+                secs = Some(n);
             }
-            out = Some(n);
+            "by" => {
+                keyed = match v {
+                    "waiter" => Keyed::Waiter,
+                    "waker" => Keyed::Waker,
+                    _ => {
+                        return Err(
+                            "by must be waiter (where threads waited, the default) or waker (the code that woke them: for a mutex, its unlock)".into(),
+                        );
+                    }
+                }
+            }
+            _ => {}
         }
     }
-    Ok(out)
+    Ok((secs, keyed))
 }
 
 /// Closes its window in every engine when dropped (the answer was made, or the client
@@ -124,8 +140,8 @@ impl Profiles {
 
     /// Answers a GET of [`PATH`].
     pub async fn answer<B>(&self, req: &Request<B>) -> Answer {
-        let secs = match seconds(req.uri().query()) {
-            Ok(s) => s,
+        let (secs, keyed) = match query(req.uri().query()) {
+            Ok(q) => q,
             Err(why) => return Answer::text(StatusCode::BAD_REQUEST, format!("{why}\n")),
         };
         let Ok(_slot) = self.slots.clone().try_acquire_owned() else {
@@ -176,7 +192,8 @@ impl Profiles {
         let merged = merge(parts);
         let kind_of =
             |pid: u32, addr: u64| merged.kinds.get(&(pid, addr)).copied().unwrap_or_default();
-        let raw = crate::output::pprof::encode(&merged.view, &kind_of, start_ns, duration_ns);
+        let raw =
+            crate::output::pprof::encode(&merged.view, keyed, &kind_of, start_ns, duration_ns);
         Answer {
             status: StatusCode::OK,
             profile: true,
@@ -230,14 +247,24 @@ mod tests {
     use crate::model::stacks::{StackEdge, StackRowView};
 
     #[test]
-    fn seconds_are_checked() {
-        assert_eq!(seconds(None), Ok(None));
-        assert_eq!(seconds(Some("debug=0")), Ok(None));
-        assert_eq!(seconds(Some("seconds=5&debug=0")), Ok(Some(5)));
-        assert!(seconds(Some("seconds=0")).is_err());
-        assert!(seconds(Some("seconds=51")).is_err());
-        assert!(seconds(Some("seconds=x")).is_err());
-        assert!(seconds(Some("seconds=-1")).is_err());
+    fn the_query_is_checked() {
+        let secs = |q| query(Some(q)).map(|q| q.0);
+        assert_eq!(query(None), Ok((None, Keyed::Waiter)));
+        assert_eq!(secs("debug=0"), Ok(None));
+        assert_eq!(secs("seconds=5&debug=0"), Ok(Some(5)));
+        assert_eq!(
+            query(Some("by=waker&seconds=2")),
+            Ok((Some(2), Keyed::Waker))
+        );
+        for bad in [
+            "seconds=0",
+            "seconds=51",
+            "seconds=x",
+            "seconds=-1",
+            "by=lock",
+        ] {
+            assert!(query(Some(bad)).is_err(), "{bad}");
+        }
     }
 
     fn row(pid: u32, wait_ns: u64) -> StackRowView {

@@ -111,11 +111,24 @@ impl Tables {
     }
 }
 
-/// The profile of `view` (not compressed); `kind_of(pid, word)`: what the snapshot says
+/// Whose stack a profile's samples are located at.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Keyed {
+    /// The waiter's, where it waited (Go's block profile); the waker's first own frame
+    /// is the label `woken_by`.
+    Waiter,
+    /// The waker's, where it ended the wait (for a mutex: its unlock, as Go's mutex
+    /// profile puts delay at the unlock); the waiter's first own frame is the label
+    /// `waited_in`.
+    Waker,
+}
+
+/// The profile of `view` (not compressed), located at `keyed`'s stacks; `kind_of(pid, word)`: what the snapshot says
 /// a word's waits are for; `start_ns`/`duration_ns`: the run's wall-clock start and
 /// length.
 pub fn encode(
     view: &StacksView,
+    keyed: Keyed,
     kind_of: &dyn Fn(u32, u64) -> WaitKind,
     start_ns: u64,
     duration_ns: u64,
@@ -126,7 +139,11 @@ pub fn encode(
         let (ty, unit) = (t.string(ty), t.string(unit));
         w.begin(field::SAMPLE_TYPE).int(1, ty).int(2, unit).end();
     }
-    let (lock, kind_key, woken_by) = (t.string("lock"), t.string("kind"), t.string("woken_by"));
+    let (lock, kind_key) = (t.string("lock"), t.string("kind"));
+    let other_side = t.string(match keyed {
+        Keyed::Waiter => "woken_by",
+        Keyed::Waker => "waited_in",
+    });
     for r in &view.rows {
         let word = r
             .object_name
@@ -134,23 +151,35 @@ pub fn encode(
             .unwrap_or_else(|| format!("{:#x}", r.object));
         let kind = WaitKind::of_frames(r.waiter.iter().map(String::as_str))
             .unwrap_or_else(|| kind_of(r.pid, r.object));
-        let locations: Vec<u64> = if r.waiter.is_empty() {
-            vec![t.location("[waiter_stack_not_known]")]
-        } else {
-            super::folded::to_last_named(&r.waiter)
-                .iter()
-                .map(|f| t.location(f))
-                .collect()
-        };
         let waker = if r.waker_pid == 0 {
             Some("[no_waker]".to_owned())
         } else {
             user_frame(&r.waker, &[]).or_else(|| r.waker.first().cloned())
         };
+        let (stack, missing, other) = match keyed {
+            Keyed::Waiter => (&r.waiter, "[waiter_stack_not_known]", waker),
+            Keyed::Waker => (
+                &r.waker,
+                if r.waker_pid == 0 {
+                    "[no_waker]"
+                } else {
+                    "[waker_stack_not_known]"
+                },
+                user_frame(&r.waiter, &[]).or_else(|| r.waiter.first().cloned()),
+            ),
+        };
+        let locations: Vec<u64> = if stack.is_empty() {
+            vec![t.location(missing)]
+        } else {
+            super::folded::to_last_named(stack)
+                .iter()
+                .map(|f| t.location(f))
+                .collect()
+        };
         let labels = [
             Some((lock, t.string(&word))),
             Some((kind_key, t.string(kind.name()))),
-            waker.map(|f| (woken_by, t.string(&f))),
+            other.map(|f| (other_side, t.string(&f))),
         ];
         w.begin(field::SAMPLE);
         for l in locations {
@@ -236,6 +265,7 @@ pub fn profile(at: &Moment) -> Vec<u8> {
     let empty = StacksView::default();
     let raw = encode(
         at.snapshot.stacks.as_ref().unwrap_or(&empty),
+        Keyed::Waiter,
         &kind_of,
         at.run.started_unix_ms.saturating_mul(1_000_000),
         at.elapsed_ns,
@@ -321,7 +351,7 @@ mod tests {
             other_wait_ns: 70,
             ..StacksView::default()
         };
-        let p = encode(&view, &|_, _| WaitKind::Unknown, 5, 9);
+        let p = encode(&view, Keyed::Waiter, &|_, _| WaitKind::Unknown, 5, 9);
         let top = fields(&p);
         let strings: Vec<&[u8]> = top
             .iter()
