@@ -6,7 +6,7 @@
 //! tracers' parts of the same run (one per half, attached to the same ranks). The second
 //! agent shows one destination per rank (`top_mpi_peers = 1`): the rest is in
 //! `dst="(other)"`, and every rank's series still sum to what it sent. Open MPI with 4
-//! ranks (its PMIx namespace is the job); MPICH with 2 (its launcher names no job:
+//! ranks (its launcher names the job); MPICH with 2 (its launcher names no job:
 //! `mpi_job="(unknown)"`; a split communicator's peer cannot be named with half the job
 //! traced, by an agent or a one-shot part alike, so those 2 messages are in "(other)").
 //!
