@@ -134,6 +134,21 @@ impl Prometheus {
         target: &str,
         rules: Option<&std::path::Path>,
     ) -> Self {
+        Self::scraping(dir, port, &[target], rules)
+    }
+
+    /// The same, scraping every one of `targets` (as many nodes' agents) in job `rtm`.
+    pub fn scraping(
+        dir: &TempDir,
+        port: u16,
+        targets: &[&str],
+        rules: Option<&std::path::Path>,
+    ) -> Self {
+        let targets = targets
+            .iter()
+            .map(|t| format!("'{t}'"))
+            .collect::<Vec<_>>()
+            .join(", ");
         let config = dir.join("prometheus.yml");
         let rule_files = rules.map_or_else(String::new, |r| {
             format!(
@@ -144,7 +159,7 @@ impl Prometheus {
         std::fs::write(
             &config,
             format!(
-                "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n{rule_files}scrape_configs:\n  - job_name: rtm\n    static_configs:\n      - targets: ['{target}']\n"
+                "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n{rule_files}scrape_configs:\n  - job_name: rtm\n    static_configs:\n      - targets: [{targets}]\n"
             ),
         )
         .unwrap();

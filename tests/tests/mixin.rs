@@ -127,6 +127,7 @@ fn the_dashboard_has_its_panels_and_every_expression_parses_and_is_exported() {
         "Agent health",
         "Agent up and ready",
         "Events lost",
+        "MPI traffic between ranks",
     ] {
         assert!(titles.contains(&want), "no panel {want:?} in {titles:?}");
     }

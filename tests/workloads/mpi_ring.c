@@ -1,7 +1,9 @@
 /* MPI workload with known traffic, for rtm-trace's MPI tests.
  *
- * mpi_ring STEPS [DELAY_MS]: after MPI_Init, every rank sleeps DELAY_MS (default 0; time
- * for a tracer to attach to the running ranks), then, with N ranks, r = this rank, next = (r+1)%N, prev = (r+N-1)%N:
+ * mpi_ring STEPS [DELAY_MS [GO_FILE]]: after MPI_Init, every rank sleeps DELAY_MS (default
+ * 0; time for a tracer to attach to the running ranks), then, given GO_FILE, waits until
+ * that file exists (a test creates it once its tracers are attached: no time to guess),
+ * then, with N ranks, r = this rank, next = (r+1)%N, prev = (r+N-1)%N:
  *  1. STEPS blocking ring steps: MPI_Send 100 doubles to next, MPI_Recv from prev
  *     (even ranks send first).
  *  2. STEPS non-blocking steps: MPI_Irecv 10 ints from prev + MPI_Isend 10 ints to next,
@@ -33,6 +35,8 @@ int main(int argc, char **argv) {
     MPI_Comm_rank(MPI_COMM_WORLD, &r);
     MPI_Comm_size(MPI_COMM_WORLD, &n);
     if (argc > 2) usleep(atoi(argv[2]) * 1000);
+    if (argc > 3)
+        while (access(argv[3], F_OK) != 0) usleep(10000);
     int next = (r + 1) % n, prev = (r + n - 1) % n;
     double d[100];
     for (int i = 0; i < 100; i++) d[i] = r + i;

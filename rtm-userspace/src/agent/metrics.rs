@@ -27,6 +27,7 @@ use crate::{
 };
 
 mod families;
+mod mpi;
 
 use families::{count, own_families, single, target_families};
 
@@ -95,6 +96,8 @@ struct Target {
     edges: TopN<EdgeKey>,
     shown_locks: (Vec<(LockKey, Values)>, Values),
     shown_edges: (Vec<(EdgeKey, Values)>, Values),
+    /// Its MPI ranks' top destinations.
+    pairs: mpi::Pairs,
 }
 
 /// How many series and members the metrics may have.
@@ -104,6 +107,8 @@ pub struct Bounds {
     pub top_locks: usize,
     /// Edges per target.
     pub top_edges: usize,
+    /// Destinations per MPI rank.
+    pub top_mpi_peers: usize,
     /// Updates a member keeps its place without growing.
     pub sticky_updates: u64,
     /// Series per scrape.
@@ -243,6 +248,7 @@ impl Metrics {
                 plus(&mut total, values(&p.edges_total));
             }
             t.shown_edges = t.edges.update(&edges, total, b.top_edges, b.sticky_updates);
+            t.pairs.update(&t.procs, b.top_mpi_peers, b.sticky_updates);
             // Retired values of groups no longer shown are in the totals only.
             let shown: std::collections::HashSet<&LockKey> =
                 t.shown_locks.0.iter().map(|(k, _)| k).collect();
@@ -367,6 +373,7 @@ mod tests {
         Bounds {
             top_locks: 5,
             top_edges: 5,
+            top_mpi_peers: 2,
             sticky_updates: 10,
             max_series: 10_000,
         }
@@ -508,6 +515,7 @@ mod tests {
         let mut m = Metrics::new(Bounds {
             top_locks: 5,
             top_edges: 5,
+            top_mpi_peers: 2,
             sticky_updates: 10,
             max_series: 10_000,
         });

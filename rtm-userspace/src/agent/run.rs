@@ -523,6 +523,7 @@ async fn discover(
     let bounds = Bounds {
         top_locks: config.top_locks,
         top_edges: config.top_edges,
+        top_mpi_peers: config.top_mpi_peers,
         sticky_updates: (config.sticky / config.update_interval).ceil().max(1.0) as u64,
         max_series: config.max_series,
     };

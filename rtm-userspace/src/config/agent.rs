@@ -34,6 +34,9 @@ pub struct AgentConfig {
     pub top_locks: usize,
     /// Waiter -> waker edges exported per target (the rest are summed into `other`).
     pub top_edges: usize,
+    /// Destinations exported per MPI rank in the per-pair series (the rest are summed
+    /// into `dst="(other)"`): at most ranks x (N + 1) series per family.
+    pub top_mpi_peers: usize,
     /// How long a lock or edge stays among the exported ones without growing before a
     /// busier one may take its place (seconds).
     pub sticky: f64,
@@ -67,6 +70,7 @@ impl Default for AgentConfig {
             grace: 60.0,
             top_locks: 10,
             top_edges: 10,
+            top_mpi_peers: 8,
             sticky: 300.0,
             max_series: 20_000,
             max_targets: 256,
@@ -135,6 +139,7 @@ impl AgentConfig {
         for (name, v, max) in [
             ("top_locks", self.top_locks, 1000),
             ("top_edges", self.top_edges, 1000),
+            ("top_mpi_peers", self.top_mpi_peers, 1000),
             ("max_series", self.max_series, 10_000_000),
             ("max_targets", self.max_targets, MAX_TARGETS),
             ("max_scrapes", self.max_scrapes, 1024),

@@ -11,7 +11,7 @@ use serde::Serialize;
 
 use crate::{
     config::Mode,
-    model::{Snapshot, sync::ProcessTotals, views::fold, wait_kind::WaitKind},
+    model::{Snapshot, mpi::SentTo, sync::ProcessTotals, views::fold, wait_kind::WaitKind},
 };
 
 /// Most groups kept per process and list (the rest are in the list's totals only).
@@ -83,15 +83,18 @@ pub struct Asleep {
 }
 
 /// A traced process's MPI figures (when its MPI library is probed).
-#[derive(Debug, Clone, Copy, Serialize, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Serialize, Default, PartialEq, Eq)]
 pub struct RankSummary {
-    /// Its rank in MPI_COMM_WORLD, when known.
+    /// Its rank in MPI_COMM_WORLD, when known (as `merge` names it: from the library,
+    /// else the launcher's environment).
     pub rank: Option<i32>,
+    /// Its job, when the launcher's environment says (as `merge` checks it).
+    pub job: Option<String>,
     /// MPI calls.
     pub calls: u64,
     /// Time inside them, ns.
     pub time_ns: u64,
-    /// Point-to-point messages it sent, and their bytes.
+    /// Point-to-point messages it sent, and their bytes (the sums of `sent_to`).
     pub messages_sent: u64,
     /// Bytes of those.
     pub bytes_sent: u64,
@@ -99,6 +102,8 @@ pub struct RankSummary {
     pub messages_received: u64,
     /// Bytes of those.
     pub bytes_received: u64,
+    /// What it sent, by destination world rank (the unknown last).
+    pub sent_to: Vec<SentTo>,
 }
 
 /// One traced process.
@@ -289,16 +294,19 @@ fn build(inputs: Inputs, snap: &Snapshot, now_ns: u64) -> Vec<ProcessSummary> {
             };
             let mut m = RankSummary {
                 rank: r.rank,
+                job: r.job.clone(),
                 calls: r.calls,
                 time_ns: r.time_in_mpi_ns,
+                sent_to: r.sent_to.clone(),
                 ..RankSummary::default()
             };
+            // Sent: this process's own, whatever other process has its world rank.
+            for s in &r.sent_to {
+                m.messages_sent = m.messages_sent.saturating_add(s.messages);
+                m.bytes_sent = m.bytes_sent.saturating_add(s.bytes);
+            }
             if r.rank.is_some() {
                 for e in &tasks.edges {
-                    if let (true, Some(s)) = (e.src == r.rank, &e.sent) {
-                        m.messages_sent += s.messages;
-                        m.bytes_sent += s.bytes;
-                    }
                     if let (true, Some(s)) = (e.dst == r.rank, &e.received) {
                         m.messages_received += s.messages;
                         m.bytes_received += s.bytes;

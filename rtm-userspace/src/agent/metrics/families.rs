@@ -1,7 +1,10 @@
 //! The families of one update: the agent's own figures, the kernel side's, the
 //! process_* figures, and each target's, in the order the series cap keeps them.
 
-use super::*;
+use super::{
+    mpi::{PairRows, add_rows, job_label, rank_label},
+    *,
+};
 
 pub(super) fn count(f: &[Family]) -> usize {
     f.iter()
@@ -119,6 +122,14 @@ pub(super) fn target_families(m: &Metrics) -> Vec<Family> {
         "rtm_mpi_received_bytes",
         "Bytes of the point-to-point messages received per rank.",
     );
+    let mut pair_sent = counter(
+        "rtm_mpi_pair_messages_sent",
+        "Point-to-point messages sent, by MPI job and source and destination world rank, as the sender counted them (top N destinations per rank, the rest in dst=\"(other)\"): summed by (src, dst) over every node's agent, the job's communication matrix.",
+    );
+    let mut pair_sent_bytes = counter(
+        "rtm_mpi_pair_sent_bytes",
+        "Bytes of those, by MPI job and source and destination world rank.",
+    );
     for (key, t) in &m.targets {
         let base = key.labels();
         let mut total = t.retired;
@@ -174,17 +185,15 @@ pub(super) fn target_families(m: &Metrics) -> Vec<Family> {
         procs.samples.push((base.clone(), Value::Int(live)));
         let mut keys: Vec<&ProcKey> = t.procs.keys().collect();
         keys.sort();
+        let mut pairs = PairRows::new();
         for key in keys {
             let pid = key.0;
             // A rank's figures stay through the grace period, like the totals.
             if let Some(r) = &t.procs[key].mpi {
+                add_rows(&mut pairs, &t.pairs, key, r);
                 let mut l = base.clone();
-                // A rank not known (no MPI_Init seen, no launcher variable): its pid.
-                l.push((
-                    "rank",
-                    r.rank
-                        .map_or_else(|| format!("pid {pid}"), |r| r.to_string()),
-                ));
+                l.push(("mpi_job", job_label(r)));
+                l.push(("rank", rank_label(r, pid)));
                 mpi_calls.samples.push((l.clone(), Value::Int(r.calls)));
                 mpi_seconds
                     .samples
@@ -219,6 +228,14 @@ pub(super) fn target_families(m: &Metrics) -> Vec<Family> {
                 i.and_then(|i| i.namespace.clone()).unwrap_or_default(),
             ));
             info.samples.push((l, Value::Info));
+        }
+        for ((job, src, dst), (messages, bytes)) in pairs {
+            let mut l = base.clone();
+            l.push(("mpi_job", job));
+            l.push(("src", src));
+            l.push(("dst", dst));
+            pair_sent.samples.push((l.clone(), Value::Int(messages)));
+            pair_sent_bytes.samples.push((l, Value::Int(bytes)));
         }
         let (members, other) = &t.shown_locks;
         let rows = members
@@ -272,6 +289,8 @@ pub(super) fn target_families(m: &Metrics) -> Vec<Family> {
         mpi_sent,
         mpi_received_bytes,
         mpi_received,
+        pair_sent_bytes,
+        pair_sent,
         hist,
         lock_sleeps,
         lock_acquisitions,

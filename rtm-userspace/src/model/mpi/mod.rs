@@ -7,4 +7,4 @@ pub mod merge;
 pub mod view;
 
 pub use graph::TaskGraph;
-pub use view::{RankEnv, TaskView};
+pub use view::{RankEnv, SentTo, TaskView};

@@ -20,6 +20,17 @@ pub struct RankEnv {
     pub size: Option<i32>,
 }
 
+/// What one rank's process sent to one destination: its own side of an edge.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct SentTo {
+    /// The destination's world rank (None: not known, or not translated).
+    pub dst: Option<i32>,
+    /// Messages.
+    pub messages: u64,
+    /// Bytes (over messages of known size).
+    pub bytes: u64,
+}
+
 /// One function's totals in one rank.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct FunctionView {
@@ -60,6 +71,11 @@ pub struct RankView {
     pub calls_per_sec: f64,
     /// Per function, most time first.
     pub functions: Vec<FunctionView>,
+    /// What this process sent, by destination (by world rank; the unknown last). Kept
+    /// per process, so that two jobs traced by one engine (whose world ranks collide
+    /// in the edges) stay apart; not written: the edges carry it.
+    #[serde(skip)]
+    pub sent_to: Vec<SentTo>,
 }
 
 /// One side's view of the traffic on an edge.
@@ -197,6 +213,7 @@ impl TaskView {
                     mpi_share: (inside as f64 / span as f64).min(1.0),
                     calls_per_sec: r.total_calls() as f64 * 1e9 / span as f64,
                     functions,
+                    sent_to: Vec::new(),
                 }
             })
             .collect();
@@ -220,9 +237,22 @@ impl TaskView {
             Peer::Unknown => None,
         };
         let mut edges = EdgeMap::new();
+        let mut sent_to: HashMap<u32, BTreeMap<Option<i32>, SentTo>> = HashMap::new();
         for (&(pid, dst), t) in g.sent() {
             let dst = resolve(dst, t);
+            let s = sent_to.entry(pid).or_default().entry(dst).or_default();
+            s.dst = dst;
+            s.messages = s.messages.saturating_add(t.messages);
+            s.bytes = s.bytes.saturating_add(t.bytes);
             add_side(&mut edge(&mut edges, rank_of(pid), dst).sent, t.into());
+        }
+        for r in &mut ranks {
+            if let Some(m) = sent_to.remove(&r.pid) {
+                // None sorts first in the map: the unknown destination goes last.
+                let (unknown, known): (Vec<SentTo>, Vec<SentTo>) =
+                    m.into_values().partition(|s| s.dst.is_none());
+                r.sent_to = known.into_iter().chain(unknown).collect();
+            }
         }
         for (&(pid, src), t) in g.received() {
             let src = resolve(src, t);

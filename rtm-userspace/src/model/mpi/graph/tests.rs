@@ -213,4 +213,52 @@ fn mpich_split_communicators_translate_once_every_member_is_seen() {
     assert_eq!(v2.counters.untranslated_peer, 1);
     assert_eq!(v2.edges.len(), 1);
     assert_eq!((v2.edges[0].src, v2.edges[0].dst), (Some(1), None));
+    let r = v2.ranks.iter().find(|r| r.pid == 101).expect("rank 1");
+    assert_eq!(
+        r.sent_to,
+        [crate::model::mpi::SentTo {
+            dst: None,
+            messages: 1,
+            bytes: 20
+        }]
+    );
+}
+
+/// Two processes with world rank 0 (two jobs on one node): the edges join them by
+/// world rank, each rank's own `sent_to` keeps what it sent; a destination not
+/// translated is None there.
+#[test]
+fn each_rank_keeps_what_it_sent_by_destination() {
+    use crate::model::{TaskView, mpi::SentTo};
+    let mut g = TaskGraph::default();
+    for _ in 0..2 {
+        g.apply(&rec(100, 0, 50, MpiOp::Send, |e| {
+            (e.peer, e.peer_world, e.count, e.dtype_size) = (1, 1, 8, 8);
+        }));
+    }
+    for _ in 0..3 {
+        g.apply(&rec(200, 0, 50, MpiOp::Send, |e| {
+            (e.peer, e.peer_world, e.count, e.dtype_size) = (1, 1, 2, 4);
+            e.self_world = 0;
+        }));
+    }
+    let v = TaskView::build(&g, &Default::default(), "h");
+    assert_eq!(v.edges.len(), 1);
+    assert_eq!(v.edges[0].sent.as_ref().map(|t| t.messages), Some(5));
+    let sent = |pid: u32| {
+        v.ranks
+            .iter()
+            .find(|r| r.pid == pid)
+            .map(|r| r.sent_to.clone())
+    };
+    let to = |messages, bytes| SentTo {
+        dst: Some(1),
+        messages,
+        bytes,
+    };
+    assert_eq!(sent(100), Some(vec![to(2, 128)]));
+    assert_eq!(sent(200), Some(vec![to(3, 24)]));
+    // Not written: the edges carry it.
+    let json = serde_json::to_string(&v.ranks[0]).unwrap();
+    assert!(!json.contains("sent_to"), "{json}");
 }

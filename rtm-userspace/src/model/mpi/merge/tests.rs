@@ -17,6 +17,7 @@ fn rank(rank: i32, host: &str, job: &str) -> RankView {
         mpi_share: 0.1,
         calls_per_sec: 1e7,
         functions: Vec::new(),
+        sent_to: Vec::new(),
     }
 }
 
