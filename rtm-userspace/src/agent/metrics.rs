@@ -131,6 +131,9 @@ pub struct SelfCounts {
     pub proc_event_errors: u64,
     /// Targets added.
     pub attached: u64,
+    /// Processes a select rule matched that ended before they could be traced, by
+    /// reason.
+    pub missed: BTreeMap<String, u64>,
     /// Whether the first discovery pass is done.
     pub discovered: bool,
 }

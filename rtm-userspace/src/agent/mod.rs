@@ -2,13 +2,17 @@
 //! finds the processes its config selects (a /proc scan at start and every
 //! `discovery_interval`, and at once on the exec events of the kernel's process
 //! connector), traces them in contention mode (their forks followed from birth), and
-//! serves their metrics over HTTP for Prometheus. Nothing is attached while nothing
-//! matches: the engine loads its programs with the first target and releases them
-//! `grace` after the last is gone. An exited process's series stay for `grace`, then
-//! the engine forgets it, so memory does not grow with churn.
+//! serves their metrics and contention profiles over HTTP for Prometheus, Parca or
+//! Pyroscope. With `keep_loaded` (the default) the engines load their programs at
+//! start while select rules exist, and a process that execs is put into the in-kernel
+//! filter from the exec watcher's thread, so one that lives milliseconds is traced from
+//! its exec; otherwise the programs load with the first target and go `grace` after the
+//! last. An exited process's series stay for `grace`, then the engine forgets it, so
+//! memory does not grow with churn.
 
 pub mod cgroup;
 pub mod discovery;
+pub mod exec_watch;
 pub mod exposition;
 pub mod http;
 pub mod metrics;
@@ -18,5 +22,6 @@ pub mod top;
 pub mod web;
 
 mod run;
+mod targets;
 
 pub use run::run;

@@ -1,34 +1,28 @@
-//! The agent's tasks: the engine's loop, the endpoint, and the loop that discovers
-//! targets, retires exited ones after the grace period and turns each summary into the
-//! scrape's text.
+//! The agent's start and end: the config, the engines (their programs loaded at once
+//! with `keep_loaded`), the endpoint's thread, and the targets' loop (`targets.rs`).
 
 use std::{
-    collections::{HashMap, HashSet},
-    sync::{
-        Arc,
-        atomic::{AtomicBool, Ordering},
-    },
+    sync::{Arc, atomic::AtomicBool},
     time::Duration,
 };
 
 use tokio::{
     signal::unix::{SignalKind, signal},
     sync::watch,
-    time::{Instant, MissedTickBehavior},
 };
 
 use super::{
-    discovery::{self, ProcInfo, Selector},
+    discovery::Selector,
     http,
-    metrics::{Bounds, Metrics, SelfCounts, Texts},
-    proc_events::{ProcEvent, ProcEvents},
+    metrics::Texts,
     profiles::Profiles,
+    targets::{Defaults, discover},
     web::{self, Web},
 };
 use crate::{
     cli::AgentCli,
-    config::{AgentConfig, CounterList, Mode, TraceConfig},
-    engine::{Engine, EngineError, EngineHandle, KernelSource, ProcKey, Summary, Target},
+    config::{CounterList, Mode, TraceConfig},
+    engine::{Engine, EngineHandle, KernelSource},
     output::EndReason,
     session::{SessionError, preflight, read_config},
 };
@@ -167,9 +161,14 @@ async fn agent(
         // It exports no system statistics: none are read or kept (their history, up to
         // 1,024 samples, would grow the agent for its first hour and a half).
         e.sample_system(false);
-        // The programs stay loaded as long as an exited target's series (churn does
-        // not reload them for every short-lived process).
-        e.release_after(Duration::from_secs_f64(a.grace));
+        // The programs stay loaded for good with `keep_loaded` (loaded below), else as
+        // long as an exited target's series (churn does not reload them for every
+        // short-lived process).
+        e.release_after(if a.keep_loaded {
+            Duration::MAX
+        } else {
+            Duration::from_secs_f64(a.grace)
+        });
         e
     };
     let other_mode = match config.mode {
@@ -178,6 +177,22 @@ async fn agent(
     };
     let mut main = engine_in(config.mode);
     let mut other = a.selects_mode(other_mode).then(|| engine_in(other_mode));
+    // Loaded now, before any target: a process that lives a few milliseconds is traced
+    // from its exec, not missed while the first target's load takes its 100-200 ms.
+    if a.keep_loaded {
+        let wanted = |mode: Mode| {
+            a.select
+                .iter()
+                .any(|r| r.mode.unwrap_or(config.mode) == mode)
+        };
+        for e in std::iter::once(&mut main).chain(other.as_mut()) {
+            if wanted(e.config().mode)
+                && let Err(err) = e.add_targets(Vec::new())
+            {
+                crate::say!("rtm-trace agent: cannot load the eBPF programs: {err}");
+            }
+        }
+    }
     let handles: Vec<(Mode, EngineHandle)> = std::iter::once((config.mode, main.handle()))
         .chain(other.as_ref().map(|e| (other_mode, e.handle())))
         .collect();
@@ -229,378 +244,4 @@ async fn agent(
     }
     crate::say!("rtm-trace agent: stopped; every probe detached");
     Ok(0)
-}
-
-/// What a rule that says nothing gets.
-#[derive(Debug, Clone, Copy)]
-struct Defaults {
-    mode: Mode,
-    mpi: bool,
-}
-
-/// A short name for why an attach failed (a label value).
-fn reason(e: &EngineError) -> &'static str {
-    match e {
-        EngineError::Probe(_) => "probe",
-        EngineError::Io { .. } => "io",
-        EngineError::Launch(_) => "launch",
-        EngineError::Output(_) => "output",
-        EngineError::Stopped => "stopped",
-        EngineError::Func(_) => "func",
-    }
-}
-
-struct Discovery {
-    /// The engines, by mode: the file's first.
-    handles: Vec<(Mode, EngineHandle)>,
-    /// The engine (index in `handles`) tracing each process. Processes are keyed by
-    /// (pid, start) here, as in the engines and the metrics: a pid the kernel gives
-    /// again is another process, never merged into the series of the one that had it.
-    owner: HashMap<ProcKey, usize>,
-    selector: Selector,
-    config: AgentConfig,
-    metrics: Metrics,
-    own: SelfCounts,
-    /// Processes traced (added by the agent, or followed by the engine).
-    traced: HashSet<ProcKey>,
-    /// Processes added that no summary has listed yet, with when.
-    added: HashMap<ProcKey, Instant>,
-    /// Processes looked at that did not match (their start time: a pid used again is
-    /// looked at again).
-    passed: HashMap<u32, u64>,
-    /// When each exited target was first seen exited (its grace period runs from then).
-    exited: HashMap<ProcKey, Instant>,
-    told: HashSet<&'static str>,
-    /// Per select rule turning targets away: when it was last said, and how many
-    /// since.
-    turned_away_told: HashMap<usize, (Option<Instant>, u64)>,
-    /// The file's mode and MPI choice.
-    defaults: Defaults,
-    /// Processes caught at their exec that need their libraries probed: looked at again
-    /// once the loader has mapped them (when, pid).
-    deferred: Vec<(Instant, u32)>,
-}
-
-/// How long a process added is taken as traced before a summary lists it.
-const RECENT: Duration = Duration::from_secs(30);
-
-/// How often a rule turning targets away is said at most.
-const TOLD_EVERY: Duration = Duration::from_secs(60);
-
-/// How long after its exec a process's libraries are surely mapped.
-const LOADER_TIME: Duration = Duration::from_millis(300);
-
-/// The process's start (clock ticks since boot): with the pid, its identity.
-fn start_time(pid: u32) -> u64 {
-    crate::target::process::start_ticks(pid, pid).unwrap_or(0)
-}
-
-impl Discovery {
-    /// Looks at process `pid`, traces it if it is wanted; `execd`: it has just exec'd
-    /// (its libraries may not be mapped yet).
-    async fn consider(&mut self, pid: u32, execd: bool) {
-        let Some(info) = ProcInfo::read(pid) else {
-            return;
-        };
-        let key = info.key();
-        if self.traced.contains(&key) || self.metrics.knows(key) {
-            return;
-        }
-        let Some((rule, mpi, mode)) = self
-            .selector
-            .rule_for(&info)
-            .map(|(i, r)| (i, r.mpi, r.mode))
-        else {
-            self.passed.insert(pid, info.start);
-            return;
-        };
-        let mode = mode.unwrap_or(self.defaults.mode);
-        // Library probes (MPI, full mode) need the libraries the loader maps after the
-        // exec: such a process is looked at again a moment later. Contention mode needs
-        // none, and starts at once.
-        if execd && (mode == Mode::Full || mpi.unwrap_or(self.defaults.mpi)) {
-            self.deferred.push((Instant::now() + LOADER_TIME, pid));
-            return;
-        }
-        if self.traced.len() >= self.config.max_targets {
-            self.turn_away(rule, &info);
-            self.passed.insert(pid, info.start);
-            return;
-        }
-        let target = Target {
-            mpi,
-            ..Target::running(pid, true)
-        };
-        let engine = self
-            .handles
-            .iter()
-            .position(|(m, _)| *m == mode)
-            .expect("an engine for every mode a rule names");
-        match self.handles[engine].1.add(vec![target]).await {
-            Ok(_) => {
-                self.traced.insert(key);
-                self.added.insert(key, Instant::now());
-                self.owner.insert(key, engine);
-                self.own.attached += 1;
-                self.metrics.know(Arc::new(info));
-            }
-            Err(e) => {
-                let r = reason(&e);
-                *self.own.attach_errors.entry(r.into()).or_default() += 1;
-                self.passed.insert(pid, info.start);
-                if self.told.insert(r) {
-                    crate::say!(
-                        "rtm-trace agent: cannot trace PID {pid} ({}): {e}",
-                        info.comm
-                    );
-                }
-            }
-        }
-    }
-
-    /// The target slots are full: `p`, selected by rule `rule`, is not traced. Counted
-    /// by rule, and said at most once a minute per rule (with how many since), so
-    /// processes planted to fill the slots show which rule let them in.
-    fn turn_away(&mut self, rule: usize, p: &ProcInfo) {
-        *self
-            .own
-            .attach_errors
-            .entry("max_targets".into())
-            .or_default() += 1;
-        let name = format!("select[{rule}]");
-        *self.own.turned_away.entry(name.clone()).or_default() += 1;
-        let now = Instant::now();
-        let (last, since) = self.turned_away_told.entry(rule).or_insert((None, 0));
-        *since += 1;
-        if last.is_none_or(|l| now.duration_since(l) >= TOLD_EVERY) {
-            crate::say!(
-                "rtm-trace agent: all {} target slots taken (agent.max_targets): PID {} ({}) \
-                 matched by agent.{name} ({}) is not traced ({} turned away by that rule \
-                 since the last message; restrict the rule, e.g. with uid or user)",
-                self.config.max_targets,
-                p.pid,
-                crate::output::text::Shown(&p.comm),
-                self.selector.describe(rule),
-                since
-            );
-            *last = Some(now);
-            *since = 0;
-        }
-    }
-
-    async fn scan(&mut self) {
-        let pids = discovery::all_pids();
-        let now: HashSet<u32> = pids.iter().copied().collect();
-        self.passed.retain(|p, _| now.contains(p));
-        for pid in pids {
-            if let Some(start) = self.passed.get(&pid) {
-                if *start == start_time(pid) {
-                    continue;
-                }
-                self.passed.remove(&pid);
-            }
-            self.consider(pid, false).await;
-        }
-        self.own.scans += 1;
-        self.own.discovered = true;
-    }
-
-    /// New summaries (one per engine): retire exited targets past their grace, and
-    /// publish the text.
-    fn update(&mut self, summaries: &[Arc<Summary>], texts: &watch::Sender<Texts>) {
-        for (i, s) in summaries.iter().enumerate() {
-            for p in &s.processes {
-                self.owner.insert((p.pid, p.start), i);
-            }
-        }
-        let summary = &combine(summaries);
-        let now = Instant::now();
-        let listed: HashSet<ProcKey> = summary.processes.iter().map(|p| (p.pid, p.start)).collect();
-        // Traced: what the engines list, and what was added too recently to be listed
-        // (a summary may predate the add).
-        self.added
-            .retain(|p, at| !listed.contains(p) && now.duration_since(*at) < RECENT);
-        self.traced = listed.iter().chain(self.added.keys()).copied().collect();
-        self.metrics.update(summary);
-        // The grace of each exited process the metrics hold (an engine drops one early
-        // when its pid is traced again; its series stay their time all the same).
-        let grace = Duration::from_secs_f64(self.config.grace);
-        let exited: HashSet<ProcKey> = self.metrics.exited().collect();
-        self.exited.retain(|k, _| exited.contains(k));
-        let mut forget = Vec::new();
-        for key in exited {
-            let since = *self.exited.entry(key).or_insert(now);
-            if now.duration_since(since) >= grace {
-                forget.push(key);
-            }
-        }
-        self.metrics.retire(&forget);
-        let families = self.metrics.families(summary, &self.own);
-        texts.send_replace(Texts::encode(families));
-        for (i, (_, handle)) in self.handles.iter().enumerate() {
-            let mine: Vec<ProcKey> = forget
-                .iter()
-                .copied()
-                .filter(|p| self.owner.get(p) == Some(&i))
-                .collect();
-            if !mine.is_empty() {
-                let _ = handle.forget(mine);
-            }
-        }
-        self.owner.retain(|p, _| listed.contains(p));
-    }
-}
-
-/// Resolves when any engine publishes a summary (Err: an engine is gone).
-async fn changed(
-    watches: &mut [watch::Receiver<Arc<Summary>>],
-) -> Result<(), watch::error::RecvError> {
-    let (first, rest) = watches.split_first_mut().expect("at least one engine");
-    match rest.first_mut() {
-        Some(second) => tokio::select! {
-            r = first.changed() => r,
-            r = second.changed() => r,
-        },
-        None => first.changed().await,
-    }
-}
-
-/// The engines' summaries as one: their processes side by side, their counts summed.
-fn combine(summaries: &[Arc<Summary>]) -> Summary {
-    let mut out = Summary::default();
-    for s in summaries {
-        out.processes.extend(s.processes.iter().cloned());
-        let (l, o) = (&mut out.losses, &s.losses);
-        l.ring_full += o.ring_full;
-        l.pending_full += o.pending_full;
-        l.missed_entry += o.missed_entry;
-        l.mapping_records += o.mapping_records;
-        out.model.events += s.model.events;
-        out.model.dropped_over_limits += s.model.dropped_over_limits;
-        let k = &mut out.kernel;
-        k.loaded |= s.kernel.loaded;
-        k.uprobes += s.kernel.uprobes;
-        for &(name, n, cap) in &s.kernel.maps {
-            match k.maps.iter_mut().find(|m| m.0 == name) {
-                Some(m) => {
-                    m.1 += n;
-                    m.2 += cap;
-                }
-                None => k.maps.push((name, n, cap)),
-            }
-        }
-        if let Some(b) = &s.bpf {
-            let into = out.bpf.get_or_insert_with(Default::default);
-            for p in &b.programs {
-                match into.programs.iter_mut().find(|q| q.name == p.name) {
-                    Some(q) => {
-                        q.runs += p.runs;
-                        q.run_ns += p.run_ns;
-                    }
-                    None => into.programs.push(p.clone()),
-                }
-            }
-            for m in &b.maps {
-                match into.maps.iter_mut().find(|q| q.name == m.name) {
-                    Some(q) => q.memlock_bytes += m.memlock_bytes,
-                    None => into.maps.push(m.clone()),
-                }
-            }
-        }
-    }
-    out
-}
-
-async fn discover(
-    handles: Vec<(Mode, EngineHandle)>,
-    selector: Selector,
-    config: AgentConfig,
-    defaults: Defaults,
-    texts: watch::Sender<Texts>,
-    ready: Arc<AtomicBool>,
-) {
-    let mut watches: Vec<_> = handles.iter().map(|(_, h)| h.summary()).collect();
-    let bounds = Bounds {
-        top_locks: config.top_locks,
-        top_edges: config.top_edges,
-        top_mpi_peers: config.top_mpi_peers,
-        sticky_updates: (config.sticky / config.update_interval).ceil().max(1.0) as u64,
-        max_series: config.max_series,
-    };
-    let mut events = match ProcEvents::open() {
-        Ok(e) => Some(e),
-        Err(e) => {
-            crate::say!(
-                "rtm-trace agent: no exec events from the kernel's process connector ({e}): new processes are found by the /proc rescan every {} s",
-                config.discovery_interval
-            );
-            None
-        }
-    };
-    let mut rescan = tokio::time::interval(Duration::from_secs_f64(config.discovery_interval));
-    rescan.set_missed_tick_behavior(MissedTickBehavior::Delay);
-    let mut d = Discovery {
-        handles,
-        owner: HashMap::new(),
-        selector,
-        config,
-        metrics: Metrics::new(bounds),
-        own: SelfCounts::default(),
-        traced: HashSet::new(),
-        added: HashMap::new(),
-        passed: HashMap::new(),
-        exited: HashMap::new(),
-        told: HashSet::new(),
-        turned_away_told: HashMap::new(),
-        defaults,
-        deferred: Vec::new(),
-    };
-    // The text before the first update: the agent's own figures.
-    d.update(&[Arc::new(Summary::default())], &texts);
-    loop {
-        tokio::select! {
-            _ = rescan.tick() => {
-                d.scan().await;
-                ready.store(true, Ordering::Release);
-            }
-            r = async { events.as_mut().expect("guarded").next().await }, if events.is_some() => {
-                match r {
-                    Ok(evs) => {
-                        d.own.proc_events += evs.len() as u64;
-                        for ev in evs {
-                            if let ProcEvent::Exec { pid } = ev {
-                                d.passed.remove(&pid);
-                                d.consider(pid, true).await;
-                            }
-                        }
-                    }
-                    Err(_) => {
-                        // Events were lost (a full socket buffer): look at everything.
-                        d.own.proc_event_errors += 1;
-                        d.scan().await;
-                    }
-                }
-            }
-            _ = async {
-                let due = d.deferred.iter().map(|(t, _)| *t).min().expect("guarded");
-                tokio::time::sleep_until(due).await
-            }, if !d.deferred.is_empty() => {
-                let now = Instant::now();
-                let (due, later): (Vec<_>, Vec<_>) =
-                    d.deferred.drain(..).partition(|(t, _)| *t <= now);
-                d.deferred = later;
-                for (_, pid) in due {
-                    d.consider(pid, false).await;
-                }
-            }
-            r = changed(&mut watches) => {
-                if r.is_err() {
-                    return;
-                }
-                let latest: Vec<Arc<Summary>> =
-                    watches.iter_mut().map(|w| w.borrow_and_update().clone()).collect();
-                d.update(&latest, &texts);
-            }
-        }
-    }
 }

@@ -47,6 +47,11 @@ pub struct AgentConfig {
     /// Most `/metrics` answers made at once (more are refused with 503); connections
     /// are capped apart (`http::MAX_CONNECTIONS`, the one idle longest dropped).
     pub max_scrapes: usize,
+    /// Keep the eBPF programs loaded from the start while any select rule exists, so a
+    /// process that lives a few milliseconds is traced from its exec (false: loaded
+    /// with the first target, released `grace` after the last; processes that end
+    /// before the programs are loaded are missed, and counted).
+    pub keep_loaded: bool,
     /// Processes to trace: one that matches any rule (and no exclude rule).
     pub select: Vec<Rule>,
     /// Processes never traced (checked first).
@@ -75,6 +80,7 @@ impl Default for AgentConfig {
             max_series: 20_000,
             max_targets: 256,
             max_scrapes: 4,
+            keep_loaded: true,
             select: Vec::new(),
             exclude: Vec::new(),
         }

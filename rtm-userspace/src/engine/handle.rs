@@ -17,6 +17,9 @@ pub(super) enum Command {
     Remove(u32),
     Forget(Vec<super::ProcKey>),
     Stop(EndReason),
+    /// Into the in-kernel filter at once (true), or out of it again (false): a process
+    /// caught at its exec whose attach comes later.
+    Admit(u32, bool),
     Profile(
         super::ProfileAsk,
         oneshot::Sender<Result<Option<super::ProfileData>, super::ProfileRefused>>,
@@ -73,6 +76,14 @@ impl EngineHandle {
             .send(Command::Profile(ask, tx))
             .map_err(|_| None)?;
         rx.await.map_err(|_| None)?.map_err(Some)
+    }
+
+    /// Puts `pid` into the in-kernel filter now, before its attach (a process caught at
+    /// its exec whose library probes wait for the loader: probes already placed for
+    /// every process mapping its library count its calls from the first), or (`false`)
+    /// takes it out again when it is not traced after all.
+    pub fn admit(&self, pid: u32, admit: bool) {
+        let _ = self.commands.send(Command::Admit(pid, admit));
     }
 
     /// Ends profile window `id` without waiting for it (its client went away).

@@ -9,6 +9,7 @@
 //! The kernel side is loaded when the first target is added and released when none is
 //! left (a daemon between targets holds no probes); the model stays.
 
+mod admit;
 pub mod blocked;
 mod catch_up;
 mod deadlocks;

@@ -51,6 +51,10 @@ pub trait Source {
     /// Stops collecting for `pids` at once; what is in flight can still be drained.
     fn stop(&mut self, pids: &[u32]);
 
+    /// Puts `pid` into the source's filter before its attach (`admit`), or takes it
+    /// out; nothing when nothing is loaded.
+    fn admit(&mut self, _pid: u32, _admit: bool) {}
+
     /// The functions timed (`--func`), by index: records name them by it.
     fn timed_functions(&self) -> Vec<TimedFunction> {
         Vec::new()

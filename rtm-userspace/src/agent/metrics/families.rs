@@ -361,6 +361,17 @@ pub(super) fn own_families(summary: &Summary, own: &SelfCounts, targets: usize) 
             .push((vec![("rule", rule.clone())], Value::Int(*n)));
     }
     f.push(away);
+    let mut missed = counter(
+        "rtm_targets_missed",
+        "Processes a select rule matched that ended before they could be traced (exited_before_probes: their libraries' probes were not placed yet; exited_during_attach), by reason.",
+    );
+    for reason in ["exited_before_probes", "exited_during_attach"] {
+        let n = own.missed.get(reason).copied().unwrap_or(0);
+        missed
+            .samples
+            .push((vec![("reason", reason.to_owned())], Value::Int(n)));
+    }
+    f.push(missed);
     let l = summary.losses;
     let mut lost = counter(
         "rtm_events_lost",

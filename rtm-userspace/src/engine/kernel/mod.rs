@@ -319,6 +319,18 @@ impl Source for KernelSource {
         }
     }
 
+    fn admit(&mut self, pid: u32, admit: bool) {
+        if let Some(l) = &mut self.live {
+            if admit {
+                if let Err(e) = l.probes.set_traced(pid, Traced::new(true)) {
+                    log::debug!("admitting {pid}: {e}");
+                }
+            } else {
+                l.probes.stop(&[pid]);
+            }
+        }
+    }
+
     fn timed_functions(&self) -> Vec<TimedFunction> {
         self.funcs.clone()
     }

@@ -1,0 +1,108 @@
+//! Exec events read on a thread of their own. Each process that execs is read from /proc
+//! at once (a short-lived one may be gone a few milliseconds later), checked against
+//! the rules, and a selected one is put into its engine's in-kernel filter at once, so
+//! the probes already in place count its calls from its first (its own attach follows,
+//! from discovery, whatever the agent's loop is busy with). Discovery gets what was read:
+//! a selected process that ended before discovery came to it is counted as missed,
+//! never lost in silence.
+
+use std::time::Instant;
+
+use tokio::sync::mpsc;
+
+use super::{
+    discovery::{ProcInfo, Selector},
+    proc_events::{ProcEvent, ProcEvents},
+};
+use crate::{config::Mode, engine::EngineHandle};
+
+/// What the watcher saw.
+#[derive(Debug)]
+pub enum Seen {
+    /// A process exec'd: what /proc said of it then (None: gone already, or not
+    /// readable), and when.
+    Exec {
+        /// The process.
+        pid: u32,
+        /// Read at once.
+        info: Option<Box<ProcInfo>>,
+        /// When.
+        at: Instant,
+        /// A select rule matched: it was put into its engine's filter.
+        admitted: bool,
+    },
+    /// Events were lost (a full socket buffer): everything is to be looked at again.
+    Lost,
+}
+
+/// Where a selected process goes: the engine of its rule's mode (`handles`, by mode;
+/// `default_mode` for a rule that names none).
+pub struct Admit {
+    /// The engines, by mode.
+    pub handles: Vec<(Mode, EngineHandle)>,
+    /// The file's mode.
+    pub default_mode: Mode,
+}
+
+/// Subscribes to the process connector and starts the watcher; its findings come
+/// through the receiver. The thread ends when the receiver is dropped. The socket is
+/// the thread's own runtime's: its readiness never waits on the agent's loop.
+pub fn spawn(selector: Selector, admit: Admit) -> std::io::Result<mpsc::UnboundedReceiver<Seen>> {
+    let (tx, rx) = mpsc::unbounded_channel();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_io()
+        .build()?;
+    let events = {
+        let _in = rt.enter();
+        ProcEvents::open()?
+    };
+    std::thread::Builder::new()
+        .name("rtm-exec".into())
+        .spawn(move || rt.block_on(watch(events, selector, admit, tx)))?;
+    Ok(rx)
+}
+
+async fn watch(
+    mut events: ProcEvents,
+    selector: Selector,
+    admit: Admit,
+    tx: mpsc::UnboundedSender<Seen>,
+) {
+    loop {
+        let seen = match events.next().await {
+            Ok(evs) => evs
+                .into_iter()
+                .filter_map(|ev| match ev {
+                    ProcEvent::Exec { pid } => Some(pid),
+                    ProcEvent::Fork { .. } => None,
+                })
+                .map(|pid| {
+                    let at = Instant::now();
+                    let info = ProcInfo::read(pid);
+                    let mut admitted = false;
+                    if let Some(i) = &info
+                        && let Some((_, rule)) = selector.rule_for(i)
+                    {
+                        let mode = rule.mode.unwrap_or(admit.default_mode);
+                        if let Some((_, h)) = admit.handles.iter().find(|(m, _)| *m == mode) {
+                            h.admit(pid, true);
+                            admitted = true;
+                        }
+                    }
+                    Seen::Exec {
+                        pid,
+                        info: info.map(Box::new),
+                        at,
+                        admitted,
+                    }
+                })
+                .collect(),
+            Err(_) => vec![Seen::Lost],
+        };
+        for s in seen {
+            if tx.send(s).is_err() {
+                return;
+            }
+        }
+    }
+}

@@ -1,0 +1,49 @@
+//! A process admitted at its exec (the agent's exec watcher), before its attach: into
+//! the in-kernel filter, and a target of the engine at once, so the probes already
+//! placed for every process that maps its libraries count its calls from its first and
+//! the summary lists it even when it ends before its own attach comes.
+
+use super::{Engine, Traced, exits};
+use crate::{output::TargetInfo, target::process};
+
+impl Engine {
+    /// Admits `pid` (see the module's description), or (`admit` false) takes an
+    /// admitted process out again (it is not traced after all).
+    pub(super) fn admit(&mut self, pid: u32, admit: bool) {
+        let live = self.targets.iter().any(|t| t.live && t.info.pid == pid);
+        if !admit {
+            if live {
+                self.remove_target(pid);
+            } else {
+                self.source.admit(pid, false);
+            }
+            return;
+        }
+        // Already traced (a followed process that exec'd), or nothing is loaded.
+        if live || self.followed.iter().any(|f| f.0 == pid) || !self.source.is_live() {
+            return;
+        }
+        let Some(start) = process::start_ticks(pid, pid) else {
+            return;
+        };
+        self.source.admit(pid, true);
+        self.idle_since = None;
+        self.state.ended.remove(&pid);
+        self.state.model.trace_process(pid);
+        self.following.insert(pid);
+        exits::watch(pid, (pid, start), self.exits.0.clone());
+        self.targets.retain(|old| old.info.pid != pid);
+        self.targets.push(Traced {
+            start,
+            info: TargetInfo {
+                pid,
+                comm: process::comm(pid),
+                library: None,
+                ended: None,
+            },
+            launched: None,
+            live: true,
+            exit: None,
+        });
+    }
+}
