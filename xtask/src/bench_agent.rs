@@ -59,14 +59,23 @@ impl Drop for Procs {
 }
 
 fn get(addr: &str, path: &str, accept: &str) -> Result<(Duration, String)> {
+    let (took, body) = get_bytes(addr, path, accept)?;
+    Ok((took, String::from_utf8_lossy(&body).into_owned()))
+}
+
+/// A GET of a body of any bytes: (time from connect to the last byte, body).
+fn get_bytes(addr: &str, path: &str, accept: &str) -> Result<(Duration, Vec<u8>)> {
     let start = Instant::now();
     let mut s = TcpStream::connect(addr).with_context(|| format!("connecting to {addr}"))?;
     s.set_read_timeout(Some(Duration::from_secs(10)))?;
     write!(s, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n{accept}\r\n")?;
-    let mut out = String::new();
-    s.read_to_string(&mut out)?;
+    let mut out = Vec::new();
+    s.read_to_end(&mut out)?;
     let took = start.elapsed();
-    let body = out.split_once("\r\n\r\n").map_or("", |b| b.1).to_owned();
+    let body = out
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .map_or_else(Vec::new, |i| out[i + 4..].to_vec());
     Ok((took, body))
 }
 
@@ -214,25 +223,29 @@ fn node_cost(
     let target = named(work, locks, "agent_target")?;
     let labels = [
         "no agent",
-        "agent idle (nothing matches)",
+        "agent idle, `keep_loaded = false` (nothing matches)",
+        "agent idle, programs kept loaded (`keep_loaded`, the default)",
         "agent tracing one target",
     ];
-    let mut ns = vec![Vec::new(); 3];
-    let mut rt = vec![Vec::new(); 3];
-    let mut idle_programs = 0;
+    let mut ns = vec![Vec::new(); labels.len()];
+    let mut rt = vec![Vec::new(); labels.len()];
+    let (mut idle_programs, mut kept_programs) = (0, 0);
     for _ in 0..plan.rounds {
         for (i, ns_i) in ns.iter_mut().enumerate() {
             let mut agent = None;
             let mut procs = Procs(Vec::new());
             if i > 0 {
+                let keep = if i == 1 { "false" } else { "true" };
                 let a = start_agent(
                     rtm,
                     work,
                     port(0),
-                    "[[agent.select]]\ncomm = \"agent_target\"\n",
+                    &format!("keep_loaded = {keep}\n[[agent.select]]\ncomm = \"agent_target\"\n"),
                 )?;
                 if i == 1 {
                     idle_programs = idle_programs.max(bpf_programs(a.child.id()));
+                } else if i == 2 {
+                    kept_programs = kept_programs.max(bpf_programs(a.child.id()));
                 } else {
                     procs.0.push(many_locks(&target, 4, 4, 600_000)?);
                     wait_metric(
@@ -266,12 +279,13 @@ fn node_cost(
     println!(
         "Untraced processes: `bench_syscall {calls}` (getppid calls) and `bench_switch {trips}` \
          (a pipe round trip between two processes). The target: `many_locks 4 4` (4 threads \
-         on 4 contended locks). eBPF programs the idle agent held: {idle_programs}.\n"
+         on 4 contended locks). eBPF programs the idle agent held: {idle_programs} with \
+         `keep_loaded = false`, {kept_programs} with it.\n"
     );
     println!("| while | ns per system call | vs. no agent | ns per round trip | vs. no agent |");
     println!("|---|---|---|---|---|");
     let (b1, b2) = (Spread::of(&ns[0]).median, Spread::of(&rt[0]).median);
-    for i in 0..3 {
+    for i in 0..labels.len() {
         let (s, r) = (Spread::of(&ns[i]), Spread::of(&rt[i]));
         println!(
             "| {} | {} | {:.2}x | {} | {:.2}x |",
@@ -433,6 +447,18 @@ fn scrapes(rtm: &Path, locks: &Path, work: &Path, plan: Plan) -> Result<()> {
             s.max
         );
     }
+    let mut ms = Vec::new();
+    let mut bytes = 0;
+    for _ in 0..20 {
+        let (t, b) = get_bytes(&agent.addr, "/debug/pprof/contention", "")?;
+        ms.push(t.as_secs_f64() * 1e3);
+        bytes = b.len();
+    }
+    let s = Spread::of(&ms);
+    println!(
+        "| contention profile (`/debug/pprof/contention`, since the start, gzip'd pprof) | {bytes} | - | {:.2} | {:.2} |",
+        s.median, s.max
+    );
     drop(procs);
     Ok(())
 }
