@@ -80,6 +80,9 @@ struct Discovery {
     /// What the exec of each process that ended before its attach showed, until a
     /// summary lists it (at most [`MAX_MISSED_INFOS`]).
     missed_infos: HashMap<ProcKey, Arc<ProcInfo>>,
+    /// The processes discovery attached, while the engines list them (an admitted
+    /// process the engine lists already is attached once, not again).
+    attached: HashSet<ProcKey>,
 }
 
 /// Most missed processes' infos kept for their first summary.
@@ -178,7 +181,9 @@ impl Discovery {
     async fn consider_info(&mut self, info: ProcInfo, execd: bool, admitted: bool) {
         let pid = info.pid;
         let key = info.key();
-        if !admitted && (self.traced.contains(&key) || self.metrics.knows(key)) {
+        if self.attached.contains(&key)
+            || !admitted && (self.traced.contains(&key) || self.metrics.knows(key))
+        {
             return;
         }
         let Some((rule, mpi, mode)) = self
@@ -232,6 +237,7 @@ impl Discovery {
         match self.handles[engine].1.add(vec![target]).await {
             Ok(_) => {
                 self.traced.insert(key);
+                self.attached.insert(key);
                 self.added.insert(key, Instant::now());
                 self.owner.insert(key, engine);
                 self.own.attached += 1;
@@ -391,6 +397,9 @@ impl Discovery {
             }
         }
         self.owner.retain(|p, _| listed.contains(p));
+        let added = &self.added;
+        self.attached
+            .retain(|p| listed.contains(p) || added.contains_key(p));
     }
 }
 
@@ -510,6 +519,7 @@ pub(super) async fn discover(
         defaults,
         deferred: Vec::new(),
         missed_infos: HashMap::new(),
+        attached: HashSet::new(),
     };
     // The text before the first update: the agent's own figures.
     d.update(&[Arc::new(Summary::default())], &texts);
