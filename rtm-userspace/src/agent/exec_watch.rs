@@ -14,7 +14,11 @@ use super::{
     discovery::{ProcInfo, Selector},
     proc_events::{ProcEvent, ProcEvents},
 };
-use crate::{config::Mode, engine::EngineHandle};
+use crate::{
+    config::Mode,
+    engine::EngineHandle,
+    probes::{FilterIds, FilterWriter},
+};
 
 /// What the watcher saw.
 #[derive(Debug)]
@@ -36,12 +40,16 @@ pub enum Seen {
 }
 
 /// Where a selected process goes: the engine of its rule's mode (`handles`, by mode;
-/// `default_mode` for a rule that names none).
+/// `default_mode` for a rule that names none), whose in-kernel filter the watcher
+/// writes itself where `filters` names its maps (the programs are loaded already:
+/// `keep_loaded`).
 pub struct Admit {
     /// The engines, by mode.
     pub handles: Vec<(Mode, EngineHandle)>,
     /// The file's mode.
     pub default_mode: Mode,
+    /// The engines' filters by mode.
+    pub filters: Vec<(Mode, FilterIds)>,
 }
 
 /// Subscribes to the process connector and starts the watcher; its findings come
@@ -58,7 +66,23 @@ pub fn spawn(selector: Selector, admit: Admit) -> std::io::Result<mpsc::Unbounde
     };
     std::thread::Builder::new()
         .name("rtm-exec".into())
-        .spawn(move || rt.block_on(watch(events, selector, admit, tx)))?;
+        .spawn(move || {
+            // Opened here: the mapping of the filter's bytes is this thread's.
+            let writers: Vec<(Mode, FilterWriter)> = admit
+                .filters
+                .iter()
+                .filter_map(|(m, ids)| match FilterWriter::open(*ids) {
+                    Ok(w) => Some((*m, w)),
+                    Err(e) => {
+                        crate::say!(
+                            "rtm-trace agent: the exec watcher cannot write the process filter ({e}): processes go in at their attach"
+                        );
+                        None
+                    }
+                })
+                .collect();
+            rt.block_on(watch(events, selector, admit, writers, tx))
+        })?;
     Ok(rx)
 }
 
@@ -66,6 +90,7 @@ async fn watch(
     mut events: ProcEvents,
     selector: Selector,
     admit: Admit,
+    mut writers: Vec<(Mode, FilterWriter)>,
     tx: mpsc::UnboundedSender<Seen>,
 ) {
     loop {
@@ -84,8 +109,11 @@ async fn watch(
                         && let Some((_, rule)) = selector.rule_for(i)
                     {
                         let mode = rule.mode.unwrap_or(admit.default_mode);
+                        if let Some((_, w)) = writers.iter_mut().find(|(m, _)| *m == mode) {
+                            w.admit(pid);
+                        }
                         if let Some((_, h)) = admit.handles.iter().find(|(m, _)| *m == mode) {
-                            h.admit(pid, true);
+                            h.admit(pid, Some(i.start));
                             admitted = true;
                         }
                     }

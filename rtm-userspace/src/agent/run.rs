@@ -216,7 +216,15 @@ async fn agent(
         mpi: config.probe_mpi(),
     };
     let stops = handles.clone();
-    let discovery = tokio::spawn(discover(handles, selector, a, defaults, texts_tx, ready));
+    // The filters of the engines whose programs are loaded already (keep_loaded): the
+    // exec watcher puts selected processes into them itself.
+    let filters: Vec<(Mode, crate::probes::FilterIds)> = std::iter::once(&main)
+        .chain(other.as_ref())
+        .filter_map(|e| Some((e.config().mode, e.filter_ids()?)))
+        .collect();
+    let discovery = tokio::spawn(discover(
+        handles, filters, selector, a, defaults, texts_tx, ready,
+    ));
     let signalled = async {
         tokio::select! {
             _ = sigint.recv() => {}

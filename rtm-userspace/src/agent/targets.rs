@@ -209,7 +209,7 @@ impl Discovery {
             // maps its C library count its calls from the first, while its own attach
             // waits for the loader.
             if self.traced.len() < self.config.max_targets {
-                self.handles[engine].1.admit(pid, true);
+                self.handles[engine].1.admit(pid, Some(info.start));
             }
             let now = Instant::now();
             self.deferred.push(Deferred {
@@ -225,7 +225,7 @@ impl Discovery {
             return;
         }
         if self.traced.len() >= self.config.max_targets {
-            self.handles[engine].1.admit(pid, false);
+            self.handles[engine].1.unadmit(pid);
             self.turn_away(rule, &info);
             self.passed.insert(pid, info.start);
             return;
@@ -244,11 +244,11 @@ impl Discovery {
                 self.metrics.know(Arc::new(info));
             }
             Err(_) if ended(pid, info.start) => {
-                self.handles[engine].1.admit(pid, false);
+                self.handles[engine].1.unadmit(pid);
                 self.missed("exited_during_attach", Arc::new(info));
             }
             Err(e) => {
-                self.handles[engine].1.admit(pid, false);
+                self.handles[engine].1.unadmit(pid);
                 let r = reason(&e);
                 *self.own.attach_errors.entry(r.into()).or_default() += 1;
                 self.passed.insert(pid, info.start);
@@ -312,7 +312,7 @@ impl Discovery {
         self.deferred = later;
         for mut d in due {
             if ended(d.pid, d.start) {
-                self.handles[d.engine].1.admit(d.pid, false);
+                self.handles[d.engine].1.unadmit(d.pid);
                 self.missed("exited_before_probes", d.info);
                 continue;
             }
@@ -321,7 +321,7 @@ impl Discovery {
                 match ProcInfo::read(d.pid).filter(|i| i.start == d.start) {
                     Some(info) => self.consider_info(info, false, true).await,
                     None => {
-                        self.handles[d.engine].1.admit(d.pid, false);
+                        self.handles[d.engine].1.unadmit(d.pid);
                         self.missed("exited_before_probes", d.info);
                     }
                 }
@@ -463,9 +463,11 @@ fn combine(summaries: &[Arc<Summary>]) -> Summary {
     out
 }
 
-/// Runs the targets' loop until an engine is gone.
+/// Runs the targets' loop until an engine is gone; `filters`: the engines' in-kernel
+/// filters (their programs loaded at start), which the exec watcher writes itself.
 pub(super) async fn discover(
     handles: Vec<(Mode, EngineHandle)>,
+    filters: Vec<(Mode, crate::probes::FilterIds)>,
     selector: Selector,
     config: AgentConfig,
     defaults: Defaults,
@@ -488,6 +490,7 @@ pub(super) async fn discover(
                 Admit {
                     handles: handles.clone(),
                     default_mode: defaults.mode,
+                    filters,
                 },
             )
         });

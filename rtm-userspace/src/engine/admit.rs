@@ -7,9 +7,16 @@ use super::{Engine, Traced, exits};
 use crate::{output::TargetInfo, target::process};
 
 impl Engine {
-    /// Admits `pid` (see the module's description), or (`admit` false) takes an
-    /// admitted process out again (it is not traced after all).
-    pub(super) fn admit(&mut self, pid: u32, admit: bool) {
+    /// The in-kernel filter's maps, for a writer in another thread (the agent's exec
+    /// watcher puts processes in at once; this engine then makes them targets).
+    pub fn filter_ids(&self) -> Option<crate::probes::FilterIds> {
+        self.source.filter_ids()
+    }
+
+    /// Admits `pid`, which started at `start` when the caller read it (see the module's
+    /// description; it may have ended since: it is then a target that has exited), or
+    /// (`admit` false) takes an admitted process out again (it is not traced after all).
+    pub(super) fn admit(&mut self, pid: u32, admit: bool, start: Option<u64>) {
         let live = self.targets.iter().any(|t| t.live && t.info.pid == pid);
         if !admit {
             if live {
@@ -23,7 +30,7 @@ impl Engine {
         if live || self.followed.iter().any(|f| f.0 == pid) || !self.source.is_live() {
             return;
         }
-        let Some(start) = process::start_ticks(pid, pid) else {
+        let Some(start) = start.or_else(|| process::start_ticks(pid, pid)) else {
             return;
         };
         self.source.admit(pid, true);

@@ -19,7 +19,7 @@ pub(super) enum Command {
     Stop(EndReason),
     /// Into the in-kernel filter at once (true), or out of it again (false): a process
     /// caught at its exec whose attach comes later.
-    Admit(u32, bool),
+    Admit(u32, bool, Option<u64>),
     Profile(
         super::ProfileAsk,
         oneshot::Sender<Result<Option<super::ProfileData>, super::ProfileRefused>>,
@@ -78,12 +78,17 @@ impl EngineHandle {
         rx.await.map_err(|_| None)?.map_err(Some)
     }
 
-    /// Puts `pid` into the in-kernel filter now, before its attach (a process caught at
-    /// its exec whose library probes wait for the loader: probes already placed for
-    /// every process mapping its library count its calls from the first), or (`false`)
-    /// takes it out again when it is not traced after all.
-    pub fn admit(&self, pid: u32, admit: bool) {
-        let _ = self.commands.send(Command::Admit(pid, admit));
+    /// Puts `pid` (which started at `start`, when known) into the in-kernel filter now
+    /// and makes it a target, before its attach: a process caught at its exec whose
+    /// library probes wait for the loader (probes already placed for every process
+    /// mapping its library count its calls from the first).
+    pub fn admit(&self, pid: u32, start: Option<u64>) {
+        let _ = self.commands.send(Command::Admit(pid, true, start));
+    }
+
+    /// Takes an admitted `pid` out again when it is not traced after all.
+    pub fn unadmit(&self, pid: u32) {
+        let _ = self.commands.send(Command::Admit(pid, false, None));
     }
 
     /// Ends profile window `id` without waiting for it (its client went away).

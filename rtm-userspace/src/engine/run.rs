@@ -240,7 +240,7 @@ impl Engine {
                 Wake::Command(Command::Remove(pid)) => self.remove_target(pid),
                 Wake::Command(Command::Forget(pids)) => self.forget(&pids),
                 Wake::Command(Command::Stop(r)) => return Ok(r),
-                Wake::Command(Command::Admit(pid, admit)) => self.admit(pid, admit),
+                Wake::Command(Command::Admit(pid, admit, start)) => self.admit(pid, admit, start),
                 Wake::Command(Command::Profile(ask, reply)) => {
                     let _ = reply.send(self.profile(ask));
                 }

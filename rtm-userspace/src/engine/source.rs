@@ -55,6 +55,12 @@ pub trait Source {
     /// out; nothing when nothing is loaded.
     fn admit(&mut self, _pid: u32, _admit: bool) {}
 
+    /// The in-kernel filter's maps, for a writer in another thread (None: nothing
+    /// loaded, or no such filter).
+    fn filter_ids(&self) -> Option<crate::probes::FilterIds> {
+        None
+    }
+
     /// The functions timed (`--func`), by index: records name them by it.
     fn timed_functions(&self) -> Vec<TimedFunction> {
         Vec::new()

@@ -407,6 +407,16 @@ impl Probes {
         &mut self.ebpf
     }
 
+    /// The filter's maps by kernel id, for a writer in another thread.
+    pub fn filter_ids(&self) -> Option<super::traced::FilterIds> {
+        let set = match self.ebpf.map(names::MAP_TRACED_TGIDS)? {
+            aya::maps::Map::HashMap(d) | aya::maps::Map::LruHashMap(d) => d.info().ok()?.id(),
+            _ => return None,
+        };
+        let (bytes, words) = self.traced.id()?;
+        Some(super::traced::FilterIds { set, bytes, words })
+    }
+
     /// Whether the in-kernel filter traces `pid` (it adds followed children itself).
     pub fn is_traced(&self, pid: u32) -> bool {
         self.ebpf

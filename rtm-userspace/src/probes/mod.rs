@@ -19,6 +19,6 @@ mod uprobes;
 
 pub use error::ProbeError;
 pub use load::{LeftWaitMaps, LoadOptions, Probes};
-pub use traced::Traced;
+pub use traced::{FilterIds, FilterWriter, Traced};
 pub use tracepoints::HOOKS_ENV;
 pub use uprobes::{AttachReport, Placed, ProbeScope};

@@ -19,6 +19,8 @@ use super::layout::PER_WORD;
 
 /// The TRACED map, mapped into this process.
 pub struct TracedBytes {
+    /// Its 8-byte elements.
+    words: u32,
     mapping: SharedMemory,
     /// Tgids covered.
     len: u32,
@@ -31,10 +33,16 @@ impl TracedBytes {
     pub fn new(map: MapData, words: u32) -> io::Result<Self> {
         let mapping = SharedMemory::array(&map, words as usize * PER_WORD as usize)?;
         Ok(Self {
+            words,
             mapping,
             len: words * PER_WORD,
             _map: map,
         })
+    }
+
+    /// The map's kernel id and its elements, for a writer in another thread.
+    pub fn id(&self) -> Option<(u32, u32)> {
+        Some((self._map.info().ok()?.id(), self.words))
     }
 
     /// Sets `tgid`'s byte to `value` (0: not traced); false when the array does not
@@ -84,5 +92,51 @@ impl Traced {
             Traced::Alone => rtm_common::TRACED_ON,
             Traced::WithForks => rtm_common::TRACED_FOLLOW,
         }
+    }
+}
+
+/// The in-kernel filter's two maps by kernel id (and the array's elements), to open a
+/// writer of them elsewhere.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FilterIds {
+    /// The hash set of traced tgids (TRACED_TGIDS).
+    pub set: u32,
+    /// The byte array (TRACED).
+    pub bytes: u32,
+    /// Its 8-byte elements.
+    pub words: u32,
+}
+
+/// A writer of the in-kernel filter owned by another thread than the engine's (the
+/// agent's exec watcher): it puts a process in as [`super::Probes::set_traced`] does,
+/// the set entry first, then its byte, so that a process is traced the moment it is
+/// seen, whatever the engine is busy with. Taking processes out stays the engine's.
+pub struct FilterWriter {
+    set: aya::maps::HashMap<MapData, u32, u32>,
+    bytes: TracedBytes,
+}
+
+impl FilterWriter {
+    /// Opens the maps `ids` names.
+    pub fn open(ids: FilterIds) -> io::Result<Self> {
+        let set = MapData::from_id(ids.set).map_err(io::Error::other)?;
+        let set =
+            aya::maps::HashMap::try_from(aya::maps::Map::HashMap(set)).map_err(io::Error::other)?;
+        let bytes = MapData::from_id(ids.bytes).map_err(io::Error::other)?;
+        Ok(Self {
+            set,
+            bytes: TracedBytes::new(bytes, ids.words)?,
+        })
+    }
+
+    /// Puts `pid` into the filter, its forks followed; false when the set refused it
+    /// (full).
+    pub fn admit(&mut self, pid: u32) -> bool {
+        let value = Traced::WithForks.value();
+        if self.set.insert(pid, u32::from(value), 0).is_err() {
+            return false;
+        }
+        self.bytes.set(pid, value);
+        true
     }
 }

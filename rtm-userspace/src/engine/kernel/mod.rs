@@ -319,6 +319,10 @@ impl Source for KernelSource {
         }
     }
 
+    fn filter_ids(&self) -> Option<crate::probes::FilterIds> {
+        self.live.as_ref()?.probes.filter_ids()
+    }
+
     fn admit(&mut self, pid: u32, admit: bool) {
         if let Some(l) = &mut self.live {
             if admit {
