@@ -205,12 +205,9 @@ impl Discovery {
             .position(|(m, _)| *m == mode)
             .expect("an engine for every mode a rule names");
         if execd && (mode == Mode::Full || want_mpi) {
-            // In the filter at once: the probes already placed for every process that
-            // maps its C library count its calls from the first, while its own attach
-            // waits for the loader.
-            if self.traced.len() < self.config.max_targets {
-                self.handles[engine].1.admit(pid, Some(info.start));
-            }
+            // In the filter already (the exec watcher put it there): the probes placed
+            // for every process that maps its C library count its calls from the first,
+            // while its own attach waits for the loader.
             let now = Instant::now();
             self.deferred.push(Deferred {
                 due: now + LOOKS_AFTER_EXEC[0],
@@ -538,6 +535,11 @@ pub(super) async fn discover(
                         d.own.proc_events += 1;
                         d.passed.remove(&pid);
                         if let Some(info) = info {
+                            // The engine lists it from now (admitted): its series carry
+                            // what its exec showed, even if it ends before its attach.
+                            if admitted {
+                                d.metrics.know(Arc::new((*info).clone()));
+                            }
                             d.consider_info(*info, true, admitted).await;
                         }
                     }

@@ -33,6 +33,13 @@ impl Engine {
         let Some(start) = start.or_else(|| process::start_ticks(pid, pid)) else {
             return;
         };
+        match self.start_of(pid) {
+            // Admitted already (it may have exited since: its record stays).
+            Some(s) if s == start => return,
+            // Another process had the pid: everything of it goes first.
+            Some(_) => self.retire_pid(pid),
+            None => {}
+        }
         self.source.admit(pid, true);
         self.idle_since = None;
         self.state.ended.remove(&pid);

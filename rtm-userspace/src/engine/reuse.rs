@@ -19,7 +19,7 @@ pub type ProcKey = (u32, u64);
 
 impl Engine {
     /// The start of the process the engine traces (or traced) as `pid`.
-    fn start_of(&self, pid: u32) -> Option<u64> {
+    pub(super) fn start_of(&self, pid: u32) -> Option<u64> {
         self.targets
             .iter()
             .find(|t| t.info.pid == pid)
@@ -41,22 +41,32 @@ impl Engine {
             .map(|(pid, _)| *pid)
             .collect();
         if !reused.is_empty() {
-            // What is in flight of the old one is its own.
-            self.drain(usize::MAX);
-            for pid in &reused {
-                for t in self.targets.iter_mut().filter(|t| t.info.pid == *pid) {
-                    t.live = false;
-                }
-                self.followed.retain(|f| f.0 != *pid);
-                self.following.remove(pid);
-            }
-            self.source.stop(&reused);
-            self.drop_processes(&reused.iter().copied().collect());
+            self.retire(&reused);
         }
         for pid in starts.keys() {
             self.state.ended.remove(pid);
         }
         starts
+    }
+
+    /// Drops everything of the process the engine held as `pid`: another one has the
+    /// pid now.
+    pub(super) fn retire_pid(&mut self, pid: u32) {
+        self.retire(&[pid]);
+    }
+
+    fn retire(&mut self, reused: &[u32]) {
+        // What is in flight of the old one is its own.
+        self.drain(usize::MAX);
+        for pid in reused {
+            for t in self.targets.iter_mut().filter(|t| t.info.pid == *pid) {
+                t.live = false;
+            }
+            self.followed.retain(|f| f.0 != *pid);
+            self.following.remove(pid);
+        }
+        self.source.stop(reused);
+        self.drop_processes(&reused.iter().copied().collect());
     }
 
     /// Forgets the processes `keys` that no longer run (a daemon's exited targets,
