@@ -55,7 +55,7 @@ impl Engine {
         // Read before the snapshot, which holds the model.
         let per_process = (watched && self.per_process).then(|| self.process_inputs());
         let running = self.source.running_calls();
-        let (snap, missing) = super::snapshot(
+        let (snap, missing) = super::results::snapshot(
             &mut self.state,
             self.sampler.as_ref(),
             window,

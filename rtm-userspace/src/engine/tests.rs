@@ -11,7 +11,7 @@ use rtm_common::{
 use super::*;
 use crate::{
     config::{CounterList, Mode},
-    output::{self, MakeSink, SINKS},
+    output::{self, MakeSink, SINKS, sink::Moment},
 };
 
 const M1: u64 = 0x1000;
