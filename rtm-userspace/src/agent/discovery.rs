@@ -11,7 +11,7 @@ use regex::{Regex, RegexBuilder};
 use super::cgroup::{self, Identity};
 use crate::{
     config::{ConfigError, agent::Rule},
-    target::{
+    proc::{
         files::{open_regular_in, read_proc},
         process,
     },

@@ -4,7 +4,7 @@
 //! the summary lists it even when it ends before its own attach comes.
 
 use super::{Engine, Traced, exits};
-use crate::{output::TargetInfo, target::process};
+use crate::{output::TargetInfo, proc::process};
 
 impl Engine {
     /// Admits `pid` (see the module's description), or (`admit` false) takes an

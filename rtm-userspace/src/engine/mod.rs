@@ -53,7 +53,7 @@ use crate::{
     model::{SyncGraph, sync::ThreadKey},
     output::{EndReason, TargetInfo, dest::DestError, sink::Sink},
     probes::ProbeError,
-    target::{
+    proc::{
         launch::{ChildExit, LaunchError},
         process::{self, monotonic_ns},
     },

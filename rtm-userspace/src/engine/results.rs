@@ -5,7 +5,7 @@ use super::{Engine, EngineError, Outcome, deadlocks, sampler::Sampler, state::St
 use crate::{
     model::Window,
     output::{EndReason, RunInfo, sink::Moment},
-    target::process::{self, monotonic_ns},
+    proc::process::{self, monotonic_ns},
 };
 
 impl Engine {

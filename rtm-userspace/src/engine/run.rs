@@ -9,7 +9,7 @@ use tokio::time::{Instant, MissedTickBehavior};
 use super::{Command, Engine, EngineError, Summary, io_err};
 use crate::{
     output::{EndReason, sink::Moment},
-    target::{
+    proc::{
         launch::{ChildExit, wait_child},
         process::monotonic_ns,
     },

@@ -22,8 +22,8 @@ use crate::{
         sync::{ObjectKey, ThreadKey},
         wait_kind::WaitKind,
     },
+    proc::process,
     symbolize::{CodeNamer, ObjectNamer},
-    target::process,
 };
 
 /// Takes a joined wait's stacks with their frames named (waiter's, waker's).

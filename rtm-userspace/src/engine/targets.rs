@@ -6,7 +6,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use tokio::time::Instant;
 
 use super::{Engine, EngineError, Start, Target, Traced, exits, sampler::Sampler};
-use crate::{output::TargetInfo, target::process::monotonic_ns};
+use crate::{output::TargetInfo, proc::process::monotonic_ns};
 
 impl Engine {
     /// Starts tracing `targets`: loads the kernel side if nothing was traced, attaches,

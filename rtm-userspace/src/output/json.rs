@@ -99,7 +99,7 @@ impl Sink for JsonSink {
     fn finish(&mut self, at: &Moment) -> Result<(), DestError> {
         // The tracer's peak memory, up to the moment the document is written.
         let mut run = at.run.clone();
-        run.tracer_max_rss_kib = crate::target::process::peak_rss_kib();
+        run.tracer_max_rss_kib = crate::proc::process::peak_rss_kib();
         write(&mut self.dest, &run, at.snapshot)?;
         crate::say!(
             "rtm-trace: wrote {}",

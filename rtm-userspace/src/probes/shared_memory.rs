@@ -10,7 +10,7 @@ use std::{
 
 use aya::maps::MapData;
 
-use crate::target::host::page_size;
+use crate::proc::host::page_size;
 
 /// One shared mapping of a BPF map (an mmapable array or a ring buffer), unmapped on
 /// drop.

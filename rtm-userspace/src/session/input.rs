@@ -12,7 +12,7 @@ use std::{
     path::Path,
 };
 
-use crate::{interrupt, target::files::type_name};
+use crate::{interrupt, proc::files::type_name};
 
 /// Largest config file read.
 pub const MAX_CONFIG_BYTES: u64 = 1 << 20;

@@ -15,7 +15,7 @@ use crate::{
     config::TraceConfig,
     engine::EngineError,
     output::dest::DestError,
-    target::{
+    proc::{
         launch::{self, LaunchError},
         process::{self, ProcessError},
     },

@@ -86,7 +86,7 @@ fn temp_name(name: &std::ffi::OsStr) -> OsString {
     } else {
         // No entropy source: the name still never exists beforehand (linkat refuses
         // an existing name), it is only guessable.
-        crate::target::process::monotonic_ns() ^ u64::from(std::process::id())
+        crate::proc::process::monotonic_ns() ^ u64::from(std::process::id())
     };
     let mut t = OsString::from(".");
     t.push(name);
