@@ -236,7 +236,7 @@ pub struct OutputConfig {
     pub live: bool,
     /// The HTML report's file (None: not written).
     pub html: Option<PathBuf>,
-    /// The Graphviz DOT file of the sync and task graphs (None: not written).
+    /// The Graphviz DOT file of the sync and rank graphs (None: not written).
     pub dot: Option<PathBuf>,
     /// The timeline's size cap, MiB: events past it are counted, not written.
     pub timeline_max_mb: u64,

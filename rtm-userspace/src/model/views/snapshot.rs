@@ -70,9 +70,9 @@ pub struct Snapshot<'g> {
     /// Timed functions (`--func`; written beside the sync graph).
     #[serde(skip)]
     pub functions: Option<crate::model::funcs::FunctionsView>,
-    /// The MPI task graph, when MPI calls were traced (written beside the sync graph).
+    /// The MPI rank graph, when MPI calls were traced (written beside the sync graph).
     #[serde(skip)]
-    pub tasks: Option<crate::model::TaskView>,
+    pub tasks: Option<crate::model::RankGraphView>,
     /// The system and the traced processes over time (written beside the sync graph).
     #[serde(skip)]
     pub ambient: Option<crate::model::system::ambient::AmbientView>,
