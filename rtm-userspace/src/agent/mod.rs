@@ -18,7 +18,7 @@ pub mod http;
 pub mod metrics;
 pub mod proc_events;
 pub mod profiles;
-pub mod top;
+pub mod top_n;
 pub mod web;
 
 mod run;
