@@ -14,13 +14,13 @@ pub mod agent;
 pub mod cli;
 pub mod config;
 pub mod engine;
-pub mod interrupt;
-pub mod live;
+pub(crate) mod interrupt;
+pub(crate) mod live;
 pub mod model;
 pub mod output;
 pub mod probes;
-pub mod proc;
-pub mod readers;
+pub(crate) mod proc;
+pub(crate) mod readers;
 pub mod session;
 pub mod symbolize;
 

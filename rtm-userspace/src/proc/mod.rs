@@ -12,7 +12,7 @@ pub mod launch;
 pub mod mapped;
 pub mod process;
 
-pub use process::{Module, ProcessError};
+pub use process::Module;
 
 /// Whether `path` names a system library a program's waits pass through: the C library,
 /// its threads library, the dynamic loader, the C++ and GCC runtimes.
