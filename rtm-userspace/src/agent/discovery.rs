@@ -319,7 +319,8 @@ impl Selector {
     }
 
     /// Whether `p` is to be traced.
-    pub fn wants(&self, p: &ProcInfo) -> bool {
+    #[cfg(test)]
+    fn wants(&self, p: &ProcInfo) -> bool {
         self.rule_for(p).is_some()
     }
 }

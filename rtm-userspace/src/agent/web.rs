@@ -35,7 +35,7 @@ mod auth;
 mod tls;
 
 use auth::MAX_COST;
-pub use auth::{BasicAuth, CACHE_ENTRIES, MAX_CHECKS, Verdict};
+pub use auth::{BasicAuth, Verdict};
 pub use tls::ClientAuth;
 use tls::{TlsFile, tls_config};
 
@@ -202,7 +202,7 @@ pub fn exposure_warning(listen: SocketAddr, web: Option<&Web>) -> Option<String>
 mod tests {
     use base64::Engine as _;
 
-    use super::*;
+    use super::{auth::MAX_CHECKS, *};
 
     fn parse(text: &str) -> Result<Web, String> {
         Web::parse(text, Path::new("/nonexistent-dir"))

@@ -5,7 +5,7 @@
 //! [`TraceConfig::validate`], with the same rules whichever way it was made.
 //!
 //! This file holds the config's sections and their defaults; `stacks` holds the call
-//! stack settings, `validate` the checks and the TOML reader, [`agent`] the agent's
+//! stack settings, `validate` the checks and the TOML reader, `agent` the agent's
 //! section.
 
 use std::{ffi::OsString, path::PathBuf, time::Duration};
@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::model::{Limits, system::thresholds::Thresholds};
 
-pub mod agent;
+pub(crate) mod agent;
 mod stacks;
 mod validate;
 

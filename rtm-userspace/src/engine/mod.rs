@@ -14,23 +14,23 @@
 //! writes the final results.
 
 mod admit;
-pub mod blocked;
+pub(crate) mod blocked;
 mod catch_up;
 mod deadlocks;
-pub mod exits;
+pub(crate) mod exits;
 mod handle;
 mod kernel;
 mod naming;
-pub mod processes;
+pub(crate) mod processes;
 mod profiles;
 mod results;
 mod reuse;
 mod run;
 mod sampler;
-pub mod source;
+pub(crate) mod source;
 mod stacks;
 mod state;
-pub mod summary;
+pub(crate) mod summary;
 mod targets;
 
 use std::{collections::HashSet, ffi::OsString, io, path::PathBuf, sync::Arc};

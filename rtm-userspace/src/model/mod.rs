@@ -6,14 +6,14 @@
 //! Distributions (`dist`) serve them all.
 
 pub mod blocked;
-pub mod dist;
-pub mod funcs;
-pub mod mpi;
-pub mod stacks;
-pub mod sync;
-pub mod system;
-pub mod views;
-pub mod wait_kind;
+pub(crate) mod dist;
+pub(crate) mod funcs;
+pub(crate) mod mpi;
+pub(crate) mod stacks;
+pub(crate) mod sync;
+pub(crate) mod system;
+pub(crate) mod views;
+pub(crate) mod wait_kind;
 
 pub use dist::{Dist, DistSummary, HistogramBudget};
 pub use mpi::{RankEnv, RankGraph, RankGraphView};

@@ -28,7 +28,7 @@
 //!
 //! This file checks a destination ([`Dest`]); `error` holds [`DestError`], `resolve`
 //! walks the path, `replace` makes the new file and puts it in place of a regular one,
-//! `through` opens and writes anything else, and [`stream`] writes the results.
+//! `through` opens and writes anything else, and `stream` writes the results.
 
 use std::{
     ffi::OsString,
@@ -43,7 +43,7 @@ use rustix::fs::{self as rfs, AtFlags, FileType};
 mod error;
 mod replace;
 mod resolve;
-pub mod stream;
+pub(crate) mod stream;
 mod through;
 
 pub use error::DestError;

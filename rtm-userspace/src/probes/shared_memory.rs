@@ -25,11 +25,6 @@ impl SharedMemory {
         self.len
     }
 
-    /// Whether nothing is mapped (never: a mapping has at least a page).
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-
     /// The first mapped byte.
     pub fn ptr(&self) -> NonNull<u8> {
         self.ptr

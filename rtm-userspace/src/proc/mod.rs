@@ -2,15 +2,15 @@
 //! /proc/PID/maps) and ELF files, the host they run on, and launching them gated so no
 //! user code runs before the probes are live.
 
-pub mod address_space;
-pub mod blocked;
-pub mod elf;
-pub mod files;
-pub mod gopclntab;
-pub mod host;
-pub mod launch;
-pub mod mapped;
-pub mod process;
+pub(crate) mod address_space;
+pub(crate) mod blocked;
+pub(crate) mod elf;
+pub(crate) mod files;
+pub(crate) mod gopclntab;
+pub(crate) mod host;
+pub(crate) mod launch;
+pub(crate) mod mapped;
+pub(crate) mod process;
 
 pub use process::Module;
 

@@ -7,7 +7,7 @@ mod check;
 pub(crate) mod input;
 mod merge;
 mod oneshot;
-pub mod preflight;
+pub(crate) mod preflight;
 mod report;
 
 use crate::{

@@ -479,7 +479,7 @@ impl RankGraph {
         self.arrivals += 1;
     }
 
-    /// The followed communicators' members as world ranks (see [`Communicators`]).
+    /// The followed communicators' members as world ranks (see `Communicators`).
     pub fn comm_members(
         &self,
         world_of: &dyn Fn(u32) -> Option<i32>,

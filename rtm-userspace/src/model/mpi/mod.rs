@@ -5,9 +5,9 @@
 //! The outputs still call it the task graph: the JSON document's `task_graph`, the
 //! report's and the DOT file's headings.
 
-pub mod graph;
-pub mod merge;
-pub mod view;
+pub(crate) mod graph;
+pub(crate) mod merge;
+pub(crate) mod view;
 
 pub use graph::RankGraph;
 pub use view::{RankEnv, RankGraphView, SentTo};

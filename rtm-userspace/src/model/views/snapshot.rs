@@ -88,7 +88,7 @@ pub struct Snapshot<'g> {
 impl<'g> Snapshot<'g> {
     /// Builds the views. `name_of` names objects that are global or static variables,
     /// or words on the heap by the code that waits on them; objects of a process that
-    /// share a name are numbered ([`names::unique`]), the same in every view.
+    /// share a name are numbered (`names::unique`), the same in every view.
     pub fn build(
         graph: &'g SyncGraph,
         window: Window,

@@ -8,7 +8,7 @@
 #![allow(missing_docs)]
 
 mod read;
-pub mod text;
+pub(crate) mod text;
 
 pub use read::object_start;
 

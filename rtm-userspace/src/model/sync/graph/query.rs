@@ -26,7 +26,7 @@ impl SyncGraph {
     }
 
     /// The thread holding semaphore `addr` of process `pid`, where it has been used as
-    /// a lock (full mode sees every take and post): see [`ObjectMeta::sem_holder`].
+    /// a lock (full mode sees every take and post): see `ObjectMeta::sem_holder`.
     pub fn semaphore_holder(&self, pid: u32, addr: u64) -> Option<u32> {
         self.objects
             .get(&ObjectKey {
