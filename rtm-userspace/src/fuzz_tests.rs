@@ -14,7 +14,7 @@ use rtm_common::{
 
 use crate::{
     model::{
-        Limits, Snapshot, SyncGraph, TaskGraph, TaskView, Window,
+        Limits, RankGraph, RankGraphView, Snapshot, SyncGraph, Window,
         funcs::{FuncModel, RunningCall, TimedFunction},
         stacks::{Side, StackTable, StacksView},
     },
@@ -137,7 +137,7 @@ fn apply_and_render(records: &[Vec<u8>], contention: bool) {
         ..Limits::default()
     };
     let mut sync = SyncGraph::new(limits, contention);
-    let mut tasks = TaskGraph::default();
+    let mut tasks = RankGraph::default();
     let mut stacks = StackTable::default();
     let mut funcs = FuncModel::new(8);
     funcs.set_functions(
@@ -194,7 +194,11 @@ fn apply_and_render(records: &[Vec<u8>], contention: bool) {
         &mut |_, a| (a % 2 == 0).then(|| "f\r\n".to_owned()),
     );
     if !tasks.is_empty() {
-        snap.tasks = Some(TaskView::build(&tasks, &Default::default(), "node\x1b"));
+        snap.tasks = Some(RankGraphView::build(
+            &tasks,
+            &Default::default(),
+            "node\x1b",
+        ));
     }
     if !stacks.is_empty() {
         let view = StacksView::build(

@@ -35,11 +35,6 @@ pub fn requested() -> bool {
     REQUESTED.load(Ordering::SeqCst)
 }
 
-/// Marks a stop as requested (a front end that learnt of it another way, and tests).
-pub fn request() {
-    REQUESTED.store(true, Ordering::SeqCst);
-}
-
 /// Why a wait was given up.
 #[derive(Debug, thiserror::Error)]
 #[error("interrupted (Ctrl-C or SIGTERM)")]
@@ -53,7 +48,8 @@ pub fn interrupted_error() -> std::io::Error {
 }
 
 /// Whether `e` is a wait given up at a stop request.
-pub fn is_interrupted(e: &std::io::Error) -> bool {
+#[cfg(test)]
+fn is_interrupted(e: &std::io::Error) -> bool {
     e.get_ref().is_some_and(|inner| inner.is::<Interrupted>())
 }
 

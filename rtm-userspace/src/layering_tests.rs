@@ -1,5 +1,5 @@
 //! The architecture, checked: each module imports only modules to its left in
-//! target -> probes -> readers -> model -> symbolize -> config -> output -> engine ->
+//! proc -> probes -> readers -> model -> symbolize -> config -> output -> engine ->
 //! cli -> session (and `interrupt`, a leaf anyone may use): the engine drives the
 //! layers, the one-shot front end (`session`, over its command line `cli`) drives the
 //! engine. A file that reaches to its
@@ -9,7 +9,7 @@ use std::path::Path;
 
 /// The layers, left to right.
 const ORDER: &[&str] = &[
-    "target",
+    "proc",
     "probes",
     "readers",
     "model",

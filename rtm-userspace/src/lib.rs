@@ -1,7 +1,7 @@
 //! rtm-trace: attach to running Linux processes with eBPF and show where their threads
 //! wait on each other.
 //!
-//! Data flows one way: `target` finds and launches processes, `probes` loads the eBPF
+//! Data flows one way: `proc` finds and launches processes, `probes` loads the eBPF
 //! object and attaches it, `readers` decode what the kernel sends, `model` aggregates it
 //! (pure, no aya), `symbolize` names addresses, and `output` renders snapshots through
 //! sinks. The `engine` drives them: it owns the source of events, the model and the
@@ -14,15 +14,15 @@ pub mod agent;
 pub mod cli;
 pub mod config;
 pub mod engine;
-pub mod interrupt;
-pub mod live;
+pub(crate) mod interrupt;
+pub(crate) mod live;
 pub mod model;
 pub mod output;
 pub mod probes;
-pub mod readers;
+pub(crate) mod proc;
+pub(crate) mod readers;
 pub mod session;
 pub mod symbolize;
-pub mod target;
 
 /// The eBPF object built by build.rs from the rtm-ebpf crate.
 pub static EBPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/rtm-ebpf"));

@@ -11,7 +11,7 @@ use regex::{Regex, RegexBuilder};
 use super::cgroup::{self, Identity};
 use crate::{
     config::{ConfigError, agent::Rule},
-    target::{
+    proc::{
         files::{open_regular_in, read_proc},
         process,
     },
@@ -319,7 +319,8 @@ impl Selector {
     }
 
     /// Whether `p` is to be traced.
-    pub fn wants(&self, p: &ProcInfo) -> bool {
+    #[cfg(test)]
+    fn wants(&self, p: &ProcInfo) -> bool {
         self.rule_for(p).is_some()
     }
 }

@@ -6,8 +6,6 @@
 //! a selected process that ended before discovery came to it is counted as missed,
 //! never lost in silence.
 
-use std::time::Instant;
-
 use tokio::sync::mpsc;
 
 use super::{
@@ -24,14 +22,12 @@ use crate::{
 #[derive(Debug)]
 pub enum Seen {
     /// A process exec'd: what /proc said of it then (None: gone already, or not
-    /// readable), and when.
+    /// readable).
     Exec {
         /// The process.
         pid: u32,
         /// Read at once.
         info: Option<Box<ProcInfo>>,
-        /// When.
-        at: Instant,
         /// A select rule matched: it was put into its engine's filter.
         admitted: bool,
     },
@@ -102,7 +98,6 @@ async fn watch(
                     ProcEvent::Fork { .. } => None,
                 })
                 .map(|pid| {
-                    let at = Instant::now();
                     let info = ProcInfo::read(pid);
                     let mut admitted = false;
                     if let Some(i) = &info
@@ -120,7 +115,6 @@ async fn watch(
                     Seen::Exec {
                         pid,
                         info: info.map(Box::new),
-                        at,
                         admitted,
                     }
                 })

@@ -12,7 +12,7 @@ use std::{
 use super::{
     discovery::ProcInfo,
     exposition::{self, Family, Kind, Labels, Value},
-    top::{TopN, Values},
+    top_n::{TopN, Values},
 };
 use crate::{
     config::Mode,

@@ -10,16 +10,16 @@
 //! last. An exited process's series stay for `grace`, then the engine forgets it, so
 //! memory does not grow with churn.
 
-pub mod cgroup;
-pub mod discovery;
-pub mod exec_watch;
-pub mod exposition;
-pub mod http;
-pub mod metrics;
-pub mod proc_events;
-pub mod profiles;
-pub mod top;
-pub mod web;
+pub(crate) mod cgroup;
+pub(crate) mod discovery;
+pub(crate) mod exec_watch;
+pub(crate) mod exposition;
+pub(crate) mod http;
+pub(crate) mod metrics;
+pub(crate) mod proc_events;
+pub(crate) mod profiles;
+pub(crate) mod top_n;
+pub(crate) mod web;
 
 mod run;
 mod targets;

@@ -124,7 +124,7 @@ const LOOKS_AFTER_EXEC: [Duration; 8] = [
 /// Whether the loader has mapped what `pid`'s probes need: the C library (and with
 /// `mpi`, an MPI library), or no loader at all (a static program).
 fn loader_done(pid: u32, mpi: bool) -> bool {
-    let Ok(modules) = crate::target::process::modules(pid) else {
+    let Ok(modules) = crate::proc::process::modules(pid) else {
         return false;
     };
     let has = |prefix: &str| {
@@ -147,7 +147,7 @@ const TOLD_EVERY: Duration = Duration::from_secs(60);
 
 /// The process's start (clock ticks since boot): with the pid, its identity.
 fn start_time(pid: u32) -> u64 {
-    crate::target::process::start_ticks(pid, pid).unwrap_or(0)
+    crate::proc::process::start_ticks(pid, pid).unwrap_or(0)
 }
 
 /// Whether the process that started at `start` has ended: gone, its pid another

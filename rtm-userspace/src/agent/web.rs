@@ -15,23 +15,29 @@
 //! Relative paths are taken from the web config file's directory. Every key may be left
 //! out; unknown keys are refused by name. Basic auth guards every path but `/healthz`
 //! and `/readyz`, which tell nothing but "ok" (so a kubelet's probes need no password).
+//!
+//! This file reads the file and describes what guards the endpoint; `tls` builds the
+//! TLS server config and [`BasicAuth`] (in `auth`) checks passwords.
 
 use std::{
-    collections::{HashMap, HashSet, VecDeque},
+    collections::HashMap,
     net::SocketAddr,
     path::{Path, PathBuf},
-    sync::{Arc, Mutex},
+    sync::Arc,
 };
 
-use base64::Engine as _;
+use serde::Deserialize;
+use tokio_rustls::rustls::ServerConfig;
 
 use crate::session::input;
-use serde::Deserialize;
-use tokio_rustls::rustls::{
-    self, RootCertStore, ServerConfig,
-    pki_types::{CertificateDer, PrivateKeyDer, pem::PemObject},
-    server::WebPkiClientVerifier,
-};
+
+mod auth;
+mod tls;
+
+use auth::MAX_COST;
+pub use auth::{BasicAuth, Verdict};
+pub use tls::ClientAuth;
+use tls::{TlsFile, tls_config};
 
 /// The web config file as written.
 #[derive(Debug, Default, Deserialize)]
@@ -40,27 +46,6 @@ struct File {
     tls_server_config: Option<TlsFile>,
     #[serde(default)]
     basic_auth_users: HashMap<String, String>,
-}
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct TlsFile {
-    cert_file: Option<PathBuf>,
-    key_file: Option<PathBuf>,
-    client_auth_type: Option<String>,
-    client_ca_file: Option<PathBuf>,
-    min_version: Option<String>,
-}
-
-/// Whether and how clients present certificates.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ClientAuth {
-    /// None asked for.
-    NoClientCert,
-    /// Verified against the client CA when given; a client without one is let in.
-    VerifyIfGiven,
-    /// Every client presents one the client CA signed (mutual TLS).
-    RequireAndVerify,
 }
 
 /// The endpoint's security, loaded and checked.
@@ -213,281 +198,11 @@ pub fn exposure_warning(listen: SocketAddr, web: Option<&Web>) -> Option<String>
     ))
 }
 
-/// Most bcrypt cost taken: 2^16 rounds is ~4 s a check.
-const MAX_COST: u32 = 16;
-
-fn read(field: &str, path: &Path) -> Result<Vec<u8>, String> {
-    let mut out = Vec::new();
-    input::Bounded::open(path, input::MAX_CONFIG_BYTES)
-        .and_then(|mut f| std::io::Read::read_to_end(&mut f, &mut out))
-        .map_err(|e| format!("{field}: cannot read {}: {e}", path.display()))?;
-    Ok(out)
-}
-
-fn certs(field: &str, path: &Path) -> Result<Vec<CertificateDer<'static>>, String> {
-    let pem = read(field, path)?;
-    let certs = CertificateDer::pem_slice_iter(&pem)
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| format!("{field}: {}: {e}", path.display()))?;
-    if certs.is_empty() {
-        return Err(format!(
-            "{field}: {}: no PEM certificate in it",
-            path.display()
-        ));
-    }
-    Ok(certs)
-}
-
-fn tls_config(t: &TlsFile, base: &Path) -> Result<(Arc<ServerConfig>, ClientAuth), String> {
-    let field = |k: &str| format!("tls_server_config.{k}");
-    let path = |k: &str, p: &Option<PathBuf>| -> Result<PathBuf, String> {
-        match p {
-            Some(p) if !p.as_os_str().is_empty() => Ok(base.join(p)),
-            _ => Err(format!(
-                "{}: missing: TLS needs a certificate and its key",
-                field(k)
-            )),
-        }
-    };
-    let cert_path = path("cert_file", &t.cert_file)?;
-    let key_path = path("key_file", &t.key_file)?;
-    let chain = certs(&field("cert_file"), &cert_path)?;
-    let key_pem = read(&field("key_file"), &key_path)?;
-    let key = PrivateKeyDer::from_pem_slice(&key_pem).map_err(|e| {
-        format!(
-            "{}: {}: no PEM private key in it ({e})",
-            field("key_file"),
-            key_path.display()
-        )
-    })?;
-    let client_auth = match t.client_auth_type.as_deref().unwrap_or("NoClientCert") {
-        "NoClientCert" | "" => ClientAuth::NoClientCert,
-        "VerifyClientCertIfGiven" => ClientAuth::VerifyIfGiven,
-        "RequireAndVerifyClientCert" => ClientAuth::RequireAndVerify,
-        "RequestClientCert" | "RequireAnyClientCert" => {
-            return Err(format!(
-                "{}: {:?} takes certificates it does not verify: use VerifyClientCertIfGiven or RequireAndVerifyClientCert with client_ca_file",
-                field("client_auth_type"),
-                t.client_auth_type.as_deref().unwrap_or_default()
-            ));
-        }
-        other => {
-            return Err(format!(
-                "{}: {:?} is not one of NoClientCert, VerifyClientCertIfGiven, RequireAndVerifyClientCert",
-                field("client_auth_type"),
-                other
-            ));
-        }
-    };
-    let versions: &[&'static rustls::SupportedProtocolVersion] =
-        match t.min_version.as_deref().unwrap_or("TLS12") {
-            "TLS12" => &[&rustls::version::TLS13, &rustls::version::TLS12],
-            "TLS13" => &[&rustls::version::TLS13],
-            other => {
-                return Err(format!(
-                    "{}: {other:?} is not TLS12 or TLS13 (TLS 1.0 and 1.1 are not offered)",
-                    field("min_version")
-                ));
-            }
-        };
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let builder = ServerConfig::builder_with_provider(provider.clone())
-        .with_protocol_versions(versions)
-        .map_err(|e| format!("{}: {e}", field("min_version")))?;
-    let builder = match (client_auth, &t.client_ca_file) {
-        (ClientAuth::NoClientCert, Some(p)) if !p.as_os_str().is_empty() => {
-            return Err(format!(
-                "{}: given, but client_auth_type is NoClientCert: set VerifyClientCertIfGiven or RequireAndVerifyClientCert",
-                field("client_ca_file")
-            ));
-        }
-        (ClientAuth::NoClientCert, _) => builder.with_no_client_auth(),
-        (mode, ca) => {
-            let ca = path("client_ca_file", ca).map_err(|_| {
-                format!(
-                    "{}: missing: client_auth_type {} verifies clients against it",
-                    field("client_ca_file"),
-                    t.client_auth_type.as_deref().unwrap_or_default()
-                )
-            })?;
-            let mut roots = RootCertStore::empty();
-            for c in certs(&field("client_ca_file"), &ca)? {
-                roots
-                    .add(c)
-                    .map_err(|e| format!("{}: {}: {e}", field("client_ca_file"), ca.display()))?;
-            }
-            let v = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider.clone());
-            let v = if mode == ClientAuth::VerifyIfGiven {
-                v.allow_unauthenticated()
-            } else {
-                v
-            };
-            builder.with_client_cert_verifier(
-                v.build()
-                    .map_err(|e| format!("{}: {e}", field("client_ca_file")))?,
-            )
-        }
-    };
-    let mut config = builder.with_single_cert(chain, key).map_err(|e| {
-        format!(
-            "{}: {} does not go with {}: {e}",
-            field("key_file"),
-            key_path.display(),
-            cert_path.display()
-        )
-    })?;
-    config.alpn_protocols = vec![b"http/1.1".to_vec()];
-    Ok((Arc::new(config), client_auth))
-}
-
-/// Basic auth against bcrypt hashes. A bcrypt check costs tens of milliseconds by
-/// design, so each user and password that passed is remembered (as a keyed hash, never
-/// the password), at most CACHE_ENTRIES of them: a scraper every 15 s pays it once.
-/// Checks run off the endpoint's thread (two at once on its blocking threads), at most
-/// MAX_CHECKS running or waiting, counted until each ends even when its client has gone:
-/// a stream of wrong passwords neither stalls `/healthz` nor queues work without bound
-/// (past it, 503 until a check ends).
-pub struct BasicAuth {
-    users: HashMap<String, String>,
-    key: ring::hmac::Key,
-    passed: Mutex<Passed>,
-    checks: Arc<tokio::sync::Semaphore>,
-}
-
-/// Most bcrypt checks running or waiting at once.
-pub const MAX_CHECKS: usize = 8;
-
-/// Most users and passwords remembered as passed.
-pub const CACHE_ENTRIES: usize = 64;
-
-#[derive(Default)]
-struct Passed {
-    set: HashSet<[u8; 32]>,
-    order: VecDeque<[u8; 32]>,
-}
-
-impl Passed {
-    fn insert(&mut self, k: [u8; 32]) {
-        if !self.set.insert(k) {
-            return;
-        }
-        self.order.push_back(k);
-        while self.order.len() > CACHE_ENTRIES {
-            if let Some(old) = self.order.pop_front() {
-                self.set.remove(&old);
-            }
-        }
-    }
-}
-
-/// What an `Authorization` header came to.
-#[derive(Debug, PartialEq, Eq)]
-pub enum Verdict {
-    /// Let in.
-    Pass,
-    /// Refused: 401.
-    Fail,
-    /// Too many checks under way: 503.
-    Busy,
-}
-
-impl BasicAuth {
-    fn new(users: HashMap<String, String>) -> Self {
-        let rng = ring::rand::SystemRandom::new();
-        let key = ring::hmac::Key::generate(ring::hmac::HMAC_SHA256, &rng)
-            .expect("the system's random source");
-        Self {
-            users,
-            key,
-            passed: Mutex::new(Passed::default()),
-            checks: Arc::new(tokio::sync::Semaphore::new(MAX_CHECKS)),
-        }
-    }
-
-    fn tag(&self, user: &str, password: &[u8]) -> [u8; 32] {
-        let mut ctx = ring::hmac::Context::with_key(&self.key);
-        ctx.update(&(user.len() as u64).to_le_bytes());
-        ctx.update(user.as_bytes());
-        ctx.update(password);
-        let mut out = [0; 32];
-        out.copy_from_slice(ctx.sign().as_ref());
-        out
-    }
-
-    /// Splits `Basic base64(user:password)`; None when it is not that.
-    fn credentials(header: Option<&[u8]>) -> Option<(String, Vec<u8>)> {
-        let h = std::str::from_utf8(header?).ok()?.trim();
-        let (scheme, b64) = h.split_once(' ')?;
-        if !scheme.eq_ignore_ascii_case("basic") {
-            return None;
-        }
-        let raw = base64::engine::general_purpose::STANDARD
-            .decode(b64.trim())
-            .ok()?;
-        let colon = raw.iter().position(|&b| b == b':')?;
-        let user = String::from_utf8(raw[..colon].to_vec()).ok()?;
-        Some((user, raw[colon + 1..].to_vec()))
-    }
-
-    /// Checks an `Authorization` header at once when it can be (absent, malformed, or a
-    /// user and password that passed before); None when a bcrypt check is needed.
-    pub fn quick(&self, header: Option<&[u8]>) -> Option<Verdict> {
-        let Some((user, password)) = Self::credentials(header) else {
-            return Some(Verdict::Fail);
-        };
-        let tag = self.tag(&user, &password);
-        let passed = self.passed.lock().unwrap_or_else(|e| e.into_inner());
-        passed.set.contains(&tag).then_some(Verdict::Pass)
-    }
-
-    /// The full check (bcrypt; slow by design): to run off the endpoint's thread.
-    pub fn slow(&self, header: Option<&[u8]>) -> Verdict {
-        let Some((user, password)) = Self::credentials(header) else {
-            return Verdict::Fail;
-        };
-        let ok = match self.users.get(&user) {
-            Some(hash) => bcrypt::verify(&password, hash).unwrap_or(false),
-            None => {
-                // As long as for a known user: the time does not tell who exists.
-                if let Some(hash) = self.users.values().next() {
-                    let _ = bcrypt::verify(b"\0not a password", hash);
-                }
-                false
-            }
-        };
-        if !ok {
-            return Verdict::Fail;
-        }
-        let tag = self.tag(&user, &password);
-        self.passed
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(tag);
-        Verdict::Pass
-    }
-
-    /// Checks a header: the quick way, else bcrypt on the runtime's blocking threads.
-    pub async fn check(self: &Arc<Self>, header: Option<Vec<u8>>) -> Verdict {
-        if let Some(v) = self.quick(header.as_deref()) {
-            return v;
-        }
-        let Ok(permit) = self.checks.clone().try_acquire_owned() else {
-            return Verdict::Busy;
-        };
-        let me = self.clone();
-        tokio::task::spawn_blocking(move || {
-            let v = me.slow(header.as_deref());
-            drop(permit);
-            v
-        })
-        .await
-        .unwrap_or(Verdict::Fail)
-    }
-}
-
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use base64::Engine as _;
+
+    use super::{auth::MAX_CHECKS, *};
 
     fn parse(text: &str) -> Result<Web, String> {
         Web::parse(text, Path::new("/nonexistent-dir"))
@@ -705,19 +420,6 @@ mod tests {
             .collect();
         assert_eq!(a.check(Some(basic("u", "pw"))).await, Verdict::Pass);
         drop(held);
-    }
-
-    #[test]
-    fn the_cache_of_passed_checks_is_bounded() {
-        let mut p = Passed::default();
-        for i in 0..(CACHE_ENTRIES as u8 + 10) {
-            p.insert([i; 32]);
-            p.insert([i; 32]);
-        }
-        assert_eq!(p.set.len(), CACHE_ENTRIES);
-        assert_eq!(p.order.len(), CACHE_ENTRIES);
-        assert!(!p.set.contains(&[0; 32]), "the oldest went first");
-        assert!(p.set.contains(&[CACHE_ENTRIES as u8 + 9; 32]));
     }
 
     #[test]

@@ -3,15 +3,30 @@
 //! builds one, or a TOML file gives one (`--config FILE`, docs/config.md), or a daemon
 //! makes one in code; nothing below the front ends sees clap. Checked once, by
 //! [`TraceConfig::validate`], with the same rules whichever way it was made.
+//!
+//! This file holds the config's sections and their defaults; `stacks` holds the call
+//! stack settings, `validate` the checks and the TOML reader, `agent` the agent's
+//! section.
 
-pub mod agent;
-
-pub use agent::AgentConfig;
 use std::{ffi::OsString, path::PathBuf, time::Duration};
 
 use serde::{Deserialize, Serialize};
 
 use crate::model::{Limits, system::thresholds::Thresholds};
+
+pub(crate) mod agent;
+mod stacks;
+mod validate;
+
+pub use agent::AgentConfig;
+pub use stacks::{
+    DEFAULT_STACK_BYTES, DEFAULT_STACK_RATE, MAX_STACK_RATE, StackRate, StacksConfig,
+    check_stack_bytes,
+};
+pub use validate::{
+    ConfigError, INTERVAL_SECS, MAX_DURATION_SECS, MAX_RING_BYTES, MAX_TOP, check_ring_bytes,
+    secs_in,
+};
 
 /// What the probes watch.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -205,137 +220,6 @@ impl Default for LimitsConfig {
     }
 }
 
-/// Call stacks of contended waits: the waiter's and the waker's
-/// user stacks are copied at each wake that ends a sleeping wait and unwound here.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct StacksConfig {
-    /// Capture them.
-    pub enabled: bool,
-    /// Bytes of each stack copied from its stack pointer up (one of
-    /// `rtm_common::STACK_SIZES`): deeper stacks are cut there.
-    pub bytes: u32,
-    /// A folded-stack file (waiter frames, `--`, waker frames, wait ns) for flame-graph
-    /// tools (None: not written).
-    pub folded: Option<PathBuf>,
-    /// A gzip-compressed pprof profile of the contended waits' stacks (None: not
-    /// written).
-    pub pprof: Option<PathBuf>,
-    /// Waits whose stacks are taken, per CPU per second at most (`all`: every one; 0:
-    /// none). Each sample stands for the waits it was chosen among, so per-stack totals
-    /// are estimates; per-lock totals are exact whatever the rate.
-    pub rate: StackRate,
-}
-
-/// The default bytes of each stack copy.
-pub const DEFAULT_STACK_BYTES: u32 = 4096;
-
-/// Most stacks a second per CPU a rate may ask for (`all` takes every wait's).
-pub const MAX_STACK_RATE: u32 = 1_000_000;
-
-/// The default stacks taken per CPU per second.
-pub const DEFAULT_STACK_RATE: u32 = 200;
-
-impl Default for StacksConfig {
-    fn default() -> Self {
-        Self {
-            enabled: true,
-            bytes: DEFAULT_STACK_BYTES,
-            folded: None,
-            pprof: None,
-            rate: StackRate::PerSecond(DEFAULT_STACK_RATE),
-        }
-    }
-}
-
-/// How many waits' stacks are taken ([`StacksConfig::rate`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum StackRate {
-    /// Every wait's.
-    All,
-    /// At most this many per CPU per second, sampled (0: none).
-    PerSecond(u32),
-}
-
-impl StackRate {
-    /// `all`, or a number of stacks per CPU per second.
-    pub fn parse(s: &str) -> Result<Self, String> {
-        match s.trim() {
-            "all" => Ok(StackRate::All),
-            n => n
-                .parse::<u32>()
-                .ok()
-                .filter(|&n| n <= MAX_STACK_RATE)
-                .map(StackRate::PerSecond)
-                .ok_or_else(|| {
-                    format!(
-                        "{n:?} is not a stack rate: give `all`, or stacks per CPU per second \
-                         (0 to {MAX_STACK_RATE})"
-                    )
-                }),
-        }
-    }
-
-    /// As the eBPF programs take it (u32::MAX: all).
-    pub fn per_second(self) -> u32 {
-        match self {
-            StackRate::All => u32::MAX,
-            StackRate::PerSecond(n) => n,
-        }
-    }
-}
-
-impl std::fmt::Display for StackRate {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            StackRate::All => f.write_str("all"),
-            StackRate::PerSecond(n) => write!(f, "{n}"),
-        }
-    }
-}
-
-impl Serialize for StackRate {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        match self {
-            StackRate::All => s.serialize_str("all"),
-            StackRate::PerSecond(n) => s.serialize_u32(*n),
-        }
-    }
-}
-
-impl<'de> Deserialize<'de> for StackRate {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        #[derive(Deserialize)]
-        #[serde(untagged)]
-        enum Raw {
-            Number(u64),
-            Text(String),
-        }
-        match Raw::deserialize(d)? {
-            Raw::Number(n) => u32::try_from(n)
-                .ok()
-                .filter(|&n| n <= MAX_STACK_RATE)
-                .map(StackRate::PerSecond)
-                .ok_or_else(|| {
-                    serde::de::Error::custom(format!("{n} stacks a second is too many"))
-                }),
-            Raw::Text(t) => StackRate::parse(&t).map_err(serde::de::Error::custom),
-        }
-    }
-}
-
-/// Checks a stack copy size: one of `rtm_common::STACK_SIZES`.
-pub fn check_stack_bytes(v: u32) -> Result<u32, String> {
-    if rtm_common::STACK_SIZES.contains(&v) {
-        Ok(v)
-    } else {
-        Err(format!(
-            "{v} is not a stack copy size; use one of {:?}",
-            rtm_common::STACK_SIZES
-        ))
-    }
-}
-
 /// Where the results go.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -352,7 +236,7 @@ pub struct OutputConfig {
     pub live: bool,
     /// The HTML report's file (None: not written).
     pub html: Option<PathBuf>,
-    /// The Graphviz DOT file of the sync and task graphs (None: not written).
+    /// The Graphviz DOT file of the sync and rank graphs (None: not written).
     pub dot: Option<PathBuf>,
     /// The timeline's size cap, MiB: events past it are counted, not written.
     pub timeline_max_mb: u64,
@@ -378,130 +262,7 @@ pub const DEFAULT_TIMELINE_MB: u64 = 1024;
 /// Its largest cap, MiB (1 TiB).
 pub const MAX_TIMELINE_MB: u64 = 1 << 20;
 
-/// A value of the config that is out of range: which field (as in the file,
-/// `limits.ring_bytes`) and what is wrong with it.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{0}")]
-pub struct ConfigError(pub String);
-
-/// Longest duration: a year (a tracer meant to run longer is the agent's job).
-pub const MAX_DURATION_SECS: f64 = 366.0 * 86_400.0;
-/// Shortest and longest interval, seconds.
-pub const INTERVAL_SECS: (f64, f64) = (0.01, 86_400.0);
-/// Largest ring: 1 GiB.
-pub const MAX_RING_BYTES: u32 = 1 << 30;
-/// Most rows per table.
-pub const MAX_TOP: usize = 100_000;
-
-/// Seconds in `[min, max]`, refused otherwise (never a panic on 1e30, NaN or -0).
-pub fn secs_in(v: f64, min: f64, max: f64) -> Result<Duration, String> {
-    if !v.is_finite() || v <= 0.0 {
-        return Err("must be a positive number of seconds".into());
-    }
-    if v < min || v > max {
-        return Err(format!("must be between {min} and {max} seconds"));
-    }
-    Duration::try_from_secs_f64(v).map_err(|e| e.to_string())
-}
-
-/// A ring size that the kernel takes: a power of two from a page to 1 GiB.
-pub fn check_ring_bytes(v: u32) -> Result<u32, String> {
-    if !(4096..=MAX_RING_BYTES).contains(&v) || !v.is_power_of_two() {
-        return Err(format!(
-            "must be a power of two from 4096 to {MAX_RING_BYTES} (e.g. 16777216)"
-        ));
-    }
-    Ok(v)
-}
-
 impl TraceConfig {
-    /// Reads a config file's text (TOML). Unknown keys are refused by name.
-    pub fn from_toml(text: &str) -> Result<Self, String> {
-        let c: Self = toml::from_str(text).map_err(|e| e.to_string())?;
-        c.validate().map_err(|e| e.to_string())?;
-        Ok(c)
-    }
-
-    /// Checks every value; the command line checks the same as it parses.
-    pub fn validate(&self) -> Result<(), ConfigError> {
-        let err = |field: &str, problem: String| ConfigError(format!("{field}: {problem}"));
-        if let Some(d) = self.duration {
-            secs_in(d.as_secs_f64(), 0.000_001, MAX_DURATION_SECS)
-                .map_err(|p| err("duration", p))?;
-        }
-        if let Some(i) = self.interval {
-            secs_in(i.as_secs_f64(), INTERVAL_SECS.0, INTERVAL_SECS.1)
-                .map_err(|p| err("interval", p))?;
-        }
-        check_ring_bytes(self.limits.ring_bytes).map_err(|p| err("limits.ring_bytes", p))?;
-        check_stack_bytes(self.stacks.bytes).map_err(|p| err("stacks.bytes", p))?;
-        if !(1..=1 << 20).contains(&self.limits.futex_sums) {
-            return Err(err(
-                "limits.futex_sums",
-                "must be between 1 and 1048576".into(),
-            ));
-        }
-        if self.limits.max_objects == 0 {
-            return Err(err("limits.max_objects", "must be at least 1".into()));
-        }
-        if !(1..=MAX_TIMELINE_MB).contains(&self.output.timeline_max_mb) {
-            return Err(err(
-                "output.timeline_max_mb",
-                format!("must be between 1 and {MAX_TIMELINE_MB}"),
-            ));
-        }
-        if !(1..=MAX_TOP).contains(&self.output.top) {
-            return Err(err(
-                "output.top",
-                format!("must be between 1 and {MAX_TOP}"),
-            ));
-        }
-        for (i, &p) in self.targets.pids.iter().enumerate() {
-            if p == 0 || self.targets.pids[..i].contains(&p) {
-                return Err(err(
-                    "targets.pids",
-                    format!("{p} is not a process id, or is given twice"),
-                ));
-            }
-        }
-        for s in &self.functions.time {
-            crate::probes::funcs::FuncSpec::parse(s).map_err(|p| err("functions.time", p))?;
-        }
-        if !(1..=MAX_FUNCTIONS).contains(&self.functions.max_functions) {
-            return Err(err(
-                "functions.max_functions",
-                format!("must be between 1 and {MAX_FUNCTIONS}"),
-            ));
-        }
-        if self.functions.max_rows == 0 {
-            return Err(err("functions.max_rows", "must be at least 1".into()));
-        }
-        if self.targets.tids.len() > rtm_common::names::MAX_FILTER_TIDS as usize
-            || self.targets.tids.contains(&0)
-        {
-            return Err(err(
-                "targets.tids",
-                format!(
-                    "at most {} thread ids, none of them 0",
-                    rtm_common::names::MAX_FILTER_TIDS
-                ),
-            ));
-        }
-        let cpus = crate::probes::layout::possible_cpus();
-        if let Some(c) = self.targets.cpus.iter().find(|&&c| c >= cpus) {
-            return Err(err(
-                "targets.cpus",
-                format!(
-                    "CPU {c} does not exist here (CPUs 0-{})",
-                    cpus.saturating_sub(1)
-                ),
-            ));
-        }
-        // Its messages name the field (`thresholds.steal_pct = -1 ...`).
-        self.thresholds.validate().map_err(ConfigError)?;
-        Ok(())
-    }
-
     /// How often system statistics and counters are sampled (and the engine ticks
     /// without an interval).
     pub fn sample_every(&self) -> Duration {

@@ -4,7 +4,7 @@
 //! the summary lists it even when it ends before its own attach comes.
 
 use super::{Engine, Traced, exits};
-use crate::{output::TargetInfo, target::process};
+use crate::{output::TargetInfo, proc::process};
 
 impl Engine {
     /// The in-kernel filter's maps, for a writer in another thread (the agent's exec

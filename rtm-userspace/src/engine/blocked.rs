@@ -13,11 +13,11 @@ use crate::{
         views::names,
         wait_kind::WaitKind,
     },
-    symbolize::{CodeNamer, ObjectNamer, StackUnwinder, unwind::Capture},
-    target::{
+    proc::{
         blocked::{CpuClocks, read_memory, switches, syscall_of},
         process,
     },
+    symbolize::{CodeNamer, ObjectNamer, StackUnwinder, unwind::Capture},
 };
 
 /// A futex op's flag: the word is private to its process.

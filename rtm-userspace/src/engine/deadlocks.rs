@@ -20,7 +20,7 @@ use crate::{
         blocked::{self, BlockedThread, DeadlockView, Holder, Undecided},
     },
     output::{blocked_report::describe, text::Shown},
-    target::process::monotonic_ns,
+    proc::process::monotonic_ns,
 };
 
 /// How often to look.

@@ -11,7 +11,7 @@ use tokio::{
     sync::mpsc,
 };
 
-use crate::target::process;
+use crate::proc::process;
 
 fn pidfd_open(pid: u32) -> Option<OwnedFd> {
     // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor or -1.

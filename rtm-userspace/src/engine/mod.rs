@@ -8,33 +8,32 @@
 //!
 //! The kernel side is loaded when the first target is added and released when none is
 //! left (a daemon between targets holds no probes); the model stays.
+//!
+//! This file holds the engine's parts and how records reach the model; `targets` adds
+//! and removes targets, `run` is the event loop, and `results` builds snapshots and
+//! writes the final results.
 
 mod admit;
-pub mod blocked;
+pub(crate) mod blocked;
 mod catch_up;
 mod deadlocks;
-pub mod exits;
+pub(crate) mod exits;
 mod handle;
 mod kernel;
 mod naming;
-pub mod processes;
+pub(crate) mod processes;
 mod profiles;
+mod results;
 mod reuse;
 mod run;
 mod sampler;
-pub mod source;
+pub(crate) mod source;
 mod stacks;
 mod state;
-pub mod summary;
+pub(crate) mod summary;
+mod targets;
 
-use std::{
-    collections::HashSet,
-    ffi::OsString,
-    io,
-    path::PathBuf,
-    sync::Arc,
-    time::{SystemTime, UNIX_EPOCH},
-};
+use std::{collections::HashSet, ffi::OsString, io, path::PathBuf, sync::Arc};
 
 use handle::Command;
 pub use handle::EngineHandle;
@@ -51,14 +50,10 @@ use tokio::{
 use self::{catch_up::CatchUp, sampler::Sampler, state::State};
 use crate::{
     config::TraceConfig,
-    model::{SyncGraph, Window, sync::ThreadKey},
-    output::{
-        EndReason, RunInfo, TargetInfo,
-        dest::DestError,
-        sink::{Moment, Sink},
-    },
+    model::{SyncGraph, sync::ThreadKey},
+    output::{EndReason, TargetInfo, dest::DestError, sink::Sink},
     probes::ProbeError,
-    target::{
+    proc::{
         launch::{ChildExit, LaunchError},
         process::{self, monotonic_ns},
     },
@@ -334,142 +329,6 @@ impl Engine {
         &self.config
     }
 
-    /// Starts tracing `targets`: loads the kernel side if nothing was traced, attaches,
-    /// and counts their threads from now. Must run inside the tokio runtime (exits are
-    /// watched there).
-    pub fn add_targets(&mut self, targets: Vec<Target>) -> Result<Vec<TargetInfo>, EngineError> {
-        let first_load = self.targets.iter().all(|t| !t.live) && self.followed.is_empty();
-        // Not idle any more: a later idle spell lingers its whole time again.
-        self.idle_since = None;
-        let starts = self.retire_reused(&targets);
-        let infos = self.source.attach(&targets)?;
-        let timed = self.source.timed_functions();
-        if timed.len() != self.state.funcs.functions().len() {
-            for s in self.sinks.iter_mut() {
-                s.sink.functions(&timed);
-            }
-            self.state.funcs.set_functions(timed);
-        }
-        let now = monotonic_ns();
-        let start = *self.start.get_or_insert_with(|| Start {
-            ns: now,
-            // The trace lasts the duration from here, however long the setup below
-            // takes (per-thread counters of thousands of threads take seconds).
-            instant: Instant::now(),
-            unix_ms: SystemTime::now()
-                .duration_since(UNIX_EPOCH)
-                .map(|d| d.as_millis() as u64)
-                .unwrap_or(0),
-        });
-        if self.sample_system {
-            let config = &self.config;
-            let sampler = self
-                .sampler
-                .get_or_insert_with(|| Sampler::new(config, start.ns));
-            for info in &infos {
-                sampler.add_process(info.pid);
-            }
-            sampler.sample(now, infos.iter().map(|i| i.pid));
-        }
-        if first_load {
-            // Loading the programs parsed the kernel's BTF and the target's libraries:
-            // several MiB freed but still resident in the heap. Hand them back before
-            // tracing. From here blocks up to 4 MiB come from the heap, about where
-            // glibc's own threshold stood after one BTF parse: the model's many
-            // mid-sized blocks each mapped afresh (and faulted in page by page) slowed
-            // the reader enough to lose events in a 64-thread burst, while its largest
-            // tables, mapped, go back to the system when they grow.
-            // SAFETY: malloc_trim only releases free memory; mallopt only tunes the
-            // allocator.
-            unsafe {
-                libc::malloc_trim(0);
-                libc::mallopt(libc::M_MMAP_THRESHOLD, 4 * 1024 * 1024);
-            }
-        }
-        self.state.eager_maps = !self.source.records_mappings();
-        for info in &infos {
-            let Some(t) = targets.iter().find(|t| t.pid == info.pid) else {
-                continue;
-            };
-            self.state.model.trace_process(t.pid);
-            if t.launched.is_none() {
-                self.state.add_threads(t.pid, now);
-            }
-            if t.follow_forks {
-                self.following.insert(t.pid);
-            }
-            let start = starts.get(&t.pid).copied().unwrap_or(0);
-            exits::watch(t.pid, (t.pid, start), self.exits.0.clone());
-            self.targets.retain(|old| old.info.pid != t.pid);
-            self.targets.push(Traced {
-                start,
-                info: info.clone(),
-                launched: t.launched.clone(),
-                live: true,
-                exit: None,
-            });
-        }
-        Ok(infos)
-    }
-
-    /// Stops tracing `pid` and the processes followed from it; with nothing left, the
-    /// kernel side is released.
-    pub fn remove_target(&mut self, pid: u32) {
-        let mut pids = vec![pid];
-        pids.extend(
-            self.followed
-                .iter()
-                .filter(|(_, root)| *root == pid)
-                .map(|(p, _)| *p),
-        );
-        self.source.stop(&pids);
-        self.drain(usize::MAX);
-        self.take_left(pids.clone(), true);
-        self.followed.retain(|(p, _)| !pids.contains(p));
-        for p in &pids {
-            self.following.remove(p);
-        }
-        for t in self.targets.iter_mut().filter(|t| t.info.pid == pid) {
-            if t.live {
-                t.live = false;
-                t.info.ended.get_or_insert_with(|| "removed".into());
-            }
-        }
-        self.release_if_idle();
-    }
-
-    fn idle(&self) -> bool {
-        self.targets.iter().all(|t| !t.live) && self.followed.is_empty()
-    }
-
-    /// With nothing left to trace (and more to come), the kernel side goes, once it has
-    /// been idle for `release_after`: what is in flight is read first.
-    fn release_if_idle(&mut self) {
-        if !self.idle() || self.stop_when_targets_exit || !self.source.is_live() {
-            self.idle_since = None;
-            return;
-        }
-        let since = *self.idle_since.get_or_insert_with(Instant::now);
-        if since.elapsed() < self.release_after {
-            return;
-        }
-        self.idle_since = None;
-        let all = self.all_pids();
-        self.source.stop(&all);
-        self.drain(usize::MAX);
-        self.take_left(all, true);
-        self.source.release();
-    }
-
-    /// Every process traced: the targets (live or not) and the followed processes.
-    fn all_pids(&self) -> Vec<u32> {
-        self.targets
-            .iter()
-            .map(|t| t.info.pid)
-            .chain(self.followed.iter().map(|(p, _)| *p))
-            .collect()
-    }
-
     /// Reads up to `max` records into the model (and the sinks that want them).
     fn drain(&mut self, max: usize) -> usize {
         self.source.mappings(&mut self.state.namer);
@@ -584,165 +443,6 @@ impl Engine {
         );
         self.release_if_idle();
     }
-
-    /// Facts about the run so far.
-    fn run_info(&self, end_reason: Option<EndReason>) -> RunInfo {
-        let mut losses = self.source.losses();
-        losses.mapping_records = self.source.mapping_losses() + self.state.namer.dropped_mappings();
-        let command = self
-            .targets
-            .iter()
-            .find_map(|t| t.launched.as_ref())
-            .map(|l| {
-                l.argv
-                    .iter()
-                    .map(|a| a.to_string_lossy().into_owned())
-                    .collect()
-            });
-        RunInfo {
-            mode: self.config.mode,
-            command,
-            targets: self.targets.iter().map(|t| t.info.clone()).collect(),
-            host: process::host_name(),
-            started_unix_ms: self.start.map_or(0, |s| s.unix_ms),
-            end_reason,
-            losses,
-            unprobed: self.source.unprobed(),
-            missing_symbols: Vec::new(),
-            reader: self.source.reader_stats(),
-            tracer_max_rss_kib: None,
-            bpf: None,
-            collection: (self.config.mode == crate::config::Mode::Contention).then(|| {
-                crate::output::Collection {
-                    summed: self.config.output.timeline.is_none(),
-                    syscall_entry: self.config.unslept || !self.source.sleep_entry(),
-                    futex_functions: self.source.futex_functions(),
-                    stack_rate: match self.config.stacks.rate {
-                        _ if !self.config.stacks.enabled => Some(0),
-                        crate::config::StackRate::All => None,
-                        crate::config::StackRate::PerSecond(n) => Some(n),
-                    },
-                }
-            }),
-        }
-    }
-
-    fn window(&self, end_ns: u64) -> Window {
-        Window {
-            start_ns: self.start.map_or(end_ns, |s| s.ns),
-            end_ns,
-        }
-    }
-
-    /// Stops collecting, takes what is in flight, writes every sink's results, and
-    /// detaches. The run's error is the first sink failure (an interval's, then a
-    /// final one's); every sink is written either way.
-    pub fn finish(mut self, reason: EndReason) -> Result<Outcome, EngineError> {
-        // Stop collecting at once, take what is in flight, and write the results; the
-        // breakpoints themselves go afterwards, since unregistering them is slow.
-        let all = self.all_pids();
-        self.source.stop(&all);
-        let end_ns = monotonic_ns();
-        if let Some(s) = &mut self.sampler {
-            s.sample(end_ns, all.iter().copied());
-        }
-        self.drain(usize::MAX);
-        // The threads' last waits: exited threads sent theirs; the programs no longer
-        // run for the others.
-        self.take_left(all, true);
-        for t in &mut self.targets {
-            if t.info.comm.is_none() {
-                t.info.comm = self.state.comms.get(&t.info.pid).cloned().or_else(|| {
-                    t.launched.as_ref().and_then(|l| {
-                        l.program
-                            .file_name()
-                            .map(|n| n.to_string_lossy().into_owned())
-                    })
-                });
-            }
-        }
-        let mut run = self.run_info(Some(reason));
-        if self.config.bpf_stats {
-            run.bpf = self.source.bpf_stats();
-        }
-        self.state.model.settle_pending();
-        let window = self.window(end_ns);
-        let running = self.source.running_calls();
-        let (snap, missing) = snapshot(
-            &mut self.state,
-            self.sampler.as_ref(),
-            window,
-            &running,
-            &self.deadlocks,
-        );
-        run.missing_symbols = missing;
-        let at = Moment {
-            elapsed_ns: window.end_ns - window.start_ns,
-            run: &run,
-            snapshot: &snap,
-        };
-        // Each sink whatever became of the others: a failure of one must not cost
-        // another.
-        let mut first_error = None;
-        let mut final_error = None;
-        for s in self.sinks.iter_mut() {
-            if let Err(e) = s.sink.finish(&at) {
-                final_error.get_or_insert(e);
-            }
-            if let Some(e) = s.failed.take() {
-                first_error.get_or_insert(e);
-            }
-        }
-        drop(snap);
-        self.source.release();
-        if let Some(e) = first_error.or(final_error) {
-            return Err(e.into());
-        }
-        Ok(Outcome {
-            reason,
-            exits: self
-                .targets
-                .iter()
-                .filter_map(|t| t.exit.map(|e| (t.info.pid, e)))
-                .collect(),
-        })
-    }
-}
-
-/// A snapshot of `state` with the sampler's views (system statistics, counters), and
-/// the files whose symbols were missing.
-fn snapshot<'s>(
-    state: &'s mut State,
-    sampler: Option<&Sampler>,
-    window: Window,
-    running: &[crate::model::funcs::RunningCall],
-    deadlocks: &deadlocks::Deadlocks,
-) -> (crate::model::Snapshot<'s>, Vec<String>) {
-    let views = sampler.map(Sampler::views);
-    let (mut snap, missing) = state.snapshot(window, running);
-    snap.deadlocks = deadlocks.found.clone();
-    snap.cannot_tell = deadlocks.undecided.clone();
-    // A deadlock's words by the names the rest of the snapshot gives them.
-    for t in snap.deadlocks.iter_mut().flat_map(|d| d.threads.iter_mut()) {
-        use rtm_common::Primitive;
-        let named = [Primitive::Futex, Primitive::Mutex]
-            .into_iter()
-            .find_map(|primitive| {
-                snap.objects.name(&crate::model::sync::ObjectKey {
-                    pid: t.pid,
-                    primitive,
-                    addr: t.word,
-                })
-            });
-        if let Some(n) = named {
-            t.word_name = Some(n.to_owned());
-        }
-    }
-    if let Some((ambient, counters)) = views {
-        snap.ambient = Some(ambient);
-        snap.counters = Some(counters);
-    }
-    (snap, missing)
 }
 
 #[cfg(test)]

@@ -13,8 +13,8 @@ use std::{
 
 use crate::{
     model::RankEnv,
+    proc::process::{self, RankVars},
     symbolize::objects::SpaceRead,
-    target::process::{self, RankVars},
 };
 
 /// What to read.

@@ -26,7 +26,7 @@ pub enum ProfileAsk {
 /// A profile's rows, named, and what each word's waits are for.
 #[derive(Debug, Default)]
 pub struct ProfileData {
-    /// The rows, most wait first (at most [`MAX_STACK_ROWS`], the rest summed).
+    /// The rows, most wait first (at most `MAX_STACK_ROWS`, the rest summed).
     pub view: StacksView,
     /// Each row's word (pid, address): what its waits are for, where its name says.
     pub kinds: HashMap<(u32, u64), WaitKind>,

@@ -11,7 +11,7 @@
 use std::collections::{HashMap, HashSet};
 
 use super::{Engine, Target};
-use crate::target::process;
+use crate::proc::process;
 
 /// A process: its pid and when it started (clock ticks since boot, /proc's `starttime`;
 /// 0 when it could not be read).

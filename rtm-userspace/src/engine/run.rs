@@ -9,7 +9,7 @@ use tokio::time::{Instant, MissedTickBehavior};
 use super::{Command, Engine, EngineError, Summary, io_err};
 use crate::{
     output::{EndReason, sink::Moment},
-    target::{
+    proc::{
         launch::{ChildExit, wait_child},
         process::monotonic_ns,
     },
@@ -55,7 +55,7 @@ impl Engine {
         // Read before the snapshot, which holds the model.
         let per_process = (watched && self.per_process).then(|| self.process_inputs());
         let running = self.source.running_calls();
-        let (snap, missing) = super::snapshot(
+        let (snap, missing) = super::results::snapshot(
             &mut self.state,
             self.sampler.as_ref(),
             window,

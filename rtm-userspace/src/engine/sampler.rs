@@ -32,7 +32,7 @@ pub struct Sampler {
 impl Sampler {
     /// Opens per-CPU counters and takes the first sample.
     pub fn new(config: &TraceConfig, start_ns: u64) -> Self {
-        let cpus: Vec<u32> = crate::target::host::online_cpus()
+        let cpus: Vec<u32> = crate::proc::host::online_cpus()
             .unwrap_or_default()
             .into_iter()
             .map(|c| c as u32)
@@ -65,7 +65,7 @@ impl Sampler {
         if !self.per_target {
             return;
         }
-        let tids = crate::target::process::thread_ids(pid);
+        let tids = crate::proc::process::thread_ids(pid);
         self.counters.add_process(pid, &tids);
     }
 

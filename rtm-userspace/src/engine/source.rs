@@ -13,9 +13,9 @@ use super::{EngineError, Target, processes::Asleep};
 use crate::{
     model::funcs::{RunningCall, TimedFunction},
     output::{TargetInfo, Unprobed},
+    proc::Module,
     readers::{Losses, ReaderStats, bpf_stats::BpfStats},
     symbolize::ObjectNamer,
-    target::Module,
 };
 
 /// The kernel side's state now, for a daemon's self-metrics.

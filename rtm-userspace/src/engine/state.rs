@@ -1,4 +1,4 @@
-//! What the engine knows: the sync graph, the MPI task graph, the names of things, and
+//! What the engine knows: the sync graph, the MPI rank graph, the names of things, and
 //! what happened to processes that the engine acts on between batches. Applying an
 //! event touches memory only; what must be read from /proc is asked of the naming
 //! worker ([`super::naming`]) and taken in between batches.
@@ -16,14 +16,14 @@ use super::{
 };
 use crate::{
     model::{
-        RankEnv, Snapshot, SyncGraph, TaskGraph, TaskView, Window,
+        RankEnv, RankGraph, RankGraphView, Snapshot, SyncGraph, Window,
         funcs::{FuncModel, RunningCall},
         stacks::{MAX_STACK_ROWS, StackTable, StacksView, name_frames},
         sync::{ObjectKey, ThreadKey},
         wait_kind::WaitKind,
     },
+    proc::process,
     symbolize::{CodeNamer, ObjectNamer},
-    target::process,
 };
 
 /// Takes a joined wait's stacks with their frames named (waiter's, waker's).
@@ -45,7 +45,7 @@ pub(super) struct Changes {
 /// The model and the names.
 pub(super) struct State {
     pub model: SyncGraph,
-    pub tasks: TaskGraph,
+    pub tasks: RankGraph,
     /// What each MPI process's environment said.
     pub rank_env: HashMap<u32, RankEnv>,
     pub namer: ObjectNamer,
@@ -78,7 +78,7 @@ impl State {
     pub fn new(model: SyncGraph) -> Self {
         Self {
             model,
-            tasks: TaskGraph::default(),
+            tasks: RankGraph::default(),
             rank_env: HashMap::new(),
             namer: ObjectNamer::default(),
             code: CodeNamer::default(),
@@ -416,7 +416,7 @@ impl State {
             }));
         }
         if !tasks.is_empty() {
-            snap.tasks = Some(TaskView::build(tasks, rank_env, &process::host_name()));
+            snap.tasks = Some(RankGraphView::build(tasks, rank_env, &process::host_name()));
         }
         let objects = objects.into_inner();
         // Each stripped file is said once on stderr, and every time in the report.

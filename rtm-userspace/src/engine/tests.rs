@@ -11,7 +11,7 @@ use rtm_common::{
 use super::*;
 use crate::{
     config::{CounterList, Mode},
-    output::{self, MakeSink, SINKS},
+    output::{self, MakeSink, SINKS, sink::Moment},
 };
 
 const M1: u64 = 0x1000;
@@ -285,7 +285,7 @@ impl Source for Counted {
     ) {
         self.inner.take_left(threads, before, sink)
     }
-    fn changes(&mut self, c: ProcessChanges, m: &dyn Fn(u32) -> Vec<crate::target::Module>) {
+    fn changes(&mut self, c: ProcessChanges, m: &dyn Fn(u32) -> Vec<crate::proc::Module>) {
         self.inner.changes(c, m)
     }
     fn unprobed(&self) -> Vec<crate::output::Unprobed> {
@@ -425,7 +425,7 @@ fn no_system_sampling_when_turned_off() {
 #[test]
 fn a_pid_traced_again_is_another_process() {
     let me = std::process::id();
-    let start = crate::target::process::start_ticks(me, me).unwrap();
+    let start = crate::proc::process::start_ticks(me, me).unwrap();
     let config = TraceConfig {
         counters: CounterList(Vec::new()),
         ..TraceConfig::default()

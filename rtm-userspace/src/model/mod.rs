@@ -1,22 +1,22 @@
 //! The model: pure aggregation of decoded events. No aya, no I/O, no clocks: everything
 //! here is driven by the events and arguments it is given, so it is tested without
 //! root. By subject: the sync graph (`sync`: threads and the objects they wait on), the
-//! MPI task graph (`mpi`: who talks to whom), the system statistics and counters
+//! MPI rank graph (`mpi`: who talks to whom), the system statistics and counters
 //! (`system`), and the views every output reads (`views`: snapshots of the others).
 //! Distributions (`dist`) serve them all.
 
 pub mod blocked;
-pub mod dist;
-pub mod funcs;
-pub mod mpi;
-pub mod stacks;
-pub mod sync;
-pub mod system;
-pub mod views;
-pub mod wait_kind;
+pub(crate) mod dist;
+pub(crate) mod funcs;
+pub(crate) mod mpi;
+pub(crate) mod stacks;
+pub(crate) mod sync;
+pub(crate) mod system;
+pub(crate) mod views;
+pub(crate) mod wait_kind;
 
 pub use dist::{Dist, DistSummary, HistogramBudget};
-pub use mpi::{RankEnv, TaskGraph, TaskView};
+pub use mpi::{RankEnv, RankGraph, RankGraphView};
 pub use sync::{Counts, Limits, SyncGraph};
 pub use views::{
     BarrierView, EdgeView, ObjectView, ThreadView, WaitsForView,

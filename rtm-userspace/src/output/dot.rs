@@ -1,5 +1,5 @@
 //! Graphviz DOT: the sync graph (threads -> the objects they waited on -> the threads
-//! whose wakes ended the waits, edge width by time waited) and the MPI task graph
+//! whose wakes ended the waits, edge width by time waited) and the MPI rank graph
 //! (ranks, edges by bytes), for `dot -Tsvg`. Names are quoted and escaped.
 
 use std::fmt::Write as _;
@@ -38,7 +38,7 @@ fn quote(s: &str) -> String {
     out
 }
 
-/// The sync graph, and the task graph when MPI was traced, as one DOT file.
+/// The sync graph, and the rank graph when MPI was traced, as one DOT file.
 pub fn render(doc: &Doc) -> String {
     let mut out = String::from(
         "digraph rtm_trace {\n  rankdir=LR;\n  node [fontname=\"sans-serif\", fontsize=10];\n  edge [fontname=\"sans-serif\", fontsize=9];\n",

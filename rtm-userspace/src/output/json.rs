@@ -27,7 +27,7 @@ struct Document<'a> {
     run: &'a RunInfo,
     sync_graph: &'a Snapshot<'a>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    task_graph: Option<&'a crate::model::TaskView>,
+    task_graph: Option<&'a crate::model::RankGraphView>,
     #[serde(skip_serializing_if = "Option::is_none")]
     ambient: Option<&'a crate::model::system::ambient::AmbientView>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -99,7 +99,7 @@ impl Sink for JsonSink {
     fn finish(&mut self, at: &Moment) -> Result<(), DestError> {
         // The tracer's peak memory, up to the moment the document is written.
         let mut run = at.run.clone();
-        run.tracer_max_rss_kib = crate::target::process::peak_rss_kib();
+        run.tracer_max_rss_kib = crate::proc::process::peak_rss_kib();
         write(&mut self.dest, &run, at.snapshot)?;
         crate::say!(
             "rtm-trace: wrote {}",
@@ -115,14 +115,14 @@ struct MergedDocument<'a> {
     version: u32,
     tool_version: &'static str,
     merged_from: &'a [super::merged::PartInfo],
-    task_graph: &'a crate::model::TaskView,
+    task_graph: &'a crate::model::RankGraphView,
 }
 
-/// Writes a merged job's document: its parts and the joined task graph.
+/// Writes a merged job's document: its parts and the joined rank graph.
 pub fn write_merged(
     dest: &mut Dest,
     parts: &[super::merged::PartInfo],
-    view: &crate::model::TaskView,
+    view: &crate::model::RankGraphView,
 ) -> Result<(), DestError> {
     let doc = MergedDocument {
         format: FORMAT,

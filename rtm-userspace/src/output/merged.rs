@@ -5,7 +5,7 @@ use std::fmt::Write as _;
 use serde::Serialize;
 
 use super::{mpi_report, text::Shown};
-use crate::model::{TaskView, mpi::merge::Part};
+use crate::model::{RankGraphView, mpi::merge::Part};
 
 /// What each part contributed.
 #[derive(Debug, Clone, Serialize)]
@@ -41,7 +41,7 @@ pub fn part_infos(parts: &[Part]) -> Vec<PartInfo> {
 }
 
 /// Renders the merged report.
-pub fn render(parts: &[PartInfo], view: &TaskView, top: usize) -> String {
+pub fn render(parts: &[PartInfo], view: &RankGraphView, top: usize) -> String {
     let mut out = String::new();
     let _ = writeln!(out, "== rtm-trace: merged task graph ==");
     let job = parts.iter().find_map(|p| p.job.as_deref()).unwrap_or("?");

@@ -1,20 +1,20 @@
 //! Outputs: render a snapshot plus the run's facts. Outputs read, never change, the model.
 
-pub mod blocked_report;
+pub(crate) mod blocked_report;
 pub mod dest;
-pub mod dot;
-pub mod findings;
-pub mod folded;
-pub mod format;
+pub(crate) mod dot;
+pub(crate) mod findings;
+pub(crate) mod folded;
+pub(crate) mod format;
 mod funcs_report;
 pub mod html;
 pub mod json;
-pub mod merged;
+pub(crate) mod merged;
 mod mpi_report;
-pub mod pprof;
-pub mod proto;
-pub mod rendered;
-pub mod report;
+pub(crate) mod pprof;
+pub(crate) mod proto;
+pub(crate) mod rendered;
+pub(crate) mod report;
 pub mod saved;
 mod sections;
 pub mod sink;

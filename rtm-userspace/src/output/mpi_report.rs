@@ -7,7 +7,7 @@ use super::{
     table::table,
     text::Shown,
 };
-use crate::model::{TaskView, mpi::view::TrafficView};
+use crate::model::{RankGraphView, mpi::view::TrafficView};
 
 fn rank(r: Option<i32>) -> String {
     r.map_or_else(|| "?".into(), |r| r.to_string())
@@ -35,7 +35,7 @@ fn side(t: Option<&TrafficView>) -> [String; 3] {
 }
 
 /// Renders the MPI sections.
-pub(super) fn render(out: &mut String, t: &TaskView, top: usize) {
+pub(super) fn render(out: &mut String, t: &RankGraphView, top: usize) {
     let _ = writeln!(out, "\nMPI ranks ({})", t.ranks.len());
     let rows: Vec<Vec<String>> = t
         .ranks

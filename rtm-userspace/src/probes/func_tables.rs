@@ -45,7 +45,7 @@ pub fn running_calls(ebpf: &Ebpf) -> Vec<(u32, u32, u32, u64)> {
 /// given the same ids must not send them again); the calls in flight stay, to be read
 /// as running.
 pub fn take_kept_calls(ebpf: &mut Ebpf, pids: &HashSet<u32>) -> Vec<rtm_common::FuncEvent> {
-    let now = crate::target::process::monotonic_ns();
+    let now = crate::proc::process::monotonic_ns();
     let mut out = Vec::new();
     let mut add = |pid_tgid: u64, st: &rtm_common::FuncStack| {
         let (pid, tid) = ((pid_tgid >> 32) as u32, pid_tgid as u32);

@@ -10,7 +10,7 @@
 use std::path::{Path, PathBuf};
 
 use super::placement::{self, Placement};
-use crate::target::{
+use crate::proc::{
     elf::{ElfError, ElfSymbols, read_object_file},
     process,
 };

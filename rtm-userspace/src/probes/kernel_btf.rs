@@ -80,7 +80,7 @@ fn task_offsets_in(btf: &Btf<'_>) -> Result<TaskOffsets, BtfError> {
 const MAX_BTF_BYTES: usize = 256 << 20;
 
 fn read(path: &Path) -> Result<Vec<u8>, BtfError> {
-    crate::target::files::read_proc(path, MAX_BTF_BYTES).map_err(|source| BtfError::Read {
+    crate::proc::files::read_proc(path, MAX_BTF_BYTES).map_err(|source| BtfError::Read {
         path: path.display().to_string(),
         source,
     })

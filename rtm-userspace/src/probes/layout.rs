@@ -29,7 +29,7 @@ impl Layout {
     /// are self-contained, so they can go to a ring per CPU (`per_cpu`); full mode's must
     /// stay in order per thread, and a thread moves between CPUs.
     pub fn new(ring_bytes: u32, per_cpu: bool) -> Self {
-        let page = crate::target::host::page_size() as u32;
+        let page = crate::proc::host::page_size() as u32;
         let rings = rings_for(possible_cpus(), ring_bytes, names::MAX_RINGS, page, per_cpu);
         let fallbacks = forced_fallbacks();
         // The per-thread and per-process tables are indexed by tid and tgid: sized to

@@ -195,8 +195,8 @@ impl Probes {
         // Absolute realtime deadlines of futex waits are turned into the monotonic
         // clock with the offset now (an NTP step during the trace moves it a little;
         // DEADLINE_SLACK_NS covers that).
-        let realtime_offset = crate::target::process::clock_ns(libc::CLOCK_REALTIME)
-            .saturating_sub(crate::target::process::monotonic_ns());
+        let realtime_offset = crate::proc::process::clock_ns(libc::CLOCK_REALTIME)
+            .saturating_sub(crate::proc::process::monotonic_ns());
         let task = task.unwrap_or_default();
         let btf = (!layout.fallbacks).then(aya::Btf::from_sys_fs);
         loader.map_max_entries(names::MAP_EVENTS, layout.per_ring);

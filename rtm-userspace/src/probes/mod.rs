@@ -1,19 +1,19 @@
 //! Loading the eBPF object and attaching its programs to target processes.
 
 mod error;
-pub mod func_tables;
-pub mod funcs;
-pub mod kernel_btf;
-pub mod layout;
+pub(crate) mod func_tables;
+pub(crate) mod funcs;
+pub(crate) mod kernel_btf;
+pub(crate) mod layout;
 mod load;
 mod losses;
 pub mod mpi;
-pub mod multi_uprobe;
-pub mod placement;
-pub mod pthread;
+pub(crate) mod multi_uprobe;
+pub(crate) mod placement;
+pub(crate) mod pthread;
 mod release;
-pub mod shared_memory;
-pub mod traced;
+pub(crate) mod shared_memory;
+pub(crate) mod traced;
 mod tracepoints;
 mod uprobes;
 

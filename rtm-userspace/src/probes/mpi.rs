@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 
 use rtm_common::{MpiImpl, MpiLayout, MpiOp};
 
-use crate::target::{
+use crate::proc::{
     elf::{ElfError, ElfSymbols},
     process::{self, ProcessError},
 };
@@ -209,7 +209,7 @@ pub fn open(path: &Path) -> Result<Option<MpiLibrary>, MpiLibraryError> {
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
-    let bytes = crate::target::elf::read_object_file(path).map_err(|source| ElfError::Read {
+    let bytes = crate::proc::elf::read_object_file(path).map_err(|source| ElfError::Read {
         path: path.display().to_string(),
         source,
     })?;
@@ -241,7 +241,7 @@ pub fn find(pid: u32) -> Result<Option<MpiLibrary>, MpiLibraryError> {
 pub fn for_command(argv: &[std::ffi::OsString]) -> Vec<MpiLibrary> {
     let mut out: Vec<MpiLibrary> = Vec::new();
     for a in argv {
-        let Ok(program) = crate::target::launch::resolve_program(a) else {
+        let Ok(program) = crate::proc::launch::resolve_program(a) else {
             continue;
         };
         for file in super::pthread::needed_closure(&program) {

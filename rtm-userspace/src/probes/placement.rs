@@ -236,8 +236,8 @@ mod tests {
 
     #[test]
     fn places_every_probe_in_this_libc_after_the_stack_is_intact() {
-        use crate::target::elf::ElfSymbols;
-        let maps = crate::target::process::modules(std::process::id()).unwrap();
+        use crate::proc::elf::ElfSymbols;
+        let maps = crate::proc::process::modules(std::process::id()).unwrap();
         let libc = maps
             .iter()
             .find(|m| m.path.to_string_lossy().contains("libc.so"))

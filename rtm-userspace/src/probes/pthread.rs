@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use rtm_common::{Check, Primitive, SyncOp};
 
-use crate::target::{
+use crate::proc::{
     elf::{ElfError, ElfSymbols},
     process::{self, ProcessError},
 };
@@ -362,7 +362,7 @@ pub fn needed_closure(program: &std::path::Path) -> Vec<PathBuf> {
 /// Uses `path` (the statically linked executable `pid` is about to run) as the pthread
 /// library.
 pub fn from_file(pid: u32, path: &std::path::Path) -> Result<PthreadLibrary, LibraryError> {
-    let bytes = crate::target::elf::read_object_file(path).map_err(|source| ElfError::Read {
+    let bytes = crate::proc::elf::read_object_file(path).map_err(|source| ElfError::Read {
         path: path.display().to_string(),
         source,
     })?;

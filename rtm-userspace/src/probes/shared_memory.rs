@@ -10,7 +10,7 @@ use std::{
 
 use aya::maps::MapData;
 
-use crate::target::host::page_size;
+use crate::proc::host::page_size;
 
 /// One shared mapping of a BPF map (an mmapable array or a ring buffer), unmapped on
 /// drop.
@@ -23,11 +23,6 @@ impl SharedMemory {
     /// Bytes mapped.
     pub fn len(&self) -> usize {
         self.len
-    }
-
-    /// Whether nothing is mapped (never: a mapping has at least a page).
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
     }
 
     /// The first mapped byte.

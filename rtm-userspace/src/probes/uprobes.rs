@@ -14,7 +14,7 @@ use aya::{
 use iced_x86::Register;
 use rtm_common::{Cookie, MpiLayout, mpi_cookie, names};
 
-use crate::target::process;
+use crate::proc::process;
 
 use super::{
     error::{ProbeError, map_err, program},

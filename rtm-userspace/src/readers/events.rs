@@ -124,11 +124,6 @@ impl EventReader {
         n
     }
 
-    /// Decodes everything already in the ring buffer without waiting.
-    pub fn drain_now(&mut self, sink: &mut dyn FnMut(&Event)) -> usize {
-        self.drain(usize::MAX, sink)
-    }
-
     /// What was read so far.
     pub fn stats(&self) -> ReaderStats {
         self.stats

@@ -28,7 +28,7 @@ use rtm_common::{
 
 use crate::probes::LeftWaitMaps;
 use crate::probes::shared_memory::SharedMemory;
-use crate::target::{files::read_proc_text, process::monotonic_ns};
+use crate::proc::{files::read_proc_text, process::monotonic_ns};
 
 /// The FUTEX_DONE map, mapped into this process, and the futex entries in flight.
 pub struct LeftWaits {
@@ -192,7 +192,7 @@ fn left_in_entry(pid: u32, tid: u32, f: &PendingFutex, now_ns: u64) -> Option<Fu
 
 /// Whether a /proc syscall line ("202 0xADDR ...") is a futex call on `uaddr`.
 fn in_futex_on(line: &str, uaddr: u64) -> bool {
-    crate::target::blocked::parse_syscall(line).is_some_and(|s| s.nr == 202 && s.args[0] == uaddr)
+    crate::proc::blocked::parse_syscall(line).is_some_and(|s| s.nr == 202 && s.args[0] == uaddr)
 }
 
 /// The wait in `done`, ended at its thread's first switch-in after the wake (or at the

@@ -42,16 +42,6 @@ impl FutexSums {
         })
     }
 
-    /// Entries in the map at the last read.
-    pub fn entries(&self) -> usize {
-        self.last.len()
-    }
-
-    /// Entries removed because their threads were gone.
-    pub fn removed(&self) -> u64 {
-        self.removed
-    }
-
     /// Reads every entry at `now_ns`; what grew goes to `sink`. `alive`: the threads
     /// (pid, tid) alive now, whose entries stay; None keeps every entry (the last read).
     pub fn read(

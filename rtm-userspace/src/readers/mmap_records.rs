@@ -2,7 +2,7 @@
 //! so a process's address space is known even when it exits before the tracer reads
 //! its /proc files: the names of its objects and code then still resolve.
 
-use crate::target::host::{online_cpus, page_size};
+use crate::proc::host::{online_cpus, page_size};
 use std::{
     io,
     os::fd::{FromRawFd, OwnedFd},
@@ -18,7 +18,7 @@ use perf_event_open_sys::{
     },
 };
 
-use crate::target::address_space::Mapping;
+use crate::proc::address_space::Mapping;
 
 /// Data pages per CPU (32 KiB with 4 KiB pages): about ten program starts per CPU
 /// between two drains (every 20 ms); a full ring counts what it drops.
@@ -129,7 +129,7 @@ impl MmapRecordReader {
     }
 
     /// Hands the records about processes `wanted` accepts to `sink`, oldest first, each
-    /// with its time (CLOCK_MONOTONIC ns, the clock of [`crate::target::process::monotonic_ns`]).
+    /// with its time (CLOCK_MONOTONIC ns, the clock of [`crate::proc::process::monotonic_ns`]).
     pub fn drain(
         &mut self,
         wanted: &mut dyn FnMut(u32) -> bool,
@@ -378,7 +378,7 @@ mod tests {
         }
         let mut reader = MmapRecordReader::open().expect("perf dummy events");
         let f = std::fs::File::open("/proc/self/exe").unwrap();
-        let before_ns = crate::target::process::monotonic_ns();
+        let before_ns = crate::proc::process::monotonic_ns();
         // SAFETY: mapping a readable file privately; unmapped below.
         let addr = unsafe {
             libc::mmap(
@@ -393,7 +393,7 @@ mod tests {
         assert_ne!(addr, libc::MAP_FAILED);
         let me = std::process::id();
         let mut seen = Vec::new();
-        let (before, after) = (before_ns, crate::target::process::monotonic_ns());
+        let (before, after) = (before_ns, crate::proc::process::monotonic_ns());
         let mut times = Vec::new();
         reader.drain(&mut |pid| pid == me, &mut |t, r| {
             times.push(t);

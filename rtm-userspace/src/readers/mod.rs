@@ -8,24 +8,24 @@
 // Statistics records whose fields are the kernel's own figures (/proc, perf, BPF
 // fdinfo), named as there and described by their type's doc.
 #[allow(missing_docs)]
-pub mod ambient;
+pub(crate) mod ambient;
 // Statistics records whose fields are the kernel's own figures (/proc, perf, BPF
 // fdinfo), named as there and described by their type's doc.
 #[allow(missing_docs)]
-pub mod bpf_stats;
+pub(crate) mod bpf_stats;
 // Statistics records whose fields are the kernel's own figures (/proc, perf, BPF
 // fdinfo), named as there and described by their type's doc.
 #[allow(missing_docs)]
-pub mod counters;
-pub mod events;
-pub mod futex_done;
-pub mod futex_sums;
-pub mod losses;
+pub(crate) mod counters;
+pub(crate) mod events;
+pub(crate) mod futex_done;
+pub(crate) mod futex_sums;
+pub(crate) mod losses;
 // Statistics records whose fields are the kernel's own figures (/proc, perf, BPF
 // fdinfo), named as there and described by their type's doc.
 #[allow(missing_docs)]
-pub mod mmap_records;
-pub mod ring_buffer;
+pub(crate) mod mmap_records;
+pub(crate) mod ring_buffer;
 
 pub use events::{EventReader, ReaderStats};
 pub use futex_done::LeftWaits;

@@ -15,7 +15,7 @@ use std::{
 
 use aya::maps::MapData;
 
-use crate::{probes::shared_memory::SharedMemory, target::host::page_size};
+use crate::{probes::shared_memory::SharedMemory, proc::host::page_size};
 
 /// Set in a record's length word while the producer still writes it.
 const BUSY_BIT: u32 = 1 << 31;

@@ -12,13 +12,13 @@ use std::{
     path::Path,
 };
 
-use crate::{interrupt, target::files::type_name};
+use crate::{interrupt, proc::files::type_name};
 
 /// Largest config file read.
 pub const MAX_CONFIG_BYTES: u64 = 1 << 20;
 
 /// Largest part read by `merge` (a part of a job with 100,000 traced mutexes is a few
-/// hundred MiB; only its task graph is kept).
+/// hundred MiB; only its rank graph is kept).
 pub const MAX_PART_BYTES: u64 = 4 << 30;
 
 /// Opens an input: a regular file of at most `max` bytes, or a pipe/FIFO (bounded as

@@ -1,5 +1,5 @@
 //! `rtm-trace merge`: reads the parts several nodes wrote, checks they belong to one job
-//! and joins their task graphs (the model does the joining), then writes the report and
+//! and joins their rank graphs (the model does the joining), then writes the report and
 //! the JSON.
 
 use std::path::Path;
@@ -28,7 +28,7 @@ struct PartDocument {
     task_graph: Option<serde_json::Value>,
 }
 
-/// Reads one part: an rtm-trace JSON document with a task graph.
+/// Reads one part: an rtm-trace JSON document with a rank graph.
 fn read_part(path: &Path) -> Result<Part, SessionError> {
     let input = super::input::Bounded::open(path, super::input::MAX_PART_BYTES)
         .map_err(|e| part_err(path, format!("cannot read it: {e}")))?;

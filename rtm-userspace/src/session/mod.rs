@@ -7,7 +7,7 @@ mod check;
 pub(crate) mod input;
 mod merge;
 mod oneshot;
-pub mod preflight;
+pub(crate) mod preflight;
 mod report;
 
 use crate::{
@@ -15,7 +15,7 @@ use crate::{
     config::TraceConfig,
     engine::EngineError,
     output::dest::DestError,
-    target::{
+    proc::{
         launch::{self, LaunchError},
         process::{self, ProcessError},
     },

@@ -12,7 +12,7 @@ use crate::{
     config::TraceConfig,
     engine::{Engine, KernelSource, Launched, Target, exits},
     output::{EndReason, sink::Sink},
-    target::launch::{ChildExit, GatedChild, wait_child},
+    proc::launch::{ChildExit, GatedChild, wait_child},
 };
 
 fn io_err(what: &str) -> impl FnOnce(std::io::Error) -> SessionError + '_ {

@@ -12,7 +12,7 @@ use std::{
 use blazesym::symbolize::{Input, Symbolized, Symbolizer, source::Elf, source::Source};
 
 use super::ObjectNamer;
-use crate::target::files::MAX_OBJECT_BYTES;
+use crate::proc::files::MAX_OBJECT_BYTES;
 
 /// Names code addresses of traced processes, caching by (pid, address).
 ///

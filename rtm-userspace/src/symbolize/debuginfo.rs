@@ -14,7 +14,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use crate::target::{elf::ElfSymbols, files, mapped::ProcRoot};
+use crate::proc::{elf::ElfSymbols, files, mapped::ProcRoot};
 
 /// Largest debug file opened (only its symbol tables are read).
 const MAX_DEBUG_BYTES: u64 = 16 << 30;
@@ -213,10 +213,9 @@ mod tests {
 
     #[test]
     fn candidates_follow_the_build_id_and_the_debuglink() {
-        let mut elf = ElfSymbols::parse(
-            &crate::target::elf::read_object_file(Path::new("/bin/true")).unwrap(),
-        )
-        .unwrap();
+        let mut elf =
+            ElfSymbols::parse(&crate::proc::elf::read_object_file(Path::new("/bin/true")).unwrap())
+                .unwrap();
         let id = hex(elf.build_id().expect("Debian builds carry build ids"));
         let c = candidates(Path::new("/usr/bin/true"), &elf);
         assert_eq!(

@@ -1,9 +1,9 @@
 //! Turning addresses of traced processes into names.
 
-pub mod code;
-pub mod debuginfo;
+pub(crate) mod code;
+pub(crate) mod debuginfo;
 pub mod objects;
-pub mod unwind;
+pub(crate) mod unwind;
 
 pub use code::CodeNamer;
 pub use objects::ObjectNamer;

@@ -9,7 +9,7 @@ use std::{
 
 use rtm_common::Primitive;
 
-use crate::target::{
+use crate::proc::{
     Module,
     address_space::{AddressSpace, Mapping},
     elf::ElfSymbols,
@@ -342,7 +342,7 @@ impl ObjectNamer {
         }
         match m
             .mapped_file(pid)
-            .open(crate::target::files::MAX_OBJECT_BYTES)
+            .open(crate::proc::files::MAX_OBJECT_BYTES)
         {
             Ok((f, _)) => {
                 self.kept.insert(key, Rc::new(f));

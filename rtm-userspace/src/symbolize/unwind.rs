@@ -16,7 +16,7 @@ use framehop::{
 use object::{Object as _, ObjectSection as _, ObjectSegment as _};
 
 use super::ObjectNamer;
-use crate::target::{Module, files::MAX_OBJECT_BYTES};
+use crate::proc::{Module, files::MAX_OBJECT_BYTES};
 
 /// Section bytes shared by every process that maps the file.
 type Bytes = Arc<[u8]>;
@@ -95,7 +95,7 @@ struct Space {
 }
 
 /// The code files of `modules` an unwinder is built from: (start, end, inode).
-fn code_of(modules: &[crate::target::address_space::Module]) -> Vec<(u64, u64, u64)> {
+fn code_of(modules: &[crate::proc::address_space::Module]) -> Vec<(u64, u64, u64)> {
     modules
         .iter()
         .filter(|m| m.executable && m.base.is_some())
@@ -350,7 +350,7 @@ mod tests {
         let n = namer.module_count(me) as u64;
         namer.exec(me, 1);
         for i in 0..n {
-            let m = crate::target::address_space::Mapping {
+            let m = crate::proc::address_space::Mapping {
                 start: 0x1000_0000 + i * 0x10_000,
                 end: 0x1000_1000 + i * 0x10_000,
                 offset: 0,

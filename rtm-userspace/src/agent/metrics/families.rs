@@ -496,7 +496,7 @@ fn kernel_families(summary: &Summary) -> Vec<Family> {
 /// The usual process_* figures of the agent itself.
 fn process_families() -> Vec<Family> {
     let mut out = Vec::new();
-    let Ok(stat) = crate::target::files::read_proc_text("/proc/self/stat") else {
+    let Ok(stat) = crate::proc::files::read_proc_text("/proc/self/stat") else {
         return out;
     };
     let fields: Vec<&str> = stat
@@ -518,7 +518,7 @@ fn process_families() -> Vec<Family> {
     };
     // After the ')': state is 0, utime 11, stime 12, starttime 19, vsize 20, rss 21.
     let cpu = (field(11) + field(12)) as f64 / hz;
-    let boot = crate::target::files::read_proc_text("/proc/stat")
+    let boot = crate::proc::files::read_proc_text("/proc/stat")
         .ok()
         .and_then(|s| {
             s.lines()

@@ -12,7 +12,7 @@ use crate::{
         AttachReport, ProbeError, ProbeScope, Probes,
         pthread::{self, LibraryError, ProbeKind},
     },
-    target::{Module, files, process::monotonic_ns},
+    proc::{Module, files, process::monotonic_ns},
 };
 
 /// How long full mode keeps trying to probe a forked process whose pthread library is
@@ -82,7 +82,7 @@ pub(super) fn attach(
                 // in its arguments import, which it will exec.
                 let mut used = pthread::used_by_program(&l.program);
                 for arg in l.argv.iter().skip(1) {
-                    if let Ok(p) = crate::target::launch::resolve_program(arg) {
+                    if let Ok(p) = crate::proc::launch::resolve_program(arg) {
                         used.extend(pthread::used_by_program(&p));
                     }
                 }
@@ -208,10 +208,10 @@ pub(super) struct Follow {
 
 /// The (device, inode) of the program `pid` runs, from its maps.
 fn exe_id(pid: u32) -> Option<(u64, u64)> {
-    let exe = std::fs::read_link(crate::target::process::proc_dir(pid).join("exe")).ok()?;
+    let exe = std::fs::read_link(crate::proc::process::proc_dir(pid).join("exe")).ok()?;
     let exe = exe.to_string_lossy();
     let exe = exe.strip_suffix(" (deleted)").unwrap_or(&exe);
-    crate::target::process::modules(pid)
+    crate::proc::process::modules(pid)
         .ok()?
         .into_iter()
         .find(|m| m.path.as_os_str() == std::ffi::OsStr::new(exe))
@@ -327,7 +327,7 @@ pub(super) fn follow(
             {
                 true
             }
-            Err(_) if !crate::target::process::alive(p.pid) => {
+            Err(_) if !crate::proc::process::alive(p.pid) => {
                 if let Some(why) = uncovered(probes, &modules(p.pid)) {
                     f.note(Unprobed {
                         pid: p.pid,

@@ -27,7 +27,7 @@ pub(super) fn attach(
         Some(l) => (ModuleFile::of_program(&l.program)?, None),
         None => (
             ModuleFile::of_process(target.pid)?,
-            crate::target::mapped::open_root(target.pid).ok(),
+            crate::proc::mapped::open_root(target.pid).ok(),
         ),
     };
     // A stripped file's static functions, from its debug file when one is installed.

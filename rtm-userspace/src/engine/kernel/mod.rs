@@ -21,13 +21,13 @@ use crate::{
     model::funcs::{RunningCall, TimedFunction},
     output::{TargetInfo, Unprobed},
     probes::{LoadOptions, Probes, Traced, funcs::FuncSpec},
+    proc::{Module, elf::ElfSymbols, process},
     readers::{
         EventReader, FutexSums, LeftWaits, Losses, MmapRecord, MmapRecordReader, ReaderStats,
         bpf_stats::{self, BpfStats},
         ring_buffer::RingBuffer,
     },
     symbolize::ObjectNamer,
-    target::{Module, elf::ElfSymbols, process},
 };
 
 /// What the kernel source needs of the trace's description.
@@ -436,7 +436,7 @@ impl Source for KernelSource {
         if let Some(sums) = &mut live.sums {
             let alive: Option<std::collections::HashSet<(u32, u32)>> =
                 before.map(|_| threads.iter().copied().collect());
-            sums.read(crate::target::process::monotonic_ns(), alive.as_ref(), sink);
+            sums.read(crate::proc::process::monotonic_ns(), alive.as_ref(), sink);
         }
         // The programs no longer run for these threads: the calls they kept are taken.
         if before.is_none() && !self.funcs.is_empty() {

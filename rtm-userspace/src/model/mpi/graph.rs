@@ -1,4 +1,4 @@
-//! The task graph: MPI ranks and who sends what to whom. Pure: fed decoded MPI records,
+//! The rank graph: MPI ranks and who sends what to whom. Pure: fed decoded MPI records,
 //! no aya, testable without root.
 //!
 //! Ranks are processes; peers are world ranks as the kernel translated them. Messages
@@ -131,7 +131,7 @@ pub struct Arrival {
 
 /// Things that could not be attributed, counted.
 #[derive(Debug, Clone, Copy, Default, serde::Serialize, serde::Deserialize)]
-pub struct TaskCounters {
+pub struct RankGraphCounters {
     /// Receives whose source is unknown (a wildcard with MPI_STATUS_IGNORE).
     pub unknown_source: u64,
     /// Messages whose peer could not be translated to a world rank (e.g. in an MPICH
@@ -178,9 +178,9 @@ struct Posted {
 /// Key of a (rank process, peer) pair.
 pub type PairKey = (u32, Peer);
 
-/// The task graph.
+/// The rank graph.
 #[derive(Debug, Default)]
-pub struct TaskGraph {
+pub struct RankGraph {
     ranks: HashMap<u32, RankStats>,
     sent: HashMap<PairKey, Traffic>,
     received: HashMap<PairKey, Traffic>,
@@ -192,7 +192,7 @@ pub struct TaskGraph {
     sequence: HashMap<(u32, u32, MpiOp), usize>,
     arrivals: usize,
     comms: Communicators,
-    counters: TaskCounters,
+    counters: RankGraphCounters,
 }
 
 fn known_rank(r: i32) -> Option<i32> {
@@ -217,7 +217,7 @@ fn proc_null(imp: MpiImpl, peer: i32) -> bool {
     }
 }
 
-impl TaskGraph {
+impl RankGraph {
     /// Applies one MPI record.
     pub fn apply(&mut self, m: &MpiRecord) {
         let raw = &m.raw;
@@ -479,7 +479,7 @@ impl TaskGraph {
         self.arrivals += 1;
     }
 
-    /// The followed communicators' members as world ranks (see [`Communicators`]).
+    /// The followed communicators' members as world ranks (see `Communicators`).
     pub fn comm_members(
         &self,
         world_of: &dyn Fn(u32) -> Option<i32>,
@@ -519,7 +519,7 @@ impl TaskGraph {
     }
 
     /// Attribution counters.
-    pub fn counters(&self) -> TaskCounters {
+    pub fn counters(&self) -> RankGraphCounters {
         self.counters
     }
 

@@ -1,4 +1,4 @@
-//! Joins the task graphs several nodes wrote for one MPI job into one cluster-wide graph.
+//! Joins the rank graphs several nodes wrote for one MPI job into one cluster-wide graph.
 //! Pure: fed the parts' views, no I/O.
 //!
 //! Each node sees its own ranks' sides of every message: the sender's side where the
@@ -13,8 +13,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use rtm_common::MpiOp;
 
 use super::{
-    TaskView,
-    graph::TaskCounters,
+    RankGraphView,
+    graph::RankGraphCounters,
     view::{CollectiveView, EdgeMap, add_side, edge, sorted_edges},
 };
 
@@ -25,8 +25,8 @@ pub struct Part {
     pub name: String,
     /// Its format version.
     pub version: u32,
-    /// Its task graph.
-    pub view: TaskView,
+    /// Its rank graph.
+    pub view: RankGraphView,
 }
 
 /// Why parts cannot be merged.
@@ -91,7 +91,7 @@ pub enum MergeError {
 }
 
 /// Checks the parts belong together and joins them.
-pub fn merge(parts: &[Part], supported: u32) -> Result<TaskView, MergeError> {
+pub fn merge(parts: &[Part], supported: u32) -> Result<RankGraphView, MergeError> {
     if parts.len() < 2 {
         return Err(MergeError::TooFew);
     }
@@ -99,7 +99,7 @@ pub fn merge(parts: &[Part], supported: u32) -> Result<TaskView, MergeError> {
     let mut ranks = Vec::new();
     let mut edges = EdgeMap::new();
     let mut colls: BTreeMap<(u32, MpiOp), (CollectiveView, usize)> = BTreeMap::new();
-    let mut counters = TaskCounters::default();
+    let mut counters = RankGraphCounters::default();
     let mut open_requests = 0;
     for p in parts {
         let v = &p.view;
@@ -142,7 +142,7 @@ pub fn merge(parts: &[Part], supported: u32) -> Result<TaskView, MergeError> {
     ranks.sort_by_key(|r| (r.rank.unwrap_or(i32::MAX), r.host.clone(), r.pid));
     let mut collectives: Vec<CollectiveView> = colls.into_values().map(|(c, _)| c).collect();
     collectives.sort_by_key(|c| std::cmp::Reverse(c.time_ns));
-    Ok(TaskView {
+    Ok(RankGraphView {
         ranks,
         edges: sorted_edges(edges),
         collectives,
@@ -210,7 +210,7 @@ fn check(parts: &[Part], supported: u32) -> Result<(), MergeError> {
     Ok(())
 }
 
-fn add_counters(a: &mut TaskCounters, b: &TaskCounters) {
+fn add_counters(a: &mut RankGraphCounters, b: &RankGraphCounters) {
     a.unknown_source = a.unknown_source.saturating_add(b.unknown_source);
     a.untranslated_peer = a.untranslated_peer.saturating_add(b.untranslated_peer);
     a.untracked_comms = a.untracked_comms.saturating_add(b.untracked_comms);

@@ -1,10 +1,13 @@
-//! The MPI task graph: ranks, the messages and bytes between them, collectives and
+//! The MPI rank graph: ranks, the messages and bytes between them, collectives and
 //! requests, built from MPI events (`graph`); its view for outputs (`view`); and the
 //! joining of views written on several nodes (`merge`).
+//!
+//! The outputs still call it the task graph: the JSON document's `task_graph`, the
+//! report's and the DOT file's headings.
 
-pub mod graph;
-pub mod merge;
-pub mod view;
+pub(crate) mod graph;
+pub(crate) mod merge;
+pub(crate) mod view;
 
-pub use graph::TaskGraph;
-pub use view::{RankEnv, SentTo, TaskView};
+pub use graph::RankGraph;
+pub use view::{RankEnv, RankGraphView, SentTo};

@@ -1,4 +1,4 @@
-//! The task graph's view for the outputs: ranks named by world rank, one edge per
+//! The rank graph's view for the outputs: ranks named by world rank, one edge per
 //! (source rank, destination rank) with what each side saw, collectives with their
 //! arrival spread.
 
@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, HashMap};
 use rtm_common::{MpiOp, RANK_UNKNOWN};
 use serde::{Deserialize, Serialize};
 
-use super::graph::{Arrival, Peer, SIZE_BUCKETS, TaskCounters, TaskGraph, Traffic};
+use super::graph::{Arrival, Peer, RankGraph, RankGraphCounters, SIZE_BUCKETS, Traffic};
 
 /// What the launcher's environment says about a rank.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -152,9 +152,9 @@ pub struct CollectiveView {
     pub most_often_last: Option<(Option<i32>, usize)>,
 }
 
-/// The task graph view.
+/// The rank graph view.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct TaskView {
+pub struct RankGraphView {
     /// Ranks by world rank.
     pub ranks: Vec<RankView>,
     /// Edges, most bytes first.
@@ -164,16 +164,16 @@ pub struct TaskView {
     /// Requests posted and not completed at the end.
     pub open_requests: usize,
     /// What could not be attributed.
-    pub counters: TaskCounters,
+    pub counters: RankGraphCounters,
 }
 
 fn rank_opt(r: i32) -> Option<i32> {
     (r != RANK_UNKNOWN && r >= 0).then_some(r)
 }
 
-impl TaskView {
+impl RankGraphView {
     /// Builds the view; `env` is what each process's environment said, `host` this node.
-    pub fn build(g: &TaskGraph, env: &HashMap<u32, RankEnv>, host: &str) -> Self {
+    pub fn build(g: &RankGraph, env: &HashMap<u32, RankEnv>, host: &str) -> Self {
         let rank_of = |pid: u32| -> Option<i32> {
             g.ranks()
                 .find(|(p, _)| **p == pid)
@@ -288,7 +288,7 @@ impl TaskView {
         }
         let mut collectives: Vec<CollectiveView> = colls.into_values().collect();
         collectives.sort_by_key(|c| std::cmp::Reverse(c.time_ns));
-        TaskView {
+        RankGraphView {
             ranks,
             edges,
             collectives,

@@ -123,7 +123,7 @@ fn is_own_code(path: &std::path::Path) -> bool {
 pub fn user_frame(frames: &[String], modules: &[Option<PathBuf>]) -> Option<String> {
     let named = |i: usize, f: &String| {
         let module = modules.get(i).and_then(Option::as_deref);
-        if module.is_some_and(crate::target::is_system_library) {
+        if module.is_some_and(crate::proc::is_system_library) {
             return None;
         }
         let (func, rest) = f.split_once('+')?;

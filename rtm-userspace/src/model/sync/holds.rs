@@ -108,14 +108,4 @@ impl Holds {
             true,
         )
     }
-
-    /// Number of holds in progress (for tests and memory accounting).
-    pub fn len(&self) -> usize {
-        self.held.len()
-    }
-
-    /// Whether nothing is held.
-    pub fn is_empty(&self) -> bool {
-        self.held.is_empty()
-    }
 }

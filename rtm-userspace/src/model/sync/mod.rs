@@ -3,14 +3,14 @@
 //! lifecycle events. What each pthread operation means (acquire, release, try, shared
 //! or exclusive) is one table, [`semantics`].
 
-pub mod barrier;
-pub mod edge;
-pub mod graph;
-pub mod holds;
-pub mod order;
-pub mod semantics;
-pub mod types;
+pub(crate) mod barrier;
+pub(crate) mod edge;
+pub(crate) mod graph;
+pub(crate) mod holds;
+pub(crate) mod order;
+pub(crate) mod semantics;
+pub(crate) mod types;
 
-pub use edge::{Count, EdgeStats, Span};
+pub use edge::EdgeStats;
 pub use graph::SyncGraph;
 pub use types::*;

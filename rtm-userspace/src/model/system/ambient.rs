@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 
 use super::{
     interval::{Interval, ProcRate, interval, usage},
-    thresholds::{Thresholds, Trouble, TroubleKind},
+    thresholds::{Thresholds, Trouble},
 };
 use crate::readers::ambient::{ProcRaw, RawSample};
 
@@ -244,7 +244,8 @@ impl Ambient {
     }
 
     /// Whether trouble of `kind` was flagged.
-    pub fn flagged(&self, kind: TroubleKind) -> bool {
+    #[cfg(test)]
+    fn flagged(&self, kind: super::thresholds::TroubleKind) -> bool {
         self.troubles.iter().any(|t| t.kind == kind)
     }
 }
@@ -265,7 +266,7 @@ pub struct AmbientView {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use super::{super::thresholds::TroubleKind, *};
     use crate::readers::ambient::{CpuTicks, DiskRaw, NetRaw};
 
     fn sample(t_s: u64, k: u64) -> RawSample {

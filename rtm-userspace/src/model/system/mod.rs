@@ -5,16 +5,16 @@
 // Statistics records whose fields are the kernel's own figures (/proc, perf, BPF
 // fdinfo), named as there and described by their type's doc.
 #[allow(missing_docs)]
-pub mod ambient;
+pub(crate) mod ambient;
 // Statistics records whose fields are the kernel's own figures (/proc, perf, BPF
 // fdinfo), named as there and described by their type's doc.
 #[allow(missing_docs)]
-pub mod counters;
+pub(crate) mod counters;
 // Statistics records whose fields are the kernel's own figures (/proc, perf, BPF
 // fdinfo), named as there and described by their type's doc.
 #[allow(missing_docs)]
-pub mod interval;
+pub(crate) mod interval;
 // Statistics records whose fields are the kernel's own figures (/proc, perf, BPF
 // fdinfo), named as there and described by their type's doc.
 #[allow(missing_docs)]
-pub mod thresholds;
+pub(crate) mod thresholds;

@@ -2,10 +2,10 @@
 //! site, named and summarized, ready to print or serialize; a [`snapshot::Snapshot`]
 //! holds them, its long lists as [`rows`] made into views one at a time.
 
-pub mod fold;
-pub mod names;
-pub mod rows;
-pub mod snapshot;
+pub(crate) mod fold;
+pub(crate) mod names;
+pub(crate) mod rows;
+pub(crate) mod snapshot;
 
 use rtm_common::Primitive;
 use serde::Serialize;
@@ -54,7 +54,7 @@ pub struct ThreadView {
     /// wait.total_ns / observed_ns.
     pub wait_share: f64,
     /// Of `wait`, the time waiting for work or for another thread (condition
-    /// variables, semaphores, barriers, joins, parking: see [`WaitKind::is_idle`]), ns:
+    /// variables, semaphores, barriers, joins, parking: see `WaitKind::is_idle`), ns:
     /// the rest is contention or of unknown kind.
     pub idle_wait_ns: u64,
 }

@@ -175,7 +175,7 @@ pub struct ObjectRow<'g> {
     /// Whether it was acquired, waited on, or failed a trylock or a timed call (a futex
     /// word: whether a wait on it slept or timed out).
     pub active: bool,
-    /// What its waits are for (a futex word's from [`Objects::classify`]).
+    /// What its waits are for (a futex word's from `Objects::classify`).
     pub wait_kind: WaitKind,
 }
 

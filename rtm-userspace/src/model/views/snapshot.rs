@@ -70,9 +70,9 @@ pub struct Snapshot<'g> {
     /// Timed functions (`--func`; written beside the sync graph).
     #[serde(skip)]
     pub functions: Option<crate::model::funcs::FunctionsView>,
-    /// The MPI task graph, when MPI calls were traced (written beside the sync graph).
+    /// The MPI rank graph, when MPI calls were traced (written beside the sync graph).
     #[serde(skip)]
-    pub tasks: Option<crate::model::TaskView>,
+    pub tasks: Option<crate::model::RankGraphView>,
     /// The system and the traced processes over time (written beside the sync graph).
     #[serde(skip)]
     pub ambient: Option<crate::model::system::ambient::AmbientView>,
@@ -88,7 +88,7 @@ pub struct Snapshot<'g> {
 impl<'g> Snapshot<'g> {
     /// Builds the views. `name_of` names objects that are global or static variables,
     /// or words on the heap by the code that waits on them; objects of a process that
-    /// share a name are numbered ([`names::unique`]), the same in every view.
+    /// share a name are numbered (`names::unique`), the same in every view.
     pub fn build(
         graph: &'g SyncGraph,
         window: Window,

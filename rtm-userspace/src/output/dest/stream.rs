@@ -47,7 +47,7 @@ pub struct Stream {
 
 impl Dest {
     /// Opens the destination to write it as results come. A regular file appears (is
-    /// renamed over the destination) only at [`Stream::finish`].
+    /// renamed over the destination) only at `Stream::finish`.
     pub fn stream(mut self) -> Result<Stream, DestError> {
         let path = self.path.clone();
         let out = match &mut self.how {

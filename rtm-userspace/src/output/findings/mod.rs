@@ -10,10 +10,10 @@
 //! called out as not the problem. In full mode the first lock findings carry a what-if
 //! estimate ([`whatif`]): what halving the critical section would buy.
 
-pub mod knots;
+pub(crate) mod knots;
 mod more;
 mod simulate;
-pub mod whatif;
+pub(crate) mod whatif;
 
 use std::collections::HashMap;
 

@@ -8,7 +8,7 @@
 #![allow(missing_docs)]
 
 mod read;
-pub mod text;
+pub(crate) mod text;
 
 pub use read::object_start;
 
@@ -317,7 +317,7 @@ pub struct Traffic {
 /// MPI traffic between two ranks.
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(default)]
-pub struct TaskEdge {
+pub struct RankEdge {
     pub src: Option<i64>,
     pub dst: Option<i64>,
     pub sent: Option<Traffic>,
@@ -352,14 +352,14 @@ pub struct Collective {
     pub most_often_last: Vec<i64>,
 }
 
-/// The MPI task graph.
+/// The MPI rank graph.
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(default)]
-pub struct TaskGraph {
+pub struct RankGraph {
     #[serde(deserialize_with = "nullable")]
     pub ranks: Vec<Rank>,
     #[serde(deserialize_with = "nullable")]
-    pub edges: Vec<TaskEdge>,
+    pub edges: Vec<RankEdge>,
     #[serde(deserialize_with = "nullable")]
     pub collectives: Vec<Collective>,
 }
@@ -430,7 +430,7 @@ pub struct Doc {
     pub run: Run,
     #[serde(deserialize_with = "nullable")]
     pub sync_graph: SyncGraph,
-    pub task_graph: Option<TaskGraph>,
+    pub task_graph: Option<RankGraph>,
     pub ambient: Option<Ambient>,
     /// Timed functions (`--func`).
     pub functions: Option<crate::model::funcs::FunctionsView>,

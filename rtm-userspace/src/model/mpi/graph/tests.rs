@@ -35,7 +35,7 @@ fn rec(pid: u32, start: u64, end: u64, op: MpiOp, f: impl FnOnce(&mut MpiEvent))
 
 #[test]
 fn blocking_and_nonblocking_messages_count_on_both_sides() {
-    let mut g = TaskGraph::default();
+    let mut g = RankGraph::default();
     // Rank 0 (pid 100) sends 8 doubles to rank 1 twice: once blocking, once with Isend.
     g.apply(&rec(100, 0, 50, MpiOp::Send, |e| {
         (e.peer, e.peer_world, e.count, e.dtype_size) = (1, 1, 8, 8);
@@ -84,7 +84,7 @@ fn blocking_and_nonblocking_messages_count_on_both_sides() {
 
 #[test]
 fn wildcards_without_status_proc_null_and_unmatched_requests_are_counted() {
-    let mut g = TaskGraph::default();
+    let mut g = RankGraph::default();
     g.apply(&rec(100, 0, 10, MpiOp::Recv, |e| {
         (e.peer, e.count, e.dtype_size, e.flags) = (-1, 4, 4, MPI_FLAG_STATUS_IGNORED);
     }));
@@ -105,7 +105,7 @@ fn wildcards_without_status_proc_null_and_unmatched_requests_are_counted() {
 
 #[test]
 fn collective_instances_line_up_across_ranks() {
-    let mut g = TaskGraph::default();
+    let mut g = RankGraph::default();
     for (pid, start) in [(100, 1_000), (101, 1_500), (102, 4_000)] {
         g.apply(&rec(pid, start, 5_000, MpiOp::Allreduce, |e| {
             (e.comm_id, e.count, e.dtype_size) = (0, 10, 8)
@@ -132,8 +132,8 @@ fn mpich(pid: u32, start: u64, op: MpiOp, f: impl FnOnce(&mut MpiEvent)) -> MpiR
 
 #[test]
 fn mpich_split_communicators_translate_once_every_member_is_seen() {
-    use crate::model::{RankEnv, TaskView};
-    let mut g = TaskGraph::default();
+    use crate::model::{RankEnv, RankGraphView};
+    let mut g = RankGraph::default();
     let half = 0x8400_0000u64;
     // 4 ranks learn their world rank from MPI_Comm_rank, then split with color
     // rank / 2 and key -rank: {1, 0} and {3, 2}, the same handle in every process.
@@ -168,7 +168,7 @@ fn mpich_split_communicators_translate_once_every_member_is_seen() {
             )
         })
         .collect();
-    let v = TaskView::build(&g, &env, "h");
+    let v = RankGraphView::build(&g, &env, "h");
     let pairs: Vec<_> = v
         .edges
         .iter()
@@ -197,7 +197,7 @@ fn mpich_split_communicators_translate_once_every_member_is_seen() {
     assert_eq!(barriers.len(), 2);
     assert!(barriers.iter().all(|c| c.comm_id != 0 && c.ranks == 1));
     // Without rank 3's split the order of {3, 2} cannot be known: counted, not guessed.
-    let mut g2 = TaskGraph::default();
+    let mut g2 = RankGraph::default();
     for r in 0..3u32 {
         g2.apply(&mpich(100 + r, 10, MpiOp::CommRank, |e| {
             e.request = u64::from(r)
@@ -209,7 +209,7 @@ fn mpich_split_communicators_translate_once_every_member_is_seen() {
     g2.apply(&mpich(101, 30, MpiOp::Send, |e| {
         (e.comm, e.peer, e.count, e.dtype_size) = (half, 1, 5, 4)
     }));
-    let v2 = TaskView::build(&g2, &env, "h");
+    let v2 = RankGraphView::build(&g2, &env, "h");
     assert_eq!(v2.counters.untranslated_peer, 1);
     assert_eq!(v2.edges.len(), 1);
     assert_eq!((v2.edges[0].src, v2.edges[0].dst), (Some(1), None));
@@ -229,8 +229,8 @@ fn mpich_split_communicators_translate_once_every_member_is_seen() {
 /// translated is None there.
 #[test]
 fn each_rank_keeps_what_it_sent_by_destination() {
-    use crate::model::{TaskView, mpi::SentTo};
-    let mut g = TaskGraph::default();
+    use crate::model::{RankGraphView, mpi::SentTo};
+    let mut g = RankGraph::default();
     for _ in 0..2 {
         g.apply(&rec(100, 0, 50, MpiOp::Send, |e| {
             (e.peer, e.peer_world, e.count, e.dtype_size) = (1, 1, 8, 8);
@@ -242,7 +242,7 @@ fn each_rank_keeps_what_it_sent_by_destination() {
             e.self_world = 0;
         }));
     }
-    let v = TaskView::build(&g, &Default::default(), "h");
+    let v = RankGraphView::build(&g, &Default::default(), "h");
     assert_eq!(v.edges.len(), 1);
     assert_eq!(v.edges[0].sent.as_ref().map(|t| t.messages), Some(5));
     let sent = |pid: u32| {

@@ -53,7 +53,7 @@ fn part(name: &str, host: &str, job: &str, ranks: &[i32]) -> Part {
     Part {
         name: name.into(),
         version: 1,
-        view: TaskView {
+        view: RankGraphView {
             ranks: ranks.iter().map(|&r| rank(r, host, job)).collect(),
             edges,
             collectives: vec![CollectiveView {
@@ -70,7 +70,7 @@ fn part(name: &str, host: &str, job: &str, ranks: &[i32]) -> Part {
                 most_often_last: Some((Some(ranks[0]), 3)),
             }],
             open_requests: 1,
-            counters: TaskCounters {
+            counters: RankGraphCounters {
                 unknown_source: 1,
                 ..Default::default()
             },

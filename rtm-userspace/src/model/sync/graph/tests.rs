@@ -1,5 +1,6 @@
 use rtm_common::{
-    EventHeader, EventKind, LifecycleEvent, LifecycleOp, SyncEvent, decode::decode, decode::encode,
+    EventHeader, EventKind, FUTEX_OP_OUTSIDE_CALL, LifecycleEvent, LifecycleOp, SyncEvent,
+    decode::decode, decode::encode,
 };
 
 use super::*;

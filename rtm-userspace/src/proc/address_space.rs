@@ -74,7 +74,8 @@ fn parse_line(line: &str) -> Option<Mapping> {
 }
 
 /// Parses /proc/PID/maps text into modules.
-pub fn parse_maps(text: &str) -> Vec<Module> {
+#[cfg(test)]
+fn parse_maps(text: &str) -> Vec<Module> {
     modules_of(&parse_mappings(text))
 }
 

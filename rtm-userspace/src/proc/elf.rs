@@ -428,7 +428,7 @@ mod tests {
     }
 
     fn libc_path() -> std::path::PathBuf {
-        let m = crate::target::process::modules(std::process::id()).expect("own maps");
+        let m = crate::proc::process::modules(std::process::id()).expect("own maps");
         m.iter()
             .find(|m| {
                 m.path

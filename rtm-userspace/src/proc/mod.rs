@@ -2,17 +2,17 @@
 //! /proc/PID/maps) and ELF files, the host they run on, and launching them gated so no
 //! user code runs before the probes are live.
 
-pub mod address_space;
-pub mod blocked;
-pub mod elf;
-pub mod files;
-pub mod gopclntab;
-pub mod host;
-pub mod launch;
-pub mod mapped;
-pub mod process;
+pub(crate) mod address_space;
+pub(crate) mod blocked;
+pub(crate) mod elf;
+pub(crate) mod files;
+pub(crate) mod gopclntab;
+pub(crate) mod host;
+pub(crate) mod launch;
+pub(crate) mod mapped;
+pub(crate) mod process;
 
-pub use process::{Module, ProcessError};
+pub use process::Module;
 
 /// Whether `path` names a system library a program's waits pass through: the C library,
 /// its threads library, the dynamic loader, the C++ and GCC runtimes.

@@ -36,7 +36,7 @@ pub enum ProcessError {
     },
 }
 
-pub use super::address_space::{Module, parse_maps};
+pub use super::address_space::Module;
 use super::files::{MAX_ENVIRON_BYTES, read_proc_prefix, read_proc_text};
 
 /// Kernel threads carry this flag in /proc/PID/stat (field 9).

@@ -98,13 +98,9 @@ impl GoFunctions {
     }
 
     /// Functions read.
-    pub fn len(&self) -> usize {
+    #[cfg(test)]
+    fn len(&self) -> usize {
         self.entries.len()
-    }
-
-    /// Whether none were.
-    pub fn is_empty(&self) -> bool {
-        self.entries.is_empty()
     }
 }
 

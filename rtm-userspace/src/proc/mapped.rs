@@ -171,7 +171,7 @@ mod tests {
     use std::path::Path;
 
     use super::*;
-    use crate::target::files::{MAX_PROC_BYTES, read_proc};
+    use crate::proc::files::{MAX_PROC_BYTES, read_proc};
 
     #[test]
     fn the_running_image_opens_through_map_files() {

@@ -308,7 +308,7 @@ mod tests {
     /// those clocks' drift: 160 ms here).
     #[test]
     fn off_cpu_time_is_read_on_the_threads_own_cpus_clock() {
-        let cpus = crate::target::host::online_cpus().unwrap();
+        let cpus = crate::proc::host::online_cpus().unwrap();
         let (tx, rx) = std::sync::mpsc::channel();
         let sleeper = std::thread::spawn(move || {
             // On the last CPU (the reader then mostly runs on another).
@@ -321,7 +321,7 @@ mod tests {
             unsafe { libc::sched_setaffinity(0, std::mem::size_of_val(&set), &set) };
             // SAFETY: gettid has no preconditions.
             let tid = unsafe { libc::gettid() } as u32;
-            tx.send((tid, crate::target::process::monotonic_ns()))
+            tx.send((tid, crate::proc::process::monotonic_ns()))
                 .unwrap();
             std::thread::sleep(std::time::Duration::from_millis(1500));
         });
@@ -329,7 +329,7 @@ mod tests {
         std::thread::sleep(std::time::Duration::from_millis(700));
         let mut clocks = CpuClocks::default();
         let off = clocks.off_cpu_ns(std::process::id(), tid).unwrap() as i64;
-        let truth = (crate::target::process::monotonic_ns() - slept_at) as i64;
+        let truth = (crate::proc::process::monotonic_ns() - slept_at) as i64;
         sleeper.join().unwrap();
         // It ran a little after it said when (to send and to sleep): never less than
         // that; preempted on the way on a loaded machine, more.
@@ -361,12 +361,12 @@ mod tests {
             atomic::{AtomicBool, Ordering},
             mpsc,
         };
-        let cpus = crate::target::host::online_cpus().unwrap();
+        let cpus = crate::proc::host::online_cpus().unwrap();
         let [a, b, ..] = cpus[..] else {
             eprintln!("not run: it needs two CPUs, this machine has {cpus:?}");
             return;
         };
-        let born = crate::target::process::monotonic_ns();
+        let born = crate::proc::process::monotonic_ns();
         let stop = AtomicBool::new(false);
         let (wake, woken) = mpsc::channel::<bool>();
         let (ack, acked) = mpsc::channel::<i32>();
@@ -400,7 +400,7 @@ mod tests {
                 pin(tid, b);
                 wake.send(true).unwrap();
                 let off = clocks.off_cpu_ns(std::process::id(), tid as u32);
-                let lived = crate::target::process::monotonic_ns() - born;
+                let lived = crate::proc::process::monotonic_ns() - born;
                 reads.push((off, lived));
             }
             acked.recv().unwrap();
