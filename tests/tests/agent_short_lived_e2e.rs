@@ -39,6 +39,20 @@ fn short_run(iters: u32) -> u64 {
         .sum()
 }
 
+/// Waits until the in-kernel process filter is empty again: every process that went
+/// in (at its exec, from the exec watcher) came out at its end, so no later process
+/// given its pid is traced unasked.
+fn filter_emptied(agent: &Agent) {
+    let mut left = None;
+    let waited = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        wait_for("the process filter empty", T, || {
+            left = sample(&agent.scrape(), "rtm_bpf_map_entries{map=\"TRACED_TGIDS\"}");
+            left == Some(0.0)
+        })
+    }));
+    assert!(waited.is_ok(), "entries left in the process filter: {left:?}");
+}
+
 fn missed(scrape: &str) -> f64 {
     samples(scrape, "rtm_targets_missed_total{")
         .iter()
@@ -76,6 +90,7 @@ fn short_lived_processes_are_traced_from_their_exec_in_contention_mode() {
     println!("{runs} runs of ~100 ms: {runs} attached, {sleeps} sleeps on shared_lock");
     assert!(sleeps > 0.0, "{scrape}");
     assert_eq!(missed(&scrape), 0.0, "{scrape}");
+    filter_emptied(&agent);
 }
 
 #[test]
@@ -159,4 +174,5 @@ fn short_lived_processes_in_full_mode_are_traced_or_counted_as_missed() {
         missed(&scrape)
     );
     assert_eq!(total, quick as f64, "{scrape}");
+    filter_emptied(&agent);
 }

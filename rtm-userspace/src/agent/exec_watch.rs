@@ -104,8 +104,14 @@ async fn watch(
                         && let Some((_, rule)) = selector.rule_for(i)
                     {
                         let mode = rule.mode.unwrap_or(admit.default_mode);
-                        if let Some((_, w)) = writers.iter_mut().find(|(m, _)| *m == mode) {
-                            w.admit(pid);
+                        if let Some((_, w)) = writers.iter_mut().find(|(m, _)| *m == mode)
+                            && w.admit(pid)
+                            && crate::proc::process::start_ticks(pid, pid) != Some(i.start)
+                        {
+                            // It ended before it went in: nothing would take it out
+                            // (its exit has run), and its pid may name another
+                            // process later.
+                            w.remove(pid);
                         }
                         if let Some((_, h)) = admit.handles.iter().find(|(m, _)| *m == mode) {
                             h.admit(pid, Some(i.start));

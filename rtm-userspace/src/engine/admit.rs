@@ -41,6 +41,12 @@ impl Engine {
             None => {}
         }
         self.source.admit(pid, true);
+        if process::start_ticks(pid, pid) != Some(start) {
+            // It has ended (its exit ran before it went in, so nothing takes it out):
+            // out of the filter, as its pid may name another process later. Its record
+            // stays, with what was counted of it.
+            self.source.admit(pid, false);
+        }
         self.idle_since = None;
         self.state.ended.remove(&pid);
         self.state.model.trace_process(pid);

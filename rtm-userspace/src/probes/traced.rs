@@ -139,4 +139,11 @@ impl FilterWriter {
         self.bytes.set(pid, value);
         true
     }
+
+    /// Takes `pid` out again (it ended before it went in: the kernel's exit program
+    /// had nothing to take out), the byte first, then the set entry.
+    pub fn remove(&mut self, pid: u32) {
+        self.bytes.set(pid, 0);
+        let _ = self.set.remove(&pid);
+    }
 }
