@@ -50,7 +50,10 @@ fn filter_emptied(agent: &Agent) {
             left == Some(0.0)
         })
     }));
-    assert!(waited.is_ok(), "entries left in the process filter: {left:?}");
+    assert!(
+        waited.is_ok(),
+        "entries left in the process filter: {left:?}"
+    );
 }
 
 fn missed(scrape: &str) -> f64 {
