@@ -153,14 +153,15 @@ fn start_time(pid: u32) -> u64 {
 /// Whether the process that started at `start` has ended: gone, its pid another
 /// process's, or a zombie not reaped yet.
 fn ended(pid: u32, start: u64) -> bool {
-    if start_time(pid) != start {
-        return true;
-    }
+    // One read of /proc/PID/stat: after the comm's ')', the state (0) and the start
+    // time (19).
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    let state = stat
+    let fields: Vec<&str> = stat
         .rsplit_once(')')
-        .and_then(|(_, rest)| rest.split_whitespace().next());
-    !matches!(state, Some(s) if s != "Z" && s != "X")
+        .map(|(_, rest)| rest.split_whitespace().take(20).collect())
+        .unwrap_or_default();
+    let alive = matches!(fields.first(), Some(&s) if s != "Z" && s != "X");
+    !alive || fields.get(19).and_then(|v| v.parse::<u64>().ok()) != Some(start)
 }
 
 impl Discovery {
