@@ -232,7 +232,8 @@ fn apply_and_render(records: &[Vec<u8>], contention: bool) {
         &mut |_, _| Some("t\x1b[1m".into()),
     ));
     let run = run_info();
-    let text = report::render("fuzz", &run, &snap, 10);
+    let doc = crate::output::saved::Doc::of(&run, &snap).expect("the JSON reads back");
+    let text = report::render(&doc, 10, Some("fuzz"));
     assert!(text::is_inert(&text), "control characters in:\n{text}");
     let doc = json::to_string(&run, &snap);
     serde_json::from_str::<serde_json::Value>(&doc).expect("the JSON parses back");

@@ -159,6 +159,15 @@ fn comm_attach_and_merged_halves_give_the_whole_job() {
     assert!(m.status.success(), "{}", String::from_utf8_lossy(&m.stderr));
     let report = String::from_utf8_lossy(&m.stdout);
     assert!(report.contains("merged task graph"), "{report}");
+    // One document feeds every output: `rtm-trace report` of the merged document prints
+    // what the merge printed, byte for byte.
+    let again = run(Command::new(rtm_bin()).arg("report").arg(&merged), T);
+    assert!(again.status.success());
+    assert_eq!(
+        String::from_utf8_lossy(&again.stdout),
+        report,
+        "the merge's report and `rtm-trace report` of its document"
+    );
     let doc = read_json(&merged);
     assert_eq!(edges(&doc["task_graph"]), expected(RANKS, true));
     let n = doc["task_graph"]["ranks"].as_array().unwrap().len();

@@ -43,6 +43,16 @@ pub enum Mode {
     Full,
 }
 
+impl Mode {
+    /// Its name, as the command line and the JSON write it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Mode::Contention => "contention",
+            Mode::Full => "full",
+        }
+    }
+}
+
 /// A whole trace's description. Every field may be left out of a config file.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]

@@ -238,7 +238,7 @@ fn with_semaphore_holder(model: &SyncGraph, mut t: BlockedThread) -> BlockedThre
     {
         t.holder = Holder::Thread {
             tid,
-            mutex: "binary semaphore",
+            mutex: "binary semaphore".into(),
         };
         t.holder_pid = Some(t.pid);
     }

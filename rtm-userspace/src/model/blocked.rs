@@ -33,7 +33,7 @@ const FUTEX_LOCK_PI: u32 = 6;
 const FUTEX_LOCK_PI2: u32 = 13;
 
 /// What a wait's word says of its holder.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case", tag = "kind")]
 pub enum Holder {
     /// A mutex held by this thread (a TID, possibly of another process for a
@@ -42,12 +42,12 @@ pub enum Holder {
         /// The holder's TID.
         tid: u32,
         /// The mutex's type.
-        mutex: &'static str,
+        mutex: std::borrow::Cow<'static, str>,
     },
     /// No holder can be known: why.
     Unknown {
         /// Why.
-        why: &'static str,
+        why: std::borrow::Cow<'static, str>,
     },
 }
 
@@ -60,7 +60,7 @@ pub fn holder(op: u64, bytes: &[u8]) -> Holder {
     };
     let Some(lock) = int(0) else {
         return Holder::Unknown {
-            why: "its word could not be read",
+            why: "its word could not be read".into(),
         };
     };
     let cmd = (op & 0x7f) as u32;
@@ -76,19 +76,19 @@ pub fn holder(op: u64, bytes: &[u8]) -> Holder {
     if matches!(cmd, FUTEX_LOCK_PI | FUTEX_LOCK_PI2) {
         return if tid == 0 {
             Holder::Unknown {
-                why: "the priority-inheritance lock has no owner now",
+                why: "the priority-inheritance lock has no owner now".into(),
             }
         } else {
             Holder::Thread {
                 tid,
-                mutex: "priority-inheritance",
+                mutex: "priority-inheritance".into(),
             }
         };
     }
     if tid == 0 {
         return if OWNER_DEAD.contains(&owner) && kind & KIND_ROBUST != 0 {
             Holder::Unknown {
-                why: "a robust mutex whose owner died",
+                why: "a robust mutex whose owner died".into(),
             }
         } else {
             not_a_mutex()
@@ -101,7 +101,10 @@ pub fn holder(op: u64, bytes: &[u8]) -> Holder {
         (false, 2) => "error-checking",
         _ => "adaptive",
     };
-    Holder::Thread { tid, mutex }
+    Holder::Thread {
+        tid,
+        mutex: mutex.into(),
+    }
 }
 
 /// A private mutex's owner field naming a thread of another process: a private mutex
@@ -109,7 +112,8 @@ pub fn holder(op: u64, bytes: &[u8]) -> Holder {
 pub fn foreign_owner() -> Holder {
     Holder::Unknown {
         why: "its owner field names a thread of another process, and a private mutex is \
-              owned in its own process only (a copy inherited across fork, or not a mutex)",
+              owned in its own process only (a copy inherited across fork, or not a mutex)"
+            .into(),
     }
 }
 
@@ -118,11 +122,13 @@ const NO_OWNER: &str = "no owner: not a mutex (condition variable, barrier, sema
                         other futex) or one just released";
 
 fn not_a_mutex() -> Holder {
-    Holder::Unknown { why: NO_OWNER }
+    Holder::Unknown {
+        why: NO_OWNER.into(),
+    }
 }
 
 /// A thread blocked now.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
 pub struct BlockedThread {
     /// Process.
     pub pid: u32,
@@ -162,7 +168,7 @@ impl BlockedThread {
 }
 
 /// Threads waiting on each other in a cycle: a deadlock.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
 pub struct Cycle {
     /// Its threads as (pid, tid), each waiting for the next's mutex (the last for the
     /// first's).
@@ -221,7 +227,7 @@ pub fn cycles(threads: &[BlockedThread]) -> Vec<Cycle> {
 }
 
 /// A deadlock found while tracing.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
 pub struct DeadlockView {
     /// When it was found (CLOCK_MONOTONIC ns).
     pub detected_ns: u64,
@@ -231,7 +237,7 @@ pub struct DeadlockView {
 }
 
 /// The blocked threads and their deadlocks, for the outputs.
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, serde::Deserialize)]
 pub struct BlockedView {
     /// When the snapshot was taken (CLOCK_MONOTONIC ns).
     pub at_ns: u64,
@@ -245,12 +251,12 @@ pub struct BlockedView {
     pub cycles: Vec<Cycle>,
     /// Threads waiting to acquire something whose holder cannot be known: a cycle
     /// through them would not be seen, so "no deadlock" cannot be said.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[serde(skip_serializing_if = "Vec::is_empty", default)]
     pub cannot_tell: Vec<Undecided>,
 }
 
 /// A blocked thread through which a deadlock could run unseen.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
 pub struct Undecided {
     /// Process.
     pub pid: u32,
@@ -275,7 +281,7 @@ pub fn undecided(threads: &[BlockedThread]) -> Vec<Undecided> {
     threads
         .iter()
         .filter_map(|t| {
-            let Holder::Unknown { why } = t.holder else {
+            let Holder::Unknown { why } = &t.holder else {
                 return None;
             };
             let kind = WaitKind::of_frames(t.stack.iter().map(String::as_str))
@@ -393,7 +399,7 @@ mod tests {
                 16,
                 Holder::Thread {
                     tid: 99,
-                    mutex: "normal",
+                    mutex: "normal".into(),
                 },
                 &["__GI___lll_lock_wait+0x2b"],
             ),
@@ -421,20 +427,35 @@ mod tests {
     #[test]
     fn each_mutex_type_names_its_holder_and_others_say_unknown() {
         let t = |h: Holder| match h {
-            Holder::Thread { tid, mutex } => Some((tid, mutex)),
+            Holder::Thread { tid, mutex } => Some((tid, mutex.into_owned())),
             Holder::Unknown { .. } => None,
         };
-        assert_eq!(t(holder(0x80, &mutex(2, 77, 0))), Some((77, "normal")));
-        assert_eq!(t(holder(0, &mutex(2, 77, 1))), Some((77, "recursive")));
-        assert_eq!(t(holder(0, &mutex(2, 77, 2))), Some((77, "error-checking")));
-        assert_eq!(t(holder(0, &mutex(2, 77, 128))), Some((77, "normal")));
+        assert_eq!(
+            t(holder(0x80, &mutex(2, 77, 0))),
+            Some((77, "normal".to_owned()))
+        );
+        assert_eq!(
+            t(holder(0, &mutex(2, 77, 1))),
+            Some((77, "recursive".to_owned()))
+        );
+        assert_eq!(
+            t(holder(0, &mutex(2, 77, 2))),
+            Some((77, "error-checking".to_owned()))
+        );
+        assert_eq!(
+            t(holder(0, &mutex(2, 77, 128))),
+            Some((77, "normal".to_owned()))
+        );
         // Robust: the word holds the owner's TID and the waiters bit.
         let robust = (77u32 | 0x8000_0000) as i32;
-        assert_eq!(t(holder(0, &mutex(robust, 77, 16))), Some((77, "robust")));
+        assert_eq!(
+            t(holder(0, &mutex(robust, 77, 16))),
+            Some((77, "robust".to_owned()))
+        );
         // Priority inheritance: FUTEX_LOCK_PI on a word holding the owner.
         assert_eq!(
             t(holder(6 | 0x80, &mutex(robust, 0, 32))),
-            Some((77, "priority-inheritance"))
+            Some((77, "priority-inheritance".to_owned()))
         );
         // Not mutexes: a condition variable's sequence word, a semaphore, a word with
         // garbage around it.
@@ -448,7 +469,7 @@ mod tests {
         assert_eq!(t(holder(0, &mutex(2, 335_894_208, 0))), None);
         assert_eq!(
             t(holder(0, &mutex(2, 4 * 1024 * 1024, 0))),
-            Some((4194304, "normal"))
+            Some((4194304, "normal".to_owned()))
         );
         assert_eq!(t(holder(0, &[1, 2])), None);
         // A Rust `std::sync::Mutex<u64>`: its word (2: locked, waiters), the poison
@@ -462,7 +483,10 @@ mod tests {
         counted[4] = 1;
         assert_eq!(t(holder(0x80, &counted)), None);
         counted[MUTEX_KIND] = 1;
-        assert_eq!(t(holder(0x80, &counted)), Some((77, "recursive")));
+        assert_eq!(
+            t(holder(0x80, &counted)),
+            Some((77, "recursive".to_owned()))
+        );
         assert!(matches!(
             holder(0, &mutex(robust, 0x7fff_ffff, 16)),
             Holder::Unknown { why } if why.contains("died")
@@ -479,9 +503,9 @@ mod tests {
             holder: match waits_for {
                 Some(tid) => Holder::Thread {
                     tid,
-                    mutex: "normal",
+                    mutex: "normal".into(),
                 },
-                None => Holder::Unknown { why: "x" },
+                None => Holder::Unknown { why: "x".into() },
             },
             holder_pid: Some(1),
             off_cpu_ns: None,

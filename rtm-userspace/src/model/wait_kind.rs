@@ -6,12 +6,14 @@
 //! (its name, a glibc mutex holder read at it) and from the call stacks sampled at its
 //! waits; with none of those it says the kind is unknown rather than guess.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use rtm_common::Primitive;
 
 /// A wait's kind.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum WaitKind {
     /// A mutex's acquisition (pthread, a C library's internal lock, Rust's std).

@@ -102,9 +102,9 @@ struct Side {
 fn sync_graph(out: &mut String, doc: &Doc) {
     let g = &doc.sync_graph;
     let mut objects: Vec<_> = g.objects.iter().filter(|o| o.wait.total_ns > 0).collect();
-    objects.sort_by_key(|o| std::cmp::Reverse((o.contended_wait_ns, o.wait.total_ns)));
+    objects.sort_by_key(|o| std::cmp::Reverse((o.counts.contended_wait_ns, o.wait.total_ns)));
     let (idle, busy): (Vec<_>, Vec<_>) = objects.iter().partition(|o| o.is_idle());
-    let shown: Vec<&super::saved::Object> = busy
+    let shown: Vec<&crate::model::ObjectView> = busy
         .iter()
         .take(MAX_OBJECTS)
         .chain(idle.iter().take(MAX_IDLE_OBJECTS))
@@ -142,11 +142,11 @@ fn sync_graph(out: &mut String, doc: &Doc) {
     let mut seen = std::collections::HashSet::new();
     let mut edges = String::new();
     for o in &shown {
-        let id = format!("o{}_{}", o.pid, o.addr.trim_start_matches("0x"));
+        let id = format!("o{}_{:x}", o.pid, o.addr);
         let fill = if o.is_idle() { "#dddddd" } else { "#f3d9a4" };
         by_pid.entry(o.pid).or_default().push(format!(
             "{id} [shape=ellipse, style=filled, fillcolor=\"{fill}\", label={}];",
-            quote(&o.label())
+            quote(&o.titled())
         ));
         let mut waiters: Vec<Side> = g
             .edges
@@ -273,12 +273,12 @@ mod tests {
         assert_eq!(quote("a\"b\\c\nd"), "\"a\\\"b\\\\c\\nd\"");
         let d = Doc::parse(
             br#"{"format":"rtm-trace","version":1,"sync_graph":{"objects":[{"pid":5,"kind":"mutex","addr":"0x10","name":"m\"]; evil","wait":{"total_ns":9}}],
-                "threads":[{"pid":5,"tid":6,"name":"w"}],"edges":[{"pid":5,"tid":6,"object":"0x10","wait":{"total_ns":9}}]}}"#,
+                "threads":[{"pid":5,"tid":6,"name":"w"}],"edges":[{"pid":5,"tid":6,"kind":"mutex","object":"0x10","wait":{"total_ns":9}}]}}"#,
             "t.json",
         )
         .unwrap();
         let dot = render(&d);
         assert!(dot.contains("t5_6 -> o5_10"), "{dot}");
-        assert!(dot.contains("label=\"m\\\"]; evil\""), "{dot}");
+        assert!(dot.contains("label=\"mutex m\\\"]; evil\""), "{dot}");
     }
 }

@@ -8,7 +8,8 @@ use super::{mpi_report, text::Shown};
 use crate::model::{RankGraphView, mpi::merge::Part};
 
 /// What each part contributed.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Default, Serialize, serde::Deserialize)]
+#[serde(default)]
 pub struct PartInfo {
     /// The file.
     pub file: String,

@@ -57,7 +57,7 @@ pub fn sinks(config: &TraceConfig) -> Result<Vec<Box<dyn sink::Sink>>, dest::Des
 }
 
 /// One traced process.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
 pub struct TargetInfo {
     /// Process id.
     pub pid: u32,
@@ -72,7 +72,7 @@ pub struct TargetInfo {
 /// A followed process whose pthread calls went unprobed for a while (full mode): it ran
 /// a library no probe covered yet (an exec of a statically linked program, or of a
 /// program in another mount namespace), from `since_ns` until its probes were attached.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
 pub struct Unprobed {
     /// The process.
     pub pid: u32,
@@ -85,7 +85,7 @@ pub struct Unprobed {
 }
 
 /// Why tracing stopped.
-#[derive(Debug, Clone, Copy, Serialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Serialize, serde::Deserialize, PartialEq, Eq)]
 #[serde(rename_all = "snake_case")]
 pub enum EndReason {
     /// Every traced process exited.
@@ -99,7 +99,8 @@ pub enum EndReason {
 }
 
 /// Facts about the run that are not in the model.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Default, Serialize, serde::Deserialize)]
+#[serde(default)]
 pub struct RunInfo {
     /// What was traced: `contention` (futex waits only) or `full` (every pthread call).
     pub mode: crate::config::Mode,
@@ -118,23 +119,23 @@ pub struct RunInfo {
     /// Followed processes whose pthread calls went unprobed for a while (full mode).
     pub unprobed: Vec<Unprobed>,
     /// Stripped files met without debug symbols, each with what to install.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[serde(skip_serializing_if = "Vec::is_empty", default)]
     pub missing_symbols: Vec<String>,
     /// Reader statistics.
     pub reader: ReaderStats,
     /// The tracer's own peak resident memory (VmHWM) when the results were written, KiB.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none", default)]
     pub tracer_max_rss_kib: Option<u64>,
     /// The eBPF programs' run counts and times and the maps' memory (`--bpf-stats`).
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none", default)]
     pub bpf: Option<crate::readers::bpf_stats::BpfStats>,
     /// How contention mode's waits were collected (None in full mode).
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none", default)]
     pub collection: Option<Collection>,
 }
 
 /// How contention mode collected futex waits, for what the outputs say of it.
-#[derive(Debug, Clone, Copy, Serialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Serialize, serde::Deserialize, PartialEq, Eq)]
 pub struct Collection {
     /// Ended waits were summed in the kernel (no timeline wanted each one).
     pub summed: bool,

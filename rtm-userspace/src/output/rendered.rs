@@ -4,7 +4,7 @@
 
 use super::{
     dest::{Dest, DestError},
-    dot, html, json,
+    dot, html,
     saved::Doc,
     sink::{Moment, Sink},
     text::Shown,
@@ -46,12 +46,7 @@ impl Sink for Rendered {
     }
 
     fn finish(&mut self, at: &Moment) -> Result<(), DestError> {
-        let bytes = json::to_vec(at.run, at.snapshot);
-        let doc = Doc::parse(&bytes, "the trace").map_err(|e| DestError::Io {
-            path: self.name(),
-            source: std::io::Error::other(e.to_string()),
-        })?;
-        drop(bytes);
+        let doc = Doc::of(at.run, at.snapshot)?;
         let mut first = Ok(());
         for (kind, dest) in &mut self.0 {
             let text = match kind {

@@ -8,7 +8,9 @@ use super::{
     EndReason, RunInfo, blocked_report,
     dest::{Dest, DestError},
     format::{count, mean_ns, ns, opt_ns, pct},
-    funcs_report, mpi_report, sections,
+    funcs_report, merged, mpi_report,
+    saved::Doc,
+    sections,
     sink::{Moment, Sink},
     stacks_report, system_report,
     table::table,
@@ -16,10 +18,7 @@ use super::{
 };
 use rtm_common::Primitive;
 
-use crate::{
-    config::{Mode, TraceConfig},
-    model::Snapshot,
-};
+use crate::config::{Mode, TraceConfig};
 
 /// Renders a table whose columns depend on the mode. Contention mode sees no
 /// acquisitions or holds: the columns listed in `full_only` are left out, and the
@@ -58,11 +57,34 @@ fn table_of(
     table(out, &header, &rows);
 }
 
-/// Renders the report. `top` bounds the rows of each table.
-pub fn render(title: &str, run: &RunInfo, s: &Snapshot, top: usize) -> String {
+/// Renders the report of a document: the final report of a run, `rtm-trace report` of
+/// its JSON (the same bytes), or an interval's summary (`title` then says which).
+/// `top` bounds the rows of each table.
+pub fn render(doc: &Doc, top: usize, title: Option<&str>) -> String {
+    if !doc.merged_from.is_empty() {
+        let empty = crate::model::RankGraphView::default();
+        return merged::render(
+            &doc.merged_from,
+            doc.task_graph.as_ref().unwrap_or(&empty),
+            top,
+        );
+    }
     let mut out = String::new();
-    let dur = s.window.end_ns.saturating_sub(s.window.start_ns);
-    let _ = writeln!(out, "== rtm-trace: {} ==", Shown(title));
+    let run = &doc.run;
+    let s = &doc.sync_graph;
+    let _ = writeln!(
+        out,
+        "== rtm-trace: {} ==",
+        Shown(title.unwrap_or("final report"))
+    );
+    if doc.tool_version != env!("CARGO_PKG_VERSION") {
+        let _ = writeln!(
+            out,
+            "(written by rtm-trace {}; this is {})",
+            Shown(&doc.tool_version),
+            env!("CARGO_PKG_VERSION")
+        );
+    }
     let targets: Vec<String> = run
         .targets
         .iter()
@@ -79,13 +101,11 @@ pub fn render(title: &str, run: &RunInfo, s: &Snapshot, top: usize) -> String {
         .collect();
     let _ = writeln!(
         out,
-        "traced {} for {} in {} mode; {} threads, {} objects, {} events",
+        "traced {} on {} for {} in {} mode; {} threads, {} objects, {} events",
         targets.join(", "),
-        ns(dur),
-        match run.mode {
-            Mode::Contention => "contention",
-            Mode::Full => "full",
-        },
+        Shown(&run.host),
+        ns(s.duration_ns()),
+        run.mode.name(),
         s.threads.len(),
         s.objects.len(),
         count(s.model.events)
@@ -101,12 +121,12 @@ pub fn render(title: &str, run: &RunInfo, s: &Snapshot, top: usize) -> String {
     }
     losses(&mut out, run);
     if run.end_reason.is_some() {
-        super::findings::text(&mut out, &super::findings::find(s, run.mode == Mode::Full));
+        super::findings::text(&mut out, &doc.findings);
     }
 
-    let locks = s.objects.rows().iter().filter(|o| sections::is_lock(o));
+    let locks = s.objects.iter().filter(|o| sections::is_lock(o));
     let total = locks.clone().count();
-    let objects: Vec<_> = locks.take(top).map(|o| s.objects.view(o)).collect();
+    let objects: Vec<_> = locks.take(top).collect();
     let what = match run.mode {
         Mode::Contention => "lock words (futex) by time threads slept on them",
         Mode::Full => "locks by time waiting in contended acquisitions",
@@ -134,7 +154,7 @@ pub fn render(title: &str, run: &RunInfo, s: &Snapshot, top: usize) -> String {
                     1.0
                 };
                 vec![
-                    format!("{} {}", sections::kind_label(o), o.label()),
+                    o.titled(),
                     o.pid.to_string(),
                     // A futex word has no acquisitions seen, in either mode.
                     if o.kind == Primitive::Futex {
@@ -182,7 +202,7 @@ pub fn render(title: &str, run: &RunInfo, s: &Snapshot, top: usize) -> String {
         );
     }
 
-    sections::waiting_for_work(&mut out, s, top);
+    sections::waiting_for_work(&mut out, doc, top);
 
     let threads: Vec<_> = s.threads.iter().take(top).collect();
     let _ = writeln!(
@@ -238,32 +258,32 @@ pub fn render(title: &str, run: &RunInfo, s: &Snapshot, top: usize) -> String {
             &[2, 7],
         );
     }
-    sections::waits_for(&mut out, s, top);
-    sections::held_by(&mut out, s, top);
-    sections::call_sites(&mut out, s, top);
-    stacks_report::render(&mut out, s);
-    funcs_report::render(&mut out, s.functions.as_ref(), top);
+    sections::waits_for(&mut out, doc, top);
+    sections::held_by(&mut out, doc, top);
+    sections::call_sites(&mut out, doc, top);
+    stacks_report::render(&mut out, doc);
+    funcs_report::render(&mut out, doc.functions.as_ref(), top);
     blocked_report::found(&mut out, &s.deadlocks);
     blocked_report::undecided(&mut out, &s.cannot_tell);
     blocked_report::inversions(&mut out, s.lock_order.as_ref(), top);
-    sections::rwlocks(&mut out, s, top);
-    sections::condvars(&mut out, s, top);
-    sections::barriers(&mut out, s, top);
-    sections::semaphores(&mut out, s, top);
-    sections::thread_tree(&mut out, s, top);
-    if let Some(t) = &s.tasks {
+    sections::rwlocks(&mut out, doc, top);
+    sections::condvars(&mut out, doc, top);
+    sections::barriers(&mut out, doc, top);
+    sections::semaphores(&mut out, doc, top);
+    sections::thread_tree(&mut out, doc, top);
+    if let Some(t) = &doc.task_graph {
         mpi_report::render(&mut out, t, top);
     }
-    if let Some(a) = &s.ambient {
+    if let Some(a) = &doc.ambient {
         system_report::system(&mut out, a);
     }
-    if let Some(c) = &s.counters {
+    if let Some(c) = &doc.counters {
         system_report::counters(&mut out, c);
     }
     if let Some(b) = &run.bpf {
         bpf_stats(&mut out, b);
     }
-    notes(&mut out, run, s);
+    notes(&mut out, doc);
     out
 }
 
@@ -347,7 +367,8 @@ fn unprobed(out: &mut String, run: &RunInfo) {
     }
 }
 
-fn notes(out: &mut String, run: &RunInfo, s: &Snapshot) {
+fn notes(out: &mut String, doc: &Doc) {
+    let (run, s) = (&doc.run, &doc.sync_graph);
     let m = &s.model;
     let mut notes = Vec::new();
     notes.extend(run.missing_symbols.iter().cloned());
@@ -378,12 +399,9 @@ fn notes(out: &mut String, run: &RunInfo, s: &Snapshot) {
     if run.mode == Mode::Full {
         let (words, sleeps) = s
             .objects
-            .rows()
             .iter()
-            .filter(|o| o.key.primitive == Primitive::Futex)
-            .fold((0u64, 0u64), |(w, n), o| {
-                (w + 1, n + s.objects.view(o).counts.contended)
-            });
+            .filter(|o| o.kind == Primitive::Futex)
+            .fold((0u64, 0u64), |(w, n), o| (w + 1, n + o.counts.contended));
         if words > 0 {
             notes.push(format!(
                 "{} sleeps on {} futex word{} came from no probed pthread call (a language \
@@ -548,17 +566,64 @@ impl Sink for ReportSink {
 
     fn interval(&mut self, at: &Moment) -> Result<(), DestError> {
         let secs = at.elapsed_ns as f64 / 1e9;
+        let doc = Doc::of(at.run, at.snapshot)?;
         let text = render(
-            &format!("summary at +{secs:.1} s (cumulative)"),
-            at.run,
-            at.snapshot,
+            &doc,
             self.top.min(5),
+            Some(&format!("summary at +{secs:.1} s (cumulative)")),
         );
         self.dest.write(&mut |w| w.write_all(text.as_bytes()))
     }
 
     fn finish(&mut self, at: &Moment) -> Result<(), DestError> {
-        let text = render("final report", at.run, at.snapshot, self.top);
+        let text = render(&Doc::of(at.run, at.snapshot)?, self.top, None);
         self.dest.write(&mut |w| w.write_all(text.as_bytes()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_merged_job_reads_with_its_empty_fields_and_shows_its_traffic() {
+        let d = Doc::parse(
+            br#"{"format":"rtm-trace","version":1,"tool_version":"t","merged_from":[{"file":"a.json"},{"file":"b.json"}],
+                "task_graph":{"ranks":[{"rank":0,"pid":1,"host":"n1"},{"rank":1,"pid":2,"host":"n2"}],
+                "edges":[{"src":0,"dst":1,"sent":{"messages":3,"bytes":24,"time_ns":5},"received":null}]}}"#,
+            "merged.json",
+        )
+        .unwrap();
+        let text = render(&d, 10, None);
+        assert!(text.contains("merged task graph"), "{text}");
+        assert!(text.contains("2 parts"), "{text}");
+        assert!(text.contains("0 -> 1     3   24 B"), "{text}");
+        assert!(
+            !text.contains("Most contended"),
+            "no empty sync graph tables: {text}"
+        );
+        let page = crate::output::html::render(&d);
+        assert!(page.contains("a merged MPI job (2 parts)"));
+    }
+
+    #[test]
+    fn the_report_lists_objects_threads_and_edges_escaped() {
+        let d = Doc::parse(
+            br#"{"format":"rtm-trace","version":1,"tool_version":"t","run":{"mode":"full","host":"h","targets":[{"pid":5,"comm":"app"}],"end_reason":"duration"},
+                "sync_graph":{"window":{"start_ns":0,"end_ns":2000000000},
+                "objects":[{"pid":5,"kind":"mutex","addr":"0x10","name":"big_lock","acquisitions":30,"contended":4,"contended_wait_ns":900,"wait":{"count":4,"total_ns":900}}],
+                "threads":[{"pid":5,"tid":6,"name":"evil\u001b[2J","wait":{"total_ns":900}},{"pid":5,"tid":7,"name":"w2"}],
+                "waits_for":[{"pid":5,"waiter":6,"waker_pid":5,"waker":7,"object":"0x10","object_name":"big_lock","count":4,"wait":{"total_ns":900}}]}}"#,
+            "t.json",
+        )
+        .unwrap();
+        let text = render(&d, 10, None);
+        assert!(text.contains("mutex big_lock"), "{text}");
+        assert!(text.contains("6 evil\\x1b[2J"), "escaped: {text}");
+        assert!(!text.contains('\x1b'));
+        assert!(text.contains("7 w2"), "{text}");
+        assert!(text.contains("for 2.000 s in full mode"), "{text}");
+        assert!(text.contains("(written by rtm-trace t;"), "{text}");
+        assert!(text.contains("stopped: --duration elapsed"), "{text}");
     }
 }

@@ -8,41 +8,32 @@ use rtm_common::Primitive;
 
 use super::{
     format::{count, mean_ns, ns, opt_ns, pct},
+    saved::{Doc, is_active},
     table::table,
 };
-use crate::model::{ObjectRow, ObjectView, Row, Snapshot, sync::Role, wait_kind::WaitKind};
+use crate::model::{ObjectView, sync::Role};
 
 /// Objects shown in the main lock table: locks and futex words that were acquired,
 /// waited on, or failed a trylock or a timed call.
-pub(super) fn is_lock(o: &ObjectRow) -> bool {
-    o.active
+pub(super) fn is_lock(o: &ObjectView) -> bool {
+    is_active(o)
         && matches!(
-            o.key.primitive,
+            o.kind,
             Primitive::Mutex | Primitive::Spin | Primitive::RwLock | Primitive::Futex
         )
-        && !o.wait_kind.is_idle()
-}
-
-/// An object's kind as the tables name it: a futex word by what its waits are for when
-/// that is known (`mutex`, `condvar` ...), else `futex`.
-pub(super) fn kind_label(o: &ObjectView) -> String {
-    if o.kind == Primitive::Futex && o.wait_kind != WaitKind::Unknown {
-        o.wait_kind.name().to_string()
-    } else {
-        o.kind.to_string()
-    }
+        && !o.is_idle()
 }
 
 /// Futex words whose waits are for work or for another thread (condition variables,
 /// semaphores, barriers, joins, parked runtime threads), apart from the contention:
 /// their long sleeps are no lock's cost. (Full mode lists its pthread objects of those
 /// kinds in their own sections.)
-pub(super) fn waiting_for_work(out: &mut String, s: &Snapshot, top: usize) {
-    let idle = s
+pub(super) fn waiting_for_work(out: &mut String, doc: &Doc, top: usize) {
+    let idle = doc
+        .sync_graph
         .objects
-        .rows()
         .iter()
-        .filter(|o| o.active && o.key.primitive == Primitive::Futex && o.wait_kind.is_idle());
+        .filter(|o| is_active(o) && o.kind == Primitive::Futex && o.is_idle());
     let total = idle.clone().count();
     if total == 0 {
         return;
@@ -55,10 +46,9 @@ pub(super) fn waiting_for_work(out: &mut String, s: &Snapshot, top: usize) {
     );
     let rows: Vec<Vec<String>> = idle
         .take(top)
-        .map(|o| {
-            let v = s.objects.view(o);
+        .map(|v| {
             vec![
-                format!("{} {}", kind_label(&v), s.objects.label(o)),
+                v.titled(),
                 v.pid.to_string(),
                 count(v.counts.contended),
                 ns(v.counts.contended_wait_ns),
@@ -78,18 +68,28 @@ pub(super) fn waiting_for_work(out: &mut String, s: &Snapshot, top: usize) {
     );
 }
 
-fn thread_label(s: &Snapshot, pid: u32, tid: u32) -> String {
-    let name = s
-        .threads
+fn thread_label(doc: &Doc, pid: u32, tid: u32) -> String {
+    doc.thread_label(pid, tid)
+}
+
+/// The one name of the futex word (or object) at `addr`: the object's own title when
+/// it is listed, else its symbol, else its address.
+pub(super) fn word_label(doc: &Doc, pid: u32, addr: u64, name: Option<&str>) -> String {
+    let objects = &doc.sync_graph.objects;
+    objects
         .iter()
-        .find(|t| t.pid == pid && t.tid == tid)
-        .and_then(|t| t.name.as_deref())
-        .unwrap_or("?");
-    format!("{tid} {name}")
+        .find(|o| o.pid == pid && o.addr == addr && o.kind != Primitive::Futex)
+        .or_else(|| objects.iter().find(|o| o.pid == pid && o.addr == addr))
+        .map(ObjectView::titled)
+        .unwrap_or_else(|| match name {
+            Some(n) => format!("futex {n}"),
+            None => format!("futex {addr:#x}"),
+        })
 }
 
 /// Waiter -> waker edges: the answer to "who was I waiting for".
-pub(super) fn waits_for(out: &mut String, s: &Snapshot, top: usize) {
+pub(super) fn waits_for(out: &mut String, doc: &Doc, top: usize) {
+    let s = &doc.sync_graph;
     if s.waits_for.is_empty() {
         return;
     }
@@ -109,18 +109,22 @@ pub(super) fn waits_for(out: &mut String, s: &Snapshot, top: usize) {
             } else if w.waker_pid != w.pid {
                 format!(
                     "{} (PID {})",
-                    thread_label(s, w.waker_pid, w.waker),
+                    thread_label(doc, w.waker_pid, w.waker),
                     w.waker_pid
                 )
             } else {
-                thread_label(s, w.pid, w.waker)
+                thread_label(doc, w.pid, w.waker)
             };
             vec![
-                thread_label(s, w.pid, w.waiter),
+                thread_label(doc, w.pid, w.waiter),
                 waker,
-                w.object_name
-                    .clone()
-                    .unwrap_or_else(|| format!("{:#x}", w.object)),
+                if w.at_exit {
+                    w.object_name
+                        .clone()
+                        .unwrap_or_else(|| format!("exit of thread {}", w.waker))
+                } else {
+                    word_label(doc, w.pid, w.object, w.object_name.as_deref())
+                },
                 count(w.count),
                 ns(w.wait.total_ns),
                 mean_ns(w.wait.mean_ns),
@@ -136,7 +140,8 @@ pub(super) fn waits_for(out: &mut String, s: &Snapshot, top: usize) {
 }
 
 /// Who held the mutex each thread waited on, when its wait began (contention mode).
-pub(super) fn held_by(out: &mut String, s: &Snapshot, top: usize) {
+pub(super) fn held_by(out: &mut String, doc: &Doc, top: usize) {
+    let s = &doc.sync_graph;
     if s.held_by.is_empty() {
         return;
     }
@@ -154,11 +159,9 @@ pub(super) fn held_by(out: &mut String, s: &Snapshot, top: usize) {
         .take(top)
         .map(|h| {
             vec![
-                thread_label(s, h.pid, h.waiter),
-                thread_label(s, h.pid, h.holder),
-                h.object_name
-                    .clone()
-                    .unwrap_or_else(|| format!("{:#x}", h.object)),
+                thread_label(doc, h.pid, h.waiter),
+                thread_label(doc, h.pid, h.holder),
+                word_label(doc, h.pid, h.object, h.object_name.as_deref()),
                 count(h.count),
                 ns(h.wait_ns),
                 if h.in_progress > 0 {
@@ -184,7 +187,8 @@ pub(super) fn held_by(out: &mut String, s: &Snapshot, top: usize) {
 }
 
 /// Call sites: where in the program the waiting happens.
-pub(super) fn call_sites(out: &mut String, s: &Snapshot, top: usize) {
+pub(super) fn call_sites(out: &mut String, doc: &Doc, top: usize) {
+    let s = &doc.sync_graph;
     let sites: Vec<_> = s
         .call_sites
         .iter()
@@ -202,13 +206,8 @@ pub(super) fn call_sites(out: &mut String, s: &Snapshot, top: usize) {
         .iter()
         .map(|c| {
             let object = s
-                .objects
                 .find(c.pid, c.object, c.kind)
-                .map(|o| match c.kind {
-                    // Already "thread TID".
-                    Primitive::Thread => s.objects.label(o),
-                    _ => format!("{} {}", c.kind, s.objects.label(o)),
-                })
+                .map(ObjectView::titled)
                 .unwrap_or_else(|| format!("{} {:#x}", c.kind, c.object));
             vec![
                 c.location
@@ -229,8 +228,15 @@ pub(super) fn call_sites(out: &mut String, s: &Snapshot, top: usize) {
 }
 
 /// Readers and writers of each rwlock, side by side.
-pub(super) fn rwlocks(out: &mut String, s: &Snapshot, top: usize) {
-    let locks: Vec<ObjectView> = s.objects.of_kind(Primitive::RwLock).take(top).collect();
+fn of_kind(doc: &Doc, kind: Primitive) -> impl Iterator<Item = &ObjectView> {
+    doc.sync_graph
+        .objects
+        .iter()
+        .filter(move |o| o.kind == kind)
+}
+
+pub(super) fn rwlocks(out: &mut String, doc: &Doc, top: usize) {
+    let locks: Vec<&ObjectView> = of_kind(doc, Primitive::RwLock).take(top).collect();
     if locks.is_empty() {
         return;
     }
@@ -238,17 +244,16 @@ pub(super) fn rwlocks(out: &mut String, s: &Snapshot, top: usize) {
     let mut rows = Vec::new();
     for o in locks {
         for role in [Role::Read, Role::Write] {
-            let edges: Vec<_> = s
+            let edges: Vec<_> = doc
+                .sync_graph
                 .edges
-                .rows()
+                .iter()
                 .filter(|e| {
-                    let k = e.key;
-                    k.object().pid == o.pid
-                        && k.object().addr == o.addr
-                        && k.object().primitive == Primitive::RwLock
-                        && k.role() == role
+                    e.pid == o.pid
+                        && e.object == o.addr
+                        && e.kind == Primitive::RwLock
+                        && e.role == role
                 })
-                .map(|e| e.view())
                 .collect();
             if edges.is_empty() {
                 continue;
@@ -294,8 +299,8 @@ pub(super) fn rwlocks(out: &mut String, s: &Snapshot, top: usize) {
 }
 
 /// Condition variables: waits, timeouts, signals and wakeups.
-pub(super) fn condvars(out: &mut String, s: &Snapshot, top: usize) {
-    let cvs: Vec<ObjectView> = s.objects.of_kind(Primitive::Cond).take(top).collect();
+pub(super) fn condvars(out: &mut String, doc: &Doc, top: usize) {
+    let cvs: Vec<&ObjectView> = of_kind(doc, Primitive::Cond).take(top).collect();
     if cvs.is_empty() {
         return;
     }
@@ -307,9 +312,9 @@ pub(super) fn condvars(out: &mut String, s: &Snapshot, top: usize) {
             let mutex = o
                 .mutex
                 .map(|m| {
-                    s.objects
+                    doc.sync_graph
                         .find(o.pid, m, Primitive::Mutex)
-                        .map(|r| s.objects.label(r))
+                        .map(ObjectView::label)
                         .unwrap_or_else(|| format!("{m:#x}"))
                 })
                 .unwrap_or_else(|| "-".into());
@@ -346,8 +351,8 @@ pub(super) fn condvars(out: &mut String, s: &Snapshot, top: usize) {
 }
 
 /// Barriers: rounds, imbalance and who arrived last.
-pub(super) fn barriers(out: &mut String, s: &Snapshot, top: usize) {
-    let bs: Vec<ObjectView> = s.objects.of_kind(Primitive::Barrier).take(top).collect();
+pub(super) fn barriers(out: &mut String, doc: &Doc, top: usize) {
+    let bs: Vec<&ObjectView> = of_kind(doc, Primitive::Barrier).take(top).collect();
     if bs.is_empty() {
         return;
     }
@@ -365,7 +370,7 @@ pub(super) fn barriers(out: &mut String, s: &Snapshot, top: usize) {
                 .map(|(tid, n)| {
                     format!(
                         "{} ({}/{} rounds)",
-                        thread_label(s, o.pid, *tid),
+                        thread_label(doc, o.pid, *tid),
                         n,
                         b.rounds
                     )
@@ -400,8 +405,8 @@ pub(super) fn barriers(out: &mut String, s: &Snapshot, top: usize) {
 }
 
 /// Semaphores: acquisitions, waits and posts.
-pub(super) fn semaphores(out: &mut String, s: &Snapshot, top: usize) {
-    let sems: Vec<ObjectView> = s.objects.of_kind(Primitive::Sem).take(top).collect();
+pub(super) fn semaphores(out: &mut String, doc: &Doc, top: usize) {
+    let sems: Vec<&ObjectView> = of_kind(doc, Primitive::Sem).take(top).collect();
     if sems.is_empty() {
         return;
     }
@@ -444,11 +449,10 @@ pub(super) fn semaphores(out: &mut String, s: &Snapshot, top: usize) {
 }
 
 /// The thread tree (threads whose creation was seen) and joins.
-pub(super) fn thread_tree(out: &mut String, s: &Snapshot, top: usize) {
+pub(super) fn thread_tree(out: &mut String, doc: &Doc, top: usize) {
+    let s = &doc.sync_graph;
     let children: Vec<_> = s.threads.iter().filter(|t| t.parent.is_some()).collect();
-    let joins: Vec<ObjectView> = s
-        .objects
-        .of_kind(Primitive::Thread)
+    let joins: Vec<&ObjectView> = of_kind(doc, Primitive::Thread)
         .filter(|o| o.counts.waits > 0)
         .collect();
     if children.is_empty() && joins.is_empty() {
@@ -473,11 +477,11 @@ pub(super) fn thread_tree(out: &mut String, s: &Snapshot, top: usize) {
                 .map(|o| format!("{} (waited {})", count(o.counts.waits), ns(o.wait.total_ns)))
                 .unwrap_or_else(|| "-".into());
             vec![
-                thread_label(s, t.pid, t.tid),
+                thread_label(doc, t.pid, t.tid),
                 if p.pid == t.pid {
-                    thread_label(s, p.pid, p.tid)
+                    thread_label(doc, p.pid, p.tid)
                 } else {
-                    format!("{} (process {})", thread_label(s, p.pid, p.tid), t.pid)
+                    format!("{} (process {})", thread_label(doc, p.pid, p.tid), t.pid)
                 },
                 ns(t.observed_ns),
                 if t.exited { "yes" } else { "no" }.into(),

@@ -6,12 +6,11 @@ use std::fmt::Write as _;
 
 use super::{
     format::{count, mean_ns, ns},
+    saved::Doc,
+    sections::word_label,
     text::Shown,
 };
-use crate::model::{
-    Snapshot,
-    stacks::{StackCounters, StackRowView, StacksView},
-};
+use crate::model::stacks::{StackCounters, StackRowView, StacksView};
 
 /// Words shown, and stack pairs under each.
 const WORDS: usize = 5;
@@ -66,8 +65,8 @@ fn missing(out: &mut String, c: &StackCounters) {
 }
 
 /// The section; nothing when no stacks were captured.
-pub(super) fn render(out: &mut String, s: &Snapshot) {
-    let Some(v) = &s.stacks else {
+pub(super) fn render(out: &mut String, doc: &Doc) {
+    let Some(v) = &doc.sync_graph.stacks else {
         return;
     };
     let _ = writeln!(
@@ -80,13 +79,10 @@ pub(super) fn render(out: &mut String, s: &Snapshot) {
     for (word, rows) in by_word(v).into_iter().take(WORDS) {
         let total: u64 = rows.iter().map(|r| r.edge.wait_ns).sum();
         let waits: u64 = rows.iter().map(|r| r.edge.waits).sum();
-        let name = rows[0]
-            .object_name
-            .clone()
-            .unwrap_or_else(|| format!("{:#x}", word.1));
+        let name = word_label(doc, word.0, word.1, rows[0].object_name.as_deref());
         let _ = writeln!(
             out,
-            "  futex {} (PID {}): {} waits, {} asleep",
+            "  {} (PID {}): {} waits, {} asleep",
             Shown(&name),
             word.0,
             count(waits),

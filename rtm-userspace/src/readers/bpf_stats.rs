@@ -9,7 +9,7 @@ use serde::Serialize;
 use crate::probes::Probes;
 
 /// One eBPF program.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
 pub struct ProgramStats {
     pub name: String,
     /// Times it ran (0 unless statistics were on).
@@ -23,7 +23,7 @@ pub struct ProgramStats {
 }
 
 /// One eBPF map.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
 pub struct MapStats {
     pub name: String,
     pub max_entries: u64,
@@ -32,7 +32,7 @@ pub struct MapStats {
 }
 
 /// Programs and maps of this tracer.
-#[derive(Debug, Clone, Default, Serialize)]
+#[derive(Debug, Clone, Default, Serialize, serde::Deserialize)]
 pub struct BpfStats {
     pub programs: Vec<ProgramStats>,
     pub maps: Vec<MapStats>,

@@ -112,7 +112,7 @@ fn event(name: &str, per_cpu: bool) -> Event {
 }
 
 /// What a set of counters covers.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case", tag = "scope")]
 pub enum Scope {
     /// Everything that ran on one CPU.
@@ -124,7 +124,7 @@ pub enum Scope {
 }
 
 /// One counter's value, scaled when the kernel multiplexed it.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, serde::Deserialize)]
 pub struct Reading {
     /// The count, scaled by enabled/running time.
     pub value: f64,
@@ -135,7 +135,7 @@ pub struct Reading {
 }
 
 /// An event that could not be opened, and why.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct Unavailable {
     pub event: String,
     pub reason: String,

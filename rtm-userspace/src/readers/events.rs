@@ -9,7 +9,7 @@ use tokio::io::{Interest, unix::AsyncFd};
 use super::ring_buffer::RingBuffer;
 
 /// What the reader saw.
-#[derive(Debug, Clone, Copy, Default, Serialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, Serialize, serde::Deserialize, PartialEq, Eq)]
 pub struct ReaderStats {
     /// Records read from the ring buffer.
     pub records: u64,

@@ -4,7 +4,7 @@ use rtm_common::LossCounter;
 use serde::Serialize;
 
 /// The kernel-side loss counters.
-#[derive(Debug, Clone, Copy, Default, Serialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, Serialize, serde::Deserialize, PartialEq, Eq)]
 pub struct Losses {
     /// Events dropped because the ring buffer was full.
     pub ring_full: u64,

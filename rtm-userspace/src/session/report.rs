@@ -5,8 +5,8 @@ use crate::{
     cli::ReportCli,
     output::{
         dest::Dest,
-        dot, html,
-        saved::{Doc, text},
+        dot, html, report,
+        saved::Doc,
         text::{Shown, path_shown},
     },
 };
@@ -49,7 +49,7 @@ pub fn report(cli: ReportCli) -> Result<i32, SessionError> {
             Shown(&d.path().display().to_string())
         );
     }
-    let report = text::render(&doc, cli.top.max(1));
-    out.write(&mut |w| w.write_all(report.as_bytes()))?;
+    let text = report::render(&doc, cli.top.max(1), None);
+    out.write(&mut |w| w.write_all(text.as_bytes()))?;
     Ok(0)
 }

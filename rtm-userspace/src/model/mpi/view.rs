@@ -45,7 +45,8 @@ pub struct FunctionView {
 }
 
 /// A rank.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(default)]
 pub struct RankView {
     /// World rank (null when neither the library nor the environment told).
     pub rank: Option<i32>,
@@ -79,7 +80,8 @@ pub struct RankView {
 }
 
 /// One side's view of the traffic on an edge.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(default)]
 pub struct TrafficView {
     /// Messages.
     pub messages: u64,
@@ -113,7 +115,8 @@ impl From<&Traffic> for TrafficView {
 }
 
 /// Traffic from one rank to another.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(default)]
 pub struct TrafficEdge {
     /// Sending world rank (null: unknown).
     pub src: Option<i32>,
@@ -153,7 +156,8 @@ pub struct CollectiveView {
 }
 
 /// The rank graph view.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(default)]
 pub struct RankGraphView {
     /// Ranks by world rank.
     pub ranks: Vec<RankView>,

@@ -44,7 +44,8 @@ pub struct StackEdgeKey {
 /// Waits counted on a [`StackEdgeKey`]. Stacks are sampled: each sample stands for the
 /// waits it was chosen among, so `waits` and `wait_ns` are estimates (exact when every
 /// wait's stacks were taken, `samples == waits`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[serde(default)]
 pub struct StackEdge {
     /// Waits (the samples' weights summed).
     pub waits: u64,
@@ -60,7 +61,8 @@ pub struct StackEdge {
 }
 
 /// Why stacks are missing or were not kept.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[serde(default)]
 pub struct StackCounters {
     /// Waits counted with their stacks (one per wait that slept: woken by a thread or
     /// not).

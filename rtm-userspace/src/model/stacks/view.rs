@@ -15,12 +15,16 @@ use super::table::{StackCounters, StackEdge, StackId, StackTable};
 pub const MAX_STACK_ROWS: usize = 500;
 
 /// One (word, waiter stack, waker stack) row, named.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[serde(default)]
 pub struct StackRowView {
     /// The waiting process.
     pub pid: u32,
     /// The futex word.
-    #[serde(serialize_with = "crate::model::views::hex")]
+    #[serde(
+        serialize_with = "crate::model::views::hex",
+        deserialize_with = "crate::model::views::unhex"
+    )]
     pub object: u64,
     /// Its symbol, or the code that waits on it for a word on the heap.
     pub object_name: Option<String>,
@@ -36,7 +40,8 @@ pub struct StackRowView {
 }
 
 /// The contended waits' stacks: the rows with the most wait, and why any are missing.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[serde(default)]
 pub struct StacksView {
     /// Rows, most wait first (at most [`MAX_STACK_ROWS`]).
     pub rows: Vec<StackRowView>,

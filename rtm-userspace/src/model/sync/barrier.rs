@@ -7,7 +7,7 @@
 //! round's first departure and its thread is not in the round yet; otherwise it opens
 //! the next round. This needs no knowledge of the barrier's count.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// One pthread_barrier_wait call.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -21,7 +21,8 @@ pub struct Arrival {
 }
 
 /// One round of a barrier.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct Round {
     /// First arrival (CLOCK_MONOTONIC ns).
     pub first_arrival_ns: u64,

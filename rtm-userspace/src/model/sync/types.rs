@@ -1,6 +1,6 @@
 //! The nodes, edges, caps and counters of the sync graph ([`super::SyncGraph`]).
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use rtm_common::Primitive;
 
@@ -8,7 +8,9 @@ use super::barrier::Arrival;
 use crate::model::dist::Dist;
 
 /// A thread of a traced process.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize,
+)]
 pub struct ThreadKey {
     /// Process id.
     pub pid: u32,
@@ -28,10 +30,13 @@ pub struct ObjectKey {
 }
 
 /// How a thread used an object: rwlocks are read or written, everything else is `Use`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum Role {
     /// The only role of non-rwlock objects.
+    #[default]
     Use,
     /// A rwlock taken for reading.
     Read,
@@ -185,7 +190,8 @@ pub struct ThreadNode {
 }
 
 /// Operation counts of an edge, or summed over an object's or a thread's edges.
-#[derive(Clone, Copy, Debug, Default, Serialize, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(default)]
 pub struct Counts {
     /// Successful acquisitions: locks, trylocks, timed locks, semaphore waits.
     pub acquisitions: u64,
@@ -338,7 +344,8 @@ pub struct CallSite {
 }
 
 /// Counters of what the model saw but could not fully attribute.
-#[derive(Clone, Copy, Debug, Default, Serialize, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(default)]
 pub struct ModelCounters {
     /// Events applied.
     pub events: u64,

@@ -18,7 +18,7 @@ use crate::readers::ambient::{ProcRaw, RawSample};
 pub const MAX_SAMPLES: usize = 1_024;
 
 /// Mean and maximum of one figure over every interval.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, serde::Deserialize)]
 pub struct Stat {
     pub mean: f64,
     pub max: f64,
@@ -37,7 +37,7 @@ impl Stat {
 }
 
 /// Figures over the whole run.
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, serde::Deserialize)]
 pub struct Summary {
     pub intervals: u64,
     pub cpu_busy_pct: Stat,
@@ -70,7 +70,7 @@ struct ProcRun {
 
 /// A traced process's resource usage over the run (getrusage, from the first sample
 /// to the last one that saw it; `rss_bytes` and `threads` as last seen).
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
 pub struct ProcSummary {
     #[serde(flatten)]
     pub usage: ProcRate,
@@ -251,7 +251,7 @@ impl Ambient {
 }
 
 /// What outputs show of the ambient statistics.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
 pub struct AmbientView {
     /// The sampling period, seconds.
     pub period_s: f64,

@@ -8,22 +8,22 @@ use serde::Serialize;
 use crate::readers::counters::{Reading, Scope, Unavailable};
 
 /// One scope's counters.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
 pub struct ScopeCounters {
     #[serde(flatten)]
     pub scope: Scope,
     /// Scaled values by event name.
     pub values: BTreeMap<String, f64>,
     /// Events the kernel multiplexed, with the share of time each was counted, percent.
-    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    #[serde(skip_serializing_if = "BTreeMap::is_empty", default)]
     pub multiplexed: BTreeMap<String, f64>,
     /// Instructions per cycle, cache and branch miss rates (percent), when counted.
-    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    #[serde(skip_serializing_if = "BTreeMap::is_empty", default)]
     pub derived: BTreeMap<String, f64>,
 }
 
 /// Every counter of the run.
-#[derive(Debug, Clone, Default, Serialize)]
+#[derive(Debug, Clone, Default, Serialize, serde::Deserialize)]
 pub struct CountersView {
     /// Events asked for.
     pub events: Vec<String>,

@@ -6,7 +6,7 @@ use serde::Serialize;
 use crate::readers::ambient::{CpuTicks, ProcRaw, RawSample};
 
 /// CPU time shares over an interval, percent of the CPU's (or all CPUs') time.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, serde::Deserialize)]
 pub struct CpuShare {
     pub user: f64,
     pub system: f64,
@@ -37,7 +37,7 @@ fn share(a: &CpuTicks, b: &CpuTicks) -> CpuShare {
 }
 
 /// One block device over an interval.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
 pub struct DiskRate {
     pub name: String,
     pub reads_per_s: f64,
@@ -49,7 +49,7 @@ pub struct DiskRate {
 }
 
 /// One network interface over an interval.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
 pub struct NetRate {
     pub name: String,
     pub rx_bytes: u64,
@@ -63,7 +63,7 @@ pub struct NetRate {
 }
 
 /// One traced process over an interval.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
 pub struct ProcRate {
     pub pid: u32,
     /// CPU time as a percentage of one CPU (200 = two CPUs busy).
@@ -80,7 +80,7 @@ pub struct ProcRate {
 }
 
 /// Stall shares over an interval, percent of wall time (PSI).
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, serde::Deserialize)]
 pub struct PsiShare {
     pub cpu_some: f64,
     pub memory_some: f64,
@@ -90,7 +90,7 @@ pub struct PsiShare {
 }
 
 /// The system between two samples.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
 pub struct Interval {
     /// Start, seconds since the trace began.
     pub t_s: f64,

@@ -73,7 +73,7 @@ impl Thresholds {
 }
 
 /// What went wrong.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum TroubleKind {
     CpuSaturated,
@@ -103,7 +103,7 @@ impl TroubleKind {
 }
 
 /// One kind of trouble on one thing (a disk, an interface, or the machine), over the run.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
 pub struct Trouble {
     pub kind: TroubleKind,
     /// The disk or interface; empty for the machine.

@@ -25,7 +25,7 @@ use crate::model::{
 const MAX_CALL_SITES: usize = 500;
 
 /// The trace window a snapshot covers (CLOCK_MONOTONIC ns).
-#[derive(Debug, Clone, Copy, Serialize)]
+#[derive(Debug, Clone, Copy, Default, Serialize, serde::Deserialize)]
 pub struct Window {
     /// Probes live.
     pub start_ns: u64,
@@ -51,21 +51,21 @@ pub struct Snapshot<'g> {
     /// What the model could not attribute.
     pub model: ModelCounters,
     /// Contended waits by call stack (contention mode, when any were captured).
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none", default)]
     pub stacks: Option<crate::model::stacks::StacksView>,
     /// Waiter -> the mutex's holder when each wait began (contention mode), most wait
     /// first (at most 500).
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[serde(skip_serializing_if = "Vec::is_empty", default)]
     pub held_by: Vec<HeldByRow>,
     /// Locks taken in both orders (full mode, when any pair was).
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none", default)]
     pub lock_order: Option<LockOrderView>,
     /// Deadlocks found while tracing.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[serde(skip_serializing_if = "Vec::is_empty", default)]
     pub deadlocks: Vec<crate::model::blocked::DeadlockView>,
     /// Threads found blocked while tracing where a deadlock cannot be ruled out: they
     /// wait to acquire something whose holder cannot be known.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[serde(skip_serializing_if = "Vec::is_empty", default)]
     pub cannot_tell: Vec<crate::model::blocked::Undecided>,
     /// Timed functions (`--func`; written beside the sync graph).
     #[serde(skip)]
@@ -81,7 +81,7 @@ pub struct Snapshot<'g> {
     pub counters: Option<crate::model::system::counters::CountersView>,
     /// Traced processes that run Go programs: their goroutines block in the Go runtime,
     /// not on futexes; their futex waits are the runtime's own.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[serde(skip_serializing_if = "Vec::is_empty", default)]
     pub go_processes: Vec<u32>,
 }
 
@@ -352,7 +352,7 @@ fn exit_waits(graph: &SyncGraph) -> HashMap<(u32, u32, u32, u64), Dist> {
 }
 
 /// One order of an inversion, its call sites named.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
 pub struct OrderView {
     /// How often it was taken in this order.
     pub count: u64,
@@ -365,17 +365,17 @@ pub struct OrderView {
 }
 
 /// Two locks taken in both orders: a deadlock waiting to happen.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
 pub struct InversionView {
     /// Process.
     pub pid: u32,
     /// One lock.
-    #[serde(serialize_with = "super::hex")]
+    #[serde(serialize_with = "super::hex", deserialize_with = "super::unhex")]
     pub a: u64,
     /// Its name, when it is a variable.
     pub a_name: Option<String>,
     /// The other.
-    #[serde(serialize_with = "super::hex")]
+    #[serde(serialize_with = "super::hex", deserialize_with = "super::unhex")]
     pub b: u64,
     /// Its name.
     pub b_name: Option<String>,
@@ -386,7 +386,7 @@ pub struct InversionView {
 }
 
 /// The lock-order graph's inversions (full mode).
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
 pub struct LockOrderView {
     /// Ordered pairs seen (A held while taking B).
     pub pairs: usize,
@@ -484,7 +484,7 @@ impl Snapshot<'_> {
 }
 
 /// Who held the mutex a thread waited on when its wait began.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct HeldByRow {
     /// Process.
     pub pid: u32,
@@ -493,7 +493,7 @@ pub struct HeldByRow {
     /// The holder when the waits began.
     pub holder: u32,
     /// The mutex's word.
-    #[serde(serialize_with = "super::hex")]
+    #[serde(serialize_with = "super::hex", deserialize_with = "super::unhex")]
     pub object: u64,
     /// Its name, when it is a variable.
     pub object_name: Option<String>,

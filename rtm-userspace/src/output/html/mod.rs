@@ -14,6 +14,7 @@ use std::{collections::BTreeMap, fmt::Write as _};
 use serde_json::json;
 
 use super::saved::Doc;
+use crate::config::Mode;
 use crate::output::format::{count, ns};
 
 /// Rows carried in each table; the rest is summarized.
@@ -62,44 +63,44 @@ pub fn render(doc: &Doc) -> String {
     objects.sort_by_key(|o| {
         std::cmp::Reverse((
             !o.is_idle(),
-            o.contended_wait_ns,
+            o.counts.contended_wait_ns,
             o.wait.total_ns,
-            o.acquisitions,
+            o.counts.acquisitions,
         ))
     });
     let shown: Vec<_> = objects.iter().take(MAX_ROWS).collect();
     let rest = &objects[shown.len()..];
-    let keys: std::collections::HashSet<(u32, &str)> =
-        shown.iter().map(|o| (o.pid, o.addr.as_str())).collect();
+    let keys: std::collections::HashSet<(u32, u64)> =
+        shown.iter().map(|o| (o.pid, o.addr)).collect();
     let mut threads: Vec<_> = g.threads.iter().collect();
     threads.sort_by_key(|t| std::cmp::Reverse(t.wait.total_ns));
     let mut waits_for: Vec<_> = g.waits_for.iter().collect();
     waits_for.sort_by_key(|w| std::cmp::Reverse(w.wait.total_ns));
     // Contention mode sees waits, not acquisitions or holds.
-    let full = doc.run.mode != "contention";
+    let full = doc.run.mode != Mode::Contention;
     let data = json!({
         // Acquisitions and holds a mode does not see are null ("-"), not 0.
         "objects": shown.iter().map(|o| {
             let seen = o.sees_acquisitions();
             json!({
-                "label": o.label(), "pid": o.pid, "addr": o.addr,
-                "acquisitions": seen.then_some(o.acquisitions),
-                "contended": o.contended, "wait_total": o.wait.total_ns, "wait_avg": o.wait.mean_ns,
+                "label": o.titled(), "pid": o.pid, "addr": format!("{:#x}", o.addr),
+                "acquisitions": seen.then_some(o.counts.acquisitions),
+                "contended": o.counts.contended, "wait_total": o.wait.total_ns, "wait_avg": o.wait.mean_ns,
                 "wait_p99": o.wait.p99_ns, "wait_max": o.wait.max_ns,
                 "hold_avg": if seen { o.hold.mean_ns } else { None },
                 "hold_max": if seen { o.hold.max_ns } else { None },
                 "threads": o.threads, "wait_kind": o.wait_kind, "idle": o.is_idle(),
             })
         }).collect::<Vec<_>>(),
-        "edges": g.edges.iter().filter(|e| keys.contains(&(e.pid, e.object.as_str()))).take(MAX_ROWS * 8).map(|e| json!({
-            "pid": e.pid, "tid": e.tid, "object": e.object, "role": e.role,
-            "acquisitions": full.then_some(e.acquisitions), "contended": e.contended,
+        "edges": g.edges.iter().filter(|e| keys.contains(&(e.pid, e.object))).take(MAX_ROWS * 8).map(|e| json!({
+            "pid": e.pid, "tid": e.tid, "object": format!("{:#x}", e.object), "role": e.role,
+            "acquisitions": full.then_some(e.counts.acquisitions), "contended": e.counts.contended,
             "wait_total": e.wait.total_ns, "wait_max": e.wait.max_ns,
             "hold_avg": if full { e.hold.mean_ns } else { None },
         })).collect::<Vec<_>>(),
         "waits_for": waits_for.iter().take(MAX_ROWS * 4).map(|w| json!({
             "pid": w.pid, "waiter": w.waiter, "waker_pid": w.waker_pid, "waker": w.waker,
-            "outside": w.outside, "object": w.object, "count": w.count,
+            "outside": w.outside, "object": format!("{:#x}", w.object), "count": w.count,
             "wait_total": w.wait.total_ns, "wait_max": w.wait.max_ns,
         })).collect::<Vec<_>>(),
         "threads": threads.iter().take(MAX_ROWS * 4).map(|t| json!({
@@ -161,7 +162,7 @@ pub fn render(doc: &Doc) -> String {
         p,
         "<header><h1>{}</h1><p>{} mode, {} traced, written by rtm-trace {}</p></header><nav>",
         esc(&title),
-        esc(&doc.run.mode),
+        esc(doc.run.mode.name()),
         ns(span),
         esc(&doc.tool_version)
     );
@@ -213,10 +214,7 @@ pub fn render(doc: &Doc) -> String {
 fn summary(p: &mut String, doc: &Doc, rest: usize, rest_wait: u64) {
     let g = &doc.sync_graph;
     let total_wait: u64 = g.threads.iter().map(|t| t.wait.total_ns).sum();
-    let lost: u64 = ["ring_full", "pending_full"]
-        .iter()
-        .filter_map(|k| doc.run.losses.get(*k))
-        .sum();
+    let lost = doc.run.losses.lost();
     p.push_str("<section id=\"summary\" class=\"on\">");
     if !doc.findings.is_empty() {
         p.push_str("<h2>Findings</h2><ol id=\"findings\">");
@@ -371,15 +369,15 @@ fn tree(p: &mut String, doc: &Doc) {
 fn graph(p: &mut String, doc: &Doc) {
     use svg::Node;
     let g = &doc.sync_graph;
-    let label_of = |pid: u32, addr: &str| {
+    let label_of = |pid: u32, addr: u64| {
         g.objects
             .iter()
             .find(|o| o.pid == pid && o.addr == addr)
-            .map_or_else(|| addr.to_owned(), |o| o.label())
+            .map_or_else(|| format!("{addr:#x}"), |o| o.titled())
     };
     // Nodes by identity: objects by process and address, threads by process and TID.
-    let object = |pid: u32, addr: &str, label: String| Node {
-        id: format!("o{pid}_{addr}"),
+    let object = |pid: u32, addr: u64, label: String| Node {
+        id: format!("o{pid}_{addr:#x}"),
         label,
     };
     let thread = |pid: u32, tid: u32| Node {
@@ -394,7 +392,7 @@ fn graph(p: &mut String, doc: &Doc) {
         .map(|e| {
             (
                 thread(e.pid, e.tid),
-                object(e.pid, &e.object, label_of(e.pid, &e.object)),
+                object(e.pid, e.object, label_of(e.pid, e.object)),
                 e.wait.total_ns,
             )
         })
@@ -416,8 +414,8 @@ fn graph(p: &mut String, doc: &Doc) {
             let name = w
                 .object_name
                 .clone()
-                .unwrap_or_else(|| label_of(w.pid, &w.object));
-            (object(w.pid, &w.object, name), waker, w.wait.total_ns)
+                .unwrap_or_else(|| label_of(w.pid, w.object));
+            (object(w.pid, w.object, name), waker, w.wait.total_ns)
         })
         .collect();
     let _ = write!(
@@ -430,7 +428,7 @@ fn graph(p: &mut String, doc: &Doc) {
 fn mpi(p: &mut String, doc: &Doc) {
     let Some(tg) = &doc.task_graph else { return };
     let by_host = tg.ranks.len() > MATRIX_RANKS;
-    let key_of = |r: Option<i64>| -> String {
+    let key_of = |r: Option<i32>| -> String {
         match r {
             Some(r) if by_host => tg
                 .ranks
@@ -488,7 +486,7 @@ fn mpi(p: &mut String, doc: &Doc) {
 fn system(p: &mut String, doc: &Doc) {
     let Some(a) = &doc.ambient else { return };
     let span = a.intervals.last().map_or(0.0, |i| i.t_s + i.dur_s);
-    let one = |name: &str, f: &dyn Fn(&super::saved::Interval) -> f64| {
+    let one = |name: &str, f: &dyn Fn(&crate::model::system::interval::Interval) -> f64| {
         (
             name.to_owned(),
             a.intervals
@@ -526,8 +524,8 @@ fn system(p: &mut String, doc: &Doc) {
         span,
     ));
     if a.intervals.iter().any(|i| i.psi.is_some()) {
-        let psi = |f: fn(&super::saved::Psi) -> f64| {
-            move |i: &super::saved::Interval| i.psi.as_ref().map_or(0.0, f)
+        let psi = |f: fn(&crate::model::system::interval::PsiShare) -> f64| {
+            move |i: &crate::model::system::interval::Interval| i.psi.as_ref().map_or(0.0, f)
         };
         p.push_str(&svg::lines(
             "Pressure (PSI, some)",
@@ -548,7 +546,7 @@ fn system(p: &mut String, doc: &Doc) {
     pids.sort_unstable();
     pids.dedup();
     pids.truncate(6);
-    let per = |f: fn(&super::saved::ProcUsage) -> f64| -> Vec<svg::Series> {
+    let per = |f: fn(&crate::model::system::interval::ProcRate) -> f64| -> Vec<svg::Series> {
         pids.iter()
             .map(|pid| {
                 let name = doc
@@ -596,7 +594,7 @@ mod tests {
             br#"{"format":"rtm-trace","version":1,"tool_version":"t","run":{"mode":"full","host":"h<b>","targets":[{"pid":5,"comm":"</script><script>alert(1)</script>"}]},
                 "sync_graph":{"objects":[{"pid":5,"kind":"mutex","addr":"0x10","name":"<img src=x onerror=alert(2)>","acquisitions":3,"wait":{"count":1,"total_ns":7}}],
                 "threads":[{"pid":5,"tid":6,"name":"\u001b[31m<i>"}],
-                "edges":[{"pid":5,"tid":6,"object":"0x10","wait":{"total_ns":7}}],
+                "edges":[{"pid":5,"tid":6,"kind":"mutex","object":"0x10","wait":{"total_ns":7}}],
                 "stacks":{"rows":[{"pid":5,"object":"0x10","object_name":"<svg onload=x>","waker_pid":5,"waits":2,"wait_ns":9,"max_ns":5,"waiter":["<b>f</b>+0x1 (a.c:1)"],"waker":["\u001b[2Jg+0x2"]}],"rows_total":3,"other_waits":4,"other_wait_ns":8}}}"#,
             "t.json",
         )
@@ -641,17 +639,17 @@ mod tests {
                   {{"pid":5,"kind":"futex","addr":"0x20","name":"{long} #1"}},
                   {{"pid":5,"kind":"futex","addr":"0x30","name":"{long} #2"}}],
                 "threads":[{{"pid":5,"tid":7}},{{"pid":6,"tid":8}}],
-                "edges":[{{"pid":5,"tid":7,"object":"0x10","wait":{{"total_ns":7}}}},
-                  {{"pid":6,"tid":8,"object":"0x10","wait":{{"total_ns":7}}}},
-                  {{"pid":5,"tid":7,"object":"0x20","wait":{{"total_ns":7}}}},
-                  {{"pid":5,"tid":7,"object":"0x30","wait":{{"total_ns":7}}}}]}}}}"#
+                "edges":[{{"pid":5,"tid":7,"kind":"futex","object":"0x10","wait":{{"total_ns":7}}}},
+                  {{"pid":6,"tid":8,"kind":"futex","object":"0x10","wait":{{"total_ns":7}}}},
+                  {{"pid":5,"tid":7,"kind":"futex","object":"0x20","wait":{{"total_ns":7}}}},
+                  {{"pid":5,"tid":7,"kind":"futex","object":"0x30","wait":{{"total_ns":7}}}}]}}}}"#
         );
         let d = Doc::parse(text.as_bytes(), "t.json").unwrap();
         let page = render(&d);
         let graph = &page[page.find("id=\"sync-graph\"").expect("the graph")..];
         let graph = &graph[..graph.find("</svg>").unwrap()];
         assert_eq!(
-            graph.matches("<title>queue_lock</title>").count(),
+            graph.matches("<title>futex queue_lock</title>").count(),
             2,
             "{graph}"
         );

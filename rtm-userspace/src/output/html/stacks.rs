@@ -5,10 +5,8 @@
 use std::fmt::Write as _;
 
 use super::esc;
-use crate::output::{
-    format::{count, ns},
-    saved::{StackRow, Stacks},
-};
+use crate::model::stacks::{StackRowView as StackRow, StacksView as Stacks};
+use crate::output::format::{count, ns};
 
 /// Words shown, and stack pairs under each.
 const WORDS: usize = 20;
@@ -28,15 +26,15 @@ fn frames(p: &mut String, f: &[String]) {
 
 /// The section.
 pub fn section(p: &mut String, st: &Stacks) {
-    let mut words: Vec<((u32, &str), Vec<&StackRow>)> = Vec::new();
+    let mut words: Vec<((u32, u64), Vec<&StackRow>)> = Vec::new();
     for r in &st.rows {
-        let key = (r.pid, r.object.as_str());
+        let key = (r.pid, r.object);
         match words.iter_mut().find(|(k, _)| *k == key) {
             Some((_, rows)) => rows.push(r),
             None => words.push((key, vec![r])),
         }
     }
-    let total = |rows: &[&StackRow]| rows.iter().map(|r| r.wait_ns).sum::<u64>();
+    let total = |rows: &[&StackRow]| rows.iter().map(|r| r.edge.wait_ns).sum::<u64>();
     words.sort_by_key(|(_, rows)| std::cmp::Reverse(total(rows)));
     let _ = write!(
         p,
@@ -48,22 +46,25 @@ pub fn section(p: &mut String, st: &Stacks) {
         words.len()
     );
     for ((pid, object), rows) in words.iter().take(WORDS) {
-        let name = rows[0].object_name.as_deref().unwrap_or(object);
+        let name = rows[0]
+            .object_name
+            .clone()
+            .unwrap_or_else(|| format!("{object:#x}"));
         let _ = write!(
             p,
             "<h3>{} (PID {pid}): {} waits, {} asleep</h3><table class=\"stacks\"><tr><th>waits</th>\
              <th>asleep</th><th>max</th><th>waited in</th><th>woken from</th></tr>",
-            esc(name),
-            count(rows.iter().map(|r| r.waits).sum()),
+            esc(&name),
+            count(rows.iter().map(|r| r.edge.waits).sum()),
             ns(total(rows))
         );
         for r in rows.iter().take(PAIRS) {
             let _ = write!(
                 p,
                 "<tr><td>{}</td><td>{}</td><td>{}</td>",
-                count(r.waits),
-                ns(r.wait_ns),
-                ns(r.max_ns)
+                count(r.edge.waits),
+                ns(r.edge.wait_ns),
+                ns(r.edge.max_ns)
             );
             frames(p, &r.waiter);
             if r.waker_pid == 0 {
@@ -81,7 +82,7 @@ pub fn section(p: &mut String, st: &Stacks) {
             "<p class=\"note\">{} more waits in {} rows not listed ({} asleep; in the JSON up to its \
              500 rows).</p>",
             count(st.other_waits),
-            count(st.rows_total.saturating_sub(st.rows.len() as u64)),
+            count(st.rows_total.saturating_sub(st.rows.len()) as u64),
             ns(st.other_wait_ns)
         );
     }
