@@ -1,9 +1,10 @@
 //! The one definition of rtm-trace's kernel/user ABI.
 //!
 //! Everything the eBPF programs write and userspace reads is declared here: event
-//! layouts, their discriminants, the names of maps and programs, and the indexes of
-//! the loss counters. The crate is `no_std` so the eBPF crate can use it; the `user`
-//! feature adds `aya::Pod`, serde and a safe decoder for userspace.
+//! layouts, their discriminants, the names of maps and programs, the indexes of the
+//! loss counters, and (in [`arch`]) what both sides assume about the CPU architecture:
+//! x86-64 only. The crate is `no_std` so the eBPF crate can use it; the `user` feature
+//! adds `aya::Pod`, serde and a safe decoder for userspace.
 #![no_std]
 #![deny(missing_docs)]
 
@@ -12,6 +13,7 @@
 mod macros;
 
 pub mod agg;
+pub mod arch;
 pub mod cookie;
 pub mod func;
 pub mod futex;

@@ -130,8 +130,9 @@ pub const MPI_FLAG_NOT_DONE: u32 = 4;
 /// [`MpiEvent::flags`]: the status was MPI_STATUS_IGNORE.
 pub const MPI_FLAG_STATUS_IGNORED: u32 = 8;
 
-/// Where a function's arguments are (x86-64 argument index: 0-5 in registers, 6 and up
-/// on the stack), [`NO_ARG`] when it has none of that kind.
+/// Where a function's arguments are (argument index: the first
+/// [`arch::CALL_REGISTER_ARGS`](crate::arch::CALL_REGISTER_ARGS) in registers, the rest on
+/// the stack), [`NO_ARG`] when it has none of that kind.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct MpiShape {
     /// Element count (send side).

@@ -14,7 +14,7 @@ use aya_ebpf::{
 };
 use rtm_common::{
     Check, Cookie, EventKind, LossCounter, MAX_CALL_DEPTH, PendingCall, Primitive, SYNC_FLAG_BEGIN,
-    SYNC_FLAG_CONTENDED, SyncEvent, SyncOp,
+    SYNC_FLAG_CONTENDED, SyncEvent, SyncOp, arch::RETURN_ADDRESS_AT_SP,
 };
 
 use crate::{
@@ -22,16 +22,17 @@ use crate::{
     emit::{self, header, now},
     filter::{entry_was_kept, traced_in_context, traced_pid_tgid},
     maps::{PENDING, count_loss, thread_calls},
+    regs::probe_sp,
 };
 
-/// Reads the return address at the top of the stack. Userspace only places probes where
-/// nothing has been pushed yet, so this is the caller.
+/// Reads the return address where a function's entry finds it (x86-64: the top of the
+/// stack). Userspace only places probes where nothing has been pushed yet, so this is
+/// the caller.
 #[inline(always)]
 fn caller(ctx: &ProbeContext) -> u64 {
-    // SAFETY: regs points at the probed task's saved registers.
-    let sp = unsafe { (*ctx.regs).rsp };
+    let at = probe_sp(ctx) + RETURN_ADDRESS_AT_SP;
     // SAFETY: bpf_probe_read_user checks the user address itself.
-    unsafe { bpf_probe_read_user(sp as *const u64) }.unwrap_or(0)
+    unsafe { bpf_probe_read_user(at as *const u64) }.unwrap_or(0)
 }
 
 /// Applies the cookie's contention check to the object's first word.
@@ -67,8 +68,7 @@ pub fn call_enter(ctx: ProbeContext) -> u32 {
     let raw = cookie(&ctx);
     let c = Cookie::unpack(raw);
     let object: u64 = ctx.arg(0).unwrap_or(0);
-    // SAFETY: regs points at the probed task's saved registers.
-    let sp = unsafe { (*ctx.regs).rsp };
+    let sp = probe_sp(&ctx);
     let ret_addr = caller(&ctx);
     let Some(tc) = thread_calls(pid_tgid) else {
         count_loss(LossCounter::PendingFull);

@@ -23,6 +23,7 @@ use crate::{
     emit::{self, now},
     filter::{entry_was_kept, traced_in_context, traced_pid_tgid},
     maps::{count_loss, count_losses, func_stack, func_stack_of},
+    regs::probe_sp,
 };
 
 /// Entry of a timed function.
@@ -33,8 +34,7 @@ pub fn func_enter(ctx: ProbeContext) -> u32 {
     };
     // SAFETY: helper without preconditions; the cookie is set by userspace at attach.
     let function = unsafe { bpf_get_attach_cookie(ctx.as_ptr()) } as u32;
-    // SAFETY: regs points at the probed task's saved registers.
-    let sp = unsafe { (*ctx.regs).rsp };
+    let sp = probe_sp(&ctx);
     let Some(st) = func_stack(pid_tgid) else {
         count_loss(LossCounter::PendingFull);
         return 0;
@@ -81,8 +81,8 @@ pub fn func_return(ctx: RetProbeContext) -> u32 {
     let ts = now();
     // SAFETY: helper without preconditions.
     let function = unsafe { bpf_get_attach_cookie(ctx.as_ptr()) } as u32;
-    // SAFETY: regs points at the task's saved registers, after the return.
-    let sp = unsafe { (*ctx.regs).rsp };
+    // After the return: the return address was popped.
+    let sp = probe_sp(&ctx);
     let Some(st) = func_stack_of(pid_tgid) else {
         if entry_was_kept() {
             count_loss(LossCounter::MissedEntry);

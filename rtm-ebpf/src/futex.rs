@@ -22,6 +22,13 @@ use aya_ebpf::{
 use rtm_common::{
     AggOutcome, EventKind, FUTEX_CMD_MASK, FUTEX_OP_OUTSIDE_CALL, FutexWaitEvent, FutexWaker,
     LossCounter, MUTEX_HEAD_WORDS, PENDING_SAMPLED, PENDING_TIMED, PendingFutex, SYNC_FLAG_BLOCKED,
+    arch::{
+        SYS_FUTEX,
+        pt_regs::{
+            FIRST_SYSCALL_ARGS, FirstSyscallArgs, SYSCALL_ARG0, SYSCALL_ARG1, SYSCALL_ARG2,
+            SYSCALL_ARG3, SYSCALL_NR,
+        },
+    },
     futex_cmd_waits, futex_cmd_wakes, futex_timeout_realtime, futex_timeout_relative, mutex_holder,
 };
 
@@ -34,40 +41,12 @@ use crate::{
         AGGREGATE, COUNT_WAKES, PENDING_FUTEX, REALTIME_OFFSET, WAKING, count_loss, futex_entry,
         innermost, waker_slot,
     },
+    regs::saved,
 };
-
-/// x86-64 system call number of futex.
-pub const SYS_FUTEX: u64 = 202;
 
 /// Most waits that returned without sleeping counted in a thread's entry before they
 /// are sent: a thread that keeps finding the word changed still shows up live.
 const UNSLEPT_BATCH: u32 = 1023;
-
-/// The argument registers of a syscall, as saved in `struct pt_regs` at offset 96
-/// (x86-64: dx, si, di).
-#[repr(C)]
-#[derive(Clone, Copy)]
-struct EnterRegs {
-    dx: u64,
-    si: u64,
-    di: u64,
-}
-
-const ENTER_REGS: usize = 96;
-
-/// Offset of `r10` (the fourth syscall argument: a futex wait's timeout) in struct
-/// pt_regs.
-const REGS_R10: usize = 56;
-
-/// Offset of `di` (the first syscall argument: the futex word) in struct pt_regs.
-pub const REGS_DI: usize = 112;
-
-/// Offset of `si` (the second syscall argument: the futex op) in struct pt_regs.
-pub const REGS_SI: usize = 104;
-
-/// Offset of `r8` (the fifth syscall argument: FUTEX_WAKE_OP's second word) in struct
-/// pt_regs.
-pub const REGS_R8: usize = 72;
 
 /// A `struct timespec` in the traced program's memory.
 #[repr(C)]
@@ -136,21 +115,26 @@ pub fn futex_enter(ctx: BtfTracePointContext) -> i32 {
     };
     let regs: *const u8 = ctx.arg(0);
     // SAFETY: fields of the task's saved registers (struct pt_regs, the tracepoint's first
-    // argument); the verifier checks each offset against the kernel's BTF and the JIT
-    // makes the loads fault-safe.
+    // argument), checked by the verifier against the kernel's BTF.
     let (r, timeout) = unsafe {
-        let at = |offset: usize| core::ptr::read_volatile(regs.add(offset).cast::<u64>());
         (
-            EnterRegs {
-                dx: at(ENTER_REGS),
-                si: at(ENTER_REGS + 8),
-                di: at(ENTER_REGS + 16),
+            FirstSyscallArgs {
+                arg2: saved(regs, SYSCALL_ARG2),
+                arg1: saved(regs, SYSCALL_ARG1),
+                arg0: saved(regs, SYSCALL_ARG0),
             },
-            at(REGS_R10),
+            saved(regs, SYSCALL_ARG3),
         )
     };
     let waking = WAKING.load() != 0;
-    enter(pid_tgid, r.di, r.si as u32, r.dx as u32, timeout, waking) as i32
+    enter(
+        pid_tgid,
+        r.arg0,
+        r.arg1 as u32,
+        r.arg2 as u32,
+        timeout,
+        waking,
+    ) as i32
 }
 
 /// The same on a kernel without BTF: raw_syscalls sys_enter, the registers read through
@@ -160,11 +144,11 @@ pub fn futex_enter_raw(ctx: RawTracePointContext) -> u32 {
     let Some(pid_tgid) = traced_futex(ctx.arg(1)) else {
         return 0;
     };
-    let Some(r) = regs::<EnterRegs>(&ctx, ENTER_REGS) else {
+    let Some(r) = regs::<FirstSyscallArgs>(&ctx, FIRST_SYSCALL_ARGS) else {
         return 0;
     };
     // Waits end at their return here (sys_exit_futex), with the kernel's own result.
-    enter(pid_tgid, r.di, r.si as u32, r.dx as u32, 0, false)
+    enter(pid_tgid, r.arg0, r.arg1 as u32, r.arg2 as u32, 0, false)
 }
 
 /// The holder of the glibc mutex at `uaddr` a thread is about to wait on with `cmd`
@@ -315,9 +299,6 @@ fn send_unslept(pid_tgid: u64, f: &PendingFutex) {
 /// Offset of `ret` in the syscalls/sys_exit_futex record.
 const EXIT_RET: usize = 16;
 
-/// Offset of `orig_ax` (the system call number) in struct pt_regs.
-pub const ORIG_AX: usize = 120;
-
 /// sys_exit (regs, ret) as a BTF tracepoint. It runs at the end of every system call of
 /// every process, like the entry, and reads the syscall number with a plain load. The
 /// per-syscall syscalls/sys_exit_futex fills a perf record for each call before its
@@ -326,8 +307,8 @@ pub const ORIG_AX: usize = 120;
 pub fn futex_exit(ctx: BtfTracePointContext) -> i32 {
     let regs: *const u8 = ctx.arg(0);
     // SAFETY: a field of the task's saved registers, checked by the verifier against the
-    // kernel's BTF; the JIT makes the load fault-safe.
-    let id = unsafe { core::ptr::read_volatile(regs.add(ORIG_AX).cast::<u64>()) };
+    // kernel's BTF.
+    let id = unsafe { saved(regs, SYSCALL_NR) };
     if id != SYS_FUTEX {
         return 0;
     }

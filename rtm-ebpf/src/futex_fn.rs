@@ -22,8 +22,8 @@ use crate::{
     filter::is_traced,
     futex_done::{finish, task_field},
     maps::{TASK_PID, TASK_TGID, futex_entry},
+    regs::syscall_of,
     stacks,
-    waking::syscall_of,
 };
 
 /// -ETIMEDOUT.

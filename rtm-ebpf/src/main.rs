@@ -17,6 +17,7 @@ mod futex_fn;
 mod lifecycle;
 mod maps;
 mod mpi;
+mod regs;
 mod stacks;
 mod waking;
 

@@ -16,7 +16,9 @@ use aya_ebpf::{
 use rtm_common::{
     BYTES_UNKNOWN, COMM_ID_UNKNOWN, EventKind, LossCounter, MAX_MPI_REQS, MPI_FLAG_COMPLETION,
     MPI_FLAG_NOT_DONE, MPI_FLAG_REQS_TRUNCATED, MPI_FLAG_STATUS_IGNORED, MpiEvent, MpiImpl,
-    MpiLayout, MpiOp, MpiPending, MpiShape, NO_ARG, RANK_UNKNOWN, mpi_cookie_parts,
+    MpiLayout, MpiOp, MpiPending, MpiShape, NO_ARG, RANK_UNKNOWN,
+    arch::{CALL_REGISTER_ARGS, STACK_ARGS_AT_SP},
+    mpi_cookie_parts,
 };
 
 use crate::{
@@ -24,6 +26,7 @@ use crate::{
     emit::{self, header, now},
     filter::{entry_was_kept, traced_in_context, traced_pid_tgid},
     maps::{MPI_LAYOUT, MPI_PENDING, count_loss},
+    regs::probe_sp,
 };
 
 #[inline(always)]
@@ -176,20 +179,21 @@ pub fn mpi_enter(ctx: ProbeContext) -> u32 {
     // SAFETY: this thread's own entry; only this thread writes it.
     let p = unsafe { &mut *p };
     p.cookie = cookie;
+    // The arguments in registers, then those on the stack.
+    const _: () = assert!(CALL_REGISTER_ARGS == 6);
     p.args[0] = ctx.arg(0).unwrap_or(0);
     p.args[1] = ctx.arg(1).unwrap_or(0);
     p.args[2] = ctx.arg(2).unwrap_or(0);
     p.args[3] = ctx.arg(3).unwrap_or(0);
     p.args[4] = ctx.arg(4).unwrap_or(0);
     p.args[5] = ctx.arg(5).unwrap_or(0);
-    // SAFETY: regs points at the probed task's saved registers; userspace places MPI
-    // probes where the stack pointer still points at the return address.
-    let sp = unsafe { (*ctx.regs).rsp };
-    // Arguments 7-12 are on the stack above the return address.
+    // Userspace places MPI probes where the stack pointer is still the entry's.
+    let sp = probe_sp(&ctx);
     // SAFETY: bpf_probe_read_user checks the user address itself.
     let stack: [u64; 6] =
-        unsafe { bpf_probe_read_user((sp + 8) as *const [u64; 6]) }.unwrap_or([0; 6]);
-    p.args[6..12].copy_from_slice(&stack);
+        unsafe { bpf_probe_read_user((sp + STACK_ARGS_AT_SP) as *const [u64; 6]) }
+            .unwrap_or([0; 6]);
+    p.args[CALL_REGISTER_ARGS..].copy_from_slice(&stack);
     if shape.requests != NO_ARG {
         let base = arg(p, shape.requests);
         let n = if shape.nreqs == NO_ARG {

@@ -9,7 +9,7 @@
 
 use aya_ebpf::{
     helpers::{
-        bpf_get_current_task_btf, bpf_get_prandom_u32, bpf_get_smp_processor_id, bpf_task_pt_regs,
+        bpf_get_current_task_btf, bpf_get_prandom_u32, bpf_get_smp_processor_id,
         generated::bpf_probe_read_user,
     },
     maps::{RingBuf, ring_buf::RingBufBytes},
@@ -20,26 +20,23 @@ use rtm_common::{
     EventKind, FUTEX_CMD_MASK, LossCounter, MAX_CALL_DEPTH, PENDING_SAMPLED, PENDING_STACKED,
     PENDING_TIMED, PendingFutex, STACK_FIXES, STACK_MISSING_OTHER_PROCESS,
     STACK_MISSING_UNREADABLE, STACK_MISSING_WAKE_BEFORE_SLEEP, STACK_SIDE_WAITER, STACK_SIDE_WAKER,
-    StackFix, StackRegs, StacksHead, futex_cmd_waits,
+    StackFix, StackRegs, StacksHead,
+    arch::{SYS_FUTEX, pt_regs},
+    futex_cmd_waits,
 };
 
 use crate::{
     emit::{header, now, wakeup_flags_for},
     filter::is_traced,
-    futex::{SYS_FUTEX, deadline, holder_of},
+    futex::{deadline, holder_of},
     futex_done::{send_done, task_field},
     maps::{
         EVENTS, EVENTS_1, EVENTS_2, EVENTS_3, PENDING, PENDING_FUTEX, READ_HOLDERS, SLEEP_ENTRY,
         STACK_BYTES, STACK_RATE, STACK_SAMPLER, SYNC_RING_MASK, TASK_PID, TASK_STATE, TASK_TGID,
         count_loss, futex_entry,
     },
-    waking::syscall_of,
+    regs::{self, saved, syscall_of},
 };
-
-/// Offsets of the third and fourth syscall arguments (`dx`: the value a futex wait
-/// expects; `r10`: its timeout) in x86-64 `struct pt_regs`.
-const REGS_DX: usize = 96;
-const REGS_R10: usize = 56;
 
 /// The sampler's window: its chance is set again this often, ns.
 const SAMPLE_WINDOW_NS: u64 = 100_000_000;
@@ -102,26 +99,20 @@ pub fn sample(now: u64) -> Option<u32> {
     Some(weight as u32)
 }
 
-/// Offsets in x86-64 `struct pt_regs`.
-const REGS_BP: usize = 32;
-const REGS_IP: usize = 128;
-const REGS_SP: usize = 152;
-
 /// The user registers of `task` (a BTF task pointer) at its system call.
 ///
 /// # Safety
 /// `task` is a BTF task pointer.
 #[inline(always)]
 unsafe fn user_regs(task: *const u8) -> StackRegs {
-    // SAFETY: the helper returns the task's saved user registers as a BTF pointer; the
-    // verifier checks each field against the kernel's BTF.
+    // SAFETY: the task's saved user registers as a BTF pointer; the verifier checks each
+    // field against the kernel's BTF.
     unsafe {
-        let regs = bpf_task_pt_regs(task as *mut _) as *const u8;
-        let at = |offset: usize| core::ptr::read_volatile(regs.add(offset).cast::<u64>());
+        let regs = regs::of_task(task);
         StackRegs {
-            ip: at(REGS_IP),
-            sp: at(REGS_SP),
-            bp: at(REGS_BP),
+            ip: saved(regs, pt_regs::IP),
+            sp: saved(regs, pt_regs::SP),
+            bp: saved(regs, pt_regs::FP),
             len: 0,
             missing: 0,
             fixes: [StackFix::default(); STACK_FIXES],
@@ -284,9 +275,11 @@ pub fn begin_sleep(prev: *const u8, pid_tgid: u64, choose_stack: bool) {
     }
     // SAFETY: fields of the task's saved registers (BTF-checked).
     let (val, timeout) = unsafe {
-        let regs = bpf_task_pt_regs(prev as *mut _) as *const u8;
-        let at = |offset: usize| core::ptr::read_volatile(regs.add(offset).cast::<u64>());
-        (at(REGS_DX) as u32, at(REGS_R10))
+        let regs = regs::of_task(prev);
+        (
+            saved(regs, pt_regs::SYSCALL_ARG2) as u32,
+            saved(regs, pt_regs::SYSCALL_ARG3),
+        )
     };
     send_done(pid_tgid);
     let ts = now();

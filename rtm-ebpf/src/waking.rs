@@ -7,26 +7,27 @@
 use core::intrinsics::AtomicOrdering;
 
 use aya_ebpf::{
-    helpers::{bpf_get_current_pid_tgid, bpf_get_current_task_btf, bpf_task_pt_regs},
+    helpers::{bpf_get_current_pid_tgid, bpf_get_current_task_btf},
     macros::btf_tracepoint,
     programs::BtfTracePointContext,
 };
 use rtm_common::{
     AggOutcome, DEADLINE_SLACK_NS, EventKind, FUTEX_CMD_MASK, FUTEX_PRIVATE_FLAG, FutexWaitEvent,
-    PENDING_SAMPLED, PENDING_TIMED, PendingFutex, WAIT_INTERRUPTED, futex_cmd_waits,
-    futex_cmd_wakes,
+    PENDING_SAMPLED, PENDING_TIMED, PendingFutex, WAIT_INTERRUPTED,
+    arch::{SYS_FUTEX, pt_regs::SYSCALL_ARG2},
+    futex_cmd_waits, futex_cmd_wakes,
 };
 
 use crate::{
     agg,
     emit::{self, header, now},
     filter::is_traced,
-    futex::{ORIG_AX, REGS_DI, REGS_R8, REGS_SI, SYS_FUTEX},
     futex_done::{keep_done, task_field},
     maps::{
         AGGREGATE, IN_TIMER, NOTE_WAKER, SLEEP_ENTRY, TASK_PID, TASK_TGID, futex_done, futex_entry,
         futex_slot,
     },
+    regs::{self, saved, syscall_of},
     stacks,
 };
 
@@ -35,22 +36,6 @@ const ETIMEDOUT: i32 = -110;
 
 /// FUTEX_WAKE_OP: wakes on its first word and, by the operation's outcome, its second.
 const FUTEX_WAKE_OP: u32 = 5;
-
-/// The system call a task is in (its saved registers): number, then the first, second
-/// and fifth arguments (for a futex call: the word, the op, FUTEX_WAKE_OP's second word).
-///
-/// # Safety
-/// `task` is a BTF task pointer.
-#[inline(always)]
-pub unsafe fn syscall_of(task: *const u8) -> (u64, u64, u64, u64) {
-    // SAFETY: the helper returns the task's saved registers as a BTF pointer; the
-    // verifier checks every field against the kernel's BTF.
-    unsafe {
-        let regs = bpf_task_pt_regs(task as *mut _) as *const u8;
-        let at = |offset: usize| core::ptr::read_volatile(regs.add(offset).cast::<u64>());
-        (at(ORIG_AX), at(REGS_DI), at(REGS_SI), at(REGS_R8))
-    }
-}
 
 /// Whether the current task's futex call (`word`, `op`, `word2`; in process `tgid`)
 /// wakes the wait `f` of process `waiter_tgid`. A private word's wake comes from its own
@@ -237,10 +222,7 @@ fn woken_before_sleep(p: *const u8, pid_tgid: u64) {
         return;
     }
     // SAFETY: p's saved registers (BTF-checked): the value the wait expects.
-    let val = unsafe {
-        let regs = bpf_task_pt_regs(p as *mut _) as *const u8;
-        core::ptr::read_volatile(regs.add(REGS_DX).cast::<u64>()) as u32
-    };
+    let val = unsafe { saved(regs::of_task(p), SYSCALL_ARG2) } as u32;
     let f = PendingFutex {
         uaddr: word,
         op,
@@ -412,10 +394,6 @@ fn end_raced_sleep(slot: *mut PendingFutex, pid_tgid: u64) {
         f.flags & PENDING_SAMPLED != 0,
     );
 }
-
-/// Offset of `dx` (the third syscall argument: the value a futex wait expects) in
-/// x86-64 struct pt_regs.
-const REGS_DX: usize = 96;
 
 /// timer:hrtimer_expire_entry: this CPU runs a timer's callback until the exit. Set
 /// and cleared, not counted: an exit missed (the programs attached between an entry and

@@ -4,7 +4,7 @@
 
 use std::time::Instant;
 
-use rtm_common::{FUTEX_CMD_MASK, futex_cmd_waits};
+use rtm_common::{FUTEX_CMD_MASK, arch::SYS_FUTEX, futex_cmd_waits};
 
 use crate::{
     model::{
@@ -22,8 +22,6 @@ use crate::{
 
 /// A futex op's flag: the word is private to its process.
 const FUTEX_PRIVATE_FLAG: u64 = 128;
-/// The futex system call (x86-64).
-const SYS_FUTEX: u64 = 202;
 /// Bytes of a blocked thread's stack read to unwind it.
 const STACK_BYTES: usize = 16 * 1024;
 

@@ -262,6 +262,8 @@ impl<'a> Btf<'a> {
 
 #[cfg(test)]
 mod tests {
+    use rtm_common::arch::pt_regs;
+
     use super::*;
 
     /// A BTF blob: `struct outer { int a; union { int b; struct inner c; }; }` with
@@ -324,8 +326,9 @@ mod tests {
         assert!(Btf::parse(b"not btf at all, not at all.....").is_err());
     }
 
-    /// The running kernel's: pt_regs is the x86-64 ABI, fixed; task_struct's fields are
-    /// where a second reading finds them.
+    /// The running kernel's: pt_regs is where `rtm_common::arch` has it (the
+    /// architecture's ABI, the same on every kernel); task_struct's fields are where a
+    /// second reading finds them.
     #[test]
     fn the_running_kernels_offsets() {
         let Ok(data) = read(Path::new(VMLINUX_BTF)) else {
@@ -338,9 +341,10 @@ mod tests {
         };
         let btf = Btf::parse(&data).unwrap();
         let regs = btf.struct_named("pt_regs").unwrap();
-        assert_eq!(btf.offset_of(regs, &["orig_ax"]).unwrap(), 120);
-        assert_eq!(btf.offset_of(regs, &["di"]).unwrap(), 112);
-        assert_eq!(btf.offset_of(regs, &["r10"]).unwrap(), 56);
+        for (member, offset) in pt_regs::BTF_MEMBERS {
+            let found = btf.offset_of(regs, &[member]).unwrap();
+            assert_eq!(found as usize, offset, "pt_regs.{member}");
+        }
         let t = task_offsets().unwrap();
         assert_eq!(t.tgid, t.pid + 4, "{t:?}");
         // task_struct.signal is a pointer well past pid; signal_struct.live follows its

@@ -14,6 +14,19 @@ use iced_x86::{
     Code, Decoder, DecoderOptions, FlowControl, Formatter as _, GasFormatter, Instruction,
     InstructionInfoFactory, Mnemonic, OpAccess, OpKind, Register,
 };
+use rtm_common::arch::CALL_REGISTER_ARGS;
+
+/// The registers a function receives its integer arguments in, first to sixth (System V
+/// AMD64, as aya-ebpf's `ctx.arg` reads them): what a probe that reads `n` arguments
+/// keeps unchanged, `&CALL_ARGS[..n]`.
+pub const CALL_ARGS: [Register; CALL_REGISTER_ARGS] = [
+    Register::RDI,
+    Register::RSI,
+    Register::RDX,
+    Register::RCX,
+    Register::R8,
+    Register::R9,
+];
 
 /// How far into a function the search goes.
 const MAX_INSNS: usize = 12;

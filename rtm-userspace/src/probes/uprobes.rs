@@ -11,7 +11,6 @@ use aya::{
         uprobe::{UProbeAttachLocation, UProbeAttachPoint, UProbeScope},
     },
 };
-use iced_x86::Register;
 use rtm_common::{Cookie, MpiLayout, mpi_cookie, names};
 
 use crate::proc::process;
@@ -128,7 +127,7 @@ impl Probes {
             let code = bytes
                 .get(start..start.saturating_add(size).min(bytes.len()))
                 .unwrap_or(&[]);
-            let keep = &[Register::RDI, Register::RSI][..spec.args as usize];
+            let keep = &placement::CALL_ARGS[..spec.args as usize];
             let pass_stores = spec.check_at_entry != spec.check_further_in;
             let p = placement::place(code, offset, keep, pass_stores);
             out.push((*spec, offset, p));
@@ -252,14 +251,6 @@ impl Probes {
             None => UProbeScope::AllProcesses,
         };
         let bytes = &lib.bytes;
-        let keep = [
-            Register::RDI,
-            Register::RSI,
-            Register::RDX,
-            Register::RCX,
-            Register::R8,
-            Register::R9,
-        ];
         let mut probed = Vec::new();
         let mut points: Vec<(u64, u64, &'static str)> = Vec::new();
         for &(function, op) in mpi::MPI_FUNCTIONS {
@@ -271,7 +262,7 @@ impl Probes {
             let code = bytes
                 .get(start..start.saturating_add(size).min(bytes.len()))
                 .unwrap_or(&[]);
-            let place = placement::place(code, offset, &keep, false);
+            let place = placement::place(code, offset, &placement::CALL_ARGS, false);
             points.push((
                 offset + place.offset,
                 mpi_cookie(op, lib.implementation),

@@ -22,6 +22,7 @@ use std::{
 use aya::maps::{HashMap as BpfHashMap, MapData};
 use rtm_common::{
     EventHeader, EventKind, FutexDone, FutexWaitEvent, PendingFutex, WAIT_IN_PROGRESS,
+    arch::SYS_FUTEX,
     decode::{Event, decode},
     names::futex_slot_index,
 };
@@ -190,9 +191,10 @@ fn left_in_entry(pid: u32, tid: u32, f: &PendingFutex, now_ns: u64) -> Option<Fu
     Some(f.unslept_record(header(f.start_ns), f.unslept))
 }
 
-/// Whether a /proc syscall line ("202 0xADDR ...") is a futex call on `uaddr`.
+/// Whether a /proc syscall line ("NR 0xADDR ...") is a futex call on `uaddr`.
 fn in_futex_on(line: &str, uaddr: u64) -> bool {
-    crate::proc::blocked::parse_syscall(line).is_some_and(|s| s.nr == 202 && s.args[0] == uaddr)
+    crate::proc::blocked::parse_syscall(line)
+        .is_some_and(|s| s.nr == SYS_FUTEX && s.args[0] == uaddr)
 }
 
 /// The wait in `done`, ended at its thread's first switch-in after the wake (or at the
