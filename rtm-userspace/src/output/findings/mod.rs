@@ -121,11 +121,8 @@ pub fn find(snap: &Snapshot, full: bool) -> Vec<Finding> {
         lock_bound |= share >= LOCK_BOUND_SHARE;
         let v = snap.objects.view(row);
         let name = v.name.clone().unwrap_or_else(|| format!("{:#x}", v.addr));
-        let kind = if row.wait_kind == WaitKind::Unknown {
-            "lock word".to_owned()
-        } else {
-            row.wait_kind.name().to_owned()
-        };
+        // Its one display name, as every table shows it.
+        let title = v.titled();
         let mut evidence = vec![if full && v.counts.acquisitions > 0 {
             format!(
                 "{} of {} acquisitions waited, {} in all",
@@ -173,12 +170,12 @@ pub fn find(snap: &Snapshot, full: bool) -> Vec<Finding> {
             kind: "lock".into(),
             title: if waiters == 1 {
                 format!(
-                    "{kind} {name} holds up 1 thread: it spent {} of its time waiting for it",
+                    "{title} holds up 1 thread: it spent {} of its time waiting for it",
                     pct(share)
                 )
             } else {
                 format!(
-                    "{kind} {name} holds up {waiters} threads: they spent {} of their time \
+                    "{title} holds up {waiters} threads: they spent {} of their time \
                      waiting for it",
                     pct(share)
                 )
