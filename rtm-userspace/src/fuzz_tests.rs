@@ -235,6 +235,16 @@ fn apply_and_render(records: &[Vec<u8>], contention: bool) {
     let doc = crate::output::saved::Doc::of(&run, &snap).expect("the JSON reads back");
     let text = report::render(&doc, 10, Some("fuzz"));
     assert!(text::is_inert(&text), "control characters in:\n{text}");
+    // The run's own report reads a document cut to what it shows: the same bytes as the
+    // whole document's, at any number of rows.
+    for top in [1, 3, 10] {
+        let cut = crate::output::saved::Doc::for_report(&run, &snap, top).expect("cut");
+        assert_eq!(
+            report::render(&cut, top, None),
+            report::render(&doc, top, None),
+            "top {top}"
+        );
+    }
     let doc = json::to_string(&run, &snap);
     serde_json::from_str::<serde_json::Value>(&doc).expect("the JSON parses back");
 }

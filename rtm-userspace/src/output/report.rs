@@ -107,7 +107,7 @@ pub fn render(doc: &Doc, top: usize, title: Option<&str>) -> String {
         ns(s.duration_ns()),
         run.mode.name(),
         s.threads.len(),
-        s.objects.len(),
+        s.totals().objects,
         count(s.model.events)
     );
     if let Some(reason) = run.end_reason {
@@ -125,7 +125,7 @@ pub fn render(doc: &Doc, top: usize, title: Option<&str>) -> String {
     }
 
     let locks = s.objects.iter().filter(|o| sections::is_lock(o));
-    let total = locks.clone().count();
+    let total = s.totals().locks;
     let objects: Vec<_> = locks.take(top).collect();
     let what = match run.mode {
         Mode::Contention => "lock words (futex) by time threads slept on them",
@@ -397,11 +397,8 @@ fn notes(out: &mut String, doc: &Doc) {
         ));
     }
     if run.mode == Mode::Full {
-        let (words, sleeps) = s
-            .objects
-            .iter()
-            .filter(|o| o.kind == Primitive::Futex)
-            .fold((0u64, 0u64), |(w, n), o| (w + 1, n + o.counts.contended));
+        let totals = s.totals();
+        let (words, sleeps) = (totals.futex_words, totals.futex_sleeps);
         if words > 0 {
             notes.push(format!(
                 "{} sleeps on {} futex word{} came from no probed pthread call (a language \
@@ -566,7 +563,7 @@ impl Sink for ReportSink {
 
     fn interval(&mut self, at: &Moment) -> Result<(), DestError> {
         let secs = at.elapsed_ns as f64 / 1e9;
-        let doc = Doc::of(at.run, at.snapshot)?;
+        let doc = Doc::for_report(at.run, at.snapshot, self.top.min(5))?;
         let text = render(
             &doc,
             self.top.min(5),
@@ -576,7 +573,11 @@ impl Sink for ReportSink {
     }
 
     fn finish(&mut self, at: &Moment) -> Result<(), DestError> {
-        let text = render(&Doc::of(at.run, at.snapshot)?, self.top, None);
+        let text = render(
+            &Doc::for_report(at.run, at.snapshot, self.top)?,
+            self.top,
+            None,
+        );
         self.dest.write(&mut |w| w.write_all(text.as_bytes()))
     }
 }

@@ -15,7 +15,7 @@ use crate::model::{ObjectView, sync::Role};
 
 /// Objects shown in the main lock table: locks and futex words that were acquired,
 /// waited on, or failed a trylock or a timed call.
-pub(super) fn is_lock(o: &ObjectView) -> bool {
+pub(crate) fn is_lock(o: &ObjectView) -> bool {
     is_active(o)
         && matches!(
             o.kind,
@@ -34,7 +34,7 @@ pub(super) fn waiting_for_work(out: &mut String, doc: &Doc, top: usize) {
         .objects
         .iter()
         .filter(|o| is_active(o) && o.kind == Primitive::Futex && o.is_idle());
-    let total = idle.clone().count();
+    let total = doc.sync_graph.totals().idle_words;
     if total == 0 {
         return;
     }

@@ -8,6 +8,7 @@
 #![allow(missing_docs)]
 
 mod read;
+mod reduce;
 
 pub use read::object_start;
 
@@ -99,9 +100,57 @@ pub struct SyncGraph {
     pub cannot_tell: Vec<Undecided>,
     #[serde(deserialize_with = "nullable")]
     pub go_processes: Vec<u32>,
+    /// Counts over every object, when `objects` and `edges` hold only what the text
+    /// report shows or names (a run's own report: see `reduce.rs`); None when they
+    /// hold everything (a document read from its JSON).
+    #[serde(skip)]
+    pub totals: Option<ObjectTotals>,
+}
+
+/// What the text report counts over every object.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ObjectTotals {
+    /// Objects.
+    pub objects: usize,
+    /// Locks shown in the main table (`is_lock`).
+    pub locks: usize,
+    /// Futex words waited on for work (`is_active`, idle).
+    pub idle_words: usize,
+    /// Futex words (no probed call's objects).
+    pub futex_words: u64,
+    /// Their sleeps.
+    pub futex_sleeps: u64,
+}
+
+impl ObjectTotals {
+    /// Adds one object.
+    pub fn add(&mut self, o: &ObjectView) {
+        self.objects += 1;
+        if crate::output::sections::is_lock(o) {
+            self.locks += 1;
+        }
+        if o.kind == Primitive::Futex {
+            self.futex_words += 1;
+            self.futex_sleeps += o.counts.contended;
+            if is_active(o) && o.is_idle() {
+                self.idle_words += 1;
+            }
+        }
+    }
 }
 
 impl SyncGraph {
+    /// What the report counts over every object.
+    pub fn totals(&self) -> ObjectTotals {
+        self.totals.unwrap_or_else(|| {
+            let mut t = ObjectTotals::default();
+            for o in &self.objects {
+                t.add(o);
+            }
+            t
+        })
+    }
+
     /// The trace's length, ns.
     pub fn duration_ns(&self) -> u64 {
         self.window.end_ns.saturating_sub(self.window.start_ns)

@@ -1,0 +1,157 @@
+//! A run's document for its own text report, without the rows the report neither shows
+//! nor names. The whole document of a graph of 100,000 mutexes is ~130 MiB of JSON and
+//! more again as views; the report shows a few dozen of its objects. Every part is the
+//! document's own (each value written and read back as the JSON would carry it), the
+//! object and edge lists are cut to what any section shows or looks up, and the counts
+//! the report gives over every object come along ([`ObjectTotals`]): the report of this
+//! document is the report of the whole one, byte for byte (the unit test below, and
+//! `one_document_e2e` against `rtm-trace report` of the run's JSON).
+
+use std::collections::HashSet;
+
+use rtm_common::Primitive;
+use serde::{Serialize, de::DeserializeOwned};
+
+use super::{Doc, ObjectTotals, SyncGraph, is_active, json};
+use crate::{
+    config::Mode,
+    model::{ObjectView, Row, Snapshot},
+    output::{RunInfo, dest::DestError, sections::is_lock},
+};
+
+/// A value as the document carries it: written and read back.
+fn carried<T: Serialize + DeserializeOwned>(v: &T) -> Result<T, DestError> {
+    serde_json::to_value(v)
+        .and_then(serde_json::from_value)
+        .map_err(|e| DestError::Io {
+            path: "the trace's document".into(),
+            source: std::io::Error::other(e.to_string()),
+        })
+}
+
+impl Doc {
+    /// The document of a run as its text report reads it, `top` rows a table.
+    pub fn for_report(run: &RunInfo, s: &Snapshot, top: usize) -> Result<Doc, DestError> {
+        // What the report names: the words and objects of every row it may show.
+        let mut named: HashSet<(u32, u64)> = HashSet::new();
+        for w in s.waits_for.iter() {
+            named.insert((w.pid, w.object));
+        }
+        named.extend(s.held_by.iter().map(|h| (h.pid, h.object)));
+        named.extend(s.call_sites.iter().map(|c| (c.pid, c.object)));
+        if let Some(st) = &s.stacks {
+            named.extend(st.rows.iter().map(|r| (r.pid, r.object)));
+        }
+        let mut totals = ObjectTotals::default();
+        let (mut locks, mut idle) = (0usize, 0usize);
+        let mut of_kind = [0usize; 4];
+        let mut objects = Vec::new();
+        let mut mutexes: HashSet<(u32, u64)> = HashSet::new();
+        for row in s.objects.rows() {
+            let v = s.objects.view(row);
+            totals.add(&v);
+            let mut keep = named.contains(&(v.pid, v.addr));
+            if is_lock(&v) {
+                keep |= locks < top;
+                locks += 1;
+            }
+            if is_active(&v) && v.kind == Primitive::Futex && v.is_idle() {
+                keep |= idle < top;
+                idle += 1;
+            }
+            let kinds = [
+                Primitive::RwLock,
+                Primitive::Cond,
+                Primitive::Barrier,
+                Primitive::Sem,
+            ];
+            if let Some(k) = kinds.iter().position(|k| *k == v.kind) {
+                keep |= of_kind[k] < top;
+                of_kind[k] += 1;
+            }
+            // Joins: the thread tree looks them up by thread.
+            keep |= v.kind == Primitive::Thread && v.counts.waits > 0;
+            if keep {
+                if v.kind == Primitive::Cond
+                    && let Some(m) = v.mutex
+                {
+                    mutexes.insert((v.pid, m));
+                }
+                objects.push(carried(&v)?);
+            }
+        }
+        // The mutexes of the condition variables kept, which their rows name.
+        if !mutexes.is_empty() {
+            let kept: HashSet<(u32, u64, Primitive)> = objects
+                .iter()
+                .map(|o: &ObjectView| (o.pid, o.addr, o.kind))
+                .collect();
+            let mut more = Vec::new();
+            for row in s.objects.rows() {
+                let key = (row.key.pid, row.key.addr);
+                if row.key.primitive == Primitive::Mutex
+                    && mutexes.contains(&key)
+                    && !kept.contains(&(key.0, key.1, Primitive::Mutex))
+                {
+                    more.push((row, carried(&s.objects.view(row))?));
+                }
+            }
+            // In the snapshot's order, as the whole document lists them.
+            if !more.is_empty() {
+                let order: Vec<(u32, u64, Primitive)> = s
+                    .objects
+                    .rows()
+                    .iter()
+                    .map(|r| (r.key.pid, r.key.addr, r.key.primitive))
+                    .collect();
+                objects.extend(more.into_iter().map(|(_, v)| v));
+                objects.sort_by_key(|o| {
+                    order
+                        .iter()
+                        .position(|k| *k == (o.pid, o.addr, o.kind))
+                        .unwrap_or(usize::MAX)
+                });
+            }
+        }
+        // Edges: the report reads only the rwlocks'.
+        let mut edges = Vec::new();
+        for e in s.edges.rows() {
+            if e.key.object().primitive == Primitive::RwLock {
+                edges.push(carried(&e.view())?);
+            }
+        }
+        let sync_graph = SyncGraph {
+            window: s.window,
+            threads: carried(&s.threads)?,
+            objects,
+            edges,
+            waits_for: s
+                .waits_for
+                .iter()
+                .map(|w| carried(&w))
+                .collect::<Result<_, _>>()?,
+            call_sites: carried(&s.call_sites)?,
+            model: s.model,
+            stacks: s.stacks.as_ref().map(carried).transpose()?,
+            held_by: carried(&s.held_by)?,
+            lock_order: s.lock_order.as_ref().map(carried).transpose()?,
+            deadlocks: carried(&s.deadlocks)?,
+            cannot_tell: carried(&s.cannot_tell)?,
+            go_processes: s.go_processes.clone(),
+            totals: Some(totals),
+        };
+        Ok(Doc {
+            format: json::FORMAT.into(),
+            version: u64::from(json::VERSION),
+            tool_version: env!("CARGO_PKG_VERSION").into(),
+            run: carried(run)?,
+            sync_graph,
+            task_graph: s.tasks.as_ref().map(carried).transpose()?,
+            ambient: s.ambient.as_ref().map(carried).transpose()?,
+            counters: s.counters.as_ref().map(carried).transpose()?,
+            functions: s.functions.as_ref().map(carried).transpose()?,
+            merged_from: Vec::new(),
+            findings: carried(&crate::output::findings::find(s, run.mode == Mode::Full))?,
+        })
+    }
+}
