@@ -153,15 +153,33 @@ fn start_time(pid: u32) -> u64 {
 /// Whether the process that started at `start` has ended: gone, its pid another
 /// process's, or a zombie not reaped yet.
 fn ended(pid: u32, start: u64) -> bool {
-    // One read of /proc/PID/stat: after the comm's ')', the state (0) and the start
-    // time (19).
+    // One read of /proc/PID/stat: after the comm's ')', the state (0), the flags (6)
+    // and the start time (19). A process whose exit has begun (PF_EXITING) has ended
+    // for an attach: its address space goes before it is a zombie.
+    const PF_EXITING: u64 = 0x4;
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
     let fields: Vec<&str> = stat
         .rsplit_once(')')
         .map(|(_, rest)| rest.split_whitespace().take(20).collect())
         .unwrap_or_default();
     let alive = matches!(fields.first(), Some(&s) if s != "Z" && s != "X");
-    !alive || fields.get(19).and_then(|v| v.parse::<u64>().ok()) != Some(start)
+    let exiting = fields
+        .get(6)
+        .and_then(|v| v.parse::<u64>().ok())
+        .is_some_and(|f| f & PF_EXITING != 0);
+    !alive || exiting || fields.get(19).and_then(|v| v.parse::<u64>().ok()) != Some(start)
+}
+
+/// Whether a process whose attach failed had ended by then: now, or within a moment
+/// (on a loaded machine the exit that broke the attach may not show in /proc yet).
+async fn ended_by_now(pid: u32, start: u64) -> bool {
+    for _ in 0..4 {
+        if ended(pid, start) {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    ended(pid, start)
 }
 
 impl Discovery {
@@ -241,7 +259,7 @@ impl Discovery {
                 self.own.attached += 1;
                 self.metrics.know(Arc::new(info));
             }
-            Err(_) if ended(pid, info.start) => {
+            Err(_) if ended_by_now(pid, info.start).await => {
                 self.handles[engine].1.unadmit(pid);
                 self.missed("exited_during_attach", Arc::new(info));
             }

@@ -101,9 +101,13 @@ pub fn bottleneck(edges: &[WaitEdge], observed: &HashMap<Node, u64>) -> Option<K
     let single = threads.len() == 1;
     let mut objects: BTreeMap<&str, u64> = BTreeMap::new();
     let mut idle_ns = 0;
+    // Over the same edges as the figures it is a share of (those kept): the waits on
+    // each object then add up to at most that waiting.
+    let kept_pairs: std::collections::HashSet<(Node, Node)> =
+        kept.iter().map(|&(a, b, _)| (a, b)).collect();
     for e in edges {
         let (a, b) = (threads.contains(&e.waiter), threads.contains(&e.waker));
-        if b && (a || single) && e.waiter != e.waker {
+        if b && (a || single) && e.waiter != e.waker && kept_pairs.contains(&(e.waiter, e.waker)) {
             *objects.entry(&e.object).or_default() += e.wait_ns;
             idle_ns += if e.idle { e.wait_ns } else { 0 };
         }
@@ -231,6 +235,22 @@ mod tests {
             k.idle_ns, 1_100_000_000,
             "the objects of waiting into a single thread"
         );
+    }
+
+    /// The waiting on each object is a share of the waiting the finding counts: edges
+    /// too light to keep (under 2% of their waiter's time) are in neither, so no
+    /// object's share is over 100% (one was 137%).
+    #[test]
+    fn object_shares_are_of_the_kept_waiting() {
+        let edges = [
+            e(2, 1, 600, "lock"),
+            e(3, 1, 10, "lock"),
+            e(4, 1, 15, "lock"),
+        ];
+        let k = bottleneck(&edges, &all_observed(1000, &[1, 2, 3, 4])).expect("a knot");
+        assert_eq!(k.threads, vec![(1, 1)]);
+        assert_eq!(k.into_ns, 600_000_000);
+        assert_eq!(k.objects, vec![("lock".to_owned(), 600_000_000)]);
     }
 
     #[test]
