@@ -466,11 +466,36 @@ fn classify_words(snap: &mut Snapshot<'_>) {
         }
     }
     let held: HashSet<(u32, u64)> = snap.held_by.iter().map(|h| (h.pid, h.object)).collect();
+    // Full mode: a word inside a pthread object the probes saw is that object's (a
+    // condition variable's sequence word lies 8 bytes into its pthread_cond_t).
+    let holders: std::collections::BTreeMap<(u32, u64), (u64, WaitKind)> = snap
+        .objects
+        .rows()
+        .iter()
+        .filter_map(|r| {
+            let p = r.key.primitive;
+            let extent = crate::model::wait_kind::pthread_extent(p)?;
+            Some((
+                (r.key.pid, r.key.addr),
+                (extent, WaitKind::of_primitive(p)?),
+            ))
+        })
+        .collect();
+    let inside = |pid: u32, addr: u64| {
+        holders
+            .range(..=(pid, addr))
+            .next_back()
+            .filter(|((p, at), (size, _))| *p == pid && addr < at.saturating_add(*size))
+            .map(|(_, (_, k))| *k)
+    };
     snap.objects.classify(&mut |o| {
-        votes
-            .get(&(o.pid, o.addr))
-            .and_then(|v| v.iter().max_by_key(|&(k, n)| (*n, std::cmp::Reverse(*k))))
-            .map(|(k, _)| *k)
+        inside(o.pid, o.addr)
+            .or_else(|| {
+                votes
+                    .get(&(o.pid, o.addr))
+                    .and_then(|v| v.iter().max_by_key(|&(k, n)| (*n, std::cmp::Reverse(*k))))
+                    .map(|(k, _)| *k)
+            })
             .or_else(|| held.contains(&(o.pid, o.addr)).then_some(WaitKind::Mutex))
     });
 }

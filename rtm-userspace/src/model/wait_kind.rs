@@ -37,6 +37,19 @@ pub enum WaitKind {
     Unknown,
 }
 
+/// The bytes a pthread object spans in glibc on x86-64, for the futex words inside it
+/// (a condition variable's sequence word lies 8 bytes into its pthread_cond_t): full
+/// mode keys the object by its address, the kernel's waits by the word's.
+pub fn pthread_extent(p: Primitive) -> Option<u64> {
+    Some(match p {
+        Primitive::Mutex => 40,
+        Primitive::Cond => 48,
+        Primitive::RwLock => 56,
+        Primitive::Barrier | Primitive::Sem => 32,
+        _ => return None,
+    })
+}
+
 impl WaitKind {
     /// Acquiring a lock another thread holds: the waits that are contention.
     pub fn is_contention(self) -> bool {

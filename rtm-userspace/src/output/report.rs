@@ -124,7 +124,7 @@ pub fn render(doc: &Doc, top: usize, title: Option<&str>) -> String {
         super::findings::text(&mut out, &doc.findings);
     }
 
-    let locks = s.objects.iter().filter(|o| sections::is_lock(o));
+    let locks = s.objects.iter().filter(|o| super::saved::is_lock(o));
     let total = s.totals().locks;
     let objects: Vec<_> = locks.take(top).collect();
     let what = match run.mode {

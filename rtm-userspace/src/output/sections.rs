@@ -13,17 +13,6 @@ use super::{
 };
 use crate::model::{ObjectView, sync::Role};
 
-/// Objects shown in the main lock table: locks and futex words that were acquired,
-/// waited on, or failed a trylock or a timed call.
-pub(crate) fn is_lock(o: &ObjectView) -> bool {
-    is_active(o)
-        && matches!(
-            o.kind,
-            Primitive::Mutex | Primitive::Spin | Primitive::RwLock | Primitive::Futex
-        )
-        && !o.is_idle()
-}
-
 /// Futex words whose waits are for work or for another thread (condition variables,
 /// semaphores, barriers, joins, parked runtime threads), apart from the contention:
 /// their long sleeps are no lock's cost. (Full mode lists its pthread objects of those
@@ -73,18 +62,26 @@ fn thread_label(doc: &Doc, pid: u32, tid: u32) -> String {
 }
 
 /// The one name of the futex word (or object) at `addr`: the object's own title when
-/// it is listed, else its symbol, else its address.
+/// it is listed, else the pthread object it lies inside (a condition variable's
+/// sequence word), else its symbol, else its address.
 pub(super) fn word_label(doc: &Doc, pid: u32, addr: u64, name: Option<&str>) -> String {
     let objects = &doc.sync_graph.objects;
     objects
         .iter()
         .find(|o| o.pid == pid && o.addr == addr && o.kind != Primitive::Futex)
         .or_else(|| objects.iter().find(|o| o.pid == pid && o.addr == addr))
+        .or_else(|| objects.iter().find(|o| o.pid == pid && contains(o, addr)))
         .map(ObjectView::titled)
         .unwrap_or_else(|| match name {
             Some(n) => format!("futex {n}"),
             None => format!("futex {addr:#x}"),
         })
+}
+
+/// Whether pthread object `o` spans the word at `addr`.
+pub(crate) fn contains(o: &ObjectView, addr: u64) -> bool {
+    crate::model::wait_kind::pthread_extent(o.kind)
+        .is_some_and(|size| o.addr <= addr && addr < o.addr.saturating_add(size))
 }
 
 /// Waiter -> waker edges: the answer to "who was I waiting for".

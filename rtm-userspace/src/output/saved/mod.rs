@@ -126,7 +126,7 @@ impl ObjectTotals {
     /// Adds one object.
     pub fn add(&mut self, o: &ObjectView) {
         self.objects += 1;
-        if crate::output::sections::is_lock(o) {
+        if is_lock(o) {
             self.locks += 1;
         }
         if o.kind == Primitive::Futex {
@@ -188,6 +188,17 @@ pub fn is_active(o: &ObjectView) -> bool {
             .saturating_add(c.timeouts)
             > 0
     }
+}
+
+/// Objects shown in the main lock table: locks and futex words that were acquired,
+/// waited on, or failed a trylock or a timed call.
+pub fn is_lock(o: &ObjectView) -> bool {
+    is_active(o)
+        && matches!(
+            o.kind,
+            Primitive::Mutex | Primitive::Spin | Primitive::RwLock | Primitive::Futex
+        )
+        && !o.is_idle()
 }
 
 /// The document: what `--json` writes, read back; every text, HTML and DOT output

@@ -7,16 +7,16 @@
 //! document is the report of the whole one, byte for byte (the unit test below, and
 //! `one_document_e2e` against `rtm-trace report` of the run's JSON).
 
-use std::collections::HashSet;
+use std::collections::{BTreeSet, HashSet};
 
 use rtm_common::Primitive;
 use serde::{Serialize, de::DeserializeOwned};
 
-use super::{Doc, ObjectTotals, SyncGraph, is_active, json};
+use super::{Doc, ObjectTotals, SyncGraph, is_active, is_lock, json};
 use crate::{
     config::Mode,
     model::{ObjectView, Row, Snapshot},
-    output::{RunInfo, dest::DestError, sections::is_lock},
+    output::{RunInfo, dest::DestError},
 };
 
 /// A value as the document carries it: written and read back.
@@ -33,7 +33,7 @@ impl Doc {
     /// The document of a run as its text report reads it, `top` rows a table.
     pub fn for_report(run: &RunInfo, s: &Snapshot, top: usize) -> Result<Doc, DestError> {
         // What the report names: the words and objects of every row it may show.
-        let mut named: HashSet<(u32, u64)> = HashSet::new();
+        let mut named: BTreeSet<(u32, u64)> = BTreeSet::new();
         for w in s.waits_for.iter() {
             named.insert((w.pid, w.object));
         }
@@ -50,7 +50,10 @@ impl Doc {
         for row in s.objects.rows() {
             let v = s.objects.view(row);
             totals.add(&v);
-            let mut keep = named.contains(&(v.pid, v.addr));
+            // Named itself, or a pthread object a named word lies inside.
+            let end = crate::model::wait_kind::pthread_extent(v.kind)
+                .map_or(v.addr, |size| v.addr.saturating_add(size - 1));
+            let mut keep = named.range((v.pid, v.addr)..=(v.pid, end)).next().is_some();
             if is_lock(&v) {
                 keep |= locks < top;
                 locks += 1;
