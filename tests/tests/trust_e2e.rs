@@ -814,14 +814,25 @@ fn objects_from_one_call_site_have_one_name_each_in_every_output() {
             .lines()
             .find(|l| l.trim_start().starts_with(&node))
             .unwrap_or_else(|| panic!("no node {node} in {dot}"));
-        assert!(line.contains(&format!("label=\"{name}\"")), "{line}");
+        // Its one display name: its kind, then the name.
+        assert!(line.contains(&format!(" {name}\"")), "{line}");
         assert_eq!(
-            dot.matches(&format!("label=\"{name}\"")).count(),
+            dot.matches(&format!(" {name}\"")).count(),
             1,
             "{name}: {dot}"
         );
+        // The same display name as the DOT node's, once in the HTML graph.
+        let shown = line
+            .split("label=\"")
+            .nth(1)
+            .and_then(|l| l.split('"').next())
+            .unwrap_or_else(|| panic!("no label in {line}"));
+        assert!(
+            report.contains(shown),
+            "{shown} (the DOT's name) in the report"
+        );
         assert_eq!(
-            graph.matches(&format!("<title>{name}</title>")).count(),
+            graph.matches(&format!("<title>{shown}</title>")).count(),
             1,
             "{name} in the HTML graph"
         );

@@ -106,7 +106,7 @@ pub fn render(doc: &Doc, top: usize, title: Option<&str>) -> String {
         Shown(&run.host),
         ns(s.duration_ns()),
         run.mode.name(),
-        s.threads.len(),
+        s.totals().threads,
         s.totals().objects,
         count(s.model.events)
     );
@@ -210,7 +210,7 @@ pub fn render(doc: &Doc, top: usize, title: Option<&str>) -> String {
         "\nThreads by time spent waiting for locks (contention, or waits of unknown kind; \
          \"for work\": waiting for work or for other threads; top {} of {})",
         threads.len(),
-        s.threads.len()
+        s.totals().threads
     );
     if threads.is_empty() {
         let _ = writeln!(out, "  (no threads seen)");

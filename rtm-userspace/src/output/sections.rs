@@ -93,8 +93,8 @@ pub(super) fn waits_for(out: &mut String, doc: &Doc, top: usize) {
     let _ = writeln!(
         out,
         "\nWho waited for whom (the thread whose wake ended the wait; top {} of {})",
-        top.min(s.waits_for.len()),
-        s.waits_for.len()
+        top.min(s.totals().waits_for),
+        s.totals().waits_for
     );
     let rows: Vec<Vec<String>> = s
         .waits_for
@@ -452,14 +452,15 @@ pub(super) fn thread_tree(out: &mut String, doc: &Doc, top: usize) {
     let joins: Vec<&ObjectView> = of_kind(doc, Primitive::Thread)
         .filter(|o| o.counts.waits > 0)
         .collect();
-    if children.is_empty() && joins.is_empty() {
+    let created = s.totals().children;
+    if created == 0 && joins.is_empty() {
         return;
     }
     let _ = writeln!(
         out,
         "\nThread tree ({} threads created during the trace; top {} by lifetime)",
-        children.len(),
-        top.min(children.len())
+        created,
+        top.min(created)
     );
     let mut by_life = children.clone();
     by_life.sort_by(|a, b| b.observed_ns.cmp(&a.observed_ns).then(a.tid.cmp(&b.tid)));

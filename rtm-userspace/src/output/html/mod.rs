@@ -411,10 +411,7 @@ fn graph(p: &mut String, doc: &Doc) {
             } else {
                 thread(w.waker_pid, w.waker)
             };
-            let name = w
-                .object_name
-                .clone()
-                .unwrap_or_else(|| label_of(w.pid, w.object));
+            let name = label_of(w.pid, w.object);
             (object(w.pid, w.object, name), waker, w.wait.total_ns)
         })
         .collect();

@@ -100,14 +100,14 @@ pub struct SyncGraph {
     pub cannot_tell: Vec<Undecided>,
     #[serde(deserialize_with = "nullable")]
     pub go_processes: Vec<u32>,
-    /// Counts over every object, when `objects` and `edges` hold only what the text
-    /// report shows or names (a run's own report: see `reduce.rs`); None when they
-    /// hold everything (a document read from its JSON).
+    /// Counts over every object, thread and waits-for row, when the lists hold only
+    /// what the text report shows or names (a run's own report: see `reduce.rs`);
+    /// None when they hold everything (a document read from its JSON).
     #[serde(skip)]
     pub totals: Option<ObjectTotals>,
 }
 
-/// What the text report counts over every object.
+/// What the text report counts over every object, thread and waits-for row.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct ObjectTotals {
     /// Objects.
@@ -120,6 +120,12 @@ pub struct ObjectTotals {
     pub futex_words: u64,
     /// Their sleeps.
     pub futex_sleeps: u64,
+    /// Threads.
+    pub threads: usize,
+    /// Threads whose creation was seen.
+    pub children: usize,
+    /// Waiter -> waker rows.
+    pub waits_for: usize,
 }
 
 impl ObjectTotals {
@@ -143,7 +149,12 @@ impl SyncGraph {
     /// What the report counts over every object.
     pub fn totals(&self) -> ObjectTotals {
         self.totals.unwrap_or_else(|| {
-            let mut t = ObjectTotals::default();
+            let mut t = ObjectTotals {
+                threads: self.threads.len(),
+                children: self.threads.iter().filter(|t| t.parent.is_some()).count(),
+                waits_for: self.waits_for.len(),
+                ..ObjectTotals::default()
+            };
             for o in &self.objects {
                 t.add(o);
             }

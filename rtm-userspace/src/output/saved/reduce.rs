@@ -32,9 +32,40 @@ fn carried<T: Serialize + DeserializeOwned>(v: &T) -> Result<T, DestError> {
 impl Doc {
     /// The document of a run as its text report reads it, `top` rows a table.
     pub fn for_report(run: &RunInfo, s: &Snapshot, top: usize) -> Result<Doc, DestError> {
+        // The waits-for rows it shows: the first `top`.
+        let waits_for: Vec<_> = s
+            .waits_for
+            .iter()
+            .take(top)
+            .map(|w| carried(&w))
+            .collect::<Result<_, _>>()?;
+        // The threads it shows: the first `top`, and the `top` created during the trace
+        // that lived longest (the thread tree's order).
+        let mut children: Vec<_> = s.threads.iter().filter(|t| t.parent.is_some()).collect();
+        children.sort_by(|a, b| b.observed_ns.cmp(&a.observed_ns).then(a.tid.cmp(&b.tid)));
+        children.truncate(top);
+        let mut people: HashSet<(u32, u32)> =
+            s.threads.iter().take(top).map(|t| (t.pid, t.tid)).collect();
+        for t in &children {
+            people.insert((t.pid, t.tid));
+            if let Some(p) = t.parent {
+                people.insert((p.pid, p.tid));
+            }
+        }
+        let shown_children: HashSet<(u32, u32)> = children.iter().map(|t| (t.pid, t.tid)).collect();
+        // And those its rows name.
+        for w in &waits_for {
+            people.insert((w.pid, w.waiter));
+            people.insert((w.waker_pid, w.waker));
+        }
+        people.extend(
+            s.held_by
+                .iter()
+                .flat_map(|h| [(h.pid, h.waiter), (h.pid, h.holder)]),
+        );
         // What the report names: the words and objects of every row it may show.
         let mut named: BTreeSet<(u32, u64)> = BTreeSet::new();
-        for w in s.waits_for.iter() {
+        for w in &waits_for {
             named.insert((w.pid, w.object));
         }
         named.extend(s.held_by.iter().map(|h| (h.pid, h.object)));
@@ -42,7 +73,12 @@ impl Doc {
         if let Some(st) = &s.stacks {
             named.extend(st.rows.iter().map(|r| (r.pid, r.object)));
         }
-        let mut totals = ObjectTotals::default();
+        let mut totals = ObjectTotals {
+            threads: s.threads.len(),
+            children: s.threads.iter().filter(|t| t.parent.is_some()).count(),
+            waits_for: s.waits_for.len(),
+            ..ObjectTotals::default()
+        };
         let (mut locks, mut idle) = (0usize, 0usize);
         let mut of_kind = [0usize; 4];
         let mut objects = Vec::new();
@@ -72,8 +108,18 @@ impl Doc {
                 keep |= of_kind[k] < top;
                 of_kind[k] += 1;
             }
-            // Joins: the thread tree looks them up by thread.
-            keep |= v.kind == Primitive::Thread && v.counts.waits > 0;
+            // Joins: the thread tree looks them up by the threads it shows.
+            keep |= v.kind == Primitive::Thread
+                && v.counts.waits > 0
+                && v.thread_tid
+                    .is_some_and(|tid| shown_children.contains(&(v.pid, tid)));
+            // Barriers: their rows name the thread most often last.
+            if keep
+                && let Some(b) = &v.barrier
+                && let Some((tid, _)) = b.last_arrivals.first()
+            {
+                people.insert((v.pid, *tid));
+            }
             if keep {
                 if v.kind == Primitive::Cond
                     && let Some(m) = v.mutex
@@ -125,7 +171,13 @@ impl Doc {
         }
         let sync_graph = SyncGraph {
             window: s.window,
-            threads: carried(&s.threads)?,
+            // One at a time: a value of a whole list of 20,000 threads is tens of MiB.
+            threads: s
+                .threads
+                .iter()
+                .filter(|t| people.contains(&(t.pid, t.tid)))
+                .map(carried)
+                .collect::<Result<_, _>>()?,
             objects,
             edges,
             waits_for: s
@@ -133,10 +185,10 @@ impl Doc {
                 .iter()
                 .map(|w| carried(&w))
                 .collect::<Result<_, _>>()?,
-            call_sites: carried(&s.call_sites)?,
+            call_sites: s.call_sites.iter().map(carried).collect::<Result<_, _>>()?,
             model: s.model,
             stacks: s.stacks.as_ref().map(carried).transpose()?,
-            held_by: carried(&s.held_by)?,
+            held_by: s.held_by.iter().map(carried).collect::<Result<_, _>>()?,
             lock_order: s.lock_order.as_ref().map(carried).transpose()?,
             deadlocks: carried(&s.deadlocks)?,
             cannot_tell: carried(&s.cannot_tell)?,
