@@ -7,11 +7,7 @@
 
 use std::time::Instant;
 
-use rtm::{
-    model::{Limits, SyncGraph},
-    output::{dest::Dest, sink::Sink, timeline::Timeline},
-    symbolize::objects::ObjectNamer,
-};
+use rtm::{Dest, Limits, ObjectNamer, Sink, SyncGraph, Timeline};
 use rtm_common::{
     EventHeader, EventKind, Primitive, SyncEvent, SyncOp,
     decode::{decode, encode},
@@ -96,8 +92,8 @@ fn main() {
         // The HTML report of this graph, made as `--html` makes it: the document in
         // memory, read back, rendered.
         let snap = snapshot(&graph, events);
-        let run = rtm::output::RunInfo {
-            mode: rtm::config::Mode::Full,
+        let run = rtm::RunInfo {
+            mode: rtm::Mode::Full,
             command: None,
             targets: vec![],
             host: "bench".into(),
@@ -112,9 +108,9 @@ fn main() {
             collection: None,
         };
         let start = Instant::now();
-        let doc = rtm::output::json::to_vec(&run, &snap);
-        let parsed = rtm::output::saved::Doc::parse(&doc, "bench").expect("reads back");
-        let page = rtm::output::html::render(&parsed);
+        let doc = rtm::document_json(&run, &snap);
+        let parsed = rtm::Doc::parse(&doc, "bench").expect("reads back");
+        let page = rtm::render_html(&parsed);
         let secs = start.elapsed().as_secs_f64();
         std::fs::write(&path, &page).expect("writes the page");
         println!(
@@ -127,10 +123,10 @@ fn main() {
 }
 
 /// The graph's views, as the outputs see them.
-fn snapshot(graph: &SyncGraph, events: u64) -> rtm::model::Snapshot<'_> {
-    rtm::model::Snapshot::build(
+fn snapshot(graph: &SyncGraph, events: u64) -> rtm::Snapshot<'_> {
+    rtm::Snapshot::build(
         graph,
-        rtm::model::Window {
+        rtm::Window {
             start_ns: 0,
             end_ns: events * 100,
         },

@@ -2,11 +2,7 @@
 //! errors into a message on stderr and an exit code.
 use std::process::ExitCode;
 
-use rtm::{
-    agent,
-    cli::{Action, Cli},
-    session,
-};
+use rtm::{Action, Cli};
 
 fn main() -> ExitCode {
     // While the probes load, large blocks (parsing the kernel's BTF takes ~19 MiB for a
@@ -20,29 +16,29 @@ fn main() -> ExitCode {
     let result = match Cli::parse_action() {
         Action::Trace(cli) => {
             init_logging(if cli.verbose { "debug" } else { "warn" });
-            session::run(*cli)
+            rtm::trace(*cli)
         }
         Action::Report(cli) => {
             init_logging("warn");
-            session::report(cli)
+            rtm::report(cli)
         }
         Action::Merge(cli) => {
             init_logging("warn");
-            session::merge(cli)
+            rtm::merge(cli)
         }
         Action::Check(cli) => {
             init_logging("warn");
-            session::check(cli)
+            rtm::check(cli)
         }
         Action::Agent(cli) => {
             init_logging("warn");
-            agent::run(cli)
+            rtm::agent(cli)
         }
         Action::Generate(cli) => {
-            return match rtm::cli::generate::run(&cli) {
+            return match rtm::generate(&cli) {
                 Ok(_) => ExitCode::SUCCESS,
                 Err(e) => {
-                    rtm::output::text::say(&format!("rtm-trace: error: {e}"));
+                    rtm::say(&format!("rtm-trace: error: {e}"));
                     ExitCode::FAILURE
                 }
             };
@@ -53,13 +49,13 @@ fn main() -> ExitCode {
         Err(e) => {
             // One line each (see `say`): the error, then each cause not already said.
             let first = format!("rtm-trace: error: {e}");
-            rtm::output::text::say(&first);
+            rtm::say(&first);
             let mut said = first;
             let mut source = std::error::Error::source(&e);
             while let Some(s) = source {
                 let text = s.to_string();
                 if !said.contains(&text) {
-                    rtm::output::text::say(&format!("  caused by: {text}"));
+                    rtm::say(&format!("  caused by: {text}"));
                     said.push_str(&text);
                 }
                 source = s.source();

@@ -10,7 +10,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use rtm::model::blocked::{self, Holder, MUTEX_BYTES, MUTEX_KIND, MUTEX_OWNER};
+use rtm::{Holder, MUTEX_BYTES, MUTEX_KIND, MUTEX_OWNER, futex_holder};
 use rtm_tests::{
     LineWatch, Proc, TempDir, Value, can_trace, read_json, rtm_bin, run, spawn, truth_maps,
     workload,
@@ -360,9 +360,9 @@ fn the_mutex_layout_is_the_installed_glibcs() {
         let waiting = if ty == "robust" { head[0] | 1 << 31 } else { 2 };
         bytes[..4].copy_from_slice(&waiting.to_le_bytes());
         assert!(
-            matches!(blocked::holder(0x80, &bytes), Holder::Thread { tid: t, .. } if t == tid),
+            matches!(futex_holder(0x80, &bytes), Holder::Thread { tid: t, .. } if t == tid),
             "{ty} (head {head:?}): {:?}",
-            blocked::holder(0x80, &bytes)
+            futex_holder(0x80, &bytes)
         );
     }
 }

@@ -9,11 +9,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use rtm::{
-    config::{CounterList, Mode, TraceConfig},
-    engine::{Engine, KernelSource, Summary, Target},
-    output::EndReason,
-};
+use rtm::{CounterList, EndReason, Engine, KernelSource, Mode, Summary, Target, TraceConfig};
 use rtm_tests::*;
 
 const T: Duration = Duration::from_secs(120);

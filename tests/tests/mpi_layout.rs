@@ -5,7 +5,7 @@
 
 use std::{collections::HashMap, process::Command};
 
-use rtm::probes::mpi::layout_for;
+use rtm::mpi_layout_for;
 use rtm_common::{MpiImpl, MpiLayout};
 use rtm_tests::workload;
 
@@ -78,7 +78,7 @@ fn check(layout: &MpiLayout, facts: &HashMap<String, i64>) {
 #[test]
 fn open_mpi_layout_matches_the_installed_headers() {
     let name = real_name("libmpi.so.40");
-    let layout = layout_for(MpiImpl::OpenMpi, &name);
+    let layout = mpi_layout_for(MpiImpl::OpenMpi, &name);
     assert_eq!(layout.valid, 1, "{name} has no layout in rtm-trace");
     let f = facts("ompi_layout", "libopenmpi-dev");
     assert_eq!(f.len(), 12);
@@ -88,7 +88,7 @@ fn open_mpi_layout_matches_the_installed_headers() {
 #[test]
 fn mpich_layout_matches_the_installed_headers() {
     let name = real_name("libmpich.so.12");
-    let layout = layout_for(MpiImpl::Mpich, &name);
+    let layout = mpi_layout_for(MpiImpl::Mpich, &name);
     assert_eq!(layout.valid, 1);
     let f = facts("mpich_layout", "libmpich-dev");
     assert_eq!(f.len(), 8);

@@ -16,7 +16,7 @@ use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 
 pub use commands::{AgentCli, BlockedCli, CheckCli, MergeCli, ReportCli};
 pub use generate::GenerateCli;
-pub use trace::{CpuList, TraceCli, UsageError, check_targets, parse_cpus};
+pub use trace::{TraceCli, UsageError, check_targets};
 
 /// The examples under the top-level help (and in the man page).
 const EXAMPLES: &str = "EXAMPLES:\n  \

@@ -19,10 +19,7 @@ mod stacks;
 mod validate;
 
 pub use agent::AgentConfig;
-pub use stacks::{
-    DEFAULT_STACK_BYTES, DEFAULT_STACK_RATE, MAX_STACK_RATE, StackRate, StacksConfig,
-    check_stack_bytes,
-};
+pub use stacks::{StackRate, StacksConfig, check_stack_bytes};
 pub use validate::{
     ConfigError, INTERVAL_SECS, MAX_DURATION_SECS, MAX_RING_BYTES, MAX_TOP, check_ring_bytes,
     secs_in,

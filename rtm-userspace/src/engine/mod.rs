@@ -40,7 +40,9 @@ pub use handle::EngineHandle;
 pub use kernel::{KernelSource, load_options};
 pub use profiles::{ProfileAsk, ProfileData, ProfileRefused};
 use rtm_common::decode::Event;
-pub use source::{EventList, KernelState, ProcessChanges, Source};
+#[cfg(test)]
+pub use source::EventList;
+pub use source::{ProcessChanges, Source};
 pub use summary::Summary;
 use tokio::{
     sync::{mpsc, watch},
@@ -225,7 +227,6 @@ fn give_stacks(state: &mut State, sinks: &mut [SinkSlot]) {
         let seen = crate::output::sink::WaitStacks {
             pid: u.pid,
             tid: u.tid,
-            uaddr: u.uaddr,
             wake_ns: u.at_ns,
             waiter,
             waker,
@@ -395,8 +396,7 @@ impl Engine {
     fn follow(&mut self) {
         let c = std::mem::take(&mut self.state.changes);
         self.state.changes.new_threads = c.new_threads;
-        let mut spawned = Vec::new();
-        for (child, parent, ts) in c.spawned {
+        for (child, parent, _) in c.spawned {
             if !self.following.contains(&parent) || self.followed.iter().any(|f| f.0 == child) {
                 continue;
             }
@@ -413,7 +413,6 @@ impl Engine {
             if self.config.verbose {
                 crate::say!("rtm-trace: following forked process {child}");
             }
-            spawned.push((child, ts));
         }
         let ours: HashSet<u32> = self.all_pids().into_iter().collect();
         let execd = c
@@ -435,7 +434,6 @@ impl Engine {
         let namer = &self.state.namer;
         self.source.changes(
             ProcessChanges {
-                spawned,
                 execd,
                 gone: c.gone,
             },

@@ -1,13 +1,14 @@
 //! Where the engine's events come from: the kernel (probes, ring buffers and the
 //! address-space records: the kernel source in `engine::kernel`) or a list of records
-//! ([`EventList`], for tests and replays). The engine drives either the same way.
+//! ([`EventList`], for tests). The engine drives either the same way.
 
-use std::{collections::VecDeque, future::Future, io, pin::Pin};
+#[cfg(test)]
+use std::collections::VecDeque;
+use std::{future::Future, io, pin::Pin};
 
-use rtm_common::{
-    LossCounter,
-    decode::{Event, decode},
-};
+use rtm_common::decode::Event;
+#[cfg(test)]
+use rtm_common::{LossCounter, decode::decode};
 
 use super::{EngineError, Target, processes::Asleep};
 use crate::{
@@ -33,9 +34,7 @@ pub struct KernelState {
 /// (full mode probes followed processes).
 #[derive(Debug, Default)]
 pub struct ProcessChanges {
-    /// Processes forked by followed targets, with when (CLOCK_MONOTONIC ns).
-    pub spawned: Vec<(u32, u64)>,
-    /// Traced processes that exec'd, with when.
+    /// Traced processes that exec'd, with when (CLOCK_MONOTONIC ns).
     pub execd: Vec<(u32, u64)>,
     /// Traced processes that exited.
     pub gone: Vec<u32>,
@@ -164,6 +163,7 @@ pub trait Source {
 /// Records given up front, read as if from a ring: they are decoded (or counted as
 /// undecodable) exactly as the kernel's are. Attaching a target traces nothing; the
 /// records say what happened.
+#[cfg(test)]
 #[derive(Debug, Default)]
 pub struct EventList {
     records: VecDeque<Vec<u8>>,
@@ -172,6 +172,7 @@ pub struct EventList {
     more: bool,
 }
 
+#[cfg(test)]
 impl EventList {
     /// The records, in order.
     pub fn new(records: impl IntoIterator<Item = Vec<u8>>) -> Self {
@@ -187,6 +188,7 @@ impl EventList {
     }
 }
 
+#[cfg(test)]
 impl Source for EventList {
     fn attach(&mut self, targets: &[Target]) -> Result<Vec<TargetInfo>, EngineError> {
         Ok(targets

@@ -57,7 +57,6 @@ struct WakeHalf {
 pub(super) struct Unwound {
     pub pid: u32,
     pub tid: u32,
-    pub uaddr: u64,
     /// The wake, or the end of a wait no thread woke.
     pub at_ns: u64,
     pub waker_pid: u32,
@@ -225,7 +224,6 @@ impl StackJoin {
             self.unwound.push(Unwound {
                 pid: key.0,
                 tid: key.1,
-                uaddr: k.uaddr,
                 at_ns: k.ts,
                 waker_pid: k.waker_pid,
                 waker_tid: k.waker_tid,
@@ -260,7 +258,6 @@ impl StackJoin {
             self.unwound.push(Unwound {
                 pid: key.0,
                 tid: key.1,
-                uaddr,
                 at_ns: at,
                 waker_pid: 0,
                 waker_tid: 0,

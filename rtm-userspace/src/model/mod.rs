@@ -15,11 +15,11 @@ pub(crate) mod system;
 pub(crate) mod views;
 pub(crate) mod wait_kind;
 
-pub use dist::{Dist, DistSummary, HistogramBudget};
+pub use dist::HistogramBudget;
 pub use mpi::{RankEnv, RankGraph, RankGraphView};
-pub use sync::{Counts, Limits, SyncGraph};
+pub use sync::{Limits, SyncGraph};
 pub use views::{
-    BarrierView, EdgeView, ObjectView, ThreadView, WaitsForView,
-    rows::{EdgeRow, ObjectRow, Row},
+    EdgeView, ObjectView, ThreadView, WaitsForView,
+    rows::{ObjectRow, Row},
     snapshot::{Snapshot, Window},
 };

@@ -23,7 +23,7 @@
 //!   descriptors, written to directly (as a shell does), not reopened.
 //!
 //! Every blocking step (a FIFO nobody reads yet, a reader that does not read, a full
-//! pipe) gives up at Ctrl-C or SIGTERM, a FIFO with no reader after [`READER_WAIT`], and
+//! pipe) gives up at Ctrl-C or SIGTERM, a FIFO with no reader after [`READER_WAIT`](through::READER_WAIT), and
 //! every write error is reported.
 //!
 //! This file checks a destination ([`Dest`]); `error` holds [`DestError`], `resolve`
@@ -49,7 +49,6 @@ mod through;
 pub use error::DestError;
 use error::{errno, io_err};
 use replace::{new_file, put_in_place};
-pub use through::READER_WAIT;
 use through::{Patient, open_through, stdout_writer, under_dev};
 
 /// A checked destination.

@@ -59,6 +59,7 @@ pub fn to_vec(run: &RunInfo, snapshot: &Snapshot) -> Vec<u8> {
 }
 
 /// Renders the document.
+#[cfg(test)]
 pub fn to_string(run: &RunInfo, snapshot: &Snapshot) -> String {
     serde_json::to_string_pretty(&document(run, snapshot)).expect("the document serializes")
 }

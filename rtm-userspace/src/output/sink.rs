@@ -17,8 +17,6 @@ pub struct WaitStacks<'a> {
     pub pid: u32,
     /// See `pid`.
     pub tid: u32,
-    /// The futex word.
-    pub uaddr: u64,
     /// When the wake came (CLOCK_MONOTONIC ns).
     pub wake_ns: u64,
     /// Where it waited (empty: not known).

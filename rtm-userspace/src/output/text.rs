@@ -80,7 +80,7 @@ pub fn say(msg: &str) {
 #[macro_export]
 macro_rules! say {
     ($($arg:tt)*) => {
-        $crate::output::text::say(&format!($($arg)*))
+        $crate::say(&format!($($arg)*))
     };
 }
 

@@ -315,11 +315,6 @@ impl Probes {
         self.futex_fn
     }
 
-    /// Whether ended futex waits are summed in the kernel.
-    pub fn aggregates(&self) -> bool {
-        self.aggregate
-    }
-
     /// Where futex calls are seen (for --verbose).
     pub fn futex_entry(&self) -> &str {
         &self.futex_entry

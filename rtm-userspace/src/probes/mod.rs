@@ -20,5 +20,4 @@ mod uprobes;
 pub use error::ProbeError;
 pub use load::{LeftWaitMaps, LoadOptions, Probes};
 pub use traced::{FilterIds, FilterWriter, Traced};
-pub use tracepoints::HOOKS_ENV;
-pub use uprobes::{AttachReport, Placed, ProbeScope};
+pub use uprobes::{AttachReport, ProbeScope};

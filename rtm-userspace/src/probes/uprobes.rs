@@ -315,11 +315,6 @@ impl Probes {
         })
     }
 
-    /// The uprobe programs of the object.
-    pub fn uprobe_names() -> &'static [&'static str] {
-        &UPROBES
-    }
-
     /// Uprobes attached.
     pub fn uprobe_count(&self) -> usize {
         self.links.values().map(Vec::len).sum::<usize>()

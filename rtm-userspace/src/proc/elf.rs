@@ -366,6 +366,7 @@ impl ElfSymbols {
     }
 
     /// The data symbol covering `vaddr`, as `name` or `name+0xOFF`.
+    #[cfg(test)]
     pub fn data_symbol(&self, vaddr: u64) -> Option<String> {
         let (name, off, _) = self.data_symbol_parts(vaddr)?;
         Some(if off == 0 {

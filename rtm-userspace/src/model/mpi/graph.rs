@@ -125,8 +125,6 @@ pub struct Arrival {
     pub pid: u32,
     /// Entry (ns).
     pub start_ns: u64,
-    /// Return (ns).
-    pub end_ns: u64,
 }
 
 /// Things that could not be attributed, counted.
@@ -474,7 +472,6 @@ impl RankGraph {
         inst[k].push(Arrival {
             pid,
             start_ns: raw.start_ns,
-            end_ns: raw.header.ts_ns,
         });
         self.arrivals += 1;
     }

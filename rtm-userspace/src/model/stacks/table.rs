@@ -321,11 +321,13 @@ impl StackTable {
     }
 
     /// Rows counted.
+    #[cfg(test)]
     pub fn len(&self) -> usize {
         self.edges.len()
     }
 
     /// Stacks interned.
+    #[cfg(test)]
     pub fn stacks_interned(&self) -> usize {
         self.stacks.len()
     }

@@ -37,11 +37,13 @@ impl<R> Default for Rows<R> {
 
 impl<R: Row> Rows<R> {
     /// Number of rows.
+    #[cfg(test)]
     pub fn len(&self) -> usize {
         self.rows.len()
     }
 
     /// Whether there are none.
+    #[cfg(test)]
     pub fn is_empty(&self) -> bool {
         self.rows.is_empty()
     }
@@ -133,11 +135,13 @@ impl<'g> Edges<'g> {
     }
 
     /// Number of edges.
+    #[cfg(test)]
     pub fn len(&self) -> usize {
         self.order.len()
     }
 
     /// Whether there are none.
+    #[cfg(test)]
     pub fn is_empty(&self) -> bool {
         self.order.is_empty()
     }
@@ -268,11 +272,13 @@ impl<'g> Objects<'g> {
     }
 
     /// Number of objects.
+    #[cfg(test)]
     pub fn len(&self) -> usize {
         self.rows.len()
     }
 
     /// Whether there are none.
+    #[cfg(test)]
     pub fn is_empty(&self) -> bool {
         self.rows.is_empty()
     }
@@ -301,6 +307,7 @@ impl<'g> Objects<'g> {
     }
 
     /// The views of objects of one kind, in order.
+    #[cfg(test)]
     pub fn of_kind(&self, kind: Primitive) -> impl Iterator<Item = ObjectView> + '_ {
         self.rows
             .iter()
@@ -309,6 +316,7 @@ impl<'g> Objects<'g> {
     }
 
     /// The row of an object.
+    #[cfg(test)]
     pub fn find(&self, pid: u32, addr: u64, kind: Primitive) -> Option<&ObjectRow<'g>> {
         self.rows
             .iter()
@@ -321,6 +329,7 @@ impl<'g> Objects<'g> {
     }
 
     /// An object's name if known, else its address.
+    #[cfg(test)]
     pub fn label(&self, row: &ObjectRow) -> String {
         self.names
             .get(row.key)

@@ -38,6 +38,7 @@ impl SyncGraph {
     }
 
     /// The thread -> object edges.
+    #[cfg(test)]
     pub fn edges(&self) -> impl Iterator<Item = (EdgeKey, &EdgeStats)> {
         self.edges.iter().map(|(id, e)| (self.key_of(id), e))
     }
@@ -83,6 +84,7 @@ impl SyncGraph {
     }
 
     /// Whether futex words are objects (contention mode).
+    #[cfg(test)]
     pub fn futex_objects(&self) -> bool {
         self.futex_objects
     }
