@@ -134,7 +134,7 @@ impl ObjectNamer {
         self.learn(SpaceRead::read(pid));
     }
 
-    /// Takes in what [`SpaceRead::read`] found.
+    /// Takes in what `SpaceRead::read` found.
     pub fn learn(&mut self, read: SpaceRead) {
         let pid = read.pid;
         match read.mappings {
@@ -219,7 +219,7 @@ impl ObjectNamer {
     }
 
     /// `pid` exited: its address space is kept for naming its objects, until
-    /// [`MAX_EXITED_SPACES`] newer ones push it out.
+    /// `MAX_EXITED_SPACES` newer ones push it out.
     pub fn exited(&mut self, pid: u32) {
         if !self.spaces.contains_key(&pid) {
             return;
@@ -248,7 +248,7 @@ impl ObjectNamer {
     }
 
     /// The symbol naming the object of kind `kind` at `addr` in `pid`, if it is inside a
-    /// global or static variable (see [`variable_name`]).
+    /// global or static variable (see `variable_name`).
     pub fn name(&mut self, pid: u32, addr: u64, kind: Primitive) -> Option<String> {
         let found = self.resolve(pid, addr, true)?;
         self.name_in(found, kind)

@@ -445,7 +445,7 @@ fn lock_order_view(
 
 impl Snapshot<'_> {
     /// Each thread's time waiting for work or for other threads (on objects whose kind
-    /// [`WaitKind::is_idle`]), and the threads ranked by the rest of their wait: the
+    /// `WaitKind::is_idle`), and the threads ranked by the rest of their wait: the
     /// contention, or waits of unknown kind, most first. Run once the objects' kinds
     /// are known.
     pub fn rank_threads_by_contention(&mut self) {
