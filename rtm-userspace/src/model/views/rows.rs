@@ -37,7 +37,6 @@ impl<R> Default for Rows<R> {
 
 impl<R: Row> Rows<R> {
     /// Number of rows.
-    #[cfg(test)]
     pub fn len(&self) -> usize {
         self.rows.len()
     }
