@@ -1,8 +1,9 @@
 //! Harness for rtm-trace's end-to-end tests: finds the binary and the workloads, runs
 //! them with RAII cleanup, and parses what they print.
 //!
-//! The tests load real eBPF programs, so they need root. Outside CI a test that cannot
-//! run says so loudly and returns; in CI (CI=true) it fails.
+//! The tests load real eBPF programs, so most need root; each declares what it needs
+//! in its file's `TESTS` table, and [`harness`] reports one that cannot run here as
+//! ignored, with the reason (in CI, CI=true, it fails).
 
 use std::{
     collections::HashMap,
@@ -17,6 +18,7 @@ use std::{
 pub use serde_json::Value;
 
 pub mod agent;
+pub mod harness;
 pub mod mixin;
 pub mod mpi;
 pub mod pprof;
@@ -39,21 +41,6 @@ pub fn rtm_bin() -> PathBuf {
 /// A compiled workload.
 pub fn workload(name: &str) -> PathBuf {
     Path::new(env!("RTM_WORKLOADS")).join(name)
-}
-
-/// True when the test can load eBPF. Otherwise explains why not; fails in CI.
-pub fn can_trace(test: &str) -> bool {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } == 0 {
-        return true;
-    }
-    let msg =
-        format!("{test}: NOT RUN: needs root to load eBPF programs (sudo -E cargo xtask test)");
-    if std::env::var("CI").is_ok_and(|v| v == "true") {
-        panic!("{msg}");
-    }
-    eprintln!("{msg}");
-    false
 }
 
 /// Whether time comparisons against the workloads' own clocks hold here: not in an
@@ -351,28 +338,11 @@ impl Drop for TempDir {
 }
 
 /// The Python with Perfetto's published trace schema (PyPI's `perfetto`), which
-/// `cargo xtask setup` installs in `$RTM_TOOLS_DIR/pyenv`. None, said loudly (a failure
-/// in CI), when it is missing.
-pub fn perfetto_python(test: &str) -> Option<PathBuf> {
-    let tools = std::env::var_os("RTM_TOOLS_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            Path::new(&std::env::var_os("HOME").unwrap_or_else(|| "/root".into()))
-                .join(".local/share/rtm-trace")
-        });
-    let python = tools.join("pyenv/bin/python");
-    if python.exists() {
-        return Some(python);
-    }
-    let msg = format!(
-        "{test}: NOT RUN: {} is missing (cargo xtask setup installs Perfetto's schema there)",
-        python.display()
-    );
-    if std::env::var("CI").is_ok_and(|v| v == "true") {
-        panic!("{msg}");
-    }
-    eprintln!("{msg}");
-    None
+/// `cargo xtask setup` installs; a test that calls this needs `PerfettoSchema`.
+pub fn perfetto_python() -> PathBuf {
+    let python = harness::perfetto_python_path();
+    assert!(python.exists(), "{}", harness::Need::PerfettoSchema);
+    python
 }
 
 /// A timeline decoded by Perfetto's own schema (tests/scripts/decode_timeline.py).
@@ -393,22 +363,10 @@ pub fn decode_timeline(python: &Path, file: &Path) -> Value {
 }
 
 /// A page's DOM after its scripts ran, from a real headless Chromium (Debian's
-/// `chromium`, which `cargo xtask setup` installs). None, said loudly (a failure in
-/// CI), when it is missing.
-pub fn chromium_dom(test: &str, page: &Path) -> Option<String> {
-    let Some(chromium) = ["chromium", "chromium-browser"].iter().find(|c| {
-        Command::new(c)
-            .arg("--version")
-            .output()
-            .is_ok_and(|o| o.status.success())
-    }) else {
-        let msg = format!("{test}: NOT RUN: chromium is missing (cargo xtask setup installs it)");
-        if std::env::var("CI").is_ok_and(|v| v == "true") {
-            panic!("{msg}");
-        }
-        eprintln!("{msg}");
-        return None;
-    };
+/// `chromium`, which `cargo xtask setup` installs); a test that calls this needs
+/// `Chromium`.
+pub fn chromium_dom(page: &Path) -> String {
+    let chromium = harness::chromium().unwrap_or_else(|| panic!("{}", harness::Need::Chromium));
     let profile = TempDir::new("chromium");
     let out = run(
         Command::new(chromium)
@@ -428,5 +386,5 @@ pub fn chromium_dom(test: &str, page: &Path) -> Option<String> {
         "chromium failed: {}",
         String::from_utf8_lossy(&out.stderr)
     );
-    Some(String::from_utf8_lossy(&out.stdout).into_owned())
+    String::from_utf8_lossy(&out.stdout).into_owned()
 }

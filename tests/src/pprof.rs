@@ -9,20 +9,9 @@ use std::{
 
 use crate::{TempDir, run};
 
-/// `go`, or None said loudly (a failure in CI) when it is missing.
-pub fn go(test: &str) -> Option<PathBuf> {
-    let found = std::env::var_os("PATH").and_then(|paths| {
-        std::env::split_paths(&paths)
-            .map(|d| d.join("go"))
-            .find(|p| p.is_file())
-    });
-    if found.is_none() {
-        let msg =
-            format!("{test}: NOT RUN: `go` is missing (cargo xtask setup installs golang-go)");
-        assert!(std::env::var("CI").as_deref() != Ok("true"), "{msg}");
-        eprintln!("{msg}");
-    }
-    found
+/// `go`; a test that calls this needs `Tool("go", "golang-go")`.
+pub fn go() -> PathBuf {
+    crate::harness::on_path("go").expect("`go` is missing (cargo xtask setup installs golang-go)")
 }
 
 /// `go tool pprof -top -sample_index=INDEX file`'s output.

@@ -13,6 +13,22 @@ use std::{
 };
 
 use rtm_tests::*;
+use rtm_tests::{e2e, harness::E2e};
+
+/// This file's tests, each with what it needs besides the tracer.
+pub(crate) const TESTS: &[E2e] = &[
+    e2e!(prometheus_scrapes_a_workload_found_after_the_agent_started, Root),
+    e2e!(the_endpoint_refuses_oversized_and_unexpected_requests, Root),
+    e2e!(a_bad_config_is_refused_with_exit_2_and_the_field_named),
+    e2e!(a_packaged_memcached_under_load_agrees_with_bpftrace, Root),
+    e2e!(many_heap_locks_and_numbered_threads_stay_under_the_series_cap, Root),
+    e2e!(an_mpi_rule_exports_exact_messages_per_rank, Root),
+    e2e!(a_full_mode_rule_counts_every_acquisition, Root),
+    e2e!(short_lived_targets_leave_the_process_filter, Root),
+    e2e!(a_deadlock_in_a_target_shows_as_deadlocked_threads, Root),
+    e2e!(the_hang_gauge_stays_low_while_main_sits_in_a_join, Root),
+    e2e!(idle_connections_and_a_flood_never_keep_a_scraper_out, Root),
+];
 
 const T: Duration = Duration::from_secs(120);
 
@@ -145,11 +161,7 @@ fn container_cgroup() -> (std::path::PathBuf, String, String) {
     (dir.join("cgroup.procs"), id, uid)
 }
 
-#[test]
 fn prometheus_scrapes_a_workload_found_after_the_agent_started() {
-    if !can_trace("prometheus_scrapes_a_workload_found_after_the_agent_started") {
-        return;
-    }
     let dir = TempDir::new("agent-prom");
     let agent = start_agent(&dir, 17471, "[[agent.select]]\ncomm = \"mutex_workload\"\n");
     let (_prom, prom) = start_prometheus(&dir, 19471, &agent.addr);
@@ -283,11 +295,7 @@ fn prometheus_scrapes_a_workload_found_after_the_agent_started() {
     drop(agent.proc);
 }
 
-#[test]
 fn the_endpoint_refuses_oversized_and_unexpected_requests() {
-    if !can_trace("the_endpoint_refuses_oversized_and_unexpected_requests") {
-        return;
-    }
     let dir = TempDir::new("agent-http");
     let agent = start_agent(
         &dir,
@@ -321,7 +329,6 @@ fn the_endpoint_refuses_oversized_and_unexpected_requests() {
     assert!(body.contains("rtm_programs_loaded{} 0"), "{body}");
 }
 
-#[test]
 fn a_bad_config_is_refused_with_exit_2_and_the_field_named() {
     let dir = TempDir::new("agent-config");
     for (text, says) in [
@@ -371,11 +378,7 @@ fn a_bad_config_is_refused_with_exit_2_and_the_field_named() {
 /// A Debian-packaged server nobody here wrote: memcached, loaded by memcslap, found by
 /// the agent; its futex waits over the load agree with bpftrace's count of the same
 /// futex commands on the same process, taken at the same time.
-#[test]
 fn a_packaged_memcached_under_load_agrees_with_bpftrace() {
-    if !can_trace("a_packaged_memcached_under_load_agrees_with_bpftrace") {
-        return;
-    }
     for tool in ["memcached", "memcslap", "bpftrace"] {
         let found = Command::new("sh")
             .args(["-c", &format!("command -v {tool}")])
@@ -472,11 +475,7 @@ fn a_packaged_memcached_under_load_agrees_with_bpftrace() {
 /// 10,000 heap locks and 500 threads named worker-N: the series stay under the cap, the
 /// dropped-series counter rises, and the labels are folded (`heap`, `worker-N`), as
 /// Prometheus sees them.
-#[test]
 fn many_heap_locks_and_numbered_threads_stay_under_the_series_cap() {
-    if !can_trace("many_heap_locks_and_numbered_threads_stay_under_the_series_cap") {
-        return;
-    }
     const CAP: f64 = 45.0;
     let dir = TempDir::new("agent-cardinality");
     let agent = start_agent(
@@ -553,11 +552,7 @@ fn many_heap_locks_and_numbered_threads_stay_under_the_series_cap() {
 /// A rule with `mpi = true`: the ranks of an Open MPI job, found as mpirun starts them,
 /// export their MPI figures per rank; the messages each rank sent are exactly those
 /// the ring documents.
-#[test]
 fn an_mpi_rule_exports_exact_messages_per_rank() {
-    if !can_trace("an_mpi_rule_exports_exact_messages_per_rank") {
-        return;
-    }
     let ring = workload("mpi_ring_openmpi");
     assert!(
         ring.exists(),
@@ -613,11 +608,7 @@ fn an_mpi_rule_exports_exact_messages_per_rank() {
 /// A rule with `mode = "full"` beside the file's contention mode: its processes are
 /// traced in full mode (every pthread call), by a second engine, and their lock counts
 /// are exact; a process of another rule stays in contention mode.
-#[test]
 fn a_full_mode_rule_counts_every_acquisition() {
-    if !can_trace("a_full_mode_rule_counts_every_acquisition") {
-        return;
-    }
     let dir = TempDir::new("agent-full");
     let agent = start_agent(
         &dir,
@@ -666,11 +657,7 @@ fn a_full_mode_rule_counts_every_acquisition() {
 /// Hundreds of short-lived targets: each leaves the in-kernel process filter when it
 /// exits (it filled up before: 3,797 of 4,096 entries after 16,000 targets), and the
 /// programs stay loaded through the churn.
-#[test]
 fn short_lived_targets_leave_the_process_filter() {
-    if !can_trace("short_lived_targets_leave_the_process_filter") {
-        return;
-    }
     let dir = TempDir::new("agent-churn");
     let agent = start_agent(&dir, 17477, "[[agent.select]]\ncomm = \"many_locks\"\n");
     let metric = |line_start: &str| -> Option<f64> {
@@ -697,11 +684,7 @@ fn short_lived_targets_leave_the_process_filter() {
     assert_eq!(metric("rtm_programs_loaded"), Some(1.0));
 }
 
-#[test]
 fn a_deadlock_in_a_target_shows_as_deadlocked_threads() {
-    if !can_trace("a_deadlock_in_a_target_shows_as_deadlocked_threads") {
-        return;
-    }
     let dir = TempDir::new("agent-deadlock");
     let agent = start_agent(&dir, 17476, "[[agent.select]]\ncomm = \"deadlock\"\n");
     let mut app = spawn(Command::new(workload("deadlock")).arg("abba"));
@@ -732,11 +715,7 @@ fn a_deadlock_in_a_target_shows_as_deadlocked_threads() {
 /// The hang gauge is about waits that may be contention: a healthy program whose main
 /// thread sits in pthread_join for the whole run, beside a thread pool idle on a
 /// condition variable (thread_pool.c), keeps it low.
-#[test]
 fn the_hang_gauge_stays_low_while_main_sits_in_a_join() {
-    if !can_trace("the_hang_gauge_stays_low_while_main_sits_in_a_join") {
-        return;
-    }
     let dir = TempDir::new("agent-join");
     let agent = start_agent(&dir, 17477, "[[agent.select]]\ncomm = \"thread_pool\"\n");
     // Main joins once the agent traces it (its join's start is then seen).
@@ -776,11 +755,7 @@ fn the_hang_gauge_stays_low_while_main_sits_in_a_join() {
 /// drops it: what took every scrape down with `max_scrapes = 4`), then beside them
 /// waves of 5,000 new connections opened as fast as they go and held: `/metrics` and
 /// `/healthz` are answered all along, each within a second.
-#[test]
 fn idle_connections_and_a_flood_never_keep_a_scraper_out() {
-    if !can_trace("idle_connections_and_a_flood_never_keep_a_scraper_out") {
-        return;
-    }
     use std::sync::{
         Arc,
         atomic::{AtomicBool, AtomicUsize, Ordering},

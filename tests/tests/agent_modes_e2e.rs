@@ -18,6 +18,13 @@ use rtm_tests::{
     agent::{Agent, Prometheus, samples, wait_for},
     *,
 };
+use rtm_tests::{e2e, harness::E2e};
+
+/// This file's tests, each with what it needs besides the tracer.
+pub(crate) const TESTS: &[E2e] = &[
+    e2e!(one_lock_has_one_kind_in_both_modes_and_acquisitions_only_in_full, Root),
+    e2e!(the_bucket_median_agrees_with_the_one_shot_trace, Root),
+];
 
 const T: Duration = Duration::from_secs(120);
 
@@ -41,11 +48,7 @@ fn gated(threads: &str, iters: &str) -> (Proc, LineWatch) {
     (p, lines)
 }
 
-#[test]
 fn one_lock_has_one_kind_in_both_modes_and_acquisitions_only_in_full() {
-    if !can_trace("one_lock_has_one_kind_in_both_modes_and_acquisitions_only_in_full") {
-        return;
-    }
     let dir = TempDir::new("agent-modes");
     let agent = Agent::start(
         &dir,
@@ -160,11 +163,7 @@ fn one_lock_has_one_kind_in_both_modes_and_acquisitions_only_in_full() {
 /// linear interpolation) is within 25% of the one-shot trace's median for the lock, on
 /// the same process traced by both at once (buckets a power of ten apart read a 190 us
 /// median as 399 us).
-#[test]
 fn the_bucket_median_agrees_with_the_one_shot_trace() {
-    if !can_trace("the_bucket_median_agrees_with_the_one_shot_trace") {
-        return;
-    }
     let dir = TempDir::new("agent-quantile");
     let agent = Agent::start(&dir, 17491, "[[agent.select]]\ncomm = \"mutex_workload\"\n");
     // The mixin's rules evaluated on what it scrapes.

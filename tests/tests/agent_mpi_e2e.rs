@@ -18,10 +18,16 @@ use std::{collections::BTreeMap, path::Path, process::Command, time::Duration};
 use rtm_tests::{
     LineWatch, TempDir,
     agent::{Agent, Prometheus, sample, samples, wait_for},
-    can_trace,
     mpi::{STEPS, edges, expected, side},
     read_json, rtm_bin, run, spawn, workload,
 };
+use rtm_tests::{e2e, harness::E2e};
+
+/// This file's tests, each with what it needs besides the tracer.
+pub(crate) const TESTS: &[E2e] = &[
+    e2e!(open_mpi_two_agents_give_the_jobs_matrix_in_promql, Root),
+    e2e!(mpich_two_agents_give_the_jobs_matrix_in_promql, Root),
+];
 
 const T: Duration = Duration::from_secs(180);
 /// Destinations shown per rank by the first agent (the default) and the second.
@@ -187,11 +193,7 @@ fn tracer(pids: &[u32], json: &Path) -> rtm_tests::Proc {
     p
 }
 
-#[test]
 fn open_mpi_two_agents_give_the_jobs_matrix_in_promql() {
-    if !can_trace("open_mpi_two_agents_give_the_jobs_matrix_in_promql") {
-        return;
-    }
     split_job(&Launch {
         program: "mpi_ring_openmpi",
         launcher: &["mpirun.openmpi", "--allow-run-as-root", "--oversubscribe"],
@@ -205,11 +207,7 @@ fn open_mpi_two_agents_give_the_jobs_matrix_in_promql() {
     });
 }
 
-#[test]
 fn mpich_two_agents_give_the_jobs_matrix_in_promql() {
-    if !can_trace("mpich_two_agents_give_the_jobs_matrix_in_promql") {
-        return;
-    }
     // 2 ranks: more than cores make MPICH busy-poll.
     split_job(&Launch {
         program: "mpi_ring_mpich",

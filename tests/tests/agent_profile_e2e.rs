@@ -18,6 +18,13 @@ use rtm_tests::{
     pprof::{cum, go, pprof_top, total},
     *,
 };
+use rtm_tests::{e2e, harness::E2e};
+
+/// This file's tests, each with what it needs besides the tracer.
+pub(crate) const TESTS: &[E2e] = &[
+    e2e!(the_agents_profile_reads_in_go_tool_pprof_and_agrees_with_its_lock_counts, Root, Tool("go", "golang-go")),
+    e2e!(without_stacks_the_profile_says_why, Root),
+];
 
 const PATH: &str = "/debug/pprof/contention";
 
@@ -32,13 +39,8 @@ fn lock_sleeps(scrape: &str, lock: &str) -> f64 {
     .sum()
 }
 
-#[test]
 fn the_agents_profile_reads_in_go_tool_pprof_and_agrees_with_its_lock_counts() {
-    let test = "the_agents_profile_reads_in_go_tool_pprof_and_agrees_with_its_lock_counts";
-    if !can_trace(test) {
-        return;
-    }
-    let Some(go) = go(test) else { return };
+    let go = go();
     let dir = TempDir::new("agent-profile");
     // Stacks sampled at 2,000 a second per CPU (the default is 200): enough samples
     // for the share to be checked within 0.05 in one run.
@@ -167,11 +169,7 @@ fn the_agents_profile_reads_in_go_tool_pprof_and_agrees_with_its_lock_counts() {
 }
 
 /// With stacks off in the agent's config, the profile is refused with the reason.
-#[test]
 fn without_stacks_the_profile_says_why() {
-    if !can_trace("without_stacks_the_profile_says_why") {
-        return;
-    }
     let dir = TempDir::new("agent-profile-off");
     let config = dir.join("agent.toml");
     std::fs::write(

@@ -13,6 +13,13 @@ use rtm_tests::{
     agent::{Agent, sample, samples, wait_for},
     *,
 };
+use rtm_tests::{e2e, harness::E2e};
+
+/// This file's tests, each with what it needs besides the tracer.
+pub(crate) const TESTS: &[E2e] = &[
+    e2e!(short_lived_processes_are_traced_from_their_exec_in_contention_mode, Root),
+    e2e!(short_lived_processes_in_full_mode_are_traced_or_counted_as_missed, Root),
+];
 
 const T: Duration = Duration::from_secs(60);
 
@@ -63,11 +70,7 @@ fn missed(scrape: &str) -> f64 {
         .sum()
 }
 
-#[test]
 fn short_lived_processes_are_traced_from_their_exec_in_contention_mode() {
-    if !can_trace("short_lived_processes_are_traced_from_their_exec_in_contention_mode") {
-        return;
-    }
     let dir = TempDir::new("agent-short");
     let agent = Agent::start(
         &dir,
@@ -96,11 +99,7 @@ fn short_lived_processes_are_traced_from_their_exec_in_contention_mode() {
     filter_emptied(&agent);
 }
 
-#[test]
 fn short_lived_processes_in_full_mode_are_traced_or_counted_as_missed() {
-    if !can_trace("short_lived_processes_in_full_mode_are_traced_or_counted_as_missed") {
-        return;
-    }
     let dir = TempDir::new("agent-short-full");
     let agent = Agent::start(
         &dir,

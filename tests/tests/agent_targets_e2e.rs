@@ -13,8 +13,16 @@ use std::{
 use rtm_tests::{
     Proc, TempDir,
     agent::{Agent, sample, samples, wait_for},
-    can_trace, rtm_bin, run, spawn, workload,
+    rtm_bin, run, spawn, workload,
 };
+use rtm_tests::{e2e, harness::E2e};
+
+/// This file's tests, each with what it needs besides the tracer.
+pub(crate) const TESTS: &[E2e] = &[
+    e2e!(a_uid_rule_keeps_another_users_lookalikes_out, Root),
+    e2e!(full_slots_say_which_rule_turned_targets_away, Root),
+    e2e!(a_pid_given_again_never_relabels_the_exited_targets_series, Root),
+];
 
 /// `nobody`'s uid and gid on Debian.
 const NOBODY: u32 = 65534;
@@ -63,11 +71,7 @@ fn uid_of(pid: u32) -> u32 {
         .unwrap()
 }
 
-#[test]
 fn a_uid_rule_keeps_another_users_lookalikes_out() {
-    if !can_trace("a_uid_rule_keeps_another_users_lookalikes_out") {
-        return;
-    }
     let dir = TempDir::new("agent-uid");
     let bin = bait(&dir);
     // An unknown user is refused when the file is loaded, by field.
@@ -111,11 +115,7 @@ fn a_uid_rule_keeps_another_users_lookalikes_out() {
     );
 }
 
-#[test]
 fn full_slots_say_which_rule_turned_targets_away() {
-    if !can_trace("full_slots_say_which_rule_turned_targets_away") {
-        return;
-    }
     let dir = TempDir::new("agent-slots");
     let bin = bait(&dir);
     let agent = Agent::start(
@@ -197,11 +197,7 @@ fn run_locks(mut p: Proc) {
     assert!(out.status.success(), "{out:?}");
 }
 
-#[test]
 fn a_pid_given_again_never_relabels_the_exited_targets_series() {
-    if !can_trace("a_pid_given_again_never_relabels_the_exited_targets_series") {
-        return;
-    }
     const OLD: &str = "rtm-reuse-old";
     let dir = TempDir::new("agent-reuse");
     let locks = workload("many_locks");

@@ -14,6 +14,15 @@ use std::{
 };
 
 use rtm_tests::{tls::Certs, *};
+use rtm_tests::{e2e, harness::E2e};
+
+/// This file's tests, each with what it needs besides the tracer.
+pub(crate) const TESTS: &[E2e] = &[
+    e2e!(prometheus_scrapes_over_tls_with_basic_auth_and_client_certificates, Root),
+    e2e!(an_unfinished_tls_handshake_holds_no_place, Root),
+    e2e!(a_bad_web_config_is_refused_with_exit_2_and_the_key_named),
+    e2e!(serving_beyond_loopback_unguarded_is_warned_about, Root),
+];
 
 const T: Duration = Duration::from_secs(120);
 
@@ -205,11 +214,7 @@ fn targets(prom: &str) -> Vec<(String, String, String)> {
 /// requires a client certificate. It gets the workload's series with the right password
 /// and its client certificate, and nothing with a wrong password, over plain HTTP, or
 /// without a certificate; curl (OpenSSL) is refused the same way.
-#[test]
 fn prometheus_scrapes_over_tls_with_basic_auth_and_client_certificates() {
-    if !can_trace("prometheus_scrapes_over_tls_with_basic_auth_and_client_certificates") {
-        return;
-    }
     let dir = TempDir::new("agent-tls");
     let certs = Certs::make(&dir.0);
     let auth_web = format!(
@@ -430,11 +435,7 @@ fn prometheus_scrapes_over_tls_with_basic_auth_and_client_certificates() {
 /// dropped within the head timeout (2 s); 300 of them held at once (more than the
 /// connection cap) do not keep a scraper out, and neither does a stream of wrong
 /// passwords (each a bcrypt check).
-#[test]
 fn an_unfinished_tls_handshake_holds_no_place() {
-    if !can_trace("an_unfinished_tls_handshake_holds_no_place") {
-        return;
-    }
     let dir = TempDir::new("agent-tls-idle");
     let certs = Certs::make(&dir.0);
     let web = format!(
@@ -576,7 +577,6 @@ fn check_config(dir: &Path, config: &str, web: Option<&str>, listen: Option<&str
 }
 
 /// A web config that is wrong is refused before anything runs: exit 2, the key named.
-#[test]
 fn a_bad_web_config_is_refused_with_exit_2_and_the_key_named() {
     let dir = TempDir::new("agent-web-config");
     let certs = Certs::make(&dir.0);
@@ -659,7 +659,6 @@ fn a_bad_web_config_is_refused_with_exit_2_and_the_key_named() {
 
 /// Serving beyond loopback without TLS and auth is said in one line of the log, at
 /// `--check-config` and when the agent starts; guarded, it is not.
-#[test]
 fn serving_beyond_loopback_unguarded_is_warned_about() {
     let dir = TempDir::new("agent-web-warning");
     let certs = Certs::make(&dir.0);
@@ -718,9 +717,6 @@ fn serving_beyond_loopback_unguarded_is_warned_about() {
     );
 
     // The agent itself says it when it starts.
-    if !can_trace("serving_beyond_loopback_unguarded_is_warned_about (the running agent)") {
-        return;
-    }
     let f = dir.join("agent.toml");
     std::fs::write(&f, agent).unwrap();
     let mut p = spawn(

@@ -4,9 +4,21 @@
 use std::{process::Command, time::Duration};
 
 use rtm_tests::{
-    LineWatch, TempDir, Value, can_trace, read_json, rtm_bin, run, spawn, trace_json, truths,
+    LineWatch, TempDir, Value, read_json, rtm_bin, run, spawn, trace_json, truths,
     within, workload,
 };
+use rtm_tests::{e2e, harness::E2e};
+
+/// This file's tests, each with what it needs besides the tracer.
+pub(crate) const TESTS: &[E2e] = &[
+    e2e!(a_spinning_thread_shows_one_cpu_and_its_task_clock, Root),
+    e2e!(touched_memory_shows_in_rss_and_page_faults, Root),
+    e2e!(sleeps_are_voluntary_context_switches, Root),
+    e2e!(loopback_bytes_show_on_lo, Root),
+    e2e!(counters_are_counted_or_reported_never_faked, Root),
+    e2e!(thresholds_come_from_the_config_file_and_bad_input_is_explained, Root),
+    e2e!(samples_agree_with_pidstat_and_vmstat, Root),
+];
 
 const T: Duration = Duration::from_secs(120);
 
@@ -42,12 +54,8 @@ fn counter(doc: &Value, event: &str) -> f64 {
     f(&doc["counters"]["processes"][0]["values"][event])
 }
 
-#[test]
 fn a_spinning_thread_shows_one_cpu_and_its_task_clock() {
     let _machine = shared();
-    if !can_trace("a_spinning_thread_shows_one_cpu_and_its_task_clock") {
-        return;
-    }
     let (stdout, doc) = trace(&["spin", "3"], &[]);
     // What the spinner itself got: on a loaded machine less than a whole CPU. rtm-trace
     // is compared with that, not with an assumed 100%.
@@ -102,12 +110,8 @@ fn a_spinning_thread_shows_one_cpu_and_its_task_clock() {
     );
 }
 
-#[test]
 fn touched_memory_shows_in_rss_and_page_faults() {
     let _machine = shared();
-    if !can_trace("touched_memory_shows_in_rss_and_page_faults") {
-        return;
-    }
     let (stdout, doc) = trace(&["alloc", "256", "2"], &[]);
     let touched = truths(&stdout)[0].get("touched_bytes") as f64;
     let p = &doc["ambient"]["processes"][0];
@@ -125,12 +129,8 @@ fn touched_memory_shows_in_rss_and_page_faults() {
     assert!(f(&p["minor_faults"]) >= pages);
 }
 
-#[test]
 fn sleeps_are_voluntary_context_switches() {
     let _machine = shared();
-    if !can_trace("sleeps_are_voluntary_context_switches") {
-        return;
-    }
     let n = 300.0;
     let (_, doc) = trace(&["sleep", "300", "3"], &[]);
     let p = &doc["ambient"]["processes"][0];
@@ -146,12 +146,8 @@ fn sleeps_are_voluntary_context_switches() {
     );
 }
 
-#[test]
 fn loopback_bytes_show_on_lo() {
     let _machine = shared();
-    if !can_trace("loopback_bytes_show_on_lo") {
-        return;
-    }
     let (stdout, doc) = trace(&["net", "40000000"], &[]);
     let t = truths(&stdout);
     let sent = t
@@ -174,12 +170,8 @@ fn loopback_bytes_show_on_lo() {
     );
 }
 
-#[test]
 fn counters_are_counted_or_reported_never_faked() {
     let _machine = shared();
-    if !can_trace("counters_are_counted_or_reported_never_faked") {
-        return;
-    }
     let (_, doc) = trace(
         &["sleep", "10", "10"],
         &["--counters", "cycles,instructions,task-clock"],
@@ -211,12 +203,8 @@ fn counters_are_counted_or_reported_never_faked() {
     );
 }
 
-#[test]
 fn thresholds_come_from_the_config_file_and_bad_input_is_explained() {
     let _machine = shared();
-    if !can_trace("thresholds_come_from_the_config_file_and_bad_input_is_explained") {
-        return;
-    }
     let dir = TempDir::new("config");
     let cfg = dir.join("rtm.toml");
     std::fs::write(&cfg, "[thresholds]\ncpu_busy_pct = 30\n").unwrap();
@@ -251,12 +239,8 @@ fn thresholds_come_from_the_config_file_and_bad_input_is_explained() {
 }
 
 /// pidstat's average %CPU column and vmstat's busy share over the same seconds.
-#[test]
 fn samples_agree_with_pidstat_and_vmstat() {
     let _machine = MACHINE.write().unwrap_or_else(|e| e.into_inner());
-    if !can_trace("samples_agree_with_pidstat_and_vmstat") {
-        return;
-    }
     let target = spawn(Command::new(workload("load_workload")).args(["spin", "8"]));
     let pid = target.pid().to_string();
     // Past the workload's idle first 1.2 s.

@@ -12,9 +12,29 @@ use std::{
 
 use rtm::{Holder, MUTEX_BYTES, MUTEX_KIND, MUTEX_OWNER, futex_holder};
 use rtm_tests::{
-    LineWatch, Proc, TempDir, Value, can_trace, read_json, rtm_bin, run, spawn, truth_maps,
+    LineWatch, Proc, TempDir, Value, read_json, rtm_bin, run, spawn, truth_maps,
     workload,
 };
+use rtm_tests::{e2e, harness::E2e};
+
+/// This file's tests, each with what it needs besides the tracer.
+pub(crate) const TESTS: &[E2e] = &[
+    e2e!(an_abba_deadlock_names_both_threads_locks_and_holders, Root),
+    e2e!(a_three_thread_cycle_and_one_across_processes, Root),
+    e2e!(a_private_mutex_owned_across_a_fork_is_no_deadlock, Root),
+    e2e!(each_mutex_type_names_its_holder_and_a_condition_variable_says_unknown, Root),
+    e2e!(a_lock_passed_around_is_never_a_deadlock, Root),
+    e2e!(the_mutex_layout_is_the_installed_glibcs),
+    e2e!(a_deadlock_on_semaphores_used_as_locks_is_found_in_full_mode, Root),
+    e2e!(a_deadlock_is_found_while_tracing_within_a_second_and_ends_the_run, Root),
+    e2e!(three_threads_and_two_processes_deadlocked_live, Root),
+    e2e!(a_contended_lock_passed_around_is_no_deadlock_while_tracing, Root),
+    e2e!(locks_taken_in_both_orders_are_reported_before_they_hang, Root),
+    e2e!(each_waits_holder_is_recorded_when_the_wait_begins, Root),
+    e2e!(a_deadlock_on_semaphores_is_never_called_no_deadlock, Root),
+    e2e!(a_semaphore_deadlock_traced_in_contention_mode_is_said_undecided, Root),
+    e2e!(names_with_line_feeds_forge_no_line_on_stderr, Root),
+];
 
 const T: Duration = Duration::from_secs(60);
 
@@ -105,11 +125,7 @@ fn blocked_thread(doc: &Value, tid: u64) -> &Value {
         .unwrap_or_else(|| panic!("thread {tid} not blocked in {doc:#}"))
 }
 
-#[test]
 fn an_abba_deadlock_names_both_threads_locks_and_holders() {
-    if !can_trace("--blocked abba") {
-        return;
-    }
     let (p, truths) = start("abba");
     let (code, report, doc) = snapshot(&[p.pid()]);
     assert_eq!(code, Some(3), "a deadlock exits 3:\n{report}");
@@ -163,11 +179,7 @@ fn an_abba_deadlock_names_both_threads_locks_and_holders() {
     drop(p);
 }
 
-#[test]
 fn a_three_thread_cycle_and_one_across_processes() {
-    if !can_trace("--blocked three and pshared") {
-        return;
-    }
     let (p, truths) = start("three");
     let (code, _, doc) = snapshot(&[p.pid()]);
     assert_eq!(code, Some(3));
@@ -213,11 +225,7 @@ fn a_three_thread_cycle_and_one_across_processes() {
 /// Two processes, each blocked on its own private mutex whose owner field names a thread
 /// of the other (fork_owned.c): a private mutex is owned in its own process only, so no
 /// holder is named and no deadlock is claimed across them.
-#[test]
 fn a_private_mutex_owned_across_a_fork_is_no_deadlock() {
-    if !can_trace("--blocked fork_owned") {
-        return;
-    }
     let mut p = spawn(&mut Command::new(workload("fork_owned")));
     let mut out = LineWatch::new(p.child.stdout.take().unwrap());
     out.wait_for("ready", Duration::from_secs(20));
@@ -261,11 +269,7 @@ fn a_private_mutex_owned_across_a_fork_is_no_deadlock() {
     drop(p);
 }
 
-#[test]
 fn each_mutex_type_names_its_holder_and_a_condition_variable_says_unknown() {
-    if !can_trace("--blocked mutex types") {
-        return;
-    }
     let (p, truths) = start("types");
     let (code, report, doc) = snapshot(&[p.pid()]);
     assert_eq!(code, Some(0), "no deadlock here:\n{report}");
@@ -303,11 +307,7 @@ fn each_mutex_type_names_its_holder_and_a_condition_variable_says_unknown() {
     drop(p);
 }
 
-#[test]
 fn a_lock_passed_around_is_never_a_deadlock() {
-    if !can_trace("--blocked contended") {
-        return;
-    }
     let (p, _) = start("contended");
     for _ in 0..5 {
         let (code, report, doc) = snapshot(&[p.pid()]);
@@ -318,7 +318,6 @@ fn a_lock_passed_around_is_never_a_deadlock() {
     drop(p);
 }
 
-#[test]
 fn the_mutex_layout_is_the_installed_glibcs() {
     let out = run(&mut Command::new(workload("layout_probe")), T);
     let text = String::from_utf8_lossy(&out.stdout);
@@ -474,11 +473,7 @@ fn check_live(code: Option<i32>, stdout: &str, doc: &Value, n: usize) -> Vec<Val
 /// Two threads deadlocked on two binary semaphores taken in opposite orders: full mode
 /// sees every take and post, so a semaphore used as a lock has a holder (the thread
 /// that took it last and has not posted it): the deadlock is found while tracing.
-#[test]
 fn a_deadlock_on_semaphores_used_as_locks_is_found_in_full_mode() {
-    if !can_trace("live deadlock, semaphores") {
-        return;
-    }
     let (code, stdout, doc) = live("semaphores", &["--mode", "full"]);
     let threads = check_live(code, &stdout, &doc, 2);
     let mut words: Vec<&str> = threads
@@ -492,11 +487,7 @@ fn a_deadlock_on_semaphores_used_as_locks_is_found_in_full_mode() {
     }
 }
 
-#[test]
 fn a_deadlock_is_found_while_tracing_within_a_second_and_ends_the_run() {
-    if !can_trace("live deadlock, abba") {
-        return;
-    }
     let (code, stdout, doc) = live("abba", &[]);
     let threads = check_live(code, &stdout, &doc, 2);
     let mut words: Vec<&str> = threads
@@ -520,11 +511,7 @@ fn a_deadlock_is_found_while_tracing_within_a_second_and_ends_the_run() {
     check_live(code, &stdout, &doc, 2);
 }
 
-#[test]
 fn three_threads_and_two_processes_deadlocked_live() {
-    if !can_trace("live deadlock, three and pshared") {
-        return;
-    }
     let (code, stdout, doc) = live("three", &[]);
     check_live(code, &stdout, &doc, 3);
     let (code, stdout, doc) = live("pshared", &[]);
@@ -534,11 +521,7 @@ fn three_threads_and_two_processes_deadlocked_live() {
     assert_eq!(pids.len(), 2, "one thread in each process: {threads:#?}");
 }
 
-#[test]
 fn a_contended_lock_passed_around_is_no_deadlock_while_tracing() {
-    if !can_trace("live deadlock, contended") {
-        return;
-    }
     let dir = TempDir::new("deadlock-none");
     let json = dir.join("t.json");
     let mut p = spawn(Command::new(workload("deadlock")).arg("contended"));
@@ -580,11 +563,7 @@ fn a_contended_lock_passed_around_is_no_deadlock_while_tracing() {
     let _ = p.child.kill();
 }
 
-#[test]
 fn locks_taken_in_both_orders_are_reported_before_they_hang() {
-    if !can_trace("lock-order inversion") {
-        return;
-    }
     let dir = TempDir::new("inversion");
     let (json, report) = (dir.join("t.json"), dir.join("r.txt"));
     let out = run(
@@ -635,11 +614,7 @@ fn locks_taken_in_both_orders_are_reported_before_they_hang() {
     assert!(doc["sync_graph"].get("lock_order").is_none());
 }
 
-#[test]
 fn each_waits_holder_is_recorded_when_the_wait_begins() {
-    if !can_trace("holder at wait start") {
-        return;
-    }
     let dir = TempDir::new("held-by");
     let json = dir.join("t.json");
     // The threads lock after 1.5 s; the trace, attached before, ends 1.5 s later with
@@ -698,11 +673,7 @@ fn each_waits_holder_is_recorded_when_the_wait_begins() {
 /// Python's `threading.Lock`s deadlock): a semaphore has no owner, so `--blocked` cannot
 /// see the cycle; it must say it cannot tell, why, and exit 4, never "No deadlock" and
 /// 0. A condition variable's idle waiter (a wait for work) does not make it undecided.
-#[test]
 fn a_deadlock_on_semaphores_is_never_called_no_deadlock() {
-    if !can_trace("--blocked semaphores") {
-        return;
-    }
     let (p, truths) = start("semaphores");
     let (code, report, doc) = snapshot(&[p.pid()]);
     println!("{report}");
@@ -736,11 +707,7 @@ fn a_deadlock_on_semaphores_is_never_called_no_deadlock() {
 /// The same semaphore deadlock traced in contention mode, which sees only futex words:
 /// no owner can be known, so it never claims a deadlock nor stays silent: it says on
 /// stderr, once per thread, that it cannot tell, and the results list both threads.
-#[test]
 fn a_semaphore_deadlock_traced_in_contention_mode_is_said_undecided() {
-    if !can_trace("live semaphores, contention mode") {
-        return;
-    }
     let dir = TempDir::new("sem-contention");
     let (json, err_file) = (dir.join("t.json"), dir.join("err"));
     let mut tracer = Command::new(rtm_bin())
@@ -800,11 +767,7 @@ fn a_semaphore_deadlock_traced_in_contention_mode_is_said_undecided() {
 /// so too) deadlocks: every line rtm-trace writes on stderr (the launch, the deadlock
 /// with its threads' names, the results) stays one line, the name escaped; no line
 /// starts with the forged text.
-#[test]
 fn names_with_line_feeds_forge_no_line_on_stderr() {
-    if !can_trace("names_with_line_feeds_forge_no_line_on_stderr") {
-        return;
-    }
     let dir = TempDir::new("forged");
     let forged = dir.join("c\nrtm-trace: ok");
     std::fs::copy(workload("deadlock"), &forged).unwrap();

@@ -14,6 +14,21 @@ use std::{
 };
 
 use rtm_tests::{tls::Certs, *};
+use rtm_tests::{e2e, harness::E2e};
+
+/// This file's tests, each with what it needs besides the tracer.
+pub(crate) const TESTS: &[E2e] = &[
+    e2e!(the_systemd_unit_verifies, Tool("systemd-analyze", "systemd")),
+    e2e!(the_systemd_unit_keeps_its_exposure_score, Tool("systemd-analyze", "systemd")),
+    e2e!(
+        the_agents_system_calls_stay_inside_the_units_filter,
+        Root,
+        Tool("systemd-analyze", "systemd"),
+        Tool("strace", "strace"),
+        Tool("curl", "curl")
+    ),
+    e2e!(the_manifests_parse_with_the_fields_the_readme_names, PyYaml),
+];
 
 const T: Duration = Duration::from_secs(60);
 
@@ -21,20 +36,6 @@ const T: Duration = Duration::from_secs(60);
 /// before the sandboxing of issue 31, 2.4 before sched_setaffinity was let through
 /// (the deadlock check makes it; denied, the agent would be killed).
 const MAX_EXPOSURE: f64 = 2.5;
-
-/// The tool, or None (a failure in CI) with why not.
-fn tool(test: &str, cmd: &str, package: &str) -> bool {
-    let ok = Command::new(cmd)
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !ok {
-        let msg = format!("{test}: NOT RUN: {cmd} is missing (apt-get install {package})");
-        assert!(std::env::var("CI").as_deref() != Ok("true"), "{msg}");
-        eprintln!("{msg}");
-    }
-    ok
-}
 
 /// A copy of the unit that names this build's binary.
 fn unit_copy(dir: &TempDir) -> std::path::PathBuf {
@@ -76,11 +77,7 @@ fn check_config_in(dir: &TempDir, text: &str) -> std::process::Output {
     out
 }
 
-#[test]
 fn the_systemd_unit_verifies() {
-    if !tool("the_systemd_unit_verifies", "systemd-analyze", "systemd") {
-        return;
-    }
     // The unit names the installed binary: verify a copy that names this build's.
     let dir = TempDir::new("deploy-unit");
     let unit = std::fs::read_to_string(deploy("rtm-trace-agent.service")).unwrap();
@@ -115,15 +112,7 @@ fn the_systemd_unit_verifies() {
 
 /// `systemd-analyze security` (offline: the unit file alone) scores the unit at most
 /// MAX_EXPOSURE: a setting dropped, or one loosened, fails here.
-#[test]
 fn the_systemd_unit_keeps_its_exposure_score() {
-    if !tool(
-        "the_systemd_unit_keeps_its_exposure_score",
-        "systemd-analyze",
-        "systemd",
-    ) {
-        return;
-    }
     let dir = TempDir::new("deploy-score");
     let copy = unit_copy(&dir);
     let out = Command::new("systemd-analyze")
@@ -236,16 +225,7 @@ fn unit_filter(unit: &str) -> BTreeSet<String> {
 /// filter lets through. The paths it opened are checked against the file-system
 /// settings too: nothing under /dev (PrivateDevices), nothing written under /sys or
 /// /proc/sys (ProtectKernelTunables, ProtectControlGroups).
-#[test]
 fn the_agents_system_calls_stay_inside_the_units_filter() {
-    let test = "the_agents_system_calls_stay_inside_the_units_filter";
-    if !can_trace(test)
-        || !tool(test, "systemd-analyze", "systemd")
-        || !tool(test, "strace", "strace")
-        || !tool(test, "curl", "curl")
-    {
-        return;
-    }
     let unit = std::fs::read_to_string(deploy("rtm-trace-agent.service")).unwrap();
     let allowed = unit_filter(&unit);
     // Also the calls made only on some paths, which one run may not take: the deadlock
@@ -419,9 +399,9 @@ fn the_agents_system_calls_stay_inside_the_units_filter() {
     assert!(outside.is_empty(), "opens the sandbox refuses: {outside:?}");
 }
 
-/// Each YAML document of a deploy/ file as JSON, by Python's yaml module (PyYAML); None
-/// (a failure in CI) without it.
-fn yaml_docs(name: &str) -> Option<Vec<Value>> {
+/// Each YAML document of a deploy/ file as JSON, by Python's yaml module (PyYAML; a
+/// test that calls this needs `PyYaml`).
+fn yaml_docs(name: &str) -> Vec<Value> {
     let script =
         "import sys, json, yaml\nprint(json.dumps(list(yaml.safe_load_all(open(sys.argv[1])))))";
     let out = Command::new("python3")
@@ -429,21 +409,13 @@ fn yaml_docs(name: &str) -> Option<Vec<Value>> {
         .arg(deploy(name))
         .output();
     match out {
-        Ok(o) if o.status.success() => Some(serde_json::from_slice(&o.stdout).unwrap()),
-        other => {
-            let msg = format!("{name}: NOT RUN: python3 with PyYAML is needed: {other:?}");
-            assert!(std::env::var("CI").as_deref() != Ok("true"), "{msg}");
-            eprintln!("{msg}");
-            None
-        }
+        Ok(o) if o.status.success() => serde_json::from_slice(&o.stdout).unwrap(),
+        other => panic!("{name}: python3 with PyYAML could not read it: {other:?}"),
     }
 }
 
-#[test]
 fn the_manifests_parse_with_the_fields_the_readme_names() {
-    let Some(docs) = yaml_docs("daemonset.yaml") else {
-        return;
-    };
+    let docs = yaml_docs("daemonset.yaml");
     let kind = |k: &str| {
         docs.iter()
             .find(|d| d["kind"] == k)
@@ -567,9 +539,7 @@ fn the_manifests_parse_with_the_fields_the_readme_names() {
     );
 
     // The PodMonitor apart, scraping over TLS with basic auth.
-    let Some(pm) = yaml_docs("podmonitor.yaml") else {
-        return;
-    };
+    let pm = yaml_docs("podmonitor.yaml");
     assert_eq!(pm.len(), 1);
     assert_eq!(pm[0]["kind"], "PodMonitor");
     let ep = &pm[0]["spec"]["podMetricsEndpoints"][0];

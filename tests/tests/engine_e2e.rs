@@ -11,6 +11,13 @@ use std::{
 
 use rtm::{CounterList, EndReason, Engine, KernelSource, Mode, Summary, Target, TraceConfig};
 use rtm_tests::*;
+use rtm_tests::{e2e, harness::E2e};
+
+/// This file's tests, each with what it needs besides the tracer.
+pub(crate) const TESTS: &[E2e] = &[
+    e2e!(a_daemon_adds_and_removes_targets_and_the_programs_follow, Root),
+    e2e!(a_config_file_describes_a_whole_trace, Root),
+];
 
 const T: Duration = Duration::from_secs(120);
 
@@ -48,11 +55,7 @@ fn waits(s: &Summary) -> u64 {
     s.objects.iter().map(|o| o.contended).sum()
 }
 
-#[test]
 fn a_daemon_adds_and_removes_targets_and_the_programs_follow() {
-    if !can_trace("a_daemon_adds_and_removes_targets_and_the_programs_follow") {
-        return;
-    }
     // Two threads contend on one lock for a few seconds, started on a line of stdin.
     let mut app = spawn(Command::new(workload("mutex_workload")).args([
         "--threads",
@@ -135,11 +138,7 @@ fn alive(pid: u32) -> bool {
     std::path::Path::new(&format!("/proc/{pid}")).exists()
 }
 
-#[test]
 fn a_config_file_describes_a_whole_trace() {
-    if !can_trace("a_config_file_describes_a_whole_trace") {
-        return;
-    }
     let dir = TempDir::new("config-trace");
     let (json, report) = (dir.join("o.json"), dir.join("r.txt"));
     let toml = format!(

@@ -3,6 +3,16 @@
 use std::{os::unix::process::CommandExt, process::Command, time::Duration};
 
 use rtm_tests::*;
+use rtm_tests::{e2e, harness::E2e};
+
+/// This file's tests, each with what it needs besides the tracer.
+pub(crate) const TESTS: &[E2e] = &[
+    e2e!(usage_errors_exit_2_with_a_hint),
+    e2e!(not_root_is_refused_with_what_to_do, Root),
+    e2e!(unknown_pid_is_refused, Root),
+    e2e!(process_without_libc_is_refused_in_full_mode, Root),
+    e2e!(missing_command_exits_127, Root),
+];
 
 const T: Duration = Duration::from_secs(30);
 
@@ -14,7 +24,6 @@ fn stderr_of(cmd: &mut Command) -> (Option<i32>, String) {
     )
 }
 
-#[test]
 fn usage_errors_exit_2_with_a_hint() {
     let (code, err) = stderr_of(&mut Command::new(rtm_bin()));
     assert_eq!(code, Some(2));
@@ -37,12 +46,8 @@ fn usage_errors_exit_2_with_a_hint() {
     assert_eq!(code, Some(2), "{err}");
 }
 
-#[test]
 fn not_root_is_refused_with_what_to_do() {
     // Runs as nobody; needs root to switch user.
-    if !can_trace("not_root_is_refused_with_what_to_do") {
-        return;
-    }
     let (code, err) = stderr_of(
         Command::new(rtm_bin())
             .args(["--pid", "1"])
@@ -53,21 +58,13 @@ fn not_root_is_refused_with_what_to_do() {
     assert!(err.contains("needs root") && err.contains("sudo"), "{err}");
 }
 
-#[test]
 fn unknown_pid_is_refused() {
-    if !can_trace("unknown_pid_is_refused") {
-        return;
-    }
     let (code, err) = stderr_of(Command::new(rtm_bin()).args(["--pid", "2147483000"]));
     assert_eq!(code, Some(1));
     assert!(err.contains("no process with PID 2147483000"), "{err}");
 }
 
-#[test]
 fn process_without_libc_is_refused_in_full_mode() {
-    if !can_trace("process_without_libc_is_refused_in_full_mode") {
-        return;
-    }
     let p = spawn(&mut Command::new(workload("nolibc")));
     let (code, err) =
         stderr_of(Command::new(rtm_bin()).args(["--mode", "full", "--pid", &p.pid().to_string()]));
@@ -86,11 +83,7 @@ fn process_without_libc_is_refused_in_full_mode() {
     assert_eq!(code, Some(0), "{err}");
 }
 
-#[test]
 fn missing_command_exits_127() {
-    if !can_trace("missing_command_exits_127") {
-        return;
-    }
     let (code, err) = stderr_of(Command::new(rtm_bin()).args(["--", "/nonexistent/prog"]));
     assert_eq!(code, Some(127));
     assert!(err.contains("/nonexistent/prog"), "{err}");

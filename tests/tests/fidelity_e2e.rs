@@ -3,7 +3,15 @@
 //! Each comparison prints expected vs measured. MPI call counts and bytes are compared
 //! exactly in mpi_e2e.rs, a spinning thread's CPU share in ambient_e2e.rs.
 
-use rtm_tests::{Value, can_trace, edge, object, trace_json, truths, within, workload};
+use rtm_tests::{Value, edge, object, trace_json, truths, within, workload};
+use rtm_tests::{e2e, harness::E2e};
+
+/// This file's tests, each with what it needs besides the tracer.
+pub(crate) const TESTS: &[E2e] = &[
+    e2e!(one_millisecond_holds_and_waits_within_two_percent, Root),
+    e2e!(ten_millisecond_holds_and_waits_within_two_percent, Root),
+    e2e!(barrier_imbalance_within_two_percent, Root),
+];
 
 fn traced(bin: &str, args: &[&str]) -> (String, Value) {
     let (stdout, doc) = trace_json(&["--mode", "full", "--bpf-stats"], &workload(bin), args);
@@ -89,27 +97,15 @@ fn between(measured: f64, (lo, hi): (f64, f64), tol: f64, what: &str) {
     );
 }
 
-#[test]
 fn one_millisecond_holds_and_waits_within_two_percent() {
-    if !can_trace("one_millisecond_holds_and_waits_within_two_percent") {
-        return;
-    }
     holds_and_waits(60, 1_000);
 }
 
-#[test]
 fn ten_millisecond_holds_and_waits_within_two_percent() {
-    if !can_trace("ten_millisecond_holds_and_waits_within_two_percent") {
-        return;
-    }
     holds_and_waits(10, 10_000);
 }
 
-#[test]
 fn barrier_imbalance_within_two_percent() {
-    if !can_trace("barrier_imbalance_within_two_percent") {
-        return;
-    }
     let (stdout, doc) = traced("sync_workload", &["barrier", "3", "20", "4000"]);
     // `ROUND spread_ns=NS last=I margin_ns=NS preempted=N`
     let truth: Vec<(u64, f64, u64)> = stdout

@@ -6,7 +6,14 @@
 
 use std::{process::Command, time::Duration};
 
-use rtm_tests::{TempDir, Value, can_trace, read_json, rtm_bin, run, workload};
+use rtm_tests::{TempDir, Value, read_json, rtm_bin, run, workload};
+use rtm_tests::{e2e, harness::E2e};
+
+/// This file's tests, each with what it needs besides the tracer.
+pub(crate) const TESTS: &[E2e] = &[
+    e2e!(the_demo_opens_with_its_audit_lock_and_its_line, Root),
+    e2e!(a_thread_pool_opens_with_its_stats_lock_and_calls_idle_waits_no_problem, Root),
+];
 
 /// Traces `program` launched with `options`; returns the report, the JSON document and
 /// the HTML page.
@@ -53,11 +60,7 @@ fn section(report: &str) -> String {
         .join("\n")
 }
 
-#[test]
 fn the_demo_opens_with_its_audit_lock_and_its_line() {
-    if !can_trace("the_demo_opens_with_its_audit_lock_and_its_line") {
-        return;
-    }
     let dir = TempDir::new("findings-demo");
     let (report, doc, html) = traced(&dir, &["-m", "full"], "demo", &[]);
     let first = &doc["findings"][0];
@@ -121,11 +124,7 @@ fn the_demo_opens_with_its_audit_lock_and_its_line() {
     assert!(html[page_first..].contains("audit_lock"));
 }
 
-#[test]
 fn a_thread_pool_opens_with_its_stats_lock_and_calls_idle_waits_no_problem() {
-    if !can_trace("a_thread_pool_opens_with_its_stats_lock_and_calls_idle_waits_no_problem") {
-        return;
-    }
     let dir = TempDir::new("findings-pool");
     let (report, doc, _) = traced(&dir, &["-m", "contention"], "thread_pool", &["1500"]);
     println!("{}", section(&report));

@@ -10,9 +10,20 @@ use std::{
 };
 
 use rtm_tests::{
-    LineWatch, TempDir, Truth, Value, can_trace, decode_timeline, perfetto_python, read_json,
+    LineWatch, TempDir, Truth, Value, decode_timeline, perfetto_python, read_json,
     rtm_bin, run, spawn, truths, workload,
 };
+use rtm_tests::{e2e, harness::E2e};
+
+/// This file's tests, each with what it needs besides the tracer.
+pub(crate) const TESTS: &[E2e] = &[
+    e2e!(calls_and_times_match_the_workloads_own_per_thread, Root, PerfettoSchema),
+    e2e!(threads_sharing_a_slot_are_each_timed_exactly, Root),
+    e2e!(calls_kept_unsent_when_the_trace_ends_are_counted, Root, PerfettoSchema),
+    e2e!(a_stripped_program_is_refused_with_the_reason_and_its_library_still_timed, Root),
+    e2e!(what_cannot_be_timed_is_refused_before_anything_runs, Root),
+    e2e!(tid_and_cpu_filters_keep_exactly_their_calls_and_running_calls_are_reported, Root),
+];
 
 const T: Duration = Duration::from_secs(120);
 
@@ -62,15 +73,8 @@ fn workers(stdout: &str) -> Vec<Truth> {
         .collect()
 }
 
-#[test]
 fn calls_and_times_match_the_workloads_own_per_thread() {
-    let test = "--func on a launched program";
-    if !can_trace(test) {
-        return;
-    }
-    let Some(python) = perfetto_python(test) else {
-        return;
-    };
+    let python = perfetto_python();
     let dir = TempDir::new("func");
     let (json, timeline) = (dir.join("t.json"), dir.join("t.pftrace"));
     let rounds = 15;
@@ -176,12 +180,7 @@ fn calls_and_times_match_the_workloads_own_per_thread() {
 /// Threads whose tids share one slot of the kernel's per-thread table of calls in
 /// flight: the first holds the slot, the others keep theirs in the fallback map; each
 /// thread's calls are still counted exactly, recursion included.
-#[test]
 fn threads_sharing_a_slot_are_each_timed_exactly() {
-    let test = "--func, threads sharing a slot";
-    if !can_trace(test) {
-        return;
-    }
     let dir = TempDir::new("func-slots");
     let json = dir.join("t.json");
     let slots = rtm_common::names::MAX_FUNC_SLOTS;
@@ -226,15 +225,8 @@ fn threads_sharing_a_slot_are_each_timed_exactly() {
 
 /// Each thread sends its finished calls a few at a time: calls kept unsent when the
 /// trace ends (the threads still alive) are taken then, into the JSON and the timeline.
-#[test]
 fn calls_kept_unsent_when_the_trace_ends_are_counted() {
-    let test = "--func, calls kept when the trace ends";
-    if !can_trace(test) {
-        return;
-    }
-    let Some(python) = perfetto_python(test) else {
-        return;
-    };
+    let python = perfetto_python();
     let dir = TempDir::new("func-kept");
     let (json, timeline) = (dir.join("t.json"), dir.join("t.pftrace"));
     // Fewer calls a thread than a batch, within the time a batch waits; the threads
@@ -281,12 +273,7 @@ fn calls_kept_unsent_when_the_trace_ends_are_counted() {
     assert_eq!(n, 2 * calls, "a slice per call on the timeline");
 }
 
-#[test]
 fn a_stripped_program_is_refused_with_the_reason_and_its_library_still_timed() {
-    let test = "--func on a stripped program";
-    if !can_trace(test) {
-        return;
-    }
     let out = run(
         Command::new(rtm_bin())
             .args(["-o", "/dev/null", "--func", "work_1ms", "--"])
@@ -324,12 +311,7 @@ fn a_stripped_program_is_refused_with_the_reason_and_its_library_still_timed() {
     }
 }
 
-#[test]
 fn what_cannot_be_timed_is_refused_before_anything_runs() {
-    let test = "--func refusals";
-    if !can_trace(test) {
-        return;
-    }
     for (spec, says) in [
         ("no_such_function_xyz", "no function matches"),
         ("*", "narrow the pattern"),
@@ -356,12 +338,8 @@ fn what_cannot_be_timed_is_refused_before_anything_runs() {
     assert_eq!(out.status.code(), Some(2));
 }
 
-#[test]
 fn tid_and_cpu_filters_keep_exactly_their_calls_and_running_calls_are_reported() {
     let test = "--tid, --cpu and running calls";
-    if !can_trace(test) {
-        return;
-    }
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
     assert!(cpus >= 2, "{test}: needs two CPUs to pin threads apart");
     let dir = TempDir::new("func-filters");

@@ -9,6 +9,13 @@ use std::{
 };
 
 use rtm_tests::*;
+use rtm_tests::{e2e, harness::E2e};
+
+/// This file's tests, each with what it needs besides the tracer.
+pub(crate) const TESTS: &[E2e] = &[
+    e2e!(every_program_loads_and_each_feature_says_so, Root),
+    e2e!(results_land_on_a_file_system_without_unnamed_files, Root, Tool("bindfs", "bindfs")),
+];
 
 const T: Duration = Duration::from_secs(240);
 
@@ -16,11 +23,7 @@ fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
 }
 
-#[test]
 fn every_program_loads_and_each_feature_says_so() {
-    if !can_trace("every_program_loads_and_each_feature_says_so") {
-        return;
-    }
     let out = run(Command::new(rtm_bin()).args(["check", "-v"]), T);
     let stdout = text(&out.stdout);
     let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap();
@@ -74,28 +77,18 @@ impl Drop for Fuse {
 
 /// A directory on a file system without O_TMPFILE: $RTM_TEST_NO_TMPFILE_DIR (the VM's
 /// 9p share), else a bindfs mount of `dir`.
-fn no_tmpfile_dir(test: &str, dir: &TempDir) -> Option<(PathBuf, Option<Fuse>)> {
+fn no_tmpfile_dir(dir: &TempDir) -> (PathBuf, Option<Fuse>) {
     if let Some(d) = std::env::var_os("RTM_TEST_NO_TMPFILE_DIR") {
         let d = PathBuf::from(d).join(format!("tmpfile-{}", std::process::id()));
         std::fs::create_dir_all(&d).unwrap();
-        return Some((d, None));
+        return (d, None);
     }
     let (src, mnt) = (dir.join("src"), dir.join("mnt"));
     std::fs::create_dir_all(&src).unwrap();
     std::fs::create_dir_all(&mnt).unwrap();
     match Command::new("bindfs").arg(&src).arg(&mnt).status() {
-        Ok(st) if st.success() => Some((mnt.clone(), Some(Fuse(mnt)))),
-        other => {
-            let msg = format!(
-                "{test}: NOT RUN: bindfs could not mount ({other:?}); `cargo xtask setup` \
-                 installs Debian's bindfs"
-            );
-            if std::env::var("CI").is_ok_and(|v| v == "true") {
-                panic!("{msg}");
-            }
-            eprintln!("{msg}");
-            None
-        }
+        Ok(st) if st.success() => (mnt.clone(), Some(Fuse(mnt))),
+        other => panic!("bindfs could not mount: {other:?}"),
     }
 }
 
@@ -108,16 +101,9 @@ fn supports_tmpfile(dir: &Path) -> bool {
         .is_ok()
 }
 
-#[test]
 fn results_land_on_a_file_system_without_unnamed_files() {
-    let test = "results_land_on_a_file_system_without_unnamed_files";
-    if !can_trace(test) {
-        return;
-    }
     let tmp = TempDir::new("no-tmpfile");
-    let Some((dir, _mount)) = no_tmpfile_dir(test, &tmp) else {
-        return;
-    };
+    let (dir, _mount) = no_tmpfile_dir(&tmp);
     assert!(
         !supports_tmpfile(&dir),
         "{} makes unnamed files: not the case this test is for",

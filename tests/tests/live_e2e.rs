@@ -8,7 +8,14 @@ use std::{
     time::{Duration, Instant},
 };
 
-use rtm_tests::{TempDir, can_trace, rtm_bin, workload};
+use rtm_tests::{TempDir, rtm_bin, workload};
+use rtm_tests::{e2e, harness::E2e};
+
+/// This file's tests, each with what it needs besides the tracer.
+pub(crate) const TESTS: &[E2e] = &[
+    e2e!(the_live_view_sorts_pauses_drills_in_and_quits_in_a_terminal, Root),
+    e2e!(interval_summaries_are_not_printed_into_the_live_view, Root),
+];
 
 struct Tmux {
     socket: String,
@@ -67,11 +74,7 @@ fn traced(screen: &str) -> String {
         .to_owned()
 }
 
-#[test]
 fn the_live_view_sorts_pauses_drills_in_and_quits_in_a_terminal() {
-    if !can_trace("the_live_view_sorts_pauses_drills_in_and_quits_in_a_terminal") {
-        return;
-    }
     let dir = TempDir::new("live");
     let report = dir.join("report.txt");
     let exit = dir.join("exit");
@@ -148,11 +151,7 @@ fn the_live_view_sorts_pauses_drills_in_and_quits_in_a_terminal() {
 /// With `-i` and the report on the terminal, the interval summaries would be printed
 /// inside the live view's screen: they are left out (said once on stderr), and the
 /// screen shows only the view.
-#[test]
 fn interval_summaries_are_not_printed_into_the_live_view() {
-    if !can_trace("interval_summaries_are_not_printed_into_the_live_view") {
-        return;
-    }
     let dir = TempDir::new("live-interval");
     let (err, exit) = (dir.join("stderr"), dir.join("exit"));
     let command = format!(

@@ -7,22 +7,16 @@
 use std::{collections::BTreeSet, path::Path, process::Command};
 
 use rtm_tests::{TempDir, mixin};
+use rtm_tests::{e2e, harness::E2e};
 
-/// promtool, or None with why not (a failure in CI).
-fn promtool(test: &str) -> bool {
-    let ok = Command::new("promtool")
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !ok {
-        let msg = format!(
-            "{test}: NOT RUN: promtool is missing (apt-get install prometheus; cargo xtask setup does)"
-        );
-        assert!(std::env::var("CI").as_deref() != Ok("true"), "{msg}");
-        eprintln!("{msg}");
-    }
-    ok
-}
+/// This file's tests, each with what it needs besides the tracer.
+pub(crate) const TESTS: &[E2e] = &[
+    e2e!(promtool_checks_the_rules_and_passes_their_unit_tests, Tool("promtool", "prometheus")),
+    e2e!(
+        the_dashboard_has_its_panels_and_every_expression_parses_and_is_exported,
+        Tool("promtool", "prometheus")
+    ),
+];
 
 /// Runs promtool with `args` in deploy/mixin; asserts it succeeded; returns its output.
 fn run_promtool(args: &[&str], dir: &Path) -> String {
@@ -53,11 +47,7 @@ fn rule_names(key: &str) -> Vec<String> {
         .collect()
 }
 
-#[test]
 fn promtool_checks_the_rules_and_passes_their_unit_tests() {
-    if !promtool("promtool_checks_the_rules_and_passes_their_unit_tests") {
-        return;
-    }
     let dir = mixin::file("");
     let out = run_promtool(&["check", "rules", "rules.yml"], &dir);
     println!("{out}");
@@ -113,7 +103,6 @@ fn exported_in_code() -> BTreeSet<String> {
     names
 }
 
-#[test]
 fn the_dashboard_has_its_panels_and_every_expression_parses_and_is_exported() {
     let d = mixin::dashboard();
     assert!(d["uid"].is_string() && d["title"].is_string(), "uid, title");
@@ -168,9 +157,6 @@ fn the_dashboard_has_its_panels_and_every_expression_parses_and_is_exported() {
     assert!(unknown.is_empty(), "not exported by the agent: {unknown:?}");
     println!("{} metric names used, all exported: {used:?}", used.len());
     // Every expression parses: promtool checks them as recording rules.
-    if !promtool("the_dashboard_has_its_panels_and_every_expression_parses_and_is_exported") {
-        return;
-    }
     let dir = TempDir::new("mixin-dashboard");
     let mut rules = String::from("groups:\n  - name: dashboard\n    rules:\n");
     for (i, e) in exprs.iter().enumerate() {

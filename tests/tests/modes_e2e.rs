@@ -4,9 +4,26 @@
 use std::{io::Write, process::Command, time::Duration};
 
 use rtm_tests::{
-    LineWatch, TempDir, Value, can_trace, read_json, rtm_bin, run, spawn, times_comparable,
+    LineWatch, TempDir, Value, read_json, rtm_bin, run, spawn, times_comparable,
     trace_json, truths, workload,
 };
+use rtm_tests::{e2e, harness::E2e};
+
+/// This file's tests, each with what it needs besides the tracer.
+pub(crate) const TESTS: &[E2e] = &[
+    e2e!(contention_mode_agrees_with_full_mode_and_names_the_releaser, Root),
+    e2e!(contention_mode_agrees_on_its_fallback_paths, Root),
+    e2e!(a_target_in_its_own_mount_namespace_is_probed_in_its_own_libc, Root),
+    e2e!(forked_children_are_followed_in_launch_mode, Root),
+    e2e!(joins_name_the_exiting_thread_in_contention_mode, Root),
+    e2e!(contention_mode_counts_waits_that_did_not_sleep_and_timeouts, Root),
+    e2e!(a_lock_shared_between_processes_is_traced_in_bounded_memory, Root),
+    e2e!(thousands_of_short_children_cost_little_memory, Root),
+    e2e!(a_wait_still_asleep_at_the_end_is_reported, Root),
+    e2e!(a_quiet_threads_last_wait_is_in_the_summaries_and_the_results, Root),
+    e2e!(full_mode_follows_a_program_started_through_a_wrapper, Root),
+    e2e!(full_mode_counts_exactly_on_its_fallback_paths, Root),
+];
 
 const T: Duration = Duration::from_secs(120);
 
@@ -59,11 +76,7 @@ fn traced(mode: &str, fallbacks: bool) -> (f64, Value, Vec<u64>) {
     )
 }
 
-#[test]
 fn contention_mode_agrees_with_full_mode_and_names_the_releaser() {
-    if !can_trace("contention_mode_agrees_with_full_mode_and_names_the_releaser") {
-        return;
-    }
     let (truth_c, doc_c, tids_c) = traced("contention", false);
     let (truth_f, doc_f, tids_f) = traced("full", false);
     let c = object(&doc_c, "futex", "shared_lock")["contended_wait_ns"]
@@ -108,11 +121,7 @@ fn contention_mode_agrees_with_full_mode_and_names_the_releaser() {
 /// Kernels without BTF get raw and per-syscall tracepoints, and tids and tgids past the
 /// arrays (pid_max raised, or above the futex table's cap) get hash maps: the same
 /// waits, the same releasers.
-#[test]
 fn contention_mode_agrees_on_its_fallback_paths() {
-    if !can_trace("contention_mode_agrees_on_its_fallback_paths") {
-        return;
-    }
     let (truth, doc, tids) = traced("contention", true);
     let c = object(&doc, "futex", "shared_lock")["contended_wait_ns"]
         .as_u64()
@@ -137,11 +146,7 @@ fn contention_mode_agrees_on_its_fallback_paths() {
     }
 }
 
-#[test]
 fn a_target_in_its_own_mount_namespace_is_probed_in_its_own_libc() {
-    if !can_trace("a_target_in_its_own_mount_namespace_is_probed_in_its_own_libc") {
-        return;
-    }
     // The target sees a copy of libc bind-mounted over the host's path: a different file.
     // Probing the host's libc by path would see nothing.
     let dir = TempDir::new("mntns");
@@ -189,11 +194,7 @@ fn a_target_in_its_own_mount_namespace_is_probed_in_its_own_libc() {
     assert_eq!(lock["acquisitions"].as_u64().unwrap(), total);
 }
 
-#[test]
 fn forked_children_are_followed_in_launch_mode() {
-    if !can_trace("forked_children_are_followed_in_launch_mode") {
-        return;
-    }
     // A shell forks the workload: its events come from a process rtm-trace did not start.
     let dir = TempDir::new("follow");
     let json = dir.join("o.json");
@@ -234,11 +235,7 @@ fn tree_tid(stdout: &str, node: &str) -> u64 {
         .unwrap_or_else(|| panic!("no {node} in {stdout}"))
 }
 
-#[test]
 fn joins_name_the_exiting_thread_in_contention_mode() {
-    if !can_trace("joins_name_the_exiting_thread_in_contention_mode") {
-        return;
-    }
     let dir = TempDir::new("joins");
     let json = dir.join("o.json");
     let out = run(
@@ -280,11 +277,7 @@ fn futex_sum(doc: &Value, field: &str) -> u64 {
 /// Contention mode ends a wait at its wake. A wait whose word changed before the thread
 /// slept is counted as a wait that did not sleep; a timed wait that no thread woke, as
 /// timed out.
-#[test]
 fn contention_mode_counts_waits_that_did_not_sleep_and_timeouts() {
-    if !can_trace("contention_mode_counts_waits_that_did_not_sleep_and_timeouts") {
-        return;
-    }
     // Four threads, empty critical sections on two CPUs: lock attempts often find the
     // word changed by the time the kernel looks.
     let args = [
@@ -321,11 +314,7 @@ fn contention_mode_counts_waits_that_did_not_sleep_and_timeouts() {
 /// child: the mapping names /dev/zero, which naming the lock must not read (it never
 /// ends: rtm-trace once grew until the kernel killed it, and this run would fail). The waits are seen in both
 /// processes; the waker is in the other process, so none is named.
-#[test]
 fn a_lock_shared_between_processes_is_traced_in_bounded_memory() {
-    if !can_trace("a_lock_shared_between_processes_is_traced_in_bounded_memory") {
-        return;
-    }
     // The trace ends while both processes still run, so their maps are read to name
     // the lock.
     let (stdout, doc) = trace_json(
@@ -352,11 +341,7 @@ fn a_lock_shared_between_processes_is_traced_in_bounded_memory() {
 /// memory does not grow with their number (it read and kept every child's maps, ~10-20
 /// KiB each, until the children's maps were shared with their parent's and read only
 /// for children that synchronize).
-#[test]
 fn thousands_of_short_children_cost_little_memory() {
-    if !can_trace("thousands_of_short_children_cost_little_memory") {
-        return;
-    }
     let (stdout, doc) = trace_json(
         &["-o", "/dev/null"],
         &workload("sync_workload"),
@@ -371,11 +356,7 @@ fn thousands_of_short_children_cost_little_memory() {
 
 /// A thread still asleep in a futex wait when the trace ends shows, with its wait so
 /// far: main waits 300 ms for its first signal, and the trace lasts 150 ms.
-#[test]
 fn a_wait_still_asleep_at_the_end_is_reported() {
-    if !can_trace("a_wait_still_asleep_at_the_end_is_reported") {
-        return;
-    }
     let (_, doc) = trace_json(
         &["--duration", "0.15", "-o", "/dev/null"],
         &workload("sync_workload"),
@@ -391,11 +372,7 @@ fn a_wait_still_asleep_at_the_end_is_reported() {
 /// thread that does neither (main, sleeping after its join) still has its wait in the
 /// periodic summary once it has been quiet for a second, and in the results when the
 /// trace ends before the thread does.
-#[test]
 fn a_quiet_threads_last_wait_is_in_the_summaries_and_the_results() {
-    if !can_trace("a_quiet_threads_last_wait_is_in_the_summaries_and_the_results") {
-        return;
-    }
     let dir = TempDir::new("quiet");
     let json = dir.join("o.json");
     let out = run(
@@ -434,11 +411,7 @@ fn a_quiet_threads_last_wait_is_in_the_summaries_and_the_results() {
     assert_eq!(e["count"], 1);
 }
 
-#[test]
 fn full_mode_follows_a_program_started_through_a_wrapper() {
-    if !can_trace("full_mode_follows_a_program_started_through_a_wrapper") {
-        return;
-    }
     // `env` and `sh` use no pthread function themselves: the probes must still be in
     // place for the program they exec (env) or fork and exec (sh -c).
     let bin = workload("mutex_workload");
@@ -476,11 +449,7 @@ fn full_mode_follows_a_program_started_through_a_wrapper() {
     }
 }
 
-#[test]
 fn full_mode_counts_exactly_on_its_fallback_paths() {
-    if !can_trace("full_mode_counts_exactly_on_its_fallback_paths") {
-        return;
-    }
     // RTM_TRACE_FALLBACKS=1: no BTF tracepoints and one perf-event uprobe per probe (no
     // uprobe_multi links), as on kernels that have neither.
     let dir = TempDir::new("full-fallbacks");

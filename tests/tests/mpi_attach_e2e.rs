@@ -9,10 +9,15 @@ use std::{
 };
 
 use rtm_tests::{
-    LineWatch, TempDir, can_trace,
-    mpi::{STEPS, edges, expected},
+    LineWatch, TempDir, mpi::{STEPS, edges, expected},
     read_json, rtm_bin, run, spawn, workload,
 };
+use rtm_tests::{e2e, harness::E2e};
+
+/// This file's tests, each with what it needs besides the tracer.
+pub(crate) const TESTS: &[E2e] = &[
+    e2e!(comm_attach_and_merged_halves_give_the_whole_job, Root),
+];
 
 const T: Duration = Duration::from_secs(120);
 const RANKS: i64 = 4;
@@ -93,11 +98,7 @@ fn tracer(args: &[String], json: &std::path::Path, started: Instant) -> rtm_test
     p
 }
 
-#[test]
 fn comm_attach_and_merged_halves_give_the_whole_job() {
-    if !can_trace("comm_attach_and_merged_halves_give_the_whole_job") {
-        return;
-    }
     let dir = TempDir::new("mpi-attach");
 
     // One tracer for every rank, picked by name.

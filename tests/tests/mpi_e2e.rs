@@ -7,10 +7,16 @@
 use std::{process::Command, time::Duration};
 
 use rtm_tests::{
-    TempDir, can_trace,
-    mpi::{STEPS, edges, expected, sorted_lines},
+    TempDir, mpi::{STEPS, edges, expected, sorted_lines},
     read_json, rtm_bin, run, workload,
 };
+use rtm_tests::{e2e, harness::E2e};
+
+/// This file's tests, each with what it needs besides the tracer.
+pub(crate) const TESTS: &[E2e] = &[
+    e2e!(open_mpi_ring_traffic_collectives_and_ranks_are_exact, Root),
+    e2e!(mpich_ring_traffic_collectives_and_ranks_are_exact, Root),
+];
 
 const T: Duration = Duration::from_secs(180);
 
@@ -72,19 +78,11 @@ fn launch(
     }
 }
 
-#[test]
 fn open_mpi_ring_traffic_collectives_and_ranks_are_exact() {
-    if !can_trace("open_mpi_ring_traffic_collectives_and_ranks_are_exact") {
-        return;
-    }
     ring_is_exact(&open_mpi());
 }
 
-#[test]
 fn mpich_ring_traffic_collectives_and_ranks_are_exact() {
-    if !can_trace("mpich_ring_traffic_collectives_and_ranks_are_exact") {
-        return;
-    }
     ring_is_exact(&mpich());
 }
 

@@ -8,6 +8,13 @@ use std::{collections::HashMap, process::Command};
 use rtm::mpi_layout_for;
 use rtm_common::{MpiImpl, MpiLayout};
 use rtm_tests::workload;
+use rtm_tests::{e2e, harness::E2e};
+
+/// This file's tests, each with what it needs besides the tracer.
+pub(crate) const TESTS: &[E2e] = &[
+    e2e!(open_mpi_layout_matches_the_installed_headers),
+    e2e!(mpich_layout_matches_the_installed_headers),
+];
 
 /// Runs a layout probe program and reads its "name value" lines.
 fn facts(program: &str, package: &str) -> HashMap<String, i64> {
@@ -75,7 +82,6 @@ fn check(layout: &MpiLayout, facts: &HashMap<String, i64>) {
     );
 }
 
-#[test]
 fn open_mpi_layout_matches_the_installed_headers() {
     let name = real_name("libmpi.so.40");
     let layout = mpi_layout_for(MpiImpl::OpenMpi, &name);
@@ -85,7 +91,6 @@ fn open_mpi_layout_matches_the_installed_headers() {
     check(&layout, &f);
 }
 
-#[test]
 fn mpich_layout_matches_the_installed_headers() {
     let name = real_name("libmpich.so.12");
     let layout = mpi_layout_for(MpiImpl::Mpich, &name);

@@ -8,6 +8,18 @@ use std::{
 };
 
 use rtm_tests::*;
+use rtm_tests::{e2e, harness::E2e};
+
+/// This file's tests, each with what it needs besides the tracer.
+pub(crate) const TESTS: &[E2e] = &[
+    e2e!(launch_mode_counts_hold_times_and_contention_match_ground_truth, Root),
+    e2e!(traced_program_output_and_exit_code_are_unchanged, Root),
+    e2e!(attach_sees_threads_created_later_and_stops_when_the_target_exits, Root),
+    e2e!(sigint_and_sigterm_detach_write_results_and_leave_the_target_unharmed, Root),
+    e2e!(duration_stops_tracing_on_time, Root),
+    e2e!(target_survives_the_tracer_being_killed, Root),
+    e2e!(interval_prints_periodic_summaries, Root),
+];
 
 const T: Duration = Duration::from_secs(90);
 
@@ -53,11 +65,7 @@ fn check_exact_counts(doc: &Value, truths: &[Truth]) {
     assert_eq!(u(&shared["acquisitions"]), total);
 }
 
-#[test]
 fn launch_mode_counts_hold_times_and_contention_match_ground_truth() {
-    if !can_trace("launch_mode_counts_hold_times_and_contention_match_ground_truth") {
-        return;
-    }
     let dir = TempDir::new("launch");
     let json = dir.join("out.json");
     let out = run(
@@ -138,11 +146,7 @@ fn launch_mode_counts_hold_times_and_contention_match_ground_truth() {
     );
 }
 
-#[test]
 fn traced_program_output_and_exit_code_are_unchanged() {
-    if !can_trace("traced_program_output_and_exit_code_are_unchanged") {
-        return;
-    }
     let args = [
         "--threads",
         "3",
@@ -214,11 +218,7 @@ fn go(w: &mut Proc) {
     writeln!(w.child.stdin.as_mut().unwrap(), "go").unwrap();
 }
 
-#[test]
 fn attach_sees_threads_created_later_and_stops_when_the_target_exits() {
-    if !can_trace("attach_sees_threads_created_later_and_stops_when_the_target_exits") {
-        return;
-    }
     let dir = TempDir::new("attach");
     let json = dir.join("a.json");
     let (mut w, wout, pid) = waiting_workload(&[
@@ -264,11 +264,7 @@ fn attach_sees_threads_created_later_and_stops_when_the_target_exits() {
     check_exact_counts(&doc, &truths);
 }
 
-#[test]
 fn sigint_and_sigterm_detach_write_results_and_leave_the_target_unharmed() {
-    if !can_trace("sigint_and_sigterm_detach_write_results_and_leave_the_target_unharmed") {
-        return;
-    }
     for (sig, name) in [(libc::SIGINT, "SIGINT"), (libc::SIGTERM, "SIGTERM")] {
         let dir = TempDir::new("signal");
         let json = dir.join("s.json");
@@ -301,11 +297,7 @@ fn sigint_and_sigterm_detach_write_results_and_leave_the_target_unharmed() {
     }
 }
 
-#[test]
 fn duration_stops_tracing_on_time() {
-    if !can_trace("duration_stops_tracing_on_time") {
-        return;
-    }
     let (_w, _wout, pid) = waiting_workload(&[]);
     let start = Instant::now();
     let (tr, _err) = attach(pid, &["--duration", "1"]);
@@ -319,11 +311,7 @@ fn duration_stops_tracing_on_time() {
     );
 }
 
-#[test]
 fn target_survives_the_tracer_being_killed() {
-    if !can_trace("target_survives_the_tracer_being_killed") {
-        return;
-    }
     let (mut w, wout, pid) =
         waiting_workload(&["--threads", "2", "--iters", "10", "--private", "50"]);
     let (tr, _err) = attach(pid, &[]);
@@ -341,11 +329,7 @@ fn target_survives_the_tracer_being_killed() {
     assert_eq!(w.wait_output(T).status.code(), Some(0));
 }
 
-#[test]
 fn interval_prints_periodic_summaries() {
-    if !can_trace("interval_prints_periodic_summaries") {
-        return;
-    }
     let out = run(
         Command::new(rtm_bin())
             .args(["--mode", "full"])

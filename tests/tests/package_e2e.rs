@@ -5,56 +5,21 @@
 //! its path in RTM_TRACE_DEB.
 
 use std::{
-    path::{Path, PathBuf},
+    path::Path,
     process::Command,
     time::Duration,
 };
 
 use rtm_tests::*;
+use rtm_tests::{e2e, harness::E2e};
+
+/// This file's tests, each with what it needs besides the tracer.
+pub(crate) const TESTS: &[E2e] = &[
+    e2e!(the_package_installs_traces_documents_completes_and_purges, Root, Package),
+];
 
 const T: Duration = Duration::from_secs(180);
 const BIN: &str = "/usr/bin/rtm-trace";
-
-/// The package to install, or why the test cannot run (a failure in CI).
-fn package(test: &str) -> Option<PathBuf> {
-    let not_run = |why: String| {
-        let msg = format!("{test}: NOT RUN: {why}");
-        if std::env::var("CI").is_ok_and(|v| v == "true") {
-            panic!("{msg}");
-        }
-        eprintln!("{msg}");
-        None
-    };
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        return not_run("needs root to install a package (sudo -E cargo xtask test)".into());
-    }
-    if let Some(p) = std::env::var_os("RTM_TRACE_DEB") {
-        let p = PathBuf::from(p);
-        assert!(p.is_file(), "RTM_TRACE_DEB={} is no file", p.display());
-        return Some(p);
-    }
-    // Run alone: the newest package `cargo xtask dist` left.
-    let dist = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/dist");
-    let newest = std::fs::read_dir(&dist)
-        .into_iter()
-        .flatten()
-        .filter_map(Result::ok)
-        .map(|e| e.path())
-        .filter(|p| {
-            let name = p.file_name().unwrap_or_default().to_string_lossy();
-            name.starts_with("rtm-trace_") && name.ends_with(".deb")
-        })
-        .max_by_key(|p| p.metadata().and_then(|m| m.modified()).ok());
-    match newest {
-        Some(p) => Some(p),
-        None => not_run(format!(
-            "no package in {} and RTM_TRACE_DEB unset: run `cargo xtask dist` first \
-             (cargo xtask test does)",
-            dist.display()
-        )),
-    }
-}
 
 fn ok(cmd: &mut Command) -> String {
     let out = run(cmd, T);
@@ -84,13 +49,11 @@ impl Drop for Installed {
     }
 }
 
-#[test]
 fn the_package_installs_traces_documents_completes_and_purges() {
-    let test = "the_package_installs_traces_documents_completes_and_purges";
-    let Some(deb) = package(test) else {
-        return;
-    };
-    let deb = deb.canonicalize().unwrap();
+    let deb = harness::deb_package()
+        .expect("the package")
+        .canonicalize()
+        .unwrap();
     let contents = ok(Command::new("dpkg-deb").arg("-c").arg(&deb));
     println!(
         "{}: {} bytes\n{contents}",

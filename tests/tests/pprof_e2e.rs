@@ -6,18 +6,18 @@
 use std::{process::Command, time::Duration};
 
 use rtm_tests::{
-    TempDir, can_trace,
-    pprof::{go, pprof_top, total},
+    TempDir, pprof::{go, pprof_top, total},
     read_json, rtm_bin, run, workload,
 };
+use rtm_tests::{e2e, harness::E2e};
 
-#[test]
+/// This file's tests, each with what it needs besides the tracer.
+pub(crate) const TESTS: &[E2e] = &[
+    e2e!(go_tool_pprof_lists_the_workload_and_agrees_with_the_json, Root, Tool("go", "golang-go")),
+];
+
 fn go_tool_pprof_lists_the_workload_and_agrees_with_the_json() {
-    let test = "go_tool_pprof_lists_the_workload_and_agrees_with_the_json";
-    if !can_trace(test) {
-        return;
-    }
-    let Some(go) = go(test) else { return };
+    let go = go();
     let dir = TempDir::new("pprof");
     let (profile, json) = (dir.join("f.pb.gz"), dir.join("t.json"));
     let out = run(

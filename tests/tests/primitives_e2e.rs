@@ -5,7 +5,20 @@ use std::{
     path::PathBuf,
 };
 
-use rtm_tests::{Value, can_trace, trace_json, truth_maps, within, workload};
+use rtm_tests::{Value, trace_json, truth_maps, within, workload};
+use rtm_tests::{e2e, harness::E2e};
+
+/// This file's tests, each with what it needs besides the tracer.
+pub(crate) const TESTS: &[E2e] = &[
+    e2e!(barrier_rounds_show_the_spread_and_the_last_arriver, Root),
+    e2e!(condition_variables_show_waits_timeouts_signals_and_their_mutex, Root),
+    e2e!(rwlocks_separate_readers_and_writers, Root),
+    e2e!(semaphores_count_waits_posts_and_failed_trywaits, Root),
+    e2e!(spinlocks_count_every_acquisition_once, Root),
+    e2e!(the_thread_tree_has_its_known_shape_and_joins, Root),
+    e2e!(a_statically_linked_target_is_traced, Root),
+    e2e!(a_spin_loop_attached_while_it_runs_is_seen_from_its_next_call, Root),
+];
 
 /// The value of `key` in the first truth line that has it.
 fn truth(t: &[HashMap<String, String>], key: &str) -> String {
@@ -56,11 +69,7 @@ fn tid(s: &str) -> u64 {
     s.parse().expect("tid")
 }
 
-#[test]
 fn barrier_rounds_show_the_spread_and_the_last_arriver() {
-    if !can_trace("barrier_rounds_show_the_spread_and_the_last_arriver") {
-        return;
-    }
     let sync = workload("sync_workload");
     let (t, doc, report) = trace(sync, &["barrier", "3", "6", "3000"]);
     let tid_of = |index: &str| {
@@ -112,11 +121,7 @@ fn barrier_rounds_show_the_spread_and_the_last_arriver() {
     assert!(report.contains("round_barrier"), "{report}");
 }
 
-#[test]
 fn condition_variables_show_waits_timeouts_signals_and_their_mutex() {
-    if !can_trace("condition_variables_show_waits_timeouts_signals_and_their_mutex") {
-        return;
-    }
     let (t, doc, _) = trace(workload("sync_workload"), &["cond", "4", "30", "20"]);
     assert_eq!(truth(&t, "timedwait"), "timeout");
     let waiter = tid(&truth(&t, "waiter"));
@@ -144,11 +149,7 @@ fn condition_variables_show_waits_timeouts_signals_and_their_mutex() {
     assert_eq!(doc["sync_graph"]["model"]["interrupted_holds"], 0);
 }
 
-#[test]
 fn rwlocks_separate_readers_and_writers() {
-    if !can_trace("rwlocks_separate_readers_and_writers") {
-        return;
-    }
     let (t, doc, report) = trace(
         workload("sync_workload"),
         &["rwlock", "2", "1", "30", "400"],
@@ -172,11 +173,7 @@ fn rwlocks_separate_readers_and_writers() {
     assert!(report.contains("Read-write locks"), "{report}");
 }
 
-#[test]
 fn semaphores_count_waits_posts_and_failed_trywaits() {
-    if !can_trace("semaphores_count_waits_posts_and_failed_trywaits") {
-        return;
-    }
     let (t, doc, _) = trace(workload("sync_workload"), &["sem", "6", "3000"]);
     let sem = named(&doc, "semaphore", "items");
     let consumer = edges(&doc, tid(&truth(&t, "consumer")), sem);
@@ -186,11 +183,7 @@ fn semaphores_count_waits_posts_and_failed_trywaits() {
     assert_eq!(u(&producer[0]["posts"]), 6);
 }
 
-#[test]
 fn spinlocks_count_every_acquisition_once() {
-    if !can_trace("spinlocks_count_every_acquisition_once") {
-        return;
-    }
     let (t, doc, _) = trace(workload("sync_workload"), &["spin", "2", "300", "10"]);
     let spin = named(&doc, "spinlock", "counter_spin");
     for m in t.iter().filter(|m| m.contains_key("iters")) {
@@ -201,11 +194,7 @@ fn spinlocks_count_every_acquisition_once() {
     assert_eq!(doc["sync_graph"]["model"]["interrupted_holds"], 0);
 }
 
-#[test]
 fn the_thread_tree_has_its_known_shape_and_joins() {
-    if !can_trace("the_thread_tree_has_its_known_shape_and_joins") {
-        return;
-    }
     let (t, doc, report) = trace(workload("sync_workload"), &["tree"]);
     let node = |n: &str| {
         t.iter()
@@ -236,11 +225,7 @@ fn the_thread_tree_has_its_known_shape_and_joins() {
     assert!(report.contains("Thread tree"), "{report}");
 }
 
-#[test]
 fn a_statically_linked_target_is_traced() {
-    if !can_trace("a_statically_linked_target_is_traced") {
-        return;
-    }
     let (t, doc, _) = trace(
         workload("sync_workload_static"),
         &["barrier", "2", "4", "2000"],
@@ -253,11 +238,7 @@ fn a_statically_linked_target_is_traced() {
     assert!(lib.ends_with("sync_workload_static"), "{lib}");
 }
 
-#[test]
 fn a_spin_loop_attached_while_it_runs_is_seen_from_its_next_call() {
-    if !can_trace("a_spin_loop_attached_while_it_runs_is_seen_from_its_next_call") {
-        return;
-    }
     // Two threads contend on a spin lock for a few seconds: most of the time one of them
     // is inside pthread_spin_lock's retry loop, where the attach finds it.
     let app = rtm_tests::spawn(

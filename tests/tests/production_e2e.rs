@@ -12,6 +12,14 @@ use std::{
 };
 
 use rtm_tests::*;
+use rtm_tests::{e2e, harness::E2e};
+
+/// This file's tests, each with what it needs besides the tracer.
+pub(crate) const TESTS: &[E2e] = &[
+    e2e!(summed_waits_are_the_kernels_futex_waits, Root),
+    e2e!(sampled_stacks_estimate_what_every_stack_shows, Root),
+    e2e!(the_report_says_how_waits_were_collected, Root),
+];
 
 const T: Duration = Duration::from_secs(120);
 
@@ -108,11 +116,7 @@ fn futex_waits(doc: &Value) -> u64 {
 /// once (EAGAIN: the word had changed) is counted, as the kernel returned it (to within
 /// one in 50,000: see below); with --unslept those too, exactly; and with a sums map too
 /// small for them, the rest go one by one and the report says so.
-#[test]
 fn summed_waits_are_the_kernels_futex_waits() {
-    if !can_trace("summed_waits_are_the_kernels_futex_waits") {
-        return;
-    }
     for (options, shape) in [
         (&[][..], &["pingpong", "1"][..]),
         (&[][..], &["hammer", "8", "1", "3000"][..]),
@@ -202,11 +206,7 @@ fn lock_share(stdout: &str, doc: &Value) -> (f64, u64) {
 /// waits whose stacks pass through each of two call sites (2:1 by the program's
 /// design, each site with its own lock) is the exact share the per-lock counts give in
 /// the same run, within 0.05 at ~1,000 samples; with every stack, within 0.02.
-#[test]
 fn sampled_stacks_estimate_what_every_stack_shows() {
-    if !can_trace("sampled_stacks_estimate_what_every_stack_shows") {
-        return;
-    }
     let run = |rate: &str| {
         let (stdout, doc) = trace_json(
             &["-o", "/dev/null", "--stack-rate", rate],
@@ -248,11 +248,7 @@ fn sampled_stacks_estimate_what_every_stack_shows() {
 /// The map of sums and the reader never hold up the trace's end: a run with its own
 /// measure of time gets all its waits, none lost, and the report says how they were
 /// collected.
-#[test]
 fn the_report_says_how_waits_were_collected() {
-    if !can_trace("the_report_says_how_waits_were_collected") {
-        return;
-    }
     let dir = TempDir::new("collect");
     let out = run(
         Command::new(rtm_bin())

@@ -7,8 +7,19 @@ use std::{process::Command, time::Duration};
 use std::io::Write as _;
 
 use rtm_tests::{
-    TempDir, can_trace, chromium_dom, read_json, rtm_bin, run, spawn, truths, workload,
+    TempDir, chromium_dom, read_json, rtm_bin, run, spawn, truths, workload,
 };
+use rtm_tests::{e2e, harness::E2e};
+
+/// This file's tests, each with what it needs besides the tracer.
+pub(crate) const TESTS: &[E2e] = &[
+    e2e!(the_html_report_renders_in_chromium_with_the_known_lock_and_threads, Root, Chromium),
+    e2e!(what_contention_mode_does_not_see_is_a_dash_not_a_zero, Root, Chromium),
+    e2e!(hostile_names_are_inert_in_the_html_report, Root, Chromium),
+    e2e!(a_document_of_another_format_version_is_refused_clearly),
+    e2e!(the_graph_of_fifty_threads_draws_in_seconds, Root),
+    e2e!(huge_junk_inputs_are_refused_in_bounded_memory),
+];
 
 fn trace(dir: &TempDir, args: &[&str], program: &str, program_args: &[&str]) -> String {
     let out = run(
@@ -59,11 +70,7 @@ fn row(dom: &str, first: &str) -> Vec<String> {
         .collect()
 }
 
-#[test]
 fn the_html_report_renders_in_chromium_with_the_known_lock_and_threads() {
-    if !can_trace("the_html_report_renders_in_chromium_with_the_known_lock_and_threads") {
-        return;
-    }
     let dir = TempDir::new("html");
     let stdout = trace(
         &dir,
@@ -71,9 +78,7 @@ fn the_html_report_renders_in_chromium_with_the_known_lock_and_threads() {
         "mutex_workload",
         &["--threads", "4", "--iters", "150", "--hold-us", "100"],
     );
-    let Some(dom) = chromium_dom("the_html_report_renders", &dir.join("t.html")) else {
-        return;
-    };
+    let dom = chromium_dom(&dir.join("t.html"));
     assert_rendered(&dom);
     // The lock the workload contends, with the acquisitions it counted itself.
     let t = truths(&stdout);
@@ -131,12 +136,7 @@ fn the_html_report_renders_in_chromium_with_the_known_lock_and_threads() {
 /// Contention mode sees waits on futex words, not acquisitions or holds: the page and
 /// the saved trace's text report say "-" there (not "0", which reads as a lock nobody
 /// took), and give the p99 wait the live report gives.
-#[test]
 fn what_contention_mode_does_not_see_is_a_dash_not_a_zero() {
-    let test = "what_contention_mode_does_not_see_is_a_dash_not_a_zero";
-    if !can_trace(test) {
-        return;
-    }
     let dir = TempDir::new("html-contention");
     trace(
         &dir,
@@ -144,9 +144,7 @@ fn what_contention_mode_does_not_see_is_a_dash_not_a_zero() {
         "mutex_workload",
         &["--threads", "4", "--iters", "150", "--hold-us", "100"],
     );
-    let Some(dom) = chromium_dom(test, &dir.join("t.html")) else {
-        return;
-    };
+    let dom = chromium_dom(&dir.join("t.html"));
     assert_rendered(&dom);
     let cells = row(&dom, "mutex shared_lock");
     println!("shared_lock row: {cells:?}");
@@ -195,23 +193,14 @@ fn what_contention_mode_does_not_see_is_a_dash_not_a_zero() {
     assert!(sleeps > 0, "sleeps in {line}");
 }
 
-#[test]
 fn hostile_names_are_inert_in_the_html_report() {
-    if !can_trace("hostile_names_are_inert_in_the_html_report") {
-        return;
-    }
     let dir = TempDir::new("html-hostile");
     trace(&dir, &["-m", "full"], "hostile_names", &["200", "markup"]);
     let page = std::fs::read_to_string(dir.join("t.html")).unwrap();
     for bad in ["<svg onload", "<b>bold", "<img src=x", "<i>x</i>"] {
         assert!(!page.contains(bad), "{bad} in the page as markup");
     }
-    let Some(dom) = chromium_dom(
-        "hostile_names_are_inert_in_the_html_report",
-        &dir.join("t.html"),
-    ) else {
-        return;
-    };
+    let dom = chromium_dom(&dir.join("t.html"));
     assert_rendered(&dom);
     for bad in ["<svg onload", "<b>bold", "<img src=x", "<i>x</i>"] {
         assert!(!dom.contains(bad), "{bad} became an element");
@@ -237,7 +226,6 @@ fn hostile_names_are_inert_in_the_html_report() {
     );
 }
 
-#[test]
 fn a_document_of_another_format_version_is_refused_clearly() {
     let dir = TempDir::new("report-old");
     let old = dir.join("old.json");
@@ -275,11 +263,7 @@ fn a_document_of_another_format_version_is_refused_clearly() {
 /// 104 s to draw 26,199 px wide): the objects waited on longest, a few threads a side,
 /// the rest summed. Graphviz draws it in seconds, to a picture a person can read, and
 /// it says how many objects it leaves to the JSON.
-#[test]
 fn the_graph_of_fifty_threads_draws_in_seconds() {
-    if !can_trace("the_graph_of_fifty_threads_draws_in_seconds") {
-        return;
-    }
     let dir = TempDir::new("dot-big");
     let (dot, json) = (dir.join("t.dot"), dir.join("t.json"));
     let mut p = spawn(
@@ -371,7 +355,6 @@ fn run_with_peak(cmd: &mut Command, dir: &TempDir, timeout: Duration) -> (bool, 
 /// Junk of any size (1 GiB of zeros, 256 MiB of whitespace, a head followed by
 /// whitespace) is refused by `report` and `merge` with a message saying what it is,
 /// in memory that does not grow with the file (it took 2.1 GB for 1 GiB before).
-#[test]
 fn huge_junk_inputs_are_refused_in_bounded_memory() {
     // Well above a debug build's own footprint, far below the inputs.
     const MAX_PEAK_KIB: i64 = 100 * 1024;

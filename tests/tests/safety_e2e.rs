@@ -11,6 +11,29 @@ use std::{
 };
 
 use rtm_tests::*;
+use rtm_tests::{e2e, harness::E2e};
+
+/// This file's tests, each with what it needs besides the tracer.
+pub(crate) const TESTS: &[E2e] = &[
+    e2e!(a_link_planted_at_the_old_temporary_name_is_not_followed, Root),
+    e2e!(a_link_planted_at_the_destination_is_refused_before_anything_runs, Root),
+    e2e!(devices_are_written_through_never_replaced, Root),
+    e2e!(unwritable_destinations_are_refused_before_anything_runs, Root),
+    e2e!(a_report_that_cannot_be_written_fails_the_run_but_the_json_is_written, Root),
+    e2e!(a_fifo_in_place_of_the_executable_never_holds_the_tracer, Root),
+    e2e!(a_replaced_executable_is_probed_as_it_runs, Root),
+    e2e!(sigterm_ends_a_run_within_a_second_with_results_written, Root),
+    e2e!(inputs_are_bounded_and_devices_refused, Root),
+    e2e!(hostile_names_are_inert_in_every_text_output, Root),
+    e2e!(numbers_that_once_panicked_are_refused_before_anything_runs),
+    e2e!(a_process_whose_main_thread_exited_is_traced_and_a_zombie_is_named, Root),
+    e2e!(a_stripped_static_executable_is_refused_with_its_own_pid, Root),
+    e2e!(a_closed_stderr_does_not_stop_the_tracer_before_its_results, Root),
+    e2e!(a_reader_that_never_reads_holds_the_tracer_only_until_the_first_sigterm, Root),
+    e2e!(a_fifo_with_no_reader_holds_the_tracer_neither_past_sigterm_nor_forever, Root),
+    e2e!(a_directory_link_planted_in_the_path_is_refused, Root),
+    e2e!(another_users_fifo_is_refused, Root),
+];
 
 const T: Duration = Duration::from_secs(60);
 
@@ -70,11 +93,7 @@ fn assert_inert(what: &str, bytes: &[u8]) {
     assert!(c1.is_empty(), "{what}: {c1:?} in:\n{s}");
 }
 
-#[test]
 fn a_link_planted_at_the_old_temporary_name_is_not_followed() {
-    if !can_trace("a_link_planted_at_the_old_temporary_name_is_not_followed") {
-        return;
-    }
     let dir = TempDir::new("planted");
     let (public, victim) = public_dir(&dir);
     // Versions before this one wrote OUT.json.tmp (Path::with_extension) through links.
@@ -100,11 +119,7 @@ fn a_link_planted_at_the_old_temporary_name_is_not_followed() {
     assert_eq!(names, ["out.json", "out.json.json.tmp", "out.json.tmp"]);
 }
 
-#[test]
 fn a_link_planted_at_the_destination_is_refused_before_anything_runs() {
-    if !can_trace("a_link_planted_at_the_destination_is_refused_before_anything_runs") {
-        return;
-    }
     let dir = TempDir::new("planted-dest");
     let (public, victim) = public_dir(&dir);
     plant_link(&victim, &public.join("out.json"));
@@ -124,11 +139,7 @@ fn a_link_planted_at_the_destination_is_refused_before_anything_runs() {
     assert_eq!(std::fs::read_to_string(&victim).unwrap(), "secret\n");
 }
 
-#[test]
 fn devices_are_written_through_never_replaced() {
-    if !can_trace("devices_are_written_through_never_replaced") {
-        return;
-    }
     let dir = TempDir::new("devices");
     let link = dir.join("discard.json");
     std::os::unix::fs::symlink("/dev/null", &link).unwrap();
@@ -167,11 +178,7 @@ fn devices_are_written_through_never_replaced() {
     }
 }
 
-#[test]
 fn unwritable_destinations_are_refused_before_anything_runs() {
-    if !can_trace("unwritable_destinations_are_refused_before_anything_runs") {
-        return;
-    }
     let dir = TempDir::new("unwritable");
     let marker = dir.join("ran");
     for (args, says) in [
@@ -202,11 +209,7 @@ fn unwritable_destinations_are_refused_before_anything_runs() {
     }
 }
 
-#[test]
 fn a_report_that_cannot_be_written_fails_the_run_but_the_json_is_written() {
-    if !can_trace("a_report_that_cannot_be_written_fails_the_run_but_the_json_is_written") {
-        return;
-    }
     let dir = TempDir::new("full");
     let json = dir.join("out.json");
     let full = std::fs::OpenOptions::new()
@@ -251,11 +254,7 @@ fn started_then_replaced(dir: &TempDir, replace: impl FnOnce(&Path)) -> (Proc, L
     (p, lines)
 }
 
-#[test]
 fn a_fifo_in_place_of_the_executable_never_holds_the_tracer() {
-    if !can_trace("a_fifo_in_place_of_the_executable_never_holds_the_tracer") {
-        return;
-    }
     let dir = TempDir::new("fifo-exe");
     let (p, _lines) = started_then_replaced(&dir, |v| {
         std::fs::remove_file(v).unwrap();
@@ -277,11 +276,7 @@ fn a_fifo_in_place_of_the_executable_never_holds_the_tracer() {
     }
 }
 
-#[test]
 fn a_replaced_executable_is_probed_as_it_runs() {
-    if !can_trace("a_replaced_executable_is_probed_as_it_runs") {
-        return;
-    }
     let dir = TempDir::new("replaced-exe");
     // What a package upgrade does: a new file renamed over the old name.
     let (p, _lines) = started_then_replaced(&dir, |v| {
@@ -312,11 +307,7 @@ fn a_replaced_executable_is_probed_as_it_runs() {
     assert!(acquired > 100, "{lock}");
 }
 
-#[test]
 fn sigterm_ends_a_run_within_a_second_with_results_written() {
-    if !can_trace("sigterm_ends_a_run_within_a_second_with_results_written") {
-        return;
-    }
     let dir = TempDir::new("sigterm");
     let json = dir.join("out.json");
     // Launch mode: the command keeps running past the trace.
@@ -355,11 +346,7 @@ fn sigterm_ends_a_run_within_a_second_with_results_written() {
     assert_eq!(doc["run"]["end_reason"], "signal");
 }
 
-#[test]
 fn inputs_are_bounded_and_devices_refused() {
-    if !can_trace("inputs_are_bounded_and_devices_refused") {
-        return;
-    }
     let dir = TempDir::new("inputs");
     let big = dir.join("big.toml");
     std::fs::write(&big, vec![b'#'; 2 << 20]).unwrap();
@@ -403,11 +390,7 @@ fn inputs_are_bounded_and_devices_refused() {
     );
 }
 
-#[test]
 fn hostile_names_are_inert_in_every_text_output() {
-    if !can_trace("hostile_names_are_inert_in_every_text_output") {
-        return;
-    }
     let dir = TempDir::new("hostile");
     for mode in ["full", "contention"] {
         let json = dir.join(&format!("{mode}.json"));
@@ -442,7 +425,6 @@ fn hostile_names_are_inert_in_every_text_output() {
     }
 }
 
-#[test]
 fn numbers_that_once_panicked_are_refused_before_anything_runs() {
     let dir = TempDir::new("numbers");
     let marker = dir.join("ran");
@@ -467,11 +449,7 @@ fn numbers_that_once_panicked_are_refused_before_anything_runs() {
     }
 }
 
-#[test]
 fn a_process_whose_main_thread_exited_is_traced_and_a_zombie_is_named() {
-    if !can_trace("a_process_whose_main_thread_exited_is_traced_and_a_zombie_is_named") {
-        return;
-    }
     let mut p = spawn(&mut Command::new(workload("main_exits")));
     let mut lines = LineWatch::new(p.child.stdout.take().unwrap());
     lines.wait_for("ready", T);
@@ -527,11 +505,7 @@ fn a_process_whose_main_thread_exited_is_traced_and_a_zombie_is_named() {
     );
 }
 
-#[test]
 fn a_stripped_static_executable_is_refused_with_its_own_pid() {
-    if !can_trace("a_stripped_static_executable_is_refused_with_its_own_pid") {
-        return;
-    }
     let dir = TempDir::new("stripped-static");
     let exe = dir.join("static_stripped");
     std::fs::copy(workload("sync_workload_static"), &exe).unwrap();
@@ -548,11 +522,7 @@ fn a_stripped_static_executable_is_refused_with_its_own_pid() {
     assert!(err.contains("statically linked"), "{err}");
 }
 
-#[test]
 fn a_closed_stderr_does_not_stop_the_tracer_before_its_results() {
-    if !can_trace("a_closed_stderr_does_not_stop_the_tracer_before_its_results") {
-        return;
-    }
     let dir = TempDir::new("closed-stderr");
     let json = dir.join("t.json");
     // stderr is a pipe whose reader is gone from the start: every message fails
@@ -678,11 +648,7 @@ fn exits_within(p: &mut Proc, limit: Duration) -> std::process::ExitStatus {
     }
 }
 
-#[test]
 fn a_reader_that_never_reads_holds_the_tracer_only_until_the_first_sigterm() {
-    if !can_trace("a_reader_that_never_reads_holds_the_tracer_only_until_the_first_sigterm") {
-        return;
-    }
     let dir = TempDir::new("stuck-reader");
     let public = sticky_dir(&dir);
     // Root's own FIFO (another user's is refused, below), opened by nobody for reading.
@@ -727,11 +693,7 @@ fn a_reader_that_never_reads_holds_the_tracer_only_until_the_first_sigterm() {
     }
 }
 
-#[test]
 fn a_fifo_with_no_reader_holds_the_tracer_neither_past_sigterm_nor_forever() {
-    if !can_trace("a_fifo_with_no_reader_holds_the_tracer_neither_past_sigterm_nor_forever") {
-        return;
-    }
     let dir = TempDir::new("no-reader");
     let public = sticky_dir(&dir);
     let fifo = public.join("timeline");
@@ -775,11 +737,7 @@ fn a_fifo_with_no_reader_holds_the_tracer_neither_past_sigterm_nor_forever() {
     assert!(!marker.exists(), "the command ran");
 }
 
-#[test]
 fn a_directory_link_planted_in_the_path_is_refused() {
-    if !can_trace("a_directory_link_planted_in_the_path_is_refused") {
-        return;
-    }
     let dir = TempDir::new("planted-dir");
     let public = sticky_dir(&dir);
     let secret = dir.join("root-only");
@@ -822,11 +780,7 @@ fn a_directory_link_planted_in_the_path_is_refused() {
     }
 }
 
-#[test]
 fn another_users_fifo_is_refused() {
-    if !can_trace("another_users_fifo_is_refused") {
-        return;
-    }
     let dir = TempDir::new("foreign-fifo");
     let public = sticky_dir(&dir);
     let fifo = public.join("out.json");

@@ -7,8 +7,23 @@
 use std::{process::Command, time::Duration};
 
 use rtm_tests::{
-    TempDir, Value, can_trace, decode_timeline, perfetto_python, rtm_bin, run, workload,
+    TempDir, Value, decode_timeline, perfetto_python, rtm_bin, run, workload,
 };
+use rtm_tests::{e2e, harness::E2e};
+
+/// This file's tests, each with what it needs besides the tracer.
+pub(crate) const TESTS: &[E2e] = &[
+    e2e!(waiter_and_releaser_chains_without_frame_pointers, Root),
+    e2e!(waiter_and_releaser_chains_with_frame_pointers, Root),
+    e2e!(waiter_and_releaser_chains_in_a_static_program, Root),
+    e2e!(full_mode_sees_through_the_return_probes, Root),
+    e2e!(no_stacks_when_asked_for_none, Root),
+    e2e!(a_stripped_program_shows_file_and_offset_never_a_wrong_name, Root),
+    e2e!(a_program_in_another_mount_namespace_is_named_through_its_mappings, Root),
+    e2e!(the_timeline_has_each_woken_waits_stacks_at_its_wake, Root, PerfettoSchema),
+    e2e!(one_letter_functions_are_named_as_their_symbols_not_as_types, Root),
+    e2e!(folded_stacks_set_idle_waits_apart_from_contention, Root),
+];
 
 /// What a traced run of `stack_workload` left.
 struct Traced {
@@ -19,21 +34,13 @@ struct Traced {
     stdout: String,
 }
 
-fn traced(test: &str, program: &str, options: &[&str]) -> Option<Traced> {
+fn traced(program: &str, options: &[&str]) -> Traced {
     let args = [workload(program).display().to_string()];
-    traced_command(test, options, &args, &["4", "1000", "30"])
+    traced_command(options, &args, &["4", "1000", "30"])
 }
 
 /// Traces `command` (then `args`) launched by rtm-trace with `options`.
-fn traced_command(
-    test: &str,
-    options: &[&str],
-    command: &[String],
-    args: &[&str],
-) -> Option<Traced> {
-    if !can_trace(test) {
-        return None;
-    }
+fn traced_command(options: &[&str], command: &[String], args: &[&str]) -> Traced {
     let dir = TempDir::new("stacks");
     let (json, report, folded, html) = (
         dir.join("t.json"),
@@ -61,13 +68,13 @@ fn traced_command(
     );
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stderr}");
-    Some(Traced {
+    Traced {
         json: serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap(),
         report: std::fs::read_to_string(&report).unwrap(),
         folded: std::fs::read_to_string(&folded).unwrap_or_default(),
         html: std::fs::read_to_string(&html).unwrap_or_default(),
         stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-    })
+    }
 }
 
 /// The workload's `key=0x...` address.
@@ -294,52 +301,39 @@ fn check(t: &Traced) {
     );
 }
 
-#[test]
 fn waiter_and_releaser_chains_without_frame_pointers() {
-    if let Some(t) = traced("stacks without frame pointers", "stack_workload", &[]) {
-        check(&t);
-    }
+    let t = traced("stack_workload", &[]);
+    check(&t);
 }
 
-#[test]
 fn waiter_and_releaser_chains_with_frame_pointers() {
-    if let Some(t) = traced("stacks with frame pointers", "stack_workload_fp", &[]) {
-        check(&t);
-    }
+    let t = traced("stack_workload_fp", &[]);
+    check(&t);
 }
 
-#[test]
 fn waiter_and_releaser_chains_in_a_static_program() {
-    if let Some(t) = traced("stacks, static", "stack_workload_static", &[]) {
-        check(&t);
-    }
+    let t = traced("stack_workload_static", &[]);
+    check(&t);
 }
 
-#[test]
 fn full_mode_sees_through_the_return_probes() {
     // Full mode's return probes put the kernel's trampoline in place of each probed
     // call's return address (pthread_cond_timedwait's, pthread_join's; the lock call
     // has none): the chains go on past them to the workload's functions.
-    if let Some(t) = traced("stacks in full mode", "stack_workload", &["--mode", "full"]) {
-        check(&t);
-    }
+    let t = traced("stack_workload", &["--mode", "full"]);
+    check(&t);
 }
 
-#[test]
 fn no_stacks_when_asked_for_none() {
-    if let Some(t) = traced("--no-stacks", "stack_workload", &["--no-stacks"]) {
-        assert!(t.json["sync_graph"].get("stacks").is_none());
-        assert!(!t.report.contains("Where they waited and who let them go"));
-        // The waits are still there.
-        assert!(t.report.contains("chain_lock"), "{}", t.report);
-    }
+    let t = traced("stack_workload", &["--no-stacks"]);
+    assert!(t.json["sync_graph"].get("stacks").is_none());
+    assert!(!t.report.contains("Where they waited and who let them go"));
+    // The waits are still there.
+    assert!(t.report.contains("chain_lock"), "{}", t.report);
 }
 
-#[test]
 fn a_stripped_program_shows_file_and_offset_never_a_wrong_name() {
-    let Some(t) = traced("stacks, stripped", "stack_workload_stripped", &[]) else {
-        return;
-    };
+    let t = traced("stack_workload_stripped", &[]);
     let rows = t.json["sync_graph"]["stacks"]["rows"]
         .as_array()
         .unwrap()
@@ -394,11 +388,7 @@ fn a_stripped_program_shows_file_and_offset_never_a_wrong_name() {
     }
 }
 
-#[test]
 fn a_program_in_another_mount_namespace_is_named_through_its_mappings() {
-    if !can_trace("stacks, mount namespace") {
-        return;
-    }
     // The program runs from a tmpfs mounted only in its own mount namespace: its path
     // names nothing (an empty directory) in the tracer's.
     let dir = TempDir::new("stacks-ns");
@@ -418,13 +408,7 @@ fn a_program_in_another_mount_namespace_is_named_through_its_mappings() {
         script,
         "sh".into(),
     ];
-    let t = traced_command(
-        "stacks, mount namespace",
-        &[],
-        &command,
-        &["4", "1000", "30"],
-    )
-    .expect("can trace");
+    let t = traced_command(&[], &command, &["4", "1000", "30"]);
     assert!(
         !dir.0.join("prog").exists(),
         "the tmpfs leaked into this namespace"
@@ -449,15 +433,8 @@ fn a_program_in_another_mount_namespace_is_named_through_its_mappings() {
     );
 }
 
-#[test]
 fn the_timeline_has_each_woken_waits_stacks_at_its_wake() {
-    let test = "stacks on the timeline";
-    if !can_trace(test) {
-        return;
-    }
-    let Some(python) = perfetto_python(test) else {
-        return;
-    };
+    let python = perfetto_python();
     let dir = TempDir::new("stacks-timeline");
     let file = dir.join("t.pftrace");
     let out = run(
@@ -585,11 +562,8 @@ fn binutils(tool: &str, args: &[&str]) -> String {
 /// the unlock) are named as binutils name them: each of its frames by a function of its
 /// symbol table (nm), at an address addr2line puts in that function and at that line;
 /// never by the C++ types the letters also encode (wchar_t, double, int).
-#[test]
 fn one_letter_functions_are_named_as_their_symbols_not_as_types() {
-    let Some(t) = traced("stacks, one-letter names", "short_names", &[]) else {
-        return;
-    };
+    let t = traced("short_names", &[]);
     let program = workload("short_names").display().to_string();
     // Function symbols (nm's t and T) by name.
     let functions: std::collections::HashMap<String, u64> =
@@ -659,13 +633,9 @@ fn one_letter_functions_are_named_as_their_symbols_not_as_types() {
 /// with what the wait was for: the stats lock (the workload prints its address) under
 /// `contention:mutex`, the pool's waits under `idle:condvar`, so that a flame graph of
 /// contention is one filter away (`grep -v '^idle:'`), and nothing is lost.
-#[test]
 fn folded_stacks_set_idle_waits_apart_from_contention() {
     let args = [workload("thread_pool").display().to_string()];
-    let Some(t) = traced_command("folded stacks set idle waits apart", &[], &args, &["1500"])
-    else {
-        return;
-    };
+    let t = traced_command(&[], &args, &["1500"]);
     let lock = t
         .stdout
         .split_whitespace()

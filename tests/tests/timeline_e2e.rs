@@ -5,9 +5,19 @@
 use std::{ffi::OsStr, process::Command, time::Duration};
 
 use rtm_tests::{
-    TempDir, Value, can_trace, decode_timeline, perfetto_python, rtm_bin, run, times_comparable,
+    TempDir, Value, decode_timeline, perfetto_python, rtm_bin, run, times_comparable,
     truths, workload,
 };
+use rtm_tests::{e2e, harness::E2e};
+
+/// This file's tests, each with what it needs besides the tracer.
+pub(crate) const TESTS: &[E2e] = &[
+    e2e!(waits_wakes_and_counters_of_a_condition_variable, Root, PerfettoSchema),
+    e2e!(holds_and_calls_in_full_mode_match_the_workload_count, Root, PerfettoSchema),
+    e2e!(the_size_cap_holds_and_what_it_left_out_is_reported, Root, PerfettoSchema),
+    e2e!(mpi_messages_are_arrows_and_collectives_are_linked_across_ranks, Root, PerfettoSchema),
+    e2e!(barrier_rounds_are_linked_across_threads, Root, PerfettoSchema),
+];
 
 /// What a traced run left: the tracer's output and its timeline, decoded with
 /// Perfetto's published schema, and the timeline's size.
@@ -19,13 +29,9 @@ struct Traced {
 }
 
 /// Runs `rtm-trace --timeline FILE OPTIONS -- PROGRAM ARGS` to its end, asserts it
-/// succeeded and decodes the timeline. None when `test` cannot run here (said loudly; a
-/// failure in CI).
-fn traced(test: &str, options: &[&str], program: &OsStr, args: &[&str]) -> Option<Traced> {
-    if !can_trace(test) {
-        return None;
-    }
-    let python = perfetto_python(test)?;
+/// succeeded and decodes the timeline.
+fn traced(options: &[&str], program: &OsStr, args: &[&str]) -> Traced {
+    let python = perfetto_python();
     let dir = TempDir::new("timeline");
     let file = dir.join("t.pftrace");
     let out = run(
@@ -40,12 +46,12 @@ fn traced(test: &str, options: &[&str], program: &OsStr, args: &[&str]) -> Optio
     );
     let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
     assert!(out.status.success(), "{stderr}");
-    Some(Traced {
+    Traced {
         stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
         stderr,
         size: std::fs::metadata(&file).unwrap().len(),
         doc: decode_timeline(&python, &file),
-    })
+    }
 }
 
 /// The value after `key=` on the workload's `truth cond ...` lines.
@@ -81,17 +87,13 @@ fn ms(s: &Value) -> f64 {
     (s["end"].as_u64().unwrap() - s["begin"].as_u64().unwrap()) as f64 / 1e6
 }
 
-#[test]
 fn waits_wakes_and_counters_of_a_condition_variable() {
     // 5 waits the signaler ends after 50 ms each, then one 30 ms wait that times out.
-    let Some(Traced { stdout, doc, .. }) = traced(
-        "waits_wakes_and_counters_of_a_condition_variable",
+    let Traced { stdout, doc, .. } = traced(
         &["--interval", "0.1"],
         workload("sync_workload").as_os_str(),
         &["cond", "5", "50", "30"],
-    ) else {
-        return;
-    };
+    );
     let waiter: u64 = cond_truth(&stdout, "waiter").parse().unwrap();
     let signaler: u64 = cond_truth(&stdout, "signaler").parse().unwrap();
     assert_eq!(cond_truth(&stdout, "timedwait"), "timeout");
@@ -205,10 +207,8 @@ fn waits_wakes_and_counters_of_a_condition_variable() {
     assert!(counter("rtm-trace events/s") >= 1);
 }
 
-#[test]
 fn holds_and_calls_in_full_mode_match_the_workload_count() {
-    let Some(Traced { stdout, doc, .. }) = traced(
-        "holds_and_calls_in_full_mode_match_the_workload_count",
+    let Traced { stdout, doc, .. } = traced(
         &["-m", "full"],
         workload("mutex_workload").as_os_str(),
         &[
@@ -221,9 +221,7 @@ fn holds_and_calls_in_full_mode_match_the_workload_count() {
             "--private",
             "40",
         ],
-    ) else {
-        return;
-    };
+    );
     assert_eq!(doc["unclosed"], 0, "every slice ends");
     for t in truths(&stdout) {
         // Each thread's holds of the shared lock and of its own, from its own count.
@@ -248,12 +246,10 @@ fn holds_and_calls_in_full_mode_match_the_workload_count() {
     }
 }
 
-#[test]
 fn the_size_cap_holds_and_what_it_left_out_is_reported() {
-    let Some(Traced {
+    let Traced {
         stderr, size, doc, ..
-    }) = traced(
-        "the_size_cap_holds_and_what_it_left_out_is_reported",
+    } = traced(
         &["-m", "full", "--timeline-max-mb", "1"],
         workload("mutex_workload").as_os_str(),
         &[
@@ -266,10 +262,7 @@ fn the_size_cap_holds_and_what_it_left_out_is_reported() {
             "--private",
             "50000",
         ],
-    )
-    else {
-        return;
-    };
+    );
     println!("timeline: {size} bytes; {stderr}");
     assert!(size <= 1 << 20, "{size} bytes over a 1 MiB cap");
     assert!(
@@ -287,13 +280,11 @@ fn the_size_cap_holds_and_what_it_left_out_is_reported() {
     assert!(!doc["slices"].as_array().unwrap().is_empty());
 }
 
-#[test]
 fn mpi_messages_are_arrows_and_collectives_are_linked_across_ranks() {
     let ranks = 4;
     let steps = rtm_tests::mpi::STEPS.to_string();
     let ring = workload("mpi_ring_openmpi");
-    let Some(Traced { doc, .. }) = traced(
-        "mpi_messages_are_arrows_and_collectives_are_linked_across_ranks",
+    let Traced { doc, .. } = traced(
         &["--mpi"],
         OsStr::new("mpirun.openmpi"),
         &[
@@ -304,9 +295,7 @@ fn mpi_messages_are_arrows_and_collectives_are_linked_across_ranks() {
             ring.to_str().unwrap(),
             &steps,
         ],
-    ) else {
-        return;
-    };
+    );
     assert_eq!(doc["unclosed"], 0);
 
     // Each arrow joins a "send to rank D" instant to a "received from rank S" one.
@@ -358,17 +347,13 @@ fn mpi_messages_are_arrows_and_collectives_are_linked_across_ranks() {
     }
 }
 
-#[test]
 fn barrier_rounds_are_linked_across_threads() {
     // 4 threads, 6 rounds; thread i works (i+1) ms before each wait.
-    let Some(Traced { doc, .. }) = traced(
-        "barrier_rounds_are_linked_across_threads",
+    let Traced { doc, .. } = traced(
         &["-m", "full"],
         workload("sync_workload").as_os_str(),
         &["barrier", "4", "6", "1000"],
-    ) else {
-        return;
-    };
+    );
     let mut rounds = std::collections::BTreeMap::<u64, Vec<u64>>::new();
     for s in doc["slices"].as_array().unwrap() {
         let c = s["correlation"].as_u64().unwrap_or(0);

@@ -10,6 +10,24 @@ use std::{
 };
 
 use rtm_tests::*;
+use rtm_tests::{e2e, harness::E2e};
+
+/// This file's tests, each with what it needs besides the tracer.
+pub(crate) const TESTS: &[E2e] = &[
+    e2e!(forked_children_are_counted_from_their_first_call, Root),
+    e2e!(a_child_running_a_library_no_probe_covered_is_reported_as_unprobed, Root),
+    e2e!(wakes_from_another_traced_process_are_wakes_not_timeouts, Root),
+    e2e!(wakes_from_an_untraced_process_are_wakes_from_outside, Root),
+    e2e!(a_stripped_program_is_named_from_its_debug_file_by_build_id, Root),
+    e2e!(idle_threads_count_and_a_duration_is_that_long, Root),
+    e2e!(a_condition_variable_is_named_the_same_in_both_modes, Root),
+    e2e!(timer_expiries_are_timeouts_whatever_thread_has_the_cpu, Root),
+    e2e!(a_lock_that_is_no_glibc_mutex_names_no_holder, Root),
+    e2e!(idle_waits_are_shown_apart_and_the_contended_lock_ranks_first, Root),
+    e2e!(full_mode_shows_locks_that_make_no_pthread_call, Root),
+    e2e!(a_go_programs_runtime_parking_is_not_contention, Root),
+    e2e!(objects_from_one_call_site_have_one_name_each_in_every_output, Root, PerfettoSchema),
+];
 
 const T: Duration = Duration::from_secs(120);
 
@@ -24,11 +42,7 @@ fn waits_for(doc: &Value) -> Vec<&Value> {
         .unwrap_or_default()
 }
 
-#[test]
 fn forked_children_are_counted_from_their_first_call() {
-    if !can_trace("forked_children_are_counted_from_their_first_call") {
-        return;
-    }
     let (stdout, doc) = trace_json(
         &["--mode", "full", "--ring-size", "67108864"],
         &workload("fork_children"),
@@ -66,11 +80,7 @@ fn forked_children_are_counted_from_their_first_call() {
     assert_eq!(doc["run"]["unprobed"].as_array().unwrap().len(), 0);
 }
 
-#[test]
 fn a_child_running_a_library_no_probe_covered_is_reported_as_unprobed() {
-    if !can_trace("a_child_running_a_library_no_probe_covered_is_reported_as_unprobed") {
-        return;
-    }
     let script = format!(
         "sleep 0.05; exec {} spin 2 5000 5",
         workload("sync_workload_static").display()
@@ -114,11 +124,7 @@ fn check_pingpong(doc: &Value, outside: bool) {
     assert!(woken > 0);
 }
 
-#[test]
 fn wakes_from_another_traced_process_are_wakes_not_timeouts() {
-    if !can_trace("wakes_from_another_traced_process_are_wakes_not_timeouts") {
-        return;
-    }
     for mode in ["contention", "full"] {
         let (stdout, doc) = trace_json(
             &["--mode", mode],
@@ -131,11 +137,7 @@ fn wakes_from_another_traced_process_are_wakes_not_timeouts() {
     }
 }
 
-#[test]
 fn wakes_from_an_untraced_process_are_wakes_from_outside() {
-    if !can_trace("wakes_from_an_untraced_process_are_wakes_from_outside") {
-        return;
-    }
     let mut p =
         spawn(Command::new(workload("pingpong")).args(["20000", "--timed", "--wait-stdin"]));
     let mut lines = LineWatch::new(p.child.stdout.take().unwrap());
@@ -188,11 +190,7 @@ fn stripped_demo(dir: &TempDir) -> (std::path::PathBuf, std::path::PathBuf, Stri
     (exe, debug, id)
 }
 
-#[test]
 fn a_stripped_program_is_named_from_its_debug_file_by_build_id() {
-    if !can_trace("a_stripped_program_is_named_from_its_debug_file_by_build_id") {
-        return;
-    }
     let dir = TempDir::new("dbgsym");
     let (exe, debug, id) = stripped_demo(&dir);
     // Without debug symbols: addresses, and the hint, once.
@@ -242,11 +240,7 @@ fn a_stripped_program_is_named_from_its_debug_file_by_build_id() {
     assert!(!err.contains("demo_stripped is stripped"), "{err}");
 }
 
-#[test]
 fn idle_threads_count_and_a_duration_is_that_long() {
-    if !can_trace("idle_threads_count_and_a_duration_is_that_long") {
-        return;
-    }
     let mut p = spawn(Command::new(workload("idle_threads")).arg("1000"));
     let mut lines = LineWatch::new(p.child.stdout.take().unwrap());
     lines.wait_for("ready", T);
@@ -274,11 +268,7 @@ fn idle_threads_count_and_a_duration_is_that_long() {
     assert!((2.0..2.3).contains(&secs), "{secs} s");
 }
 
-#[test]
 fn a_condition_variable_is_named_the_same_in_both_modes() {
-    if !can_trace("a_condition_variable_is_named_the_same_in_both_modes") {
-        return;
-    }
     for mode in ["contention", "full"] {
         let (report, _) = trace_json(
             &["--mode", mode],
@@ -300,11 +290,7 @@ fn a_condition_variable_is_named_the_same_in_both_modes() {
 /// wake. Contention mode (full mode sees futex words through pthread calls, and these
 /// are raw futex calls); on the scheduler's tracepoints on the host, on the kernel's
 /// futex functions in the kernel matrix's guests.
-#[test]
 fn timer_expiries_are_timeouts_whatever_thread_has_the_cpu() {
-    if !can_trace("timer_expiries_are_timeouts_whatever_thread_has_the_cpu") {
-        return;
-    }
     let mode = "contention";
     let (stdout, doc) = trace_json(
         &["--mode", mode],
@@ -359,11 +345,7 @@ fn timer_expiries_are_timeouts_whatever_thread_has_the_cpu() {
 /// A Rust `std::sync::Mutex` is a futex word with the protected value where a glibc
 /// mutex keeps its owner: contention mode names no holder for it (the counter's values
 /// were shown as holders), and every sleep on it counts as holder unknown.
-#[test]
 fn a_lock_that_is_no_glibc_mutex_names_no_holder() {
-    if !can_trace("a_lock_that_is_no_glibc_mutex_names_no_holder") {
-        return;
-    }
     let (threads, rounds) = (4u64, 3000u64);
     let (stdout, doc) = trace_json(
         &["--mode", "contention"],
@@ -415,11 +397,7 @@ fn a_lock_that_is_no_glibc_mutex_names_no_holder() {
 /// (thread_pool.c): the lock is the contention and ranks first; the idle waits are
 /// shown apart as waiting for work, named by kind; the threads that wait on the lock
 /// rank first. Contention mode, where only futex words are seen.
-#[test]
 fn idle_waits_are_shown_apart_and_the_contended_lock_ranks_first() {
-    if !can_trace("idle_waits_are_shown_apart_and_the_contended_lock_ranks_first") {
-        return;
-    }
     // Every wait's stacks: a futex word's kind comes from the waiter stacks sampled on
     // it, and at the default rate the stats lock's ~10,000 waits a second can spend the
     // sampling budget before a condition variable's second word gets one (it then
@@ -514,11 +492,7 @@ fn idle_waits_are_shown_apart_and_the_contended_lock_ranks_first() {
 /// bpftrace counts on it (its waits that did not return EAGAIN), classed as a mutex by
 /// its stack, and the report says why it has no acquisitions or holds. A pthread
 /// mutex's futex word is never shown beside it (its waits are the mutex's).
-#[test]
 fn full_mode_shows_locks_that_make_no_pthread_call() {
-    if !can_trace("full_mode_shows_locks_that_make_no_pthread_call") {
-        return;
-    }
     let me = std::process::id();
     let script = format!(
         "tracepoint:syscalls:sys_enter_futex /comm == \"rust_mutex\" && \
@@ -604,11 +578,7 @@ fn full_mode_shows_locks_that_make_no_pthread_call() {
 /// (`park`, never in the contention table), nothing is called a condition variable
 /// (the runtime's variables only look like glibc's), and the report says why the mutex
 /// itself is not seen. Every wait's stack is taken, so each word is classed by it.
-#[test]
 fn a_go_programs_runtime_parking_is_not_contention() {
-    if !can_trace("a_go_programs_runtime_parking_is_not_contention") {
-        return;
-    }
     // As built, and stripped as distributions ship Go programs (their frames are then
     // named from the program's own function table).
     for bin in ["go_mutex", "go_mutex_stripped"] {
@@ -686,15 +656,8 @@ fn go_parking_is_told(bin: &Path) {
 /// stacks (they were one merged "in worker (many_locks.c:35)" node) and the Perfetto
 /// timeline (where they were `futex 0xADDR`: written while tracing, before the stacks
 /// that name them were read).
-#[test]
 fn objects_from_one_call_site_have_one_name_each_in_every_output() {
-    let test = "objects_from_one_call_site_have_one_name_each_in_every_output";
-    if !can_trace(test) {
-        return;
-    }
-    let Some(python) = perfetto_python(test) else {
-        return;
-    };
+    let python = perfetto_python();
     let dir = TempDir::new("names");
     let (json, report, dot, html, folded, timeline) = (
         dir.join("t.json"),

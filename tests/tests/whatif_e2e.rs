@@ -8,7 +8,16 @@
 
 use std::{process::Command, time::Duration};
 
-use rtm_tests::{TempDir, Value, can_trace, read_json, rtm_bin, run, workload};
+use rtm_tests::{TempDir, Value, read_json, rtm_bin, run, workload};
+use rtm_tests::{e2e, harness::E2e};
+
+/// This file's tests, each with what it needs besides the tracer.
+pub(crate) const TESTS: &[E2e] = &[
+    e2e!(a_lock_bound_program_nearly_doubles_as_predicted, Root),
+    e2e!(a_program_busy_outside_its_lock_gains_about_nothing_as_predicted, Root),
+    e2e!(a_lock_near_saturation_gains_what_the_queue_model_predicts, Root),
+    e2e!(the_demo_predicts_what_halving_its_audit_hold_buys, Root),
+];
 
 /// Rounds of (traced, as is, halved).
 const ROUNDS: usize = 3;
@@ -112,11 +121,7 @@ fn check(name: &str, program: &str, as_is: &[&str], halved: &[&str]) -> (f64, f6
     (p, m, first)
 }
 
-#[test]
 fn a_lock_bound_program_nearly_doubles_as_predicted() {
-    if !can_trace("a_lock_bound_program_nearly_doubles_as_predicted") {
-        return;
-    }
     // 4 threads want a lock held 300 us after 300 us outside it (sleeping, as if on
     // I/O): the lock is busy all the time and sets the pace.
     let (predicted, measured, first) = check(
@@ -129,11 +134,7 @@ fn a_lock_bound_program_nearly_doubles_as_predicted() {
     assert!(measured > 1.4 && predicted > 1.4, "{predicted} {measured}");
 }
 
-#[test]
 fn a_program_busy_outside_its_lock_gains_about_nothing_as_predicted() {
-    if !can_trace("a_program_busy_outside_its_lock_gains_about_nothing_as_predicted") {
-        return;
-    }
     // 2 threads computing 2 ms between 20 us holds: no lock limits it, and the estimate
     // (on the "no lock limits" finding) says about 1.0x.
     let (predicted, _, first) = check(
@@ -146,11 +147,7 @@ fn a_program_busy_outside_its_lock_gains_about_nothing_as_predicted() {
     assert!((0.97..1.05).contains(&predicted), "{predicted}");
 }
 
-#[test]
 fn a_lock_near_saturation_gains_what_the_queue_model_predicts() {
-    if !can_trace("a_lock_near_saturation_gains_what_the_queue_model_predicts") {
-        return;
-    }
     // 4 threads, 200 us holds after 500 us outside: the lock is busy most of the time,
     // and how long the queues are decides the gain.
     check(
@@ -161,11 +158,7 @@ fn a_lock_near_saturation_gains_what_the_queue_model_predicts() {
     );
 }
 
-#[test]
 fn the_demo_predicts_what_halving_its_audit_hold_buys() {
-    if !can_trace("the_demo_predicts_what_halving_its_audit_hold_buys") {
-        return;
-    }
     let (_, _, first) = check(
         "whatif-demo",
         "demo",

@@ -113,13 +113,16 @@ const GUEST_TIMEOUT: Duration = Duration::from_secs(20 * 60);
 /// Each test's time limit inside the guest.
 const TEST_TIMEOUT_S: u32 = 400;
 
-/// The end-to-end test executables cargo built, by test file name.
-fn test_executables(env: &Env) -> Result<Vec<(String, PathBuf)>> {
+/// The end-to-end test executable cargo built (`e2e`: every test file of tests/tests is
+/// a module of it, each test named `file::name`).
+fn e2e_executable(env: &Env) -> Result<PathBuf> {
     let out = cargo(env)
         .args([
             "test",
             "-p",
             "rtm-tests",
+            "--test",
+            "e2e",
             "--no-run",
             "--message-format=json",
         ])
@@ -128,22 +131,18 @@ fn test_executables(env: &Env) -> Result<Vec<(String, PathBuf)>> {
     if !out.status.success() {
         bail!("building the end-to-end tests failed");
     }
-    let mut found = Vec::new();
     for line in String::from_utf8_lossy(&out.stdout).lines() {
         let Ok(v) = serde_json::from_str::<serde_json::Value>(line) else {
             continue;
         };
         if v["reason"] == "compiler-artifact"
-            && v["target"]["kind"]
-                .as_array()
-                .is_some_and(|k| k.iter().any(|k| k == "test"))
-            && let (Some(name), Some(exe)) =
-                (v["target"]["name"].as_str(), v["executable"].as_str())
+            && v["target"]["name"] == "e2e"
+            && let Some(exe) = v["executable"].as_str()
         {
-            found.push((name.to_owned(), PathBuf::from(exe)));
+            return Ok(PathBuf::from(exe));
         }
     }
-    Ok(found)
+    bail!("cargo built no e2e test executable")
 }
 
 /// The guest's script: `rtm-trace check`, then each test of `tests` on its own, each
@@ -182,7 +181,7 @@ fn script(bin: &Path, tests: &[(PathBuf, &str, &str)]) -> String {
     for (i, (exe, file, name)) in tests.iter().enumerate() {
         s.push_str(&format!(
             "echo \"RTM-VM: {file}::{name}\"\nstart=$(date +%s)\n\
-             timeout -k 10 {TEST_TIMEOUT_S} {} --exact {name} --test-threads=1 \
+             timeout -k 10 {TEST_TIMEOUT_S} {} --exact {file}::{name} --test-threads=1 \
              > /run/vm/logs/{i}.log 2>&1\n\
              echo \"RESULT {file}::{name} $? $(( $(date +%s) - start )) {i}\" >> /run/vm/results\n",
             exe.display()
@@ -356,7 +355,16 @@ pub fn run(
         crate::tasks::build(env, true)?;
     }
     let bin = root().join("target/debug/rtm-trace");
-    let exes = test_executables(env)?;
+    let exe = e2e_executable(env)?;
+    // A smoke test renamed or gone would match nothing and pass in every guest.
+    let listed = Command::new(&exe).arg("--list").output()?;
+    let listed = String::from_utf8_lossy(&listed.stdout);
+    if let Some((file, name)) = SMOKE
+        .iter()
+        .find(|(f, n)| !listed.lines().any(|l| l == format!("{f}::{n}: test")))
+    {
+        bail!("the smoke test {file}::{name} is not in {}", exe.display());
+    }
     let mut tests = Vec::new();
     let user_script = user_script
         .map(|p| p.canonicalize().with_context(|| format!("{}", p.display())))
@@ -369,11 +377,7 @@ pub fn run(
         {
             continue;
         }
-        let exe = exes
-            .iter()
-            .find(|(n, _)| n == file)
-            .with_context(|| format!("no test executable for {file}"))?;
-        tests.push((exe.1.clone(), file, name));
+        tests.push((exe.clone(), file, name));
     }
     let specs: Vec<kernels::Spec> = MATRIX
         .iter()
