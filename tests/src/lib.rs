@@ -55,6 +55,27 @@ pub fn times_comparable(what: &str) -> bool {
     true
 }
 
+/// How long the threads of process `pid` have been runnable but not running (each one's
+/// schedstat run_delay, summed): time a loaded machine kept it off the CPUs. None once
+/// it has exited, or where the kernel keeps no schedstat.
+pub fn run_delay(pid: u32) -> Option<Duration> {
+    let mut sum = None;
+    for task in std::fs::read_dir(format!("/proc/{pid}/task")).ok()? {
+        let Ok(task) = task else { continue };
+        let Ok(stat) = std::fs::read_to_string(task.path().join("schedstat")) else {
+            continue;
+        };
+        if let Some(ns) = stat
+            .split_whitespace()
+            .nth(1)
+            .and_then(|v| v.parse::<u64>().ok())
+        {
+            *sum.get_or_insert(0) += ns;
+        }
+    }
+    sum.map(Duration::from_nanos)
+}
+
 /// A child process killed and reaped on drop, so a failing test leaves nothing behind.
 pub struct Proc {
     /// The child.
@@ -71,6 +92,20 @@ impl Proc {
     pub fn signal(&self, sig: i32) {
         // SAFETY: sending a signal to our own child.
         unsafe { libc::kill(self.pid() as i32, sig) };
+    }
+
+    /// Waits up to `timeout` for exit and collects stdout/stderr, with the longest
+    /// [`run_delay`] its threads had (sampled while it ran, so the last few
+    /// milliseconds' and those of threads gone before the last sample may be missing).
+    pub fn wait_output_and_run_delay(mut self, timeout: Duration) -> (Output, Duration) {
+        let deadline = Instant::now() + timeout;
+        let mut delay = Duration::ZERO;
+        while Instant::now() < deadline && matches!(self.child.try_wait(), Ok(None)) {
+            delay = delay.max(run_delay(self.pid()).unwrap_or_default());
+            thread::sleep(Duration::from_millis(10));
+        }
+        let left = deadline.saturating_duration_since(Instant::now());
+        (self.wait_output(left), delay)
     }
 
     /// Waits up to `timeout` for exit and collects stdout/stderr.

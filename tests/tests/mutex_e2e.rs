@@ -110,22 +110,34 @@ fn launch_mode_counts_hold_times_and_contention_match_ground_truth() {
     // Hold times: the tracer's mean against the workload's own mean per thread (a
     // median would drift from the mean whenever the spinning thread is preempted).
     let shared = object(&doc, "shared_lock").unwrap();
+    // Contended: the lock's word was not 0 at pthread_mutex_lock's entry. The workload
+    // reads it just before its calls (how often the threads overlap is the scheduler's
+    // choice: on a loaded machine they may never); the word can change in the
+    // microseconds between its read and the probe's.
+    let busy: u64 = truths.iter().map(|t| t.get("busy")).sum();
+    let contended = u(&shared["contended"]);
+    println!("shared_lock: contended {contended}, found held by the workload {busy}");
     assert!(
-        u(&shared["contended"]) > 0,
-        "two threads holding 1 ms with 0.25 ms gaps must contend"
+        contended.abs_diff(busy) <= 1 + busy / 10,
+        "contended {contended}, the workload found it held {busy} times"
     );
+    // Time the thread spent runnable, not running, around its calls is in the probes'
+    // hold and not in the workload's (0 on an idle machine).
     for t in &truths {
-        let truth_mean = t.get("hold_ns") as f64 / t.get("shared") as f64;
+        let n = (t.get("shared") + t.get("try_ok")) as f64;
+        let hold = t.get("hold_ns") as f64;
+        let (lo, hi) = (hold / n, (hold + t.get("edge_delay_ns") as f64) / n);
         let e = edge(&doc, t.tid, shared["addr"].as_str().unwrap()).unwrap();
         let mean = e["hold"]["mean_ns"].as_f64().expect("hold mean");
-        let err = (mean - truth_mean).abs() / truth_mean;
         println!(
-            "thread {}: hold expected {truth_mean:.0} ns, measured mean {mean:.0} ns ({:.2}% off)",
-            t.tid,
-            err * 100.0
+            "thread {}: hold expected {lo:.0} to {hi:.0} ns, measured mean {mean:.0} ns",
+            t.tid
         );
         if times_comparable("hold means") {
-            assert!(err < 0.05, "hold mean {mean} vs truth {truth_mean}");
+            assert!(
+                mean >= lo * 0.95 && mean <= hi * 1.05,
+                "hold mean {mean} vs truth {lo} to {hi}"
+            );
         }
     }
     // Thread names and the report file.

@@ -13,10 +13,13 @@
  *
  * Every thread prints what it did, measured by itself, one line each:
  *   truth tid=T shared=N private=N try_ok=N try_busy=N hold_ns=N wait_ns=N edge_delay_ns=N
- * (wait_ns: time inside pthread_mutex_lock on the shared lock; edge_delay_ns: time the
- * thread spent runnable but not running (its schedstat run_delay) around its lock and
- * unlock calls on the shared lock, where a tracer's probes and its own clock reads are
- * apart: a preemption there is in one's times and not the other's)
+ *         busy=N
+ * (hold_ns: time holding the shared lock, taken by pthread_mutex_lock or _trylock;
+ * wait_ns: time inside pthread_mutex_lock on the shared lock; busy: how many of those
+ * calls found the lock held, its word read just before the call; edge_delay_ns: time the
+ * thread spent runnable but not running (its schedstat run_delay) around its lock,
+ * trylock and unlock calls on the shared lock, where a tracer's probes and its own clock
+ * reads are apart: a preemption there is in one's times and not the other's)
  * Threads are created after the stdin gate, so an attached tracer sees them start.
  */
 #define _GNU_SOURCE
@@ -63,7 +66,7 @@ static void spin_ns(long long ns) {
 
 struct result {
     long tid;
-    long shared, priv, try_ok, try_busy;
+    long shared, priv, try_ok, try_busy, busy;
     long long hold_ns, wait_ns, edge_delay_ns;
 };
 
@@ -81,6 +84,7 @@ static void *run(void *arg) {
         /* Run-queue delays are read outside each pair of clock read and call. */
         long long d0 = run_delay_ns(sched);
         long long w0 = now_ns();
+        r->busy += __atomic_load_n(&shared_lock.__data.__lock, __ATOMIC_RELAXED) != 0;
         pthread_mutex_lock(&shared_lock);
         long long t0 = now_ns();
         long long d1 = run_delay_ns(sched);
@@ -94,10 +98,16 @@ static void *run(void *arg) {
         spin_ns(hold_us * 250LL); /* outside the lock, so others get a turn */
     }
     for (int k = 0; k < n_try; k++) {
+        long long d0 = run_delay_ns(sched);
         if (pthread_mutex_trylock(&shared_lock) == 0) {
+            long long t0 = now_ns();
+            long long d1 = run_delay_ns(sched);
             r->try_ok++;
             spin_ns(hold_us * 1000LL);
+            long long d2 = run_delay_ns(sched);
+            r->hold_ns += now_ns() - t0;
             pthread_mutex_unlock(&shared_lock);
+            r->edge_delay_ns += d1 - d0 + run_delay_ns(sched) - d2;
         } else {
             r->try_busy++;
         }
@@ -153,9 +163,9 @@ int main(int argc, char **argv) {
         priv += r->priv;
         if (quiet) continue;
         printf("truth tid=%ld shared=%ld private=%ld try_ok=%ld try_busy=%ld hold_ns=%lld "
-               "wait_ns=%lld edge_delay_ns=%lld\n",
+               "wait_ns=%lld edge_delay_ns=%lld busy=%ld\n",
                r->tid, r->shared, r->priv, r->try_ok, r->try_busy, r->hold_ns, r->wait_ns,
-               r->edge_delay_ns);
+               r->edge_delay_ns, r->busy);
     }
     if (quiet) printf("done threads=%d shared=%ld private=%ld\n", n_threads, shared, priv);
     fflush(stdout);
