@@ -195,7 +195,7 @@ fn what_contention_mode_does_not_see_is_a_dash_not_a_zero() {
 
 fn hostile_names_are_inert_in_the_html_report() {
     let dir = TempDir::new("html-hostile");
-    trace(&dir, &["-m", "full"], "hostile_names", &["200", "markup"]);
+    trace(&dir, &["-m", "full"], "hostile_names", &["50", "markup"]);
     let page = std::fs::read_to_string(dir.join("t.html")).unwrap();
     for bad in ["<svg onload", "<b>bold", "<img src=x", "<i>x</i>"] {
         assert!(!page.contains(bad), "{bad} in the page as markup");

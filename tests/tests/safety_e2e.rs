@@ -400,7 +400,8 @@ fn hostile_names_are_inert_in_every_text_output() {
                 .arg(&json)
                 .arg("--")
                 .arg(workload("hostile_names"))
-                .arg("3000"),
+                // Milliseconds (~3,000 acquisitions on an idle machine).
+                .arg("600"),
             T,
         );
         assert!(out.status.success(), "{mode}: {}", text(&out.stderr));

@@ -131,7 +131,7 @@ pub fn test(env: &Env) -> Result<()> {
     if !is_root() {
         eprintln!(
             "xtask: WARNING: not root: the end-to-end eBPF tests will fail (or, outside CI, \
-             report themselves as not run). Run: sudo -E cargo xtask test"
+             report themselves as ignored, saying why). Run: sudo -E cargo xtask test"
         );
     }
     eprintln!("xtask: cargo test (unit tests, then end-to-end eBPF tests one at a time)");
