@@ -140,11 +140,11 @@ pub fn in_ci() -> bool {
 }
 
 /// Runs the tests of `files` (each file's `TESTS`) as libtest does, with its command
-/// line (a filter, `--exact`, `--skip`, `--test-threads`, `--list`, ...). `dir` is the
+/// line (filters, `--exact`, `--skip`, `--test-threads`, `--list`, ...). `dir` is the
 /// folder of the test files: each of its `.rs` files but `main.rs` must have tests here.
 pub fn main(dir: &Path, files: &[&[E2e]]) -> ExitCode {
-    let args = Arguments::from_args();
-    let tests: Vec<E2e> = files.iter().flat_map(|f| f.iter().copied()).collect();
+    let (args, filters) = arguments();
+    let mut tests: Vec<E2e> = files.iter().flat_map(|f| f.iter().copied()).collect();
     let mut names = BTreeSet::new();
     for t in &tests {
         assert!(
@@ -159,6 +159,21 @@ pub fn main(dir: &Path, files: &[&[E2e]]) -> ExitCode {
         "harness::every_test_file_is_built_into_this_binary",
         move || every_file_is_a_module(&dir, &modules),
     )];
+    // Several filters (libtest takes any number, libtest-mimic one): a test any of them
+    // selects runs.
+    if !filters.is_empty() {
+        let selects = |name: &str| {
+            filters.iter().any(|f| {
+                if args.exact {
+                    name == f
+                } else {
+                    name.contains(f.as_str())
+                }
+            })
+        };
+        trials.retain(|t| selects(t.name()));
+        tests.retain(|t| selects(&t.full_name()));
+    }
     trials.extend(tests.into_iter().map(|t| {
         Trial::ignorable_test(t.full_name(), move || {
             if let Some(need) = t.needs.iter().find(|n| !n.met_cached()) {
@@ -174,6 +189,38 @@ pub fn main(dir: &Path, files: &[&[E2e]]) -> ExitCode {
         })
     }));
     libtest_mimic::run(&args, trials).exit_code()
+}
+
+/// The command line for libtest-mimic, and the filters when there are several (which it
+/// would refuse; with one or none, it applies the filter itself).
+fn arguments() -> (Arguments, Vec<String>) {
+    // libtest's options that take a value, as a separate argument or after `=`.
+    const VALUED: [&str; 6] = [
+        "--test-threads",
+        "--logfile",
+        "--skip",
+        "--color",
+        "--format",
+        "-Z",
+    ];
+    let mut options = Vec::new();
+    let mut filters = Vec::new();
+    let mut args = std::env::args();
+    options.extend(args.next());
+    while let Some(a) = args.next() {
+        if VALUED.contains(&a.as_str()) {
+            options.push(a);
+            options.extend(args.next());
+        } else if a.starts_with('-') {
+            options.push(a);
+        } else {
+            filters.push(a);
+        }
+    }
+    if filters.len() < 2 {
+        options.append(&mut filters);
+    }
+    (Arguments::from_iter(options), filters)
 }
 
 /// Fails when a test file of `dir` has no test in this binary: with `autotests = false`

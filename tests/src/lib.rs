@@ -76,6 +76,15 @@ pub fn run_delay(pid: u32) -> Option<Duration> {
     sum.map(Duration::from_nanos)
 }
 
+/// How long the calling thread has been runnable but not running (its schedstat
+/// run_delay); zero where the kernel keeps none.
+pub fn own_run_delay() -> Duration {
+    std::fs::read_to_string("/proc/thread-self/schedstat")
+        .ok()
+        .and_then(|s| s.split_whitespace().nth(1)?.parse::<u64>().ok())
+        .map_or(Duration::ZERO, Duration::from_nanos)
+}
+
 /// A child process killed and reaped on drop, so a failing test leaves nothing behind.
 pub struct Proc {
     /// The child.

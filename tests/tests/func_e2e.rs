@@ -5,13 +5,14 @@
 
 use std::{
     collections::HashMap,
+    io::Write as _,
     process::Command,
-    time::{Duration, Instant},
+    time::Duration,
 };
 
 use rtm_tests::{
     LineWatch, TempDir, Truth, Value, decode_timeline, perfetto_python, read_json,
-    rtm_bin, run, spawn, truths, workload,
+    rtm_bin, run, spawn, truth_maps, truths, workload,
 };
 use rtm_tests::{e2e, harness::E2e};
 
@@ -344,16 +345,15 @@ fn tid_and_cpu_filters_keep_exactly_their_calls_and_running_calls_are_reported()
     assert!(cpus >= 2, "{test}: needs two CPUs to pin threads apart");
     let dir = TempDir::new("func-filters");
     let rounds = 10u64;
-    // Two threads pinned to CPUs 0 and 1, starting their calls after 3 s; a third sits
-    // in long_call for 4 s from then.
+    // Two threads pinned to CPUs 0 and 1, starting their calls at a line on stdin; a
+    // third sits in long_call from then until a second line.
     let mut app = spawn(Command::new(workload("func_workload")).args([
         "2",
         &rounds.to_string(),
-        "3000",
+        "-1",
         "1",
-        "4000",
+        "-1",
     ]));
-    let started = Instant::now();
     let mut lines = LineWatch::new(app.child.stdout.take().unwrap());
     let first = lines.wait_for("started=1", Duration::from_secs(10));
     let second = lines.wait_for("started=1", Duration::from_secs(10));
@@ -386,17 +386,18 @@ fn tid_and_cpu_filters_keep_exactly_their_calls_and_running_calls_are_reported()
         &["--tid", &t0.to_string(), "--func", "work_1ms"],
     );
     let (tb, b, mut eb) = tracer("cpu.json", &["--cpu", "1", "--func", "work_1ms"]);
-    // Ends about a second after the long call began.
-    let (tc, c, mut ec) = tracer("running.json", &["--func", "long_call", "-d", "4"]);
+    // Ended (SIGINT) while the long call runs.
+    let (tc, c, mut ec) = tracer("running.json", &["--func", "long_call"]);
     for e in [&mut ea, &mut eb, &mut ec] {
-        e.wait_for("attached to PID", Duration::from_secs(30));
+        e.wait_for("attached to PID", Duration::from_secs(60));
     }
-    assert!(
-        started.elapsed() < Duration::from_millis(2700),
-        "attaching took {:?}: the calls may have started before the probes",
-        started.elapsed()
-    );
+    let mut stdin = app.child.stdin.take().unwrap();
+    writeln!(stdin, "go").unwrap();
+    lines.wait_for("long_call in", T);
+    tc.signal(libc::SIGINT);
     assert!(tc.wait_output(T).status.success());
+    writeln!(stdin, "end the long call").unwrap();
+    drop(stdin);
     let out = app.wait_output(T);
     assert!(out.status.success());
     assert!(ta.wait_output(T).status.success());
@@ -429,9 +430,19 @@ fn tid_and_cpu_filters_keep_exactly_their_calls_and_running_calls_are_reported()
     let f = &doc["functions"]["functions"][0];
     assert_eq!(f["name"], "long_call");
     assert_eq!((u(&f["time"]["count"]), u(&f["running"])), (0, 1), "{f}");
+    // Running from its entry probe, which fired between the workload's two clock reads,
+    // to the trace's end.
     let ran = u(&f["running_longest_ns"]);
-    assert!(
-        (100_000_000..4_000_000_000).contains(&ran),
-        "running for {ran} ns at the end"
+    let end = u(&doc["sync_graph"]["window"]["end_ns"]);
+    let t = truth_maps(&stdout)
+        .into_iter()
+        .find(|t| t.contains_key("long_call_before_ns"))
+        .unwrap_or_else(|| panic!("no long_call truth in {stdout}"));
+    let clock = |k: &str| t[k].parse::<u64>().unwrap();
+    let (lo, hi) = (
+        end - clock("long_call_inside_ns"),
+        end - clock("long_call_before_ns"),
     );
+    println!("long_call running {ran} ns at the end: {lo} to {hi} by the workload's clock");
+    assert!((lo..=hi).contains(&ran), "running for {ran} ns at the end");
 }

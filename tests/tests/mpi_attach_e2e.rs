@@ -21,12 +21,11 @@ pub(crate) const TESTS: &[E2e] = &[
 
 const T: Duration = Duration::from_secs(120);
 const RANKS: i64 = 4;
-/// How long the ranks wait after MPI_Init before any traffic (the tracers attach then).
-const DELAY_MS: u64 = 4000;
 const PROGRAM: &str = "mpi_ring_openmpi";
 
-/// Starts the job; returns it and world rank -> pid once every rank is up.
-fn start_job() -> (rtm_tests::Proc, BTreeMap<i64, u32>) {
+/// Starts the job, whose ranks wait after MPI_Init for the file `go` (made once the
+/// tracers are attached); returns it and world rank -> pid once every rank is up.
+fn start_job(go: &std::path::Path) -> (rtm_tests::Proc, BTreeMap<i64, u32>) {
     let ring = workload(PROGRAM);
     assert!(
         ring.exists(),
@@ -42,7 +41,8 @@ fn start_job() -> (rtm_tests::Proc, BTreeMap<i64, u32>) {
                 &RANKS.to_string(),
             ])
             .arg(&ring)
-            .args([STEPS.to_string(), DELAY_MS.to_string()]),
+            .args([STEPS.to_string(), "0".into()])
+            .arg(go),
     );
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
@@ -79,9 +79,8 @@ fn ranks_of_job() -> BTreeMap<i64, u32> {
     out
 }
 
-/// Starts a tracer with `args`, waits until it is attached (well before the ranks'
-/// delay ends), and returns it.
-fn tracer(args: &[String], json: &std::path::Path, started: Instant) -> rtm_tests::Proc {
+/// Starts a tracer with `args`, waits until it is attached, and returns it.
+fn tracer(args: &[String], json: &std::path::Path) -> rtm_tests::Proc {
     let mut p = spawn(
         Command::new(rtm_bin())
             .args(["--mpi", "-o", "/dev/null", "--json"])
@@ -89,12 +88,7 @@ fn tracer(args: &[String], json: &std::path::Path, started: Instant) -> rtm_test
             .args(args),
     );
     let mut err = LineWatch::new(p.child.stderr.take().unwrap());
-    err.wait_for("attached to PID", Duration::from_secs(30));
-    assert!(
-        started.elapsed() < Duration::from_millis(DELAY_MS - 500),
-        "attaching took {:?}: the ranks' traffic may have started before the probes",
-        started.elapsed()
-    );
+    err.wait_for("attached to PID", Duration::from_secs(60));
     p
 }
 
@@ -102,10 +96,11 @@ fn comm_attach_and_merged_halves_give_the_whole_job() {
     let dir = TempDir::new("mpi-attach");
 
     // One tracer for every rank, picked by name.
-    let (job, ranks) = start_job();
-    let started = Instant::now();
+    let go = dir.join("go-whole");
+    let (job, ranks) = start_job(&go);
     let whole = dir.join("whole.json");
-    let t = tracer(&["--comm".into(), PROGRAM.into()], &whole, started);
+    let t = tracer(&["--comm".into(), PROGRAM.into()], &whole);
+    std::fs::write(&go, "").unwrap();
     let out = job.wait_output(T);
     assert!(
         out.status.success(),
@@ -125,16 +120,17 @@ fn comm_attach_and_merged_halves_give_the_whole_job() {
     assert_eq!(edges(&doc["task_graph"]), expected(RANKS, true));
 
     // Two tracers, ranks {0, 1} and {2, 3}, as on two nodes.
-    let (job, ranks) = start_job();
-    let started = Instant::now();
+    let go = dir.join("go-halves");
+    let (job, ranks) = start_job(&go);
     let half = |rs: [i64; 2]| -> Vec<String> {
         rs.iter()
             .flat_map(|r| ["--pid".to_string(), ranks[r].to_string()])
             .collect()
     };
     let (a, b) = (dir.join("a.json"), dir.join("b.json"));
-    let ta = tracer(&half([0, 1]), &a, started);
-    let tb = tracer(&half([2, 3]), &b, started);
+    let ta = tracer(&half([0, 1]), &a);
+    let tb = tracer(&half([2, 3]), &b);
+    std::fs::write(&go, "").unwrap();
     assert!(job.wait_output(T).status.success());
     assert!(ta.wait_output(T).status.success());
     assert!(tb.wait_output(T).status.success());

@@ -7,7 +7,8 @@
 //             orders: a deadlock across processes
 //   types [MS] for each mutex type (normal, recursive, errorcheck, robust, pi) a thread
 //             holds one and another waits on it; a thread waits on a condition
-//             variable (after MS ms, when given)
+//             variable (after MS ms, when given; -1: after a line on stdin); `ready`
+//             once every thread sleeps (its state in /proc), not after a guessed time
 //   contended four threads pass one mutex around for ever (no deadlock)
 //   many N    the main thread holds lock_a; N threads wait on it (no deadlock)
 //   inversion one thread takes lock_a then lock_b (in path_ab), later another takes
@@ -18,6 +19,7 @@
 // prints: `truth ...` lines (who holds and waits on what), then `ready` once every
 // thread is about to block; then hangs until killed.
 #define _GNU_SOURCE
+#include <dirent.h>
 #include <pthread.h>
 #include <semaphore.h>
 #include <stdio.h>
@@ -95,11 +97,15 @@ static void *holder(void *arg) {
     return NULL;
 }
 
+// `types`: the threads past the barrier, about to block.
+static int about_to_block;
+
 static void *waiter(void *arg) {
     long i = (long)arg;
     pthread_barrier_wait(&all_hold);
     printf("truth waiter=%s tid=%ld\n", type_names[i], tid());
     fflush(stdout);
+    __atomic_add_fetch(&about_to_block, 1, __ATOMIC_SEQ_CST);
     pthread_mutex_lock(&type_locks[i]);
     return NULL;
 }
@@ -109,6 +115,7 @@ static void *cond_waiter(void *arg) {
     pthread_mutex_lock(&cond_lock);
     say("truth cond_waiter=1 tid=%ld%.0ld\n", tid(), 0);
     pthread_barrier_wait(&all_hold);
+    __atomic_add_fetch(&about_to_block, 1, __ATOMIC_SEQ_CST);
     for (;;)
         pthread_cond_wait(&never_signalled, &cond_lock);
     return NULL;
@@ -144,6 +151,29 @@ static void *run_path(void *arg) {
     for (int i = 0; i < 3; i++)
         path();
     return NULL;
+}
+
+// Whether every thread but the calling one sleeps (state S in /proc/self/task/*/stat).
+static int others_asleep(void) {
+    DIR *d = opendir("/proc/self/task");
+    if (!d)
+        return 0;
+    int all = 1;
+    for (struct dirent *e; all && (e = readdir(d));) {
+        if (e->d_name[0] == '.' || atol(e->d_name) == tid())
+            continue;
+        char path[300], buf[512];
+        snprintf(path, sizeof path, "/proc/self/task/%s/stat", e->d_name);
+        FILE *f = fopen(path, "r");
+        size_t n = f ? fread(buf, 1, sizeof buf - 1, f) : 0;
+        if (f)
+            fclose(f);
+        buf[n] = 0;
+        char *end = strrchr(buf, ')');
+        all = end && end[1] == ' ' && end[2] == 'S';
+    }
+    closedir(d);
+    return all;
 }
 
 static void ready_then_hang(void) {
@@ -208,9 +238,15 @@ int main(int argc, char **argv) {
         pthread_mutex_lock(&m[!me]); // never returns
         return 0;
     } else if (!strcmp(mode, "types")) {
-        // `types MS`: the threads start after MS ms (a tracer attaches meanwhile).
-        if (argc > 2)
+        // `types MS`: the threads start after MS ms, or a line on stdin (a tracer
+        // attaches meanwhile).
+        char line[64];
+        if (argc > 2 && atoi(argv[2]) < 0) {
+            if (!fgets(line, sizeof line, stdin))
+                return 3;
+        } else if (argc > 2) {
             usleep(atoi(argv[2]) * 1000);
+        }
         pthread_barrier_init(&all_hold, NULL, 11);
         for (long i = 0; i < 5; i++) {
             pthread_mutexattr_t a;
@@ -228,7 +264,12 @@ int main(int argc, char **argv) {
             pthread_create(&th[2 * i + 1], NULL, waiter, (void *)i);
         }
         pthread_create(&th[10], NULL, cond_waiter, NULL);
-        ready_then_hang();
+        while (__atomic_load_n(&about_to_block, __ATOMIC_SEQ_CST) < 6 || !others_asleep())
+            usleep(1000);
+        printf("ready\n");
+        fflush(stdout);
+        for (;;)
+            pause();
     } else if (!strcmp(mode, "many") && argc > 2) {
         int n = atoi(argv[2]);
         pthread_mutex_lock(&lock_a);

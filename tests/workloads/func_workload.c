@@ -1,12 +1,15 @@
 // Functions of known duration and call counts, for the --func tests.
 //
 // usage: func_workload THREADS ROUNDS DELAY_MS [PIN] [LONG_MS] [SAME_MOD] [LINGER_MS]
-//   Each thread waits DELAY_MS (tracers attach then), then ROUNDS times: work_1ms(),
+//   Each thread waits DELAY_MS (tracers attach then; -1: until a line on stdin), then
+//   ROUNDS times: work_1ms(),
 //   and every fifth round work_10ms(); descend(3) once per round (a static, recursive
 //   function: 4 calls, 3 of them recursive, 200 us busy at the bottom); lib_step(300)
 //   in libfuncs.so once per round. With PIN=1 thread i runs on CPU i % CPUs only.
 //   With LONG_MS > 0 one more thread sits in long_call() that long after DELAY_MS (still
-//   running when a shorter trace ends). With SAME_MOD > 0 every worker's tid is the
+//   running when a shorter trace ends); with LONG_MS -1, until a second line on stdin,
+//   and the call prints `long_call in` once it is in (its entry probes have fired).
+//   With SAME_MOD > 0 every worker's tid is the
 //   first's modulo SAME_MOD (threads with other tids are started and let go until one
 //   fits), and they start their calls together: they share one slot of a tracer's
 //   per-thread table of that size at once. With LINGER_MS > 0 each worker sleeps that
@@ -17,7 +20,10 @@
 //   work_10ms=... descend=... descend_ns=... (outermost calls) lib_step=... lib_step_ns=...
 //   and each function's time around its calls, read by the caller: work_1ms_around_ns=...
 //   (a tracer's entry and return probes fire between the two clocks: inside <= traced
-//   <= around, whatever the machine's load)
+//   <= around, whatever the machine's load); and, after a long_call that waited for
+//   stdin, `truth long_call_before_ns=T long_call_inside_ns=T`: CLOCK_MONOTONIC read by
+//   the caller just before it and by the call as it began (its entry probe fired
+//   between the two)
 #define _GNU_SOURCE
 #include <pthread.h>
 #include <sched.h>
@@ -77,9 +83,34 @@ static NOINLINE long long descend(int depth) {
     return now_ns() - s;
 }
 
+// LONG_MS -1: the end of long_call, posted on the second line of stdin.
+static sem_t long_end;
+static long long long_inside_ns;
+
 NOINLINE void long_call(long ms) {
+    if (ms < 0) {
+        long_inside_ns = now_ns();
+        printf("long_call in\n");
+        fflush(stdout);
+        while (sem_wait(&long_end) != 0) // a signal: wait on
+            ;
+        return;
+    }
     struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
     nanosleep(&ts, NULL);
+}
+
+// DELAY_MS -1: the start of every thread's calls, posted on the first line of stdin.
+static sem_t gate;
+
+static void wait_to_start(long delay_ms) {
+    if (delay_ms < 0) {
+        while (sem_wait(&gate) != 0)
+            ;
+        return;
+    }
+    struct timespec d = {delay_ms / 1000, (delay_ms % 1000) * 1000000L};
+    nanosleep(&d, NULL);
 }
 
 static int threads, rounds, pin;
@@ -114,8 +145,7 @@ static void *worker(void *arg) {
     printf("truth tid=%ld index=%ld started=1\n", (long)syscall(SYS_gettid), i);
     fflush(stdout);
     pthread_mutex_unlock(&print_lock);
-    struct timespec d = {delay_ms / 1000, (delay_ms % 1000) * 1000000L};
-    nanosleep(&d, NULL);
+    wait_to_start(delay_ms);
     struct counts c = {0};
     long long t;
     for (int r = 0; r < rounds; r++) {
@@ -160,9 +190,14 @@ static void *long_worker(void *arg) {
     (void)arg;
     printf("truth long_tid=%ld\n", (long)syscall(SYS_gettid));
     fflush(stdout);
-    struct timespec d = {delay_ms / 1000, (delay_ms % 1000) * 1000000L};
-    nanosleep(&d, NULL);
+    wait_to_start(delay_ms);
+    long long before = now_ns();
     long_call(long_ms);
+    if (long_ms < 0) {
+        printf("truth long_call_before_ns=%lld long_call_inside_ns=%lld\n", before,
+               long_inside_ns);
+        fflush(stdout);
+    }
     return NULL;
 }
 
@@ -179,6 +214,8 @@ int main(int argc, char **argv) {
     same_mod = argc > 6 ? atol(argv[6]) : 0;
     linger_ms = argc > 7 ? atol(argv[7]) : 0;
     sem_init(&verdict, 0, 0);
+    sem_init(&gate, 0, 0);
+    sem_init(&long_end, 0, 0);
     if (same_mod > 0)
         pthread_barrier_init(&all_in, NULL, threads);
     if (threads < 1 || threads > 64)
@@ -204,11 +241,23 @@ int main(int argc, char **argv) {
             pthread_create(&th[i], NULL, worker, (void *)i);
         }
     }
-    if (long_ms > 0)
+    if (long_ms != 0)
         pthread_create(&th[threads], NULL, long_worker, NULL);
+    char line[64];
+    if (delay_ms < 0) {
+        if (!fgets(line, sizeof line, stdin))
+            return 3;
+        for (int i = 0; i <= threads; i++)
+            sem_post(&gate);
+    }
+    if (long_ms < 0) {
+        if (!fgets(line, sizeof line, stdin))
+            return 3;
+        sem_post(&long_end);
+    }
     for (int i = 0; i < threads; i++)
         pthread_join(th[i], NULL);
-    if (long_ms > 0)
+    if (long_ms != 0)
         pthread_join(th[threads], NULL);
     printf("done\n");
     return 0;
