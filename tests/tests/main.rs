@@ -44,6 +44,7 @@ test_files!(
     mpi_e2e,
     mpi_layout,
     mutex_e2e,
+    one_document_e2e,
     package_e2e,
     pprof_e2e,
     primitives_e2e,

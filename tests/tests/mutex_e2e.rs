@@ -1,5 +1,5 @@
 //! End-to-end: rtm-trace against mutex_workload, whose threads report what they did.
-//! Runs as root with real eBPF (see rtm_tests::can_trace).
+//! Runs as root with real eBPF (each test's needs: the TESTS table below).
 
 use std::{
     io::Write,

@@ -7,7 +7,15 @@
 
 use std::{path::Path, process::Command, time::Duration};
 
-use rtm_tests::{TempDir, can_trace, read_json, rtm_bin, run, truths, workload};
+use rtm_tests::{TempDir, read_json, rtm_bin, run, truths, workload};
+use rtm_tests::{e2e, harness::E2e};
+
+/// This file's tests, each with what it needs besides the tracer.
+pub(crate) const TESTS: &[E2e] = &[
+    e2e!(the_report_of_a_run_is_the_report_of_its_json_in_both_modes, Root),
+    e2e!(every_primitives_section_comes_from_the_document, Root),
+    e2e!(an_mpi_job_renders_the_same_from_its_document, Root),
+];
 
 const T: Duration = Duration::from_secs(180);
 
@@ -93,11 +101,7 @@ fn count(s: &str) -> u64 {
         .unwrap_or_else(|_| panic!("not a count: {s:?}"))
 }
 
-#[test]
 fn the_report_of_a_run_is_the_report_of_its_json_in_both_modes() {
-    if !can_trace("the_report_of_a_run_is_the_report_of_its_json_in_both_modes") {
-        return;
-    }
     let mutex = workload("mutex_workload");
     let mutex = mutex.to_str().unwrap();
     let args = ["--threads", "4", "--iters", "300", "--hold-us", "200"];
@@ -136,11 +140,7 @@ fn the_report_of_a_run_is_the_report_of_its_json_in_both_modes() {
     assert!(report.contains("in contention mode"), "{report}");
 }
 
-#[test]
 fn every_primitives_section_comes_from_the_document() {
-    if !can_trace("every_primitives_section_comes_from_the_document") {
-        return;
-    }
     let sync = workload("sync_workload");
     let sync = sync.to_str().unwrap();
     // rwlock: 2 readers and 1 writer, 30 iterations each.
@@ -168,11 +168,7 @@ fn every_primitives_section_comes_from_the_document() {
     assert!(report.contains("\nSemaphores\n"), "{report}");
 }
 
-#[test]
 fn an_mpi_job_renders_the_same_from_its_document() {
-    if !can_trace("an_mpi_job_renders_the_same_from_its_document") {
-        return;
-    }
     let ring = workload("mpi_ring_openmpi");
     assert!(
         ring.exists(),
