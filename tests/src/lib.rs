@@ -106,46 +106,52 @@ impl Proc {
     /// Waits up to `timeout` for exit and collects stdout/stderr, with the longest
     /// [`run_delay`] its threads had (sampled while it ran, so the last few
     /// milliseconds' and those of threads gone before the last sample may be missing).
-    pub fn wait_output_and_run_delay(mut self, timeout: Duration) -> (Output, Duration) {
-        let deadline = Instant::now() + timeout;
+    pub fn wait_output_and_run_delay(self, timeout: Duration) -> (Output, Duration) {
         let mut delay = Duration::ZERO;
-        while Instant::now() < deadline && matches!(self.child.try_wait(), Ok(None)) {
-            delay = delay.max(run_delay(self.pid()).unwrap_or_default());
-            thread::sleep(Duration::from_millis(10));
-        }
-        let left = deadline.saturating_duration_since(Instant::now());
-        (self.wait_output(left), delay)
+        let out = self.wait_output_sampling(timeout, |pid| {
+            delay = delay.max(run_delay(pid).unwrap_or_default());
+        });
+        (out, delay)
     }
 
     /// Waits up to `timeout` for exit and collects stdout/stderr.
-    pub fn wait_output(mut self, timeout: Duration) -> Output {
+    pub fn wait_output(self, timeout: Duration) -> Output {
+        self.wait_output_sampling(timeout, |_| {})
+    }
+
+    /// Waits up to `timeout` for exit, calling `sample` with its pid as it runs, and
+    /// collects stdout/stderr, read as they come: a child that fills a pipe nobody reads
+    /// (64 KiB: interval summaries of a run made long by a loaded machine) would block
+    /// in its write and never exit.
+    fn wait_output_sampling(mut self, timeout: Duration, mut sample: impl FnMut(u32)) -> Output {
+        fn drain(pipe: Option<impl Read + Send + 'static>) -> thread::JoinHandle<Vec<u8>> {
+            thread::spawn(move || {
+                let mut all = Vec::new();
+                if let Some(mut p) = pipe {
+                    let _ = p.read_to_end(&mut all);
+                }
+                all
+            })
+        }
+        let stdout = drain(self.child.stdout.take());
+        let stderr = drain(self.child.stderr.take());
         let deadline = Instant::now() + timeout;
-        loop {
-            if let Some(_st) = self.child.try_wait().expect("try_wait") {
-                break;
-            }
+        while self.child.try_wait().expect("try_wait").is_none() {
+            sample(self.pid());
             assert!(
                 Instant::now() < deadline,
                 "process {} did not exit within {timeout:?}",
                 self.pid()
             );
-            thread::sleep(Duration::from_millis(20));
+            thread::sleep(Duration::from_millis(10));
         }
         let mut child =
             std::mem::replace(&mut self.child, Command::new("true").spawn().expect("true"));
         let status = child.wait().expect("wait");
-        let mut stdout = Vec::new();
-        let mut stderr = Vec::new();
-        if let Some(mut o) = child.stdout.take() {
-            o.read_to_end(&mut stdout).expect("stdout");
-        }
-        if let Some(mut e) = child.stderr.take() {
-            e.read_to_end(&mut stderr).expect("stderr");
-        }
         Output {
             status,
-            stdout,
-            stderr,
+            stdout: stdout.join().expect("stdout"),
+            stderr: stderr.join().expect("stderr"),
         }
     }
 }
