@@ -318,38 +318,37 @@ fn the_graph_of_fifty_threads_draws_in_seconds() {
 }
 
 /// Runs `cmd` (its output to files) to its end, within `timeout`; returns whether it
-/// succeeded, its stderr and its peak resident memory (KiB, from its own rusage).
-fn run_with_peak(cmd: &mut Command, dir: &TempDir, timeout: Duration) -> (bool, String, i64) {
-    let err_path = dir.join("stderr");
-    // Reaped below by wait4, which also gives its rusage.
-    #[allow(clippy::zombie_processes)]
-    let child = cmd
+/// succeeded, its stderr and its peak resident memory (KiB, from its own rusage, taken
+/// by the `peak_rss` helper: spawned from this test binary, its rusage would start at
+/// the binary's size).
+fn run_with_peak(cmd: &Command, dir: &TempDir, timeout: Duration) -> (bool, String, i64) {
+    let (err_path, peak_path) = (dir.join("stderr"), dir.join("peak_kib"));
+    let _ = std::fs::remove_file(&peak_path);
+    let mut helper = Command::new(env!("CARGO_BIN_EXE_peak_rss"));
+    helper
+        .arg(&peak_path)
+        .arg(cmd.get_program())
+        .args(cmd.get_args())
         .stdin(std::process::Stdio::null())
         .stdout(std::fs::File::create(dir.join("stdout")).unwrap())
-        .stderr(std::fs::File::create(&err_path).unwrap())
-        .spawn()
-        .unwrap();
-    let pid = child.id() as i32;
+        .stderr(std::fs::File::create(&err_path).unwrap());
+    let mut child = helper.spawn().unwrap();
     let deadline = std::time::Instant::now() + timeout;
-    loop {
-        let mut status = 0;
-        // SAFETY: a zeroed rusage is a valid out-parameter.
-        let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
-        // SAFETY: waits for our own child; both pointers are to locals.
-        let r = unsafe { libc::wait4(pid, &mut status, libc::WNOHANG, &mut usage) };
-        assert!(r >= 0, "wait4: {}", std::io::Error::last_os_error());
-        if r == pid {
-            let stderr = std::fs::read_to_string(&err_path).unwrap();
-            let ok = libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0;
-            return (ok, stderr, usage.ru_maxrss);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
         }
         if std::time::Instant::now() > deadline {
-            // SAFETY: our own child, not yet reaped.
-            unsafe { libc::kill(pid, libc::SIGKILL) };
+            let _ = child.kill();
+            let _ = child.wait();
             panic!("{cmd:?} still ran after {timeout:?}");
         }
         std::thread::sleep(Duration::from_millis(20));
-    }
+    };
+    let stderr = std::fs::read_to_string(&err_path).unwrap();
+    let peak = std::fs::read_to_string(&peak_path)
+        .unwrap_or_else(|e| panic!("no peak from peak_rss ({e}): {stderr}"));
+    (status.success(), stderr, peak.trim().parse().unwrap())
 }
 
 /// Junk of any size (1 GiB of zeros, 256 MiB of whitespace, a head followed by
