@@ -6,7 +6,7 @@ use std::{ffi::OsStr, process::Command, time::Duration};
 
 use rtm_tests::{
     TempDir, Value, decode_timeline, perfetto_python, rtm_bin, run, times_comparable,
-    truths, workload,
+    truth_maps, truths, workload,
 };
 use rtm_tests::{e2e, harness::E2e};
 
@@ -118,9 +118,11 @@ fn waits_wakes_and_counters_of_a_condition_variable() {
         "a named process track"
     );
 
-    // The waits on the condition variable: five woken by the signaler, each as long as
-    // the signaler slept (50 ms; a loaded machine only lengthens them), and one that
-    // timed out after 30 ms.
+    // The waits on the condition variable: five woken by the signaler, each from a
+    // pthread_cond_wait call to a wake inside a pthread_cond_signal call (by the
+    // workload's CLOCK_MONOTONIC, the trace's clock: on a loaded machine a waiter back
+    // late to its next wait makes that wait shorter than the signaler's 50 ms sleep),
+    // and one that timed out after 30 ms.
     let waits = slices(&doc, w, "wait ready_cond");
     let woken: Vec<_> = waits
         .iter()
@@ -142,8 +144,43 @@ fn waits_wakes_and_counters_of_a_condition_variable() {
     // Durations against the workload's clock on the host only: on emulated CPUs the
     // waiter's own steps before its call (the deadline is absolute) take milliseconds.
     let timed = times_comparable("the condition variable's wait times");
-    for s in &woken {
-        assert!(!timed || ms(s) >= 45.0, "a woken wait of {} ms", ms(s));
+    let truth = truth_maps(&stdout);
+    let ns = |t: &std::collections::HashMap<String, String>, k: &str| -> u64 {
+        t[k].parse().unwrap()
+    };
+    let calls: Vec<u64> = truth
+        .iter()
+        .filter(|t| t.contains_key("t0_ns"))
+        .map(|t| ns(t, "t0_ns"))
+        .collect();
+    let signals: Vec<(u64, u64)> = truth
+        .iter()
+        .filter(|t| t.contains_key("before_ns"))
+        .map(|t| (ns(t, "before_ns"), ns(t, "after_ns")))
+        .collect();
+    assert_eq!(signals.len(), 5, "{stdout}");
+    let mut woken = woken.clone();
+    woken.sort_by_key(|s| s["begin"].as_u64());
+    for (s, &(signal_began, signal_ended)) in woken.iter().zip(&signals) {
+        let (begin, end) = (s["begin"].as_u64().unwrap(), s["end"].as_u64().unwrap());
+        // Its call: the last to begin before the signal that ended it.
+        let call = calls
+            .iter()
+            .copied()
+            .filter(|&t0| t0 <= signal_began)
+            .max()
+            .unwrap_or_else(|| panic!("no call before the signal: {calls:?}"));
+        println!(
+            "woken wait {:.3} ms: from {} us after its call to {} us into its signal",
+            ms(s),
+            begin.saturating_sub(call) / 1000,
+            end.saturating_sub(signal_began) / 1000
+        );
+        assert!(
+            call <= begin && signal_began <= end && end <= signal_ended,
+            "a wait from {begin} to {end}: its call began at {call}, its signal spans \
+             {signal_began} to {signal_ended}"
+        );
         assert_eq!(s["args"]["waker tid"].as_u64(), Some(signaler));
     }
     assert!(

@@ -2,6 +2,10 @@
  *
  *   sync_workload barrier  THREADS ROUNDS UNIT_US   thread i sleeps (i+1)*UNIT_US per round
  *   sync_workload cond     WAITS WAIT_MS TIMEOUT_MS signaler wakes the waiter after WAIT_MS
+ *                          (then prints, by CLOCK_MONOTONIC, when each pthread_cond_wait
+ *                          call began, `truth cond call=K t0_ns=T`, and the span of each
+ *                          pthread_cond_signal, `truth cond signal=K before_ns=T after_ns=T`:
+ *                          a wait's wake falls in its signal's span)
  *   sync_workload rwlock   READERS WRITERS ITERS HOLD_US
  *   sync_workload sem      POSTS GAP_US
  *   sync_workload spin     THREADS ITERS HOLD_US
@@ -89,6 +93,8 @@ static pthread_cond_t ready_cond = PTHREAD_COND_INITIALIZER;
 static int c_generation;
 static int c_waits;
 static long c_wait_ms;
+#define MAX_SIGNALS 64
+static long long c_signal_span[MAX_SIGNALS][2];
 
 static void *signaler(void *arg) {
     (void)arg;
@@ -98,7 +104,12 @@ static void *signaler(void *arg) {
         sleep_us(c_wait_ms * 1000);
         pthread_mutex_lock(&cond_lock);
         c_generation++;
+        long long before = now_ns();
         pthread_cond_signal(&ready_cond);
+        if (k < MAX_SIGNALS) {
+            c_signal_span[k][0] = before;
+            c_signal_span[k][1] = now_ns();
+        }
         pthread_mutex_unlock(&cond_lock);
     }
     return NULL;
@@ -232,12 +243,15 @@ int main(int argc, char **argv) {
         printf("truth cond waiter=%ld\n", tid());
         pthread_create(&th[0], NULL, signaler, NULL);
         pthread_mutex_lock(&cond_lock);
-        /* Time inside the waits, by this thread's own clock. */
-        long long in_waits = 0;
+        /* Time inside the waits, by this thread's own clock, and when each began. */
+        long long in_waits = 0, began[MAX_SIGNALS + 1];
+        int calls = 0;
         for (int k = 0; k < c_waits; k++) {
             int seen = c_generation;
             while (c_generation == seen) {
                 long long t0 = now_ns();
+                if (calls < MAX_SIGNALS)
+                    began[calls++] = t0;
                 pthread_cond_wait(&ready_cond, &cond_lock);
                 in_waits += now_ns() - t0;
             }
@@ -254,6 +268,11 @@ int main(int argc, char **argv) {
         printf("truth cond waited_ns=%lld\n", in_waits);
         pthread_mutex_unlock(&cond_lock);
         pthread_join(th[0], NULL);
+        for (int k = 0; k < calls; k++)
+            printf("truth cond call=%d t0_ns=%lld\n", k, began[k]);
+        for (int k = 0; k < c_waits && k < MAX_SIGNALS; k++)
+            printf("truth cond signal=%d before_ns=%lld after_ns=%lld\n", k,
+                   c_signal_span[k][0], c_signal_span[k][1]);
     } else if (!strcmp(mode, "rwlock") && argc == 6 && a + b <= 64) {
         rw_iters = c;
         rw_hold_us = d;
