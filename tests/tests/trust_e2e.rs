@@ -409,10 +409,26 @@ fn idle_waits_are_shown_apart_and_the_contended_lock_ranks_first() {
     // it, and at the default rate the stats lock's ~10,000 waits a second can spend the
     // sampling budget before a condition variable's second word gets one (it then
     // ranks among the contended as an unknown word: seen once in CI; a known limit).
+    // Every wait's stacks are ~10,000 records a second with their stack copies: with
+    // the default 8 MiB ring the (debug-built) reader lost 700-4,700 of them (counted
+    // and reported), timed-out waits among them (13 of 16 counted). A 64 MiB ring loses
+    // none, which the test checks before it holds the counts exact.
     let (stdout, doc) = trace_json(
-        &["--mode", "contention", "--stack-rate", "all"],
+        &[
+            "--mode",
+            "contention",
+            "--stack-rate",
+            "all",
+            "--ring-size",
+            "67108864",
+        ],
         &workload("thread_pool"),
         &["1500"],
+    );
+    assert_eq!(
+        doc["run"]["losses"]["ring_full"], 0,
+        "events lost: the counts below cannot be exact ({})",
+        doc["run"]["losses"]
     );
     let truth = truth_maps(&stdout);
     let get = |k: &str| -> String {
