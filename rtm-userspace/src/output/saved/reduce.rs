@@ -32,11 +32,10 @@ fn carried<T: Serialize + DeserializeOwned>(v: &T) -> Result<T, DestError> {
 impl Doc {
     /// The document of a run as its text report reads it, `top` rows a table.
     pub fn for_report(run: &RunInfo, s: &Snapshot, top: usize) -> Result<Doc, DestError> {
-        // The waits-for rows it shows: the first `top`.
+        // The waits-for rows (the report shows and names the first `top`).
         let waits_for: Vec<_> = s
             .waits_for
             .iter()
-            .take(top)
             .map(|w| carried(&w))
             .collect::<Result<_, _>>()?;
         // The threads it shows: the first `top`, and the `top` created during the trace
@@ -54,7 +53,7 @@ impl Doc {
         }
         let shown_children: HashSet<(u32, u32)> = children.iter().map(|t| (t.pid, t.tid)).collect();
         // And those its rows name.
-        for w in &waits_for {
+        for w in waits_for.iter().take(top) {
             people.insert((w.pid, w.waiter));
             people.insert((w.waker_pid, w.waker));
         }
@@ -65,7 +64,7 @@ impl Doc {
         );
         // What the report names: the words and objects of every row it may show.
         let mut named: BTreeSet<(u32, u64)> = BTreeSet::new();
-        for w in &waits_for {
+        for w in waits_for.iter().take(top) {
             named.insert((w.pid, w.object));
         }
         named.extend(s.held_by.iter().map(|h| (h.pid, h.object)));
@@ -81,9 +80,12 @@ impl Doc {
         };
         let (mut locks, mut idle) = (0usize, 0usize);
         let mut of_kind = [0usize; 4];
-        let mut objects = Vec::new();
+        let mut joins = 0usize;
+        // Kept objects by their place in the snapshot's order, which the whole
+        // document lists them in.
+        let mut objects: Vec<(usize, ObjectView)> = Vec::new();
         let mut mutexes: HashSet<(u32, u64)> = HashSet::new();
-        for row in s.objects.rows() {
+        for (at, row) in s.objects.rows().iter().enumerate() {
             let v = s.objects.view(row);
             totals.add(&v);
             // Named itself, or a pthread object a named word lies inside.
@@ -108,11 +110,14 @@ impl Doc {
                 keep |= of_kind[k] < top;
                 of_kind[k] += 1;
             }
-            // Joins: the thread tree looks them up by the threads it shows.
-            keep |= v.kind == Primitive::Thread
-                && v.counts.waits > 0
-                && v.thread_tid
-                    .is_some_and(|tid| shown_children.contains(&(v.pid, tid)));
+            // Joins: the thread tree looks them up by the threads it shows, and is
+            // shown at all when there is any (one stands for the rest).
+            if v.kind == Primitive::Thread && v.counts.waits > 0 {
+                keep |= joins == 0
+                    || v.thread_tid
+                        .is_some_and(|tid| shown_children.contains(&(v.pid, tid)));
+                joins += 1;
+            }
             // Barriers: their rows name the thread most often last.
             if keep
                 && let Some(b) = &v.barrier
@@ -126,42 +131,23 @@ impl Doc {
                 {
                     mutexes.insert((v.pid, m));
                 }
-                objects.push(carried(&v)?);
+                objects.push((at, carried(&v)?));
             }
         }
         // The mutexes of the condition variables kept, which their rows name.
         if !mutexes.is_empty() {
-            let kept: HashSet<(u32, u64, Primitive)> = objects
-                .iter()
-                .map(|o: &ObjectView| (o.pid, o.addr, o.kind))
-                .collect();
-            let mut more = Vec::new();
-            for row in s.objects.rows() {
-                let key = (row.key.pid, row.key.addr);
+            let kept: HashSet<usize> = objects.iter().map(|(at, _)| *at).collect();
+            for (at, row) in s.objects.rows().iter().enumerate() {
                 if row.key.primitive == Primitive::Mutex
-                    && mutexes.contains(&key)
-                    && !kept.contains(&(key.0, key.1, Primitive::Mutex))
+                    && mutexes.contains(&(row.key.pid, row.key.addr))
+                    && !kept.contains(&at)
                 {
-                    more.push((row, carried(&s.objects.view(row))?));
+                    objects.push((at, carried(&s.objects.view(row))?));
                 }
             }
-            // In the snapshot's order, as the whole document lists them.
-            if !more.is_empty() {
-                let order: Vec<(u32, u64, Primitive)> = s
-                    .objects
-                    .rows()
-                    .iter()
-                    .map(|r| (r.key.pid, r.key.addr, r.key.primitive))
-                    .collect();
-                objects.extend(more.into_iter().map(|(_, v)| v));
-                objects.sort_by_key(|o| {
-                    order
-                        .iter()
-                        .position(|k| *k == (o.pid, o.addr, o.kind))
-                        .unwrap_or(usize::MAX)
-                });
-            }
+            objects.sort_by_key(|(at, _)| *at);
         }
+        let objects: Vec<ObjectView> = objects.into_iter().map(|(_, o)| o).collect();
         // Edges: the report reads only the rwlocks'.
         let mut edges = Vec::new();
         for e in s.edges.rows() {
@@ -180,11 +166,7 @@ impl Doc {
                 .collect::<Result<_, _>>()?,
             objects,
             edges,
-            waits_for: s
-                .waits_for
-                .iter()
-                .map(|w| carried(&w))
-                .collect::<Result<_, _>>()?,
+            waits_for,
             call_sites: s.call_sites.iter().map(carried).collect::<Result<_, _>>()?,
             model: s.model,
             stacks: s.stacks.as_ref().map(carried).transpose()?,
