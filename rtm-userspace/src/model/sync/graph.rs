@@ -225,6 +225,7 @@ impl SyncGraph {
                 node.exited_ns.get_or_insert(ts);
                 if !t.comm().is_empty() {
                     node.name = Some(t.comm().to_owned());
+                    node.name_is_final = true;
                 }
                 if t.raw.child != 0 {
                     applied.process_exited = Some(thread.pid);
@@ -534,10 +535,12 @@ impl SyncGraph {
         applied
     }
 
-    /// Records what was learnt about a thread outside the event stream (/proc).
+    /// Records what was learnt about a thread outside the event stream (/proc). The
+    /// read may be older than the records already applied: the name the kernel gave at
+    /// the thread's exit stays.
     pub fn set_thread_info(&mut self, key: ThreadKey, name: Option<String>, start_ns: Option<u64>) {
         if let Some(node) = self.threads.get_mut(&key) {
-            if name.is_some() {
+            if name.is_some() && !node.name_is_final {
                 node.name = name;
             }
             if start_ns.is_some() {

@@ -187,6 +187,9 @@ pub struct ThreadNode {
     pub first_event_ns: u64,
     /// Timestamp of its last event.
     pub last_event_ns: u64,
+    /// The name came from the kernel at the thread's exit: a /proc read asked
+    /// for earlier (answered later) must not replace it.
+    pub name_is_final: bool,
 }
 
 /// Operation counts of an edge, or summed over an object's or a thread's edges.

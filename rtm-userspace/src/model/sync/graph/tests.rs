@@ -397,6 +397,22 @@ fn spawns_build_the_thread_tree_and_report_new_processes() {
     );
     assert_eq!(t(100, 101).name.as_deref(), Some("worker"));
     assert_eq!(t(200, 200).parent, Some(ThreadKey { pid: 100, tid: 101 }));
+    // A /proc read asked for when the thread was new, answered after its exit record,
+    // is older than the name the kernel gave at the exit.
+    g.set_thread_info(ThreadKey { pid: 100, tid: 101 }, Some("app".into()), None);
+    // A live thread's name is read again.
+    g.set_thread_info(ThreadKey { pid: 100, tid: 100 }, Some("main".into()), None);
+    let name = |tid| {
+        let key = ThreadKey { pid: 100, tid };
+        g.threads()
+            .find(|(k, _)| **k == key)
+            .unwrap()
+            .1
+            .name
+            .clone()
+    };
+    assert_eq!(name(101).as_deref(), Some("worker"));
+    assert_eq!(name(100).as_deref(), Some("main"));
 }
 
 #[test]
