@@ -13,15 +13,46 @@ use rtm_common::{
 };
 
 use crate::{
+    analyses::{
+        Analyses, At, Kernel,
+        functions::{RunningCall, TimedFunction},
+    },
+    config::TraceConfig,
     model::{
         Limits, RankGraph, RankGraphView, Snapshot, SyncGraph, Window,
-        funcs::{FuncModel, RunningCall, TimedFunction},
         stacks::{Side, StackTable, StacksView},
     },
     output::{RunInfo, folded, json, report, text},
     readers::{Losses, ReaderStats},
     symbolize::{ObjectNamer, StackUnwinder, unwind::Capture},
 };
+
+/// The kernel side as the analyses see it: three timed functions with hostile names,
+/// one call of one running.
+struct FuzzKernel;
+
+impl Kernel for FuzzKernel {
+    fn timed_functions(&self) -> Vec<TimedFunction> {
+        ["f\x1b[2J", "g\n|x|", "h"]
+            .iter()
+            .map(|n| TimedFunction {
+                name: (*n).into(),
+                module: "/lib/\x1b]0;x\x07.so".into(),
+                address: 0x10,
+                probe_offset: 4,
+            })
+            .collect()
+    }
+
+    fn running_calls(&self) -> Vec<RunningCall> {
+        vec![RunningCall {
+            pid: 100,
+            tid: 100,
+            function: 1,
+            start_ns: 5,
+        }]
+    }
+}
 
 /// Copies `header` and the random `tail` into a record of `T`'s size.
 fn record<T>(header: EventHeader, tail: &[u8]) -> Vec<u8> {
@@ -139,23 +170,13 @@ fn apply_and_render(records: &[Vec<u8>], contention: bool) {
     let mut sync = SyncGraph::new(limits, contention);
     let mut tasks = RankGraph::default();
     let mut stacks = StackTable::default();
-    let mut funcs = FuncModel::new(8);
-    funcs.set_functions(
-        ["f\x1b[2J", "g\n|x|", "h"]
-            .iter()
-            .map(|n| TimedFunction {
-                name: (*n).into(),
-                module: "/lib/\x1b]0;x\x07.so".into(),
-                address: 0x10,
-                probe_offset: 4,
-            })
-            .collect(),
-    );
+    let mut config = TraceConfig::default();
+    config.functions.max_rows = 8;
+    let mut analyses = Analyses::new(&config);
+    analyses.attached(&FuzzKernel);
     for r in records {
         let Ok(ev) = decode::decode(r) else { continue };
-        if let decode::Event::Func(f) = &ev {
-            funcs.apply(f);
-        }
+        analyses.event(&ev);
         if let decode::Event::Mpi(m) = &ev {
             tasks.apply(m);
         }
@@ -221,16 +242,11 @@ fn apply_and_render(records: &[Vec<u8>], contention: bool) {
         }
         snap.stacks = Some(view);
     }
-    snap.functions = Some(funcs.view(
-        &[RunningCall {
-            pid: 100,
-            tid: 100,
-            function: 1,
-            start_ns: 5,
-        }],
-        window.end_ns,
-        &mut |_, _| Some("t\x1b[1m".into()),
-    ));
+    snap.sections = analyses.sections(&mut At {
+        end_ns: window.end_ns,
+        kernel: &FuzzKernel,
+        thread_name: &mut |_, _| Some("t\x1b[1m".into()),
+    });
     let run = run_info();
     let doc = crate::output::saved::Doc::of(&run, &snap).expect("the JSON reads back");
     let text = report::render(&doc, 10, Some("fuzz"));

@@ -1,6 +1,6 @@
 //! The architecture, checked: each module imports only modules to its left in
-//! proc -> probes -> readers -> model -> symbolize -> config -> output -> engine ->
-//! cli -> session (and `interrupt`, a leaf anyone may use): the engine drives the
+//! format -> proc -> probes -> readers -> model -> symbolize -> config -> analyses ->
+//! output -> engine -> cli -> session (and `interrupt`, a leaf anyone may use): the engine drives the
 //! layers, the one-shot front end (`session`, over its command line `cli`) drives the
 //! engine. A file that reaches to its
 //! right fails this test, so the arrows stay one way.
@@ -9,12 +9,14 @@ use std::path::Path;
 
 /// The layers, left to right.
 const ORDER: &[&str] = &[
+    "format",
     "proc",
     "probes",
     "readers",
     "model",
     "symbolize",
     "config",
+    "analyses",
     "output",
     "engine",
     "cli",

@@ -3,8 +3,9 @@
 //!
 //! Data flows one way: `proc` finds and launches processes, `probes` loads the eBPF
 //! object and attaches it, `readers` decode what the kernel sends, `model` aggregates it
-//! (pure, no aya), `symbolize` names addresses, and `output` renders snapshots through
-//! sinks. The `engine` drives them: it owns the source of events, the model and the
+//! (pure, no aya), `symbolize` names addresses, `analyses` holds the analyses built as
+//! vertical slices (model, document section, text), and `output` renders snapshots
+//! through sinks (`format` lays out text for all of them). The `engine` drives them: it owns the source of events, the model and the
 //! sinks, and runs the loop. Front ends build a [`config::TraceConfig`] and drive the
 //! engine: `session` is the one-shot command (`cli` is its command line).
 
@@ -13,9 +14,11 @@
 // Every module is private to the crate, so the dead-code lint sees what nothing uses;
 // the items below are the whole public surface, each for a user outside the crate.
 mod agent;
+mod analyses;
 mod cli;
 mod config;
 mod engine;
+mod format;
 mod interrupt;
 mod live;
 mod model;
@@ -29,7 +32,7 @@ mod symbolize;
 // The binary (src/main.rs): its command line and one entry point per subcommand.
 pub use agent::run as agent;
 pub use cli::{Action, Cli, generate::run as generate};
-pub use output::text::say;
+pub use format::text::say;
 pub use session::{SessionError, check, merge, report, run as trace};
 
 // The engine driven as a daemon drives it (tests/tests/engine_e2e.rs).

@@ -1,6 +1,7 @@
 //! One document feeds every output: the text report a run prints and `rtm-trace report`
 //! of the JSON it wrote are the same bytes, in contention mode, in full mode (locks,
-//! rwlocks, barriers, condition variables, semaphores) and for an MPI job (a merged
+//! rwlocks, barriers, condition variables, semaphores), with timed functions (an
+//! analysis of `analyses/`, carried as its own section) and for an MPI job (a merged
 //! job's, `rtm-trace merge` against `rtm-trace report` of its document, is checked in
 //! mpi_attach_e2e). Each report is also checked against the workload's own counts, so
 //! "the same" is not "the same and empty".
@@ -15,6 +16,7 @@ pub(crate) const TESTS: &[E2e] = &[
     e2e!(the_report_of_a_run_is_the_report_of_its_json_in_both_modes, Root),
     e2e!(every_primitives_section_comes_from_the_document, Root),
     e2e!(an_mpi_job_renders_the_same_from_its_document, Root),
+    e2e!(timed_functions_render_the_same_from_their_section, Root),
 ];
 
 const T: Duration = Duration::from_secs(180);
@@ -194,4 +196,27 @@ fn an_mpi_job_renders_the_same_from_its_document() {
     let doc = read_json(&dir.join("t.json"));
     let ranks = doc["task_graph"]["ranks"].as_array().unwrap().len();
     assert_eq!(ranks, 4, "{doc}");
+}
+
+/// Timed functions are an analysis of `analyses/`: their section of the document, under
+/// its key, is what both reports render; its call counts are the workload's own.
+fn timed_functions_render_the_same_from_their_section() {
+    let dir = TempDir::new("one-doc-func");
+    let program = workload("func_workload");
+    let (report, stdout) = same_report(
+        &dir,
+        &["-m", "full", "--func", "work_1ms"],
+        &[program.to_str().unwrap(), "2", "5", "20"],
+    );
+    let made: u64 = truths(&stdout)
+        .iter()
+        .filter(|t| t.fields.contains_key("work_1ms"))
+        .map(|t| t.get("work_1ms"))
+        .sum();
+    assert!(made > 0, "the workload said no calls: {stdout}");
+    assert!(report.contains("\nTimed functions"), "{report}");
+    let cells = row(&report, &["work_1ms"]);
+    assert_eq!(count(cells[1]), made, "calls, in:\n{report}");
+    let doc = read_json(&dir.join("t.json"));
+    assert!(doc["functions"]["functions"].is_array(), "{doc}");
 }

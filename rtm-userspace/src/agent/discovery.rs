@@ -268,7 +268,7 @@ impl Compiled {
         .chain(r.uid.map(|u| format!("uid = {u}")))
         .collect::<Vec<_>>()
         .join(", ");
-        crate::output::text::Shown(&text).to_string()
+        crate::format::text::Shown(&text).to_string()
     }
 }
 

@@ -101,8 +101,8 @@ fn load(cli: &AgentCli) -> Result<(TraceConfig, Selector, Option<Arc<Web>>), Str
         Some((field, path)) => Some(Arc::new(Web::load(&path).map_err(|e| {
             format!(
                 "{field}: {}: {}",
-                crate::output::text::path_shown(&path),
-                crate::output::text::escape(&e)
+                crate::format::text::path_shown(&path),
+                crate::format::text::escape(&e)
             )
         })?)),
         None => None,

@@ -299,7 +299,7 @@ impl Discovery {
                  since the last message; restrict the rule, e.g. with uid or user)",
                 self.config.max_targets,
                 p.pid,
-                crate::output::text::Shown(&p.comm),
+                crate::format::text::Shown(&p.comm),
                 self.selector.describe(rule),
                 since
             );

@@ -96,7 +96,7 @@ impl Web {
         };
         let mut users = HashMap::new();
         for (user, hash) in file.basic_auth_users {
-            let field = format!("basic_auth_users.{}", crate::output::text::escape(&user));
+            let field = format!("basic_auth_users.{}", crate::format::text::escape(&user));
             if user.is_empty() || user.contains(':') {
                 return Err(format!("{field}: a user name is not empty and has no ':'"));
             }

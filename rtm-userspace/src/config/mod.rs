@@ -156,12 +156,15 @@ pub struct FunctionsConfig {
     pub max_rows: usize,
 }
 
+/// Most (process, thread, function) rows of timed functions kept by default.
+pub const DEFAULT_MAX_FUNC_ROWS: usize = 4096;
+
 impl Default for FunctionsConfig {
     fn default() -> Self {
         Self {
             time: Vec::new(),
             max_functions: crate::probes::funcs::DEFAULT_MAX_FUNCS,
-            max_rows: crate::model::funcs::DEFAULT_MAX_FUNC_ROWS,
+            max_rows: DEFAULT_MAX_FUNC_ROWS,
         }
     }
 }

@@ -179,6 +179,8 @@ pub struct Engine {
     deadlocks: deadlocks::Deadlocks,
     sampler: Option<Sampler>,
     sinks: Vec<SinkSlot>,
+    /// The functions timed (`--func`) the sinks were told of.
+    timed_functions: usize,
     /// Whether some sink wants every event.
     event_sinks: bool,
     targets: Vec<Traced>,
@@ -250,11 +252,12 @@ impl Engine {
         );
         let event_sinks = sinks.iter().any(|s| s.wants_events());
         let mut state = State::new(model);
-        state.funcs = crate::model::funcs::FuncModel::new(config.functions.max_rows);
+        state.analyses = crate::analyses::Analyses::new(&config);
         Self {
             state,
             deadlocks: deadlocks::Deadlocks::default(),
             sampler: None,
+            timed_functions: 0,
             event_sinks,
             sinks: sinks
                 .into_iter()

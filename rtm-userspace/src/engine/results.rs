@@ -91,12 +91,11 @@ impl Engine {
         }
         self.state.model.settle_pending();
         let window = self.window(end_ns);
-        let running = self.source.running_calls();
         let (snap, missing) = snapshot(
             &mut self.state,
             self.sampler.as_ref(),
             window,
-            &running,
+            &*self.source,
             &self.deadlocks,
         );
         run.missing_symbols = missing;
@@ -139,11 +138,11 @@ pub(super) fn snapshot<'s>(
     state: &'s mut State,
     sampler: Option<&Sampler>,
     window: Window,
-    running: &[crate::model::funcs::RunningCall],
+    kernel: &dyn crate::analyses::Kernel,
     deadlocks: &deadlocks::Deadlocks,
 ) -> (crate::model::Snapshot<'s>, Vec<String>) {
     let views = sampler.map(Sampler::views);
-    let (mut snap, missing) = state.snapshot(window, running);
+    let (mut snap, missing) = state.snapshot(window, kernel);
     snap.deadlocks = deadlocks.found.clone();
     snap.cannot_tell = deadlocks.undecided.clone();
     // A deadlock's words by the names the rest of the snapshot gives them.

@@ -54,12 +54,11 @@ impl Engine {
         let system = self.sampler.as_ref().and_then(|s| s.latest());
         // Read before the snapshot, which holds the model.
         let per_process = (watched && self.per_process).then(|| self.process_inputs());
-        let running = self.source.running_calls();
         let (snap, missing) = super::results::snapshot(
             &mut self.state,
             self.sampler.as_ref(),
             window,
-            &running,
+            &*self.source,
             &self.deadlocks,
         );
         run.missing_symbols = missing;

@@ -12,7 +12,7 @@ use rtm_common::{LossCounter, decode::decode};
 
 use super::{EngineError, Target, processes::Asleep};
 use crate::{
-    model::funcs::{RunningCall, TimedFunction},
+    analyses::Kernel,
     output::{TargetInfo, Unprobed},
     proc::Module,
     readers::{Losses, ReaderStats, bpf_stats::BpfStats},
@@ -40,8 +40,9 @@ pub struct ProcessChanges {
     pub gone: Vec<u32>,
 }
 
-/// A source of decoded events and the means to choose what they are about.
-pub trait Source {
+/// A source of decoded events and the means to choose what they are about; as the
+/// analyses' [`Kernel`], it answers what they ask of the kernel side.
+pub trait Source: Kernel {
     /// Starts tracing `targets` (all at once, so processes sharing a library share its
     /// probes); returns what the run reports about each. A source with nothing traced
     /// loads its programs first.
@@ -58,16 +59,6 @@ pub trait Source {
     /// loaded, or no such filter).
     fn filter_ids(&self) -> Option<crate::probes::FilterIds> {
         None
-    }
-
-    /// The functions timed (`--func`), by index: records name them by it.
-    fn timed_functions(&self) -> Vec<TimedFunction> {
-        Vec::new()
-    }
-
-    /// The calls of timed functions running now.
-    fn running_calls(&self) -> Vec<RunningCall> {
-        Vec::new()
     }
 
     /// Detaches everything (nothing is traced any more); a later [`Source::attach`]
@@ -187,6 +178,9 @@ impl EventList {
         self.losses[counter as usize] += n;
     }
 }
+
+#[cfg(test)]
+impl Kernel for EventList {}
 
 #[cfg(test)]
 impl Source for EventList {

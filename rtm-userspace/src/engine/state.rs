@@ -15,9 +15,9 @@ use super::{
     stacks::{StackJoin, Unwound},
 };
 use crate::{
+    analyses::{Analyses, At, Kernel},
     model::{
         RankEnv, RankGraph, RankGraphView, Snapshot, SyncGraph, Window,
-        funcs::{FuncModel, RunningCall},
         stacks::{MAX_STACK_ROWS, StackTable, StacksView, name_frames},
         sync::{ObjectKey, ThreadKey},
         wait_kind::WaitKind,
@@ -67,8 +67,8 @@ pub(super) struct State {
     pub stacks: StackTable,
     /// The join of stack records into `stacks`.
     pub(super) join: StackJoin,
-    /// Timed functions (`--func`).
-    pub funcs: FuncModel,
+    /// The analyses built as vertical slices (`analyses/`).
+    pub analyses: Analyses,
     /// Processes that have exited (their pid may name another process now).
     pub ended: HashSet<u32>,
 }
@@ -91,7 +91,7 @@ impl State {
             naming: Naming::start(),
             stacks: StackTable::default(),
             join: StackJoin::default(),
-            funcs: FuncModel::default(),
+            analyses: Analyses::default(),
             ended: HashSet::new(),
         }
     }
@@ -145,7 +145,7 @@ impl State {
         self.code.forget(pids);
         self.stacks.forget(pids);
         self.join.forget(pids);
-        self.funcs.forget(pids);
+        self.analyses.forget(pids);
         for p in pids {
             self.ended.remove(p);
             self.rank_env.remove(p);
@@ -200,9 +200,7 @@ impl State {
             self.join
                 .wait_ended(&mut self.stacks, key, r.raw.wait_ns, woken);
         }
-        if let Event::Func(f) = ev {
-            self.funcs.apply(f);
-        }
+        self.analyses.event(ev);
         if let Event::Mpi(m) = ev {
             let pid = m.raw.header.pid;
             if !self.rank_env.contains_key(&pid) && self.env_asked.insert(pid) {
@@ -322,11 +320,7 @@ impl State {
     /// Marks gone threads as exited, refreshes names of live ones, and builds the
     /// views; also returns what to tell about stripped files met (see
     /// [`ObjectNamer`]). `views` adds the system statistics and counters.
-    pub fn snapshot(
-        &mut self,
-        window: Window,
-        running: &[RunningCall],
-    ) -> (Snapshot<'_>, Vec<String>) {
+    pub fn snapshot(&mut self, window: Window, kernel: &dyn Kernel) -> (Snapshot<'_>, Vec<String>) {
         self.flush_answers();
         let threads: Vec<_> = self
             .model
@@ -351,7 +345,7 @@ impl State {
             rank_env,
             stacks,
             join,
-            funcs,
+            analyses,
             ..
         } = self;
         let objects = std::cell::RefCell::new(namer);
@@ -402,19 +396,27 @@ impl State {
             .collect();
         classify_words(&mut snap);
         snap.rank_threads_by_contention();
-        if funcs.is_active() {
-            let names: HashMap<(u32, u32), String> = snap
-                .threads
-                .iter()
-                .filter_map(|t| Some(((t.pid, t.tid), t.name.clone()?)))
-                .collect();
-            snap.functions = Some(funcs.view(running, window.end_ns, &mut |p, t| {
-                names
-                    .get(&(p, t))
-                    .cloned()
-                    .or_else(|| process::thread_name(p, t))
-            }));
-        }
+        // Threads by name, made only if a section asks for one.
+        let mut names: Option<HashMap<(u32, u32), String>> = None;
+        let threads = &snap.threads;
+        let mut thread_name = |p: u32, t: u32| {
+            names
+                .get_or_insert_with(|| {
+                    threads
+                        .iter()
+                        .filter_map(|t| Some(((t.pid, t.tid), t.name.clone()?)))
+                        .collect()
+                })
+                .get(&(p, t))
+                .cloned()
+                .or_else(|| process::thread_name(p, t))
+        };
+        let sections = analyses.sections(&mut At {
+            end_ns: window.end_ns,
+            kernel,
+            thread_name: &mut thread_name,
+        });
+        snap.sections = sections;
         if !tasks.is_empty() {
             snap.tasks = Some(RankGraphView::build(tasks, rank_env, &process::host_name()));
         }

@@ -18,12 +18,13 @@ impl Engine {
         self.idle_since = None;
         let starts = self.retire_reused(&targets);
         let infos = self.source.attach(&targets)?;
+        self.state.analyses.attached(&*self.source);
         let timed = self.source.timed_functions();
-        if timed.len() != self.state.funcs.functions().len() {
+        if timed.len() != self.timed_functions {
+            self.timed_functions = timed.len();
             for s in self.sinks.iter_mut() {
                 s.sink.functions(&timed);
             }
-            self.state.funcs.set_functions(timed);
         }
         let now = monotonic_ns();
         let start = *self.start.get_or_insert_with(|| Start {

@@ -250,6 +250,8 @@ struct Counted {
     loads: Rc<RefCell<(u32, u32)>>,
 }
 
+impl crate::analyses::Kernel for Counted {}
+
 impl Source for Counted {
     fn attach(&mut self, targets: &[Target]) -> Result<Vec<TargetInfo>, EngineError> {
         if !self.live {

@@ -7,7 +7,6 @@
 
 pub mod blocked;
 pub(crate) mod dist;
-pub(crate) mod funcs;
 pub(crate) mod mpi;
 pub(crate) mod stacks;
 pub(crate) mod sync;
@@ -21,5 +20,5 @@ pub use sync::{Limits, SyncGraph};
 pub use views::{
     EdgeView, ObjectView, ThreadView, WaitsForView,
     rows::{ObjectRow, Row},
-    snapshot::{Snapshot, Window},
+    snapshot::{Sections, Snapshot, Window},
 };

@@ -32,8 +32,9 @@ struct Document<'a> {
     ambient: Option<&'a crate::model::system::ambient::AmbientView>,
     #[serde(skip_serializing_if = "Option::is_none")]
     counters: Option<&'a crate::model::system::counters::CountersView>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    functions: Option<&'a crate::model::funcs::FunctionsView>,
+    /// The analyses' sections (`analyses/`), each a field under its key.
+    #[serde(flatten)]
+    sections: &'a crate::model::Sections,
     /// What limits the traced work (output/findings.rs).
     findings: Vec<super::findings::Finding>,
 }
@@ -48,7 +49,7 @@ fn document<'a>(run: &'a RunInfo, snapshot: &'a Snapshot<'a>) -> Document<'a> {
         task_graph: snapshot.tasks.as_ref(),
         ambient: snapshot.ambient.as_ref(),
         counters: snapshot.counters.as_ref(),
-        functions: snapshot.functions.as_ref(),
+        sections: &snapshot.sections,
         findings: super::findings::find(snapshot, run.mode == crate::config::Mode::Full),
     }
 }

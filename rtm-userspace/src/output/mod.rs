@@ -5,8 +5,6 @@ pub mod dest;
 pub(crate) mod dot;
 pub(crate) mod findings;
 pub(crate) mod folded;
-pub(crate) mod format;
-mod funcs_report;
 pub mod html;
 pub mod json;
 pub(crate) mod merged;
@@ -20,9 +18,9 @@ mod sections;
 pub mod sink;
 mod stacks_report;
 mod system_report;
-mod table;
-pub mod text;
 pub mod timeline;
+
+pub(crate) use crate::format::{self, table, text};
 
 use serde::Serialize;
 

@@ -8,7 +8,7 @@ use super::{
     EndReason, RunInfo, blocked_report,
     dest::{Dest, DestError},
     format::{count, mean_ns, ns, opt_ns, pct},
-    funcs_report, merged, mpi_report,
+    merged, mpi_report,
     saved::Doc,
     sections,
     sink::{Moment, Sink},
@@ -262,7 +262,7 @@ pub fn render(doc: &Doc, top: usize, title: Option<&str>) -> String {
     sections::held_by(&mut out, doc, top);
     sections::call_sites(&mut out, doc, top);
     stacks_report::render(&mut out, doc);
-    funcs_report::render(&mut out, doc.functions.as_ref(), top);
+    crate::analyses::text(&doc.sections, &mut out, top);
     blocked_report::found(&mut out, &s.deadlocks);
     blocked_report::undecided(&mut out, &s.cannot_tell);
     blocked_report::inversions(&mut out, s.lock_order.as_ref(), top);

@@ -59,7 +59,7 @@ pub trait Sink {
 
     /// The functions timed (`--func`), by index, whenever the table grows: timed-call
     /// records name them by index.
-    fn functions(&mut self, _functions: &[crate::model::funcs::TimedFunction]) {}
+    fn functions(&mut self, _functions: &[crate::analyses::functions::TimedFunction]) {}
 
     /// Whether it wants a snapshot at each interval (the engine builds one only when a
     /// sink or a watcher of the summary wants it).

@@ -233,6 +233,6 @@ pub fn check(cli: CheckCli) -> Result<i32, SessionError> {
             format!("{failed} feature(s) cannot load on this kernel")
         }
     );
-    print!("{}", crate::output::text::escape_lines(&out));
+    print!("{}", crate::format::text::escape_lines(&out));
     Ok(i32::from(failed != 0))
 }

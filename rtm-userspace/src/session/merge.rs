@@ -185,7 +185,7 @@ mod fuzz {
             if let Ok(view) = merge::merge(&parts, json::VERSION) {
                 let infos = merged::part_infos(&parts);
                 let text = merged::render(&infos, &view, 10);
-                prop_assert!(crate::output::text::is_inert(&text));
+                prop_assert!(crate::format::text::is_inert(&text));
             }
         }
     }

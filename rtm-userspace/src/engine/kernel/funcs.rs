@@ -3,8 +3,8 @@
 
 use super::Settings;
 use crate::{
+    analyses::functions::TimedFunction,
     engine::{EngineError, Target},
-    model::funcs::TimedFunction,
     probes::{
         Probes,
         funcs::{self, ModuleFile},

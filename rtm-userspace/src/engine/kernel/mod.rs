@@ -17,8 +17,11 @@ use super::{
 };
 use crate::{
     EBPF_OBJECT,
+    analyses::{
+        Kernel,
+        functions::{RunningCall, TimedFunction},
+    },
     config::{Mode, TraceConfig},
-    model::funcs::{RunningCall, TimedFunction},
     output::{TargetInfo, Unprobed},
     probes::{LoadOptions, Probes, Traced, funcs::FuncSpec},
     proc::{Module, elf::ElfSymbols, process},
@@ -228,6 +231,27 @@ impl KernelSource {
     }
 }
 
+impl Kernel for KernelSource {
+    fn timed_functions(&self) -> Vec<TimedFunction> {
+        self.funcs.clone()
+    }
+
+    fn running_calls(&self) -> Vec<RunningCall> {
+        let Some(live) = &self.live else {
+            return Vec::new();
+        };
+        crate::probes::func_tables::running_calls(live.probes.ebpf())
+            .into_iter()
+            .map(|(pid, tid, function, start_ns)| RunningCall {
+                pid,
+                tid,
+                function,
+                start_ns,
+            })
+            .collect()
+    }
+}
+
 impl Source for KernelSource {
     fn attach(&mut self, targets: &[Target]) -> Result<Vec<TargetInfo>, EngineError> {
         if self.live.is_none() {
@@ -333,25 +357,6 @@ impl Source for KernelSource {
                 l.probes.stop(&[pid]);
             }
         }
-    }
-
-    fn timed_functions(&self) -> Vec<TimedFunction> {
-        self.funcs.clone()
-    }
-
-    fn running_calls(&self) -> Vec<RunningCall> {
-        let Some(live) = &self.live else {
-            return Vec::new();
-        };
-        crate::probes::func_tables::running_calls(live.probes.ebpf())
-            .into_iter()
-            .map(|(pid, tid, function, start_ns)| RunningCall {
-                pid,
-                tid,
-                function,
-                start_ns,
-            })
-            .collect()
     }
 
     fn release(&mut self) -> Option<u32> {

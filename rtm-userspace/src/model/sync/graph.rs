@@ -127,7 +127,7 @@ impl SyncGraph {
             Event::Sync(s) => self.apply_sync(thread, s),
             Event::Lifecycle(t) => self.apply_lifecycle(thread, t, &mut applied),
             // MPI calls feed the rank graph; stacks are unwound and counted beside the
-            // graph (`model::stacks`), timed calls too (`model::funcs`).
+            // graph (`model::stacks`), timed calls too (`analyses::functions`).
             Event::FutexAgg(a) => self.apply_futex_sums(thread, a),
             Event::Mpi(_) | Event::Stacks(_) | Event::Func(_) => {}
         }

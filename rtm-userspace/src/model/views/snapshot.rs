@@ -33,6 +33,37 @@ pub struct Window {
     pub end_ns: u64,
 }
 
+/// The sections the analyses (`analyses/`) made for a document, by key, in the order
+/// they were made. Serialized as a map: each a field of the document's top level.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Sections(Vec<(String, serde_json::Value)>);
+
+impl Sections {
+    /// The section `key`.
+    pub fn get(&self, key: &str) -> Option<&serde_json::Value> {
+        self.0.iter().find(|(k, _)| k == key).map(|(_, v)| v)
+    }
+
+    /// Adds (or replaces) the section `key`.
+    pub fn insert(&mut self, key: &str, value: serde_json::Value) {
+        match self.0.iter_mut().find(|(k, _)| k == key) {
+            Some(slot) => slot.1 = value,
+            None => self.0.push((key.to_owned(), value)),
+        }
+    }
+}
+
+impl Serialize for Sections {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut m = s.serialize_map(Some(self.0.len()))?;
+        for (k, v) in &self.0 {
+            m.serialize_entry(k, v)?;
+        }
+        m.end()
+    }
+}
+
 /// Everything the outputs need.
 #[derive(Debug, Serialize)]
 pub struct Snapshot<'g> {
@@ -67,9 +98,10 @@ pub struct Snapshot<'g> {
     /// wait to acquire something whose holder cannot be known.
     #[serde(skip_serializing_if = "Vec::is_empty", default)]
     pub cannot_tell: Vec<crate::model::blocked::Undecided>,
-    /// Timed functions (`--func`; written beside the sync graph).
+    /// The sections of the analyses in `analyses/` (written beside the sync graph,
+    /// each under its key).
     #[serde(skip)]
-    pub functions: Option<crate::model::funcs::FunctionsView>,
+    pub sections: Sections,
     /// The MPI rank graph, when MPI calls were traced (written beside the sync graph).
     #[serde(skip)]
     pub tasks: Option<crate::model::RankGraphView>,
@@ -176,7 +208,7 @@ impl<'g> Snapshot<'g> {
             held_by: held_by_rows(graph, name_of),
             lock_order: lock_order_view(graph, name_of, locate),
             deadlocks: Vec::new(),
-            functions: None,
+            sections: Sections::default(),
             tasks: None,
             ambient: None,
             counters: None,

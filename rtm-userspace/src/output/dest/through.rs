@@ -46,7 +46,7 @@ pub(super) fn open_through(
                     crate::say!(
                         "rtm-trace: waiting up to {} s for a reader on {} (Ctrl-C to give up)",
                         READER_WAIT.as_secs(),
-                        crate::output::text::escape(&path.display().to_string())
+                        crate::format::text::escape(&path.display().to_string())
                     );
                 }
                 if interrupt::requested() {

@@ -2,8 +2,8 @@
 //! CPUs so busy that waits include queueing for a CPU.
 
 use super::{Confidence, Finding, LAGGARD_SHARE, pct};
+use crate::format::ns;
 use crate::model::{Snapshot, system::thresholds::TroubleKind};
-use crate::output::format::ns;
 
 /// A collective waits for a laggard when one rank arrived last in at least
 /// [`LAGGARD_SHARE`] of three or more instances.

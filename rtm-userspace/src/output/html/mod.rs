@@ -15,7 +15,7 @@ use serde_json::json;
 
 use super::saved::Doc;
 use crate::config::Mode;
-use crate::output::format::{count, ns};
+use crate::format::{count, ns};
 
 /// Rows carried in each table; the rest is summarized.
 pub const MAX_ROWS: usize = 500;

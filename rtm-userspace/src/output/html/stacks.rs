@@ -5,8 +5,8 @@
 use std::fmt::Write as _;
 
 use super::esc;
+use crate::format::{count, ns};
 use crate::model::stacks::{StackRowView as StackRow, StacksView as Stacks};
-use crate::output::format::{count, ns};
 
 /// Words shown, and stack pairs under each.
 const WORDS: usize = 20;

@@ -5,7 +5,7 @@
 use std::fmt::Write as _;
 
 use super::esc;
-use crate::output::format::ns;
+use crate::format::ns;
 
 /// A node of the sync graph: what tells it apart (a thread's or an object's identity,
 /// not its label: two processes may each have a `queue_lock`) and its label.

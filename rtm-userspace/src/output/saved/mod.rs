@@ -17,9 +17,8 @@ use serde::Deserialize;
 
 use super::{RunInfo, json, merged::PartInfo};
 use crate::model::{
-    EdgeView, ObjectView, RankGraphView, ThreadView, WaitsForView, Window,
+    EdgeView, ObjectView, RankGraphView, Sections, ThreadView, WaitsForView, Window,
     blocked::{DeadlockView, Undecided},
-    funcs::FunctionsView,
     stacks::StacksView,
     sync::ModelCounters,
     system::{ambient::AmbientView, counters::CountersView},
@@ -214,28 +213,70 @@ pub fn is_lock(o: &ObjectView) -> bool {
 
 /// The document: what `--json` writes, read back; every text, HTML and DOT output
 /// renders it.
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(default)]
+#[derive(Debug, Clone, Default)]
 pub struct Doc {
     pub format: String,
     pub version: u64,
     pub tool_version: String,
     /// The run's facts (empty in a merged job's document).
-    #[serde(deserialize_with = "nullable")]
     pub run: RunInfo,
-    #[serde(deserialize_with = "nullable")]
     pub sync_graph: SyncGraph,
     pub task_graph: Option<RankGraphView>,
     pub ambient: Option<AmbientView>,
     pub counters: Option<CountersView>,
-    /// Timed functions (`--func`).
-    pub functions: Option<FunctionsView>,
+    /// The sections of the analyses in `analyses/` (timed functions, ...), by key.
+    pub sections: Sections,
     /// A merged job's parts (`rtm-trace merge --json`): it has no sync graph.
-    #[serde(deserialize_with = "nullable")]
     pub merged_from: Vec<PartInfo>,
     /// What limits the traced work (none in documents written before findings were).
-    #[serde(deserialize_with = "nullable")]
     pub findings: Vec<crate::output::findings::Finding>,
+}
+
+/// Read field by field, so that an analysis's section is kept under its key (as the
+/// document holds it) and any other field this build does not know is skipped unread;
+/// `null` reads as empty where a merged document leaves a part empty.
+impl<'de> Deserialize<'de> for Doc {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Fields;
+        impl<'de> serde::de::Visitor<'de> for Fields {
+            type Value = Doc;
+
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("an rtm-trace document")
+            }
+
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, mut m: A) -> Result<Doc, A::Error> {
+                fn or_empty<'de, A: serde::de::MapAccess<'de>, T: Default + Deserialize<'de>>(
+                    m: &mut A,
+                ) -> Result<T, A::Error> {
+                    Ok(m.next_value::<Option<T>>()?.unwrap_or_default())
+                }
+                let mut doc = Doc::default();
+                while let Some(key) = m.next_key::<std::borrow::Cow<'de, str>>()? {
+                    match &*key {
+                        "format" => doc.format = m.next_value()?,
+                        "version" => doc.version = m.next_value()?,
+                        "tool_version" => doc.tool_version = m.next_value()?,
+                        "run" => doc.run = or_empty(&mut m)?,
+                        "sync_graph" => doc.sync_graph = or_empty(&mut m)?,
+                        "task_graph" => doc.task_graph = m.next_value()?,
+                        "ambient" => doc.ambient = m.next_value()?,
+                        "counters" => doc.counters = m.next_value()?,
+                        "merged_from" => doc.merged_from = or_empty(&mut m)?,
+                        "findings" => doc.findings = or_empty(&mut m)?,
+                        other => match crate::analyses::kind(other) {
+                            Some(k) => doc.sections.insert(k.key, m.next_value()?),
+                            None => {
+                                m.next_value::<serde::de::IgnoredAny>()?;
+                            }
+                        },
+                    }
+                }
+                Ok(doc)
+            }
+        }
+        d.deserialize_map(Fields)
+    }
 }
 
 impl Doc {

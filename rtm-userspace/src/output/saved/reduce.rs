@@ -186,7 +186,7 @@ impl Doc {
             task_graph: s.tasks.as_ref().map(carried).transpose()?,
             ambient: s.ambient.as_ref().map(carried).transpose()?,
             counters: s.counters.as_ref().map(carried).transpose()?,
-            functions: s.functions.as_ref().map(carried).transpose()?,
+            sections: s.sections.clone(),
             merged_from: Vec::new(),
             findings: carried(&crate::output::findings::find(s, run.mode == Mode::Full))?,
         })

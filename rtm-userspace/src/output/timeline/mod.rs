@@ -381,7 +381,7 @@ impl Sink for Timeline {
         self.flush_packets();
     }
 
-    fn functions(&mut self, functions: &[crate::model::funcs::TimedFunction]) {
+    fn functions(&mut self, functions: &[crate::analyses::functions::TimedFunction]) {
         self.state.functions = functions.iter().map(|f| f.name.as_str().into()).collect();
     }
 

@@ -1,4 +1,9 @@
-//! Number formatting shared by the text outputs.
+//! How text is made for people: numbers and durations, aligned tables, and target-
+//! controlled text made inert. Shared by every text output (the report, the analyses'
+//! sections, messages); depends on nothing else in the crate.
+
+pub mod table;
+pub mod text;
 
 /// A duration in ns, with a unit people read at a glance: `850 ns`, `12.3 us`, `4.56 ms`.
 pub fn ns(v: u64) -> String {

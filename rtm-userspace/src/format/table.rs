@@ -4,7 +4,7 @@ use super::text::escape;
 
 /// Renders rows as aligned columns; the first column is left-aligned, the rest right.
 /// Every cell is escaped (names in them come from the traced program).
-pub(super) fn table(out: &mut String, header: &[&str], rows: &[Vec<String>]) {
+pub fn table(out: &mut String, header: &[&str], rows: &[Vec<String>]) {
     let rows: Vec<Vec<String>> = rows
         .iter()
         .map(|r| r.iter().map(|c| escape(c).into_owned()).collect())

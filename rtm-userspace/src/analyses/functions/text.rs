@@ -3,11 +3,10 @@
 
 use std::fmt::Write as _;
 
-use super::{
-    format::{count, mean_ns, ns, opt_ns},
-    table::table,
-};
-use crate::model::funcs::FunctionsView;
+use serde::Deserialize;
+
+use super::view::FunctionsView;
+use crate::format::{count, mean_ns, ns, opt_ns, table::table};
 
 fn running(n: u64, longest: u64) -> String {
     if n == 0 {
@@ -17,11 +16,13 @@ fn running(n: u64, longest: u64) -> String {
     }
 }
 
-/// The section; nothing when no function was timed.
-pub(crate) fn render(out: &mut String, v: Option<&FunctionsView>, top: usize) {
-    let Some(v) = v else {
-        return;
-    };
+/// The section, from the document's `functions`.
+pub(super) fn render(
+    section: &serde_json::Value,
+    out: &mut String,
+    top: usize,
+) -> Result<(), serde_json::Error> {
+    let v = FunctionsView::deserialize(section)?;
     let _ = writeln!(
         out,
         "\nTimed functions (--func; inclusive time of each call: a call's own and its callees'; \
@@ -65,7 +66,7 @@ pub(crate) fn render(out: &mut String, v: Option<&FunctionsView>, top: usize) {
         ],
         &rows,
     );
-    threads(out, v, top);
+    threads(out, &v, top);
     let c = &v.counters;
     if c.rows_over_cap > 0 || c.unknown_function > 0 {
         let _ = writeln!(
@@ -76,6 +77,7 @@ pub(crate) fn render(out: &mut String, v: Option<&FunctionsView>, top: usize) {
             count(c.unknown_function)
         );
     }
+    Ok(())
 }
 
 fn threads(out: &mut String, v: &FunctionsView, top: usize) {

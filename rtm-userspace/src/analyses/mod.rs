@@ -1,0 +1,146 @@
+//! Analyses as vertical slices. Each folder here is one analysis:
+//!
+//! - what it keeps of the decoded events (its model, pure: records in, views out);
+//! - its section of the JSON document (serde types, written by `--json` under the
+//!   analysis's key and read back by every output);
+//! - its section of the text report, rendered from the document;
+//! - its [`Kind`]: the key, how to make it for a run, how to render its section.
+//!
+//! The engine knows analyses only through [`Analysis`] and [`Analyses`] (events in,
+//! sections out), the document carries their sections by key ([`Sections`]), and the
+//! report renders them in the order of [`KINDS`]. Adding an analysis is a folder here
+//! and a line in [`KINDS`]; what it needs from the kernel side (probes, records) is
+//! asked for through [`Kernel`].
+//!
+//! Timed functions (`--func`) are the first analysis here; the sync graph, MPI, call
+//! stacks, blocked threads and system statistics are still in `model/` and `output/`
+//! (docs/how-it-works.md).
+//!
+//! Layer: after `output` (a section's text uses its tables and number formats), before
+//! `engine`, which drives the analyses.
+
+pub(crate) mod functions;
+
+use std::collections::HashSet;
+
+use rtm_common::decode::Event;
+use serde_json::Value;
+
+use crate::{config::TraceConfig, model::Sections};
+
+/// What an analysis may ask the kernel side for (the engine's source answers).
+pub trait Kernel {
+    /// The functions the probes time (`--func`), by index.
+    fn timed_functions(&self) -> Vec<functions::TimedFunction> {
+        Vec::new()
+    }
+
+    /// The timed calls in flight now.
+    fn running_calls(&self) -> Vec<functions::RunningCall> {
+        Vec::new()
+    }
+}
+
+/// What an analysis's section is made with, at a snapshot.
+pub(crate) struct At<'a> {
+    /// The end of the window the snapshot covers (CLOCK_MONOTONIC ns).
+    pub end_ns: u64,
+    /// The kernel side.
+    pub kernel: &'a dyn Kernel,
+    /// A thread's name, as the sync graph knows it (or /proc).
+    pub thread_name: &'a mut dyn FnMut(u32, u32) -> Option<String>,
+}
+
+/// One analysis of a run, driven by the engine.
+pub(crate) trait Analysis: Send {
+    /// What it is.
+    fn kind(&self) -> &'static Kind;
+
+    /// A decoded event, in the order read, after the sync graph took it in. Runs on
+    /// the event path: it must be quick.
+    fn event(&mut self, event: &Event);
+
+    /// Targets were attached: what the kernel side now traces for it.
+    fn attached(&mut self, _kernel: &dyn Kernel) {}
+
+    /// The processes `pids` are gone (in a daemon): their state may go.
+    fn forget(&mut self, _pids: &HashSet<u32>) {}
+
+    /// Its section of the document; None when it has nothing to say (not asked for).
+    fn section(&self, at: &mut At<'_>) -> Option<Value>;
+}
+
+/// A kind of analysis: its entry in [`KINDS`].
+pub(crate) struct Kind {
+    /// Its section's key in the document (a field of the JSON's top level).
+    pub key: &'static str,
+    /// The analysis for a run of `config`; None when the run does not ask for it.
+    pub new: fn(&TraceConfig) -> Option<Box<dyn Analysis>>,
+    /// Renders its section (as the document holds it) into the text report, at most
+    /// `top` rows per table; an error says the section is not of this kind's shape.
+    pub text: fn(&Value, &mut String, usize) -> Result<(), serde_json::Error>,
+}
+
+/// Every analysis, in the order of their sections in the document and the report.
+pub(crate) static KINDS: &[&Kind] = &[&functions::KIND];
+
+/// The kind whose section is `key`.
+pub(crate) fn kind(key: &str) -> Option<&'static Kind> {
+    KINDS.iter().copied().find(|k| k.key == key)
+}
+
+/// The analyses of one run.
+#[derive(Default)]
+pub(crate) struct Analyses(Vec<Box<dyn Analysis>>);
+
+impl Analyses {
+    /// Those `config` asks for.
+    pub fn new(config: &TraceConfig) -> Self {
+        Self(KINDS.iter().filter_map(|k| (k.new)(config)).collect())
+    }
+
+    /// An event to each.
+    pub fn event(&mut self, event: &Event) {
+        for a in &mut self.0 {
+            a.event(event);
+        }
+    }
+
+    /// Targets were attached.
+    pub fn attached(&mut self, kernel: &dyn Kernel) {
+        for a in &mut self.0 {
+            a.attached(kernel);
+        }
+    }
+
+    /// Processes gone.
+    pub fn forget(&mut self, pids: &HashSet<u32>) {
+        for a in &mut self.0 {
+            a.forget(pids);
+        }
+    }
+
+    /// Their sections now.
+    pub fn sections(&self, at: &mut At<'_>) -> Sections {
+        let mut out = Sections::default();
+        for a in &self.0 {
+            if let Some(v) = a.section(at) {
+                out.insert(a.kind().key, v);
+            }
+        }
+        out
+    }
+}
+
+/// Renders the sections of a document into the text report, in the order of
+/// [`KINDS`]; a section that is not of its kind's shape is said, not rendered.
+pub(crate) fn text(sections: &Sections, out: &mut String, top: usize) {
+    use std::fmt::Write as _;
+    for k in KINDS {
+        if let Some(v) = sections.get(k.key)
+            && let Err(e) = (k.text)(v, out, top)
+        {
+            let _ = writeln!(out, "\n(the document's {} cannot be read: {e})", k.key);
+        }
+    }
+}
