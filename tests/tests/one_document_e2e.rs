@@ -199,13 +199,15 @@ fn an_mpi_job_renders_the_same_from_its_document() {
 }
 
 /// Timed functions are an analysis of `analyses/`: their section of the document, under
-/// its key, is what both reports render; its call counts are the workload's own.
+/// its key, is what both reports and both HTML pages render; its call counts are the
+/// workload's own.
 fn timed_functions_render_the_same_from_their_section() {
     let dir = TempDir::new("one-doc-func");
     let program = workload("func_workload");
+    let html = dir.join("run.html");
     let (report, stdout) = same_report(
         &dir,
-        &["-m", "full", "--func", "work_1ms"],
+        &["-m", "full", "--func", "work_1ms", "--html", html.to_str().unwrap()],
         &[program.to_str().unwrap(), "2", "5", "20"],
     );
     let made: u64 = truths(&stdout)
@@ -219,4 +221,26 @@ fn timed_functions_render_the_same_from_their_section() {
     assert_eq!(count(cells[1]), made, "calls, in:\n{report}");
     let doc = read_json(&dir.join("t.json"));
     assert!(doc["functions"]["functions"].is_array(), "{doc}");
+    // The HTML page too: its tab, the same bytes from the run and from the document.
+    let again = dir.join("again.html");
+    let out = run(
+        Command::new(rtm_bin())
+            .arg("report")
+            .arg(dir.join("t.json"))
+            .arg("--html")
+            .arg(&again),
+        T,
+    );
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let (page, page_again) = (
+        std::fs::read_to_string(&html).unwrap(),
+        std::fs::read_to_string(&again).unwrap(),
+    );
+    assert!(
+        page.contains("<button data-tab=\"functions\">Timed functions</button>")
+            && page.contains("<section id=\"functions\">")
+            && page.contains("<td>work_1ms</td>"),
+        "no timed-functions tab in the page"
+    );
+    assert!(page == page_again, "the run's HTML and the document's differ");
 }

@@ -79,6 +79,19 @@ pub(crate) struct Kind {
     /// Renders its section (as the document holds it) into the text report, at most
     /// `top` rows per table; an error says the section is not of this kind's shape.
     pub text: fn(&Value, &mut String, usize) -> Result<(), serde_json::Error>,
+    /// Its tab of the HTML page, if it has one.
+    pub html: Option<HtmlTab>,
+}
+
+/// An analysis's tab of the HTML page.
+pub(crate) struct HtmlTab {
+    /// The element id of its `<section>` (unique in the page).
+    pub id: &'static str,
+    /// The tab's label.
+    pub label: &'static str,
+    /// Renders the section (as the document holds it) as one `<section id=ID>`; every
+    /// string the target controls escaped (`format::text::markup`).
+    pub render: fn(&Value, &mut String) -> Result<(), serde_json::Error>,
 }
 
 /// Every analysis, in the order of their sections in the document and the report.
@@ -129,6 +142,39 @@ impl Analyses {
             }
         }
         out
+    }
+}
+
+/// The HTML page's tabs for the sections of a document: (id, label).
+pub(crate) fn html_tabs(sections: &Sections) -> Vec<(&'static str, &'static str)> {
+    KINDS
+        .iter()
+        .filter(|k| sections.get(k.key).is_some())
+        .filter_map(|k| k.html.as_ref().map(|h| (h.id, h.label)))
+        .collect()
+}
+
+/// Renders the HTML page's sections for the sections of a document, in the order of
+/// [`html_tabs`]; one that is not of its kind's shape is said, not rendered.
+pub(crate) fn html(sections: &Sections, page: &mut String) {
+    use std::fmt::Write as _;
+    for k in KINDS {
+        let (Some(v), Some(h)) = (sections.get(k.key), k.html.as_ref()) else {
+            continue;
+        };
+        let mut part = String::new();
+        match (h.render)(v, &mut part) {
+            Ok(()) => page.push_str(&part),
+            Err(e) => {
+                let _ = write!(
+                    page,
+                    "<section id=\"{}\"><p>The document's {} cannot be read: {}</p></section>",
+                    h.id,
+                    k.key,
+                    crate::format::text::markup(&e.to_string())
+                );
+            }
+        }
     }
 }
 

@@ -4,11 +4,13 @@
 //! - `model.rs`: what the timed-call records add up to (pure);
 //! - `view.rs`: the document's `functions` section;
 //! - `text.rs`: the report's "Timed functions" section;
+//! - `html.rs`: the HTML page's "Timed functions" tab;
 //! - here: the analysis the engine drives, and its entry in [`super::KINDS`].
 //!
 //! The kernel side is the `--func` uprobes (`probes/funcs.rs`, rtm-ebpf's `func.rs`),
 //! whose records are `Event::Func`.
 
+mod html;
 mod model;
 mod text;
 mod view;
@@ -17,7 +19,7 @@ pub(crate) use model::{FuncModel, RunningCall, TimedFunction};
 
 use rtm_common::decode::Event;
 
-use super::{Analysis, At, Kernel, Kind};
+use super::{Analysis, At, HtmlTab, Kernel, Kind};
 use crate::config::TraceConfig;
 
 /// Its entry in the table of analyses.
@@ -25,6 +27,11 @@ pub(crate) static KIND: Kind = Kind {
     key: "functions",
     new,
     text: text::render,
+    html: Some(HtmlTab {
+        id: "functions",
+        label: "Timed functions",
+        render: html::render,
+    }),
 };
 
 fn new(config: &TraceConfig) -> Option<Box<dyn Analysis>> {

@@ -24,24 +24,7 @@ const GRAPH_EDGES: usize = 40;
 /// Ranks shown one by one in the matrix; above it, aggregated by host.
 const MATRIX_RANKS: usize = 64;
 
-/// Markup-escapes text.
-pub fn esc(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for c in s.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&#39;"),
-            c if c.is_control() => {
-                let _ = write!(out, "\\u{{{:x}}}", c as u32);
-            }
-            c => out.push(c),
-        }
-    }
-    out
-}
+pub(crate) use crate::format::text::markup as esc;
 
 /// JSON for a `<script type="application/json">` block: nothing in it can close the
 /// block or start markup.
@@ -133,6 +116,7 @@ pub fn render(doc: &Doc) -> String {
     {
         tabs.push(("system", "System"));
     }
+    tabs.extend(crate::analyses::html_tabs(&doc.sections));
     let mut p = String::new();
     let title = if doc.merged_from.is_empty() {
         format!(
@@ -202,6 +186,7 @@ pub fn render(doc: &Doc) -> String {
     if tabs.iter().any(|t| t.0 == "system") {
         system(&mut p, doc);
     }
+    crate::analyses::html(&doc.sections, &mut p);
     let _ = writeln!(
         p,
         "<script type=\"application/json\" id=\"rtm-data\">{}</script><script>{}</script></body></html>",
