@@ -469,27 +469,42 @@ fn classify_words(snap: &mut Snapshot<'_>) {
     }
     let held: HashSet<(u32, u64)> = snap.held_by.iter().map(|h| (h.pid, h.object)).collect();
     // Full mode: a word inside a pthread object the probes saw is that object's (a
-    // condition variable's sequence word lies 8 bytes into its pthread_cond_t).
-    let holders: std::collections::BTreeMap<(u32, u64), (u64, WaitKind)> = snap
+    // condition variable's sequence word lies 8 bytes into its pthread_cond_t); of two
+    // that hold it, the one that starts nearer. Memory in the futex words, not in the
+    // objects: a graph of 100,000 mutexes has a handful of words to classify.
+    let mut words: Vec<(u32, u64)> = snap
         .objects
         .rows()
         .iter()
-        .filter_map(|r| {
-            let p = r.key.primitive;
-            let extent = crate::model::wait_kind::pthread_extent(p)?;
-            Some((
-                (r.key.pid, r.key.addr),
-                (extent, WaitKind::of_primitive(p)?),
-            ))
-        })
+        .filter(|r| r.key.primitive == Primitive::Futex && r.wait_kind == WaitKind::Unknown)
+        .map(|r| (r.key.pid, r.key.addr))
         .collect();
-    let inside = |pid: u32, addr: u64| {
-        holders
-            .range(..=(pid, addr))
-            .next_back()
-            .filter(|((p, at), (size, _))| *p == pid && addr < at.saturating_add(*size))
-            .map(|(_, (_, k))| *k)
-    };
+    words.sort_unstable();
+    let mut inside_of: HashMap<(u32, u64), (u64, WaitKind)> = HashMap::new();
+    if !words.is_empty() {
+        for r in snap.objects.rows() {
+            let p = r.key.primitive;
+            let (Some(extent), Some(kind)) = (
+                crate::model::wait_kind::pthread_extent(p),
+                WaitKind::of_primitive(p),
+            ) else {
+                continue;
+            };
+            let (pid, start) = (r.key.pid, r.key.addr);
+            let end = start.saturating_add(extent);
+            let first = words.partition_point(|w| *w < (pid, start));
+            for w in words[first..]
+                .iter()
+                .take_while(|w| w.0 == pid && w.1 < end)
+            {
+                let e = inside_of.entry(*w).or_insert((start, kind));
+                if start > e.0 {
+                    *e = (start, kind);
+                }
+            }
+        }
+    }
+    let inside = |pid: u32, addr: u64| inside_of.get(&(pid, addr)).map(|(_, k)| *k);
     snap.objects.classify(&mut |o| {
         inside(o.pid, o.addr)
             .or_else(|| {
