@@ -1,9 +1,9 @@
 //! The architecture, checked: each module imports only modules to its left in
 //! format -> proc -> probes -> readers -> model -> symbolize -> config -> analyses ->
-//! output -> engine -> cli -> session (and `interrupt`, a leaf anyone may use): the engine drives the
-//! layers, the one-shot front end (`session`, over its command line `cli`) drives the
-//! engine. A file that reaches to its
-//! right fails this test, so the arrows stay one way.
+//! output -> engine -> cli -> session (and `interrupt`, a leaf anyone may use): the
+//! engine drives the layers, the one-shot front end (`session`, over its command line
+//! `cli`) drives the engine. A file that reaches to its right fails this test, so the
+//! arrows stay one way.
 
 use std::path::Path;
 

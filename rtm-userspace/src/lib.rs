@@ -5,9 +5,10 @@
 //! object and attaches it, `readers` decode what the kernel sends, `model` aggregates it
 //! (pure, no aya), `symbolize` names addresses, `analyses` holds the analyses built as
 //! vertical slices (model, document section, text), and `output` renders snapshots
-//! through sinks (`format` lays out text for all of them). The `engine` drives them: it owns the source of events, the model and the
-//! sinks, and runs the loop. Front ends build a [`config::TraceConfig`] and drive the
-//! engine: `session` is the one-shot command (`cli` is its command line).
+//! through sinks (`format` lays out text for all of them). The `engine` drives them: it
+//! owns the source of events, the model and the sinks, and runs the loop. Front ends
+//! build a [`config::TraceConfig`] and drive the engine: `session` is the one-shot
+//! command (`cli` is its command line).
 
 #![deny(missing_docs)]
 

@@ -16,8 +16,9 @@
 //! stacks, blocked threads and system statistics are still in `model/` and `output/`
 //! (docs/how-it-works.md).
 //!
-//! Layer: after `output` (a section's text uses its tables and number formats), before
-//! `engine`, which drives the analyses.
+//! Layer: after `config` (an analysis is made for a run's config), before `output`
+//! (which renders the sections) and `engine` (which drives the analyses); text layout
+//! comes from `format`.
 
 pub(crate) mod functions;
 

@@ -6,14 +6,10 @@ use std::fmt::Write as _;
 use serde::Deserialize;
 
 use super::view::FunctionsView;
-use crate::format::{count, mean_ns, ns, text::markup};
+use crate::format::{count, mean_ns, ns, opt_ns, text::markup};
 
 /// Rows of the per-thread table.
 const THREAD_ROWS: usize = 50;
-
-fn opt(v: Option<u64>) -> String {
-    v.map_or_else(|| "-".into(), ns)
-}
 
 /// The tab, from the document's `functions`.
 pub(super) fn render(section: &serde_json::Value, p: &mut String) -> Result<(), serde_json::Error> {
@@ -34,9 +30,9 @@ pub(super) fn render(section: &serde_json::Value, p: &mut String) -> Result<(), 
             f.threads,
             ns(f.outer_ns),
             mean_ns(f.time.mean_ns),
-            opt(f.time.p50_ns),
-            opt(f.time.p99_ns),
-            opt(f.time.max_ns),
+            opt_ns(f.time.p50_ns),
+            opt_ns(f.time.p99_ns),
+            opt_ns(f.time.max_ns),
             count(f.running),
             markup(&f.module)
         );
@@ -62,7 +58,7 @@ pub(super) fn render(section: &serde_json::Value, p: &mut String) -> Result<(), 
                 markup(&t.name),
                 count(t.time.count),
                 ns(t.outer_ns),
-                opt(t.time.max_ns)
+                opt_ns(t.time.max_ns)
             );
         }
         p.push_str("</table>");
