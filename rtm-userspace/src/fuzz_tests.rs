@@ -19,7 +19,7 @@ use crate::{
     },
     config::TraceConfig,
     model::{
-        Limits, RankGraph, RankGraphView, Snapshot, SyncGraph, Window,
+        Limits, Snapshot, SyncGraph, Window,
         stacks::{Side, StackTable, StacksView},
     },
     output::{RunInfo, folded, json, report, text},
@@ -168,7 +168,6 @@ fn apply_and_render(records: &[Vec<u8>], contention: bool) {
         ..Limits::default()
     };
     let mut sync = SyncGraph::new(limits, contention);
-    let mut tasks = RankGraph::default();
     let mut stacks = StackTable::default();
     let mut config = TraceConfig::default();
     config.functions.max_rows = 8;
@@ -176,10 +175,7 @@ fn apply_and_render(records: &[Vec<u8>], contention: bool) {
     analyses.attached(&FuzzKernel);
     for r in records {
         let Ok(ev) = decode::decode(r) else { continue };
-        analyses.event(&ev);
-        if let decode::Event::Mpi(m) = &ev {
-            tasks.apply(m);
-        }
+        analyses.event(&ev, &mut crate::analyses::Asks::default());
         if let decode::Event::Stacks(s) = &ev {
             // The copies' words stand in for unwound frames.
             let frames = |b: &[u8]| {
@@ -214,13 +210,6 @@ fn apply_and_render(records: &[Vec<u8>], contention: bool) {
         &mut |o| (o.addr % 3 == 0).then(|| "lock\x1b]0;x\x07\n".to_owned()),
         &mut |_, a| (a % 2 == 0).then(|| "f\r\n".to_owned()),
     );
-    if !tasks.is_empty() {
-        snap.tasks = Some(RankGraphView::build(
-            &tasks,
-            &Default::default(),
-            "node\x1b",
-        ));
-    }
     if !stacks.is_empty() {
         let view = StacksView::build(
             &stacks,
@@ -242,8 +231,20 @@ fn apply_and_render(records: &[Vec<u8>], contention: bool) {
         }
         snap.stacks = Some(view);
     }
+    let environment = (100..110)
+        .map(|pid| {
+            let env = crate::proc::process::RankEnv {
+                job: Some("job\x1b]0;x\x07<b>".into()),
+                rank: None,
+                size: Some(2),
+            };
+            (pid, env)
+        })
+        .collect();
     snap.sections = analyses.sections(&mut At {
         end_ns: window.end_ns,
+        host: "node\x1b<i>",
+        environment: &environment,
         kernel: &FuzzKernel,
         thread_name: &mut |_, _| Some("t\x1b[1m".into()),
     });

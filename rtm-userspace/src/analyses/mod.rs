@@ -12,8 +12,8 @@
 //! and a line in [`KINDS`]; what it needs from the kernel side (probes, records) is
 //! asked for through [`Kernel`].
 //!
-//! Timed functions (`--func`) are the first analysis here; the sync graph, MPI, call
-//! stacks, blocked threads and system statistics are still in `model/` and `output/`
+//! Timed functions (`--func`) and MPI are here; the sync graph, call stacks, blocked
+//! threads and system statistics are still in `model/` and `output/`
 //! (docs/how-it-works.md).
 //!
 //! Layer: after `config` (an analysis is made for a run's config), before `output`
@@ -21,13 +21,15 @@
 //! comes from `format`.
 
 pub(crate) mod functions;
+pub(crate) mod mpi;
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
 use rtm_common::decode::Event;
 use serde_json::Value;
 
-use crate::{config::TraceConfig, model::Sections};
+pub(crate) use crate::model::Sections;
+use crate::{config::TraceConfig, proc::process::RankEnv};
 
 /// What an analysis may ask the kernel side for (the engine's source answers).
 pub trait Kernel {
@@ -42,10 +44,30 @@ pub trait Kernel {
     }
 }
 
+/// What an analysis asks for while it takes an event: facts read from /proc off the
+/// event path (by the engine's naming worker), in by the next snapshot.
+#[derive(Debug, Default)]
+pub(crate) struct Asks {
+    /// Processes whose launcher's environment is wanted.
+    pub environments: Vec<u32>,
+}
+
+impl Asks {
+    /// The launcher's environment of `pid` (an MPI rank's job, rank and size); read
+    /// once per program (again after an exec), whoever asks.
+    pub fn environment(&mut self, pid: u32) {
+        self.environments.push(pid);
+    }
+}
+
 /// What an analysis's section is made with, at a snapshot.
 pub(crate) struct At<'a> {
     /// The end of the window the snapshot covers (CLOCK_MONOTONIC ns).
     pub end_ns: u64,
+    /// This node's host name.
+    pub host: &'a str,
+    /// What each traced process's launcher put in its environment, where read.
+    pub environment: &'a HashMap<u32, RankEnv>,
     /// The kernel side.
     pub kernel: &'a dyn Kernel,
     /// A thread's name, as the sync graph knows it (or /proc).
@@ -58,8 +80,8 @@ pub(crate) trait Analysis: Send {
     fn kind(&self) -> &'static Kind;
 
     /// A decoded event, in the order read, after the sync graph took it in. Runs on
-    /// the event path: it must be quick.
-    fn event(&mut self, event: &Event);
+    /// the event path: it must be quick; what it needs from /proc it asks for.
+    fn event(&mut self, event: &Event, asks: &mut Asks);
 
     /// Targets were attached: what the kernel side now traces for it.
     fn attached(&mut self, _kernel: &dyn Kernel) {}
@@ -82,7 +104,13 @@ pub(crate) struct Kind {
     pub text: fn(&Value, &mut String, usize) -> Result<(), serde_json::Error>,
     /// Its tab of the HTML page, if it has one.
     pub html: Option<HtmlTab>,
+    /// Its part of the DOT file (a `subgraph` inside the one `digraph`), if it has one.
+    pub dot: Option<Render>,
 }
+
+/// Renders a section (as the document holds it) into an output; an error says the
+/// section is not of its kind's shape.
+pub(crate) type Render = fn(&Value, &mut String) -> Result<(), serde_json::Error>;
 
 /// An analysis's tab of the HTML page.
 pub(crate) struct HtmlTab {
@@ -92,11 +120,11 @@ pub(crate) struct HtmlTab {
     pub label: &'static str,
     /// Renders the section (as the document holds it) as one `<section id=ID>`; every
     /// string the target controls escaped (`format::text::markup`).
-    pub render: fn(&Value, &mut String) -> Result<(), serde_json::Error>,
+    pub render: Render,
 }
 
 /// Every analysis, in the order of their sections in the document and the report.
-pub(crate) static KINDS: &[&Kind] = &[&functions::KIND];
+pub(crate) static KINDS: &[&Kind] = &[&functions::KIND, &mpi::KIND];
 
 /// The kind whose section is `key`.
 pub(crate) fn kind(key: &str) -> Option<&'static Kind> {
@@ -114,9 +142,9 @@ impl Analyses {
     }
 
     /// An event to each.
-    pub fn event(&mut self, event: &Event) {
+    pub fn event(&mut self, event: &Event, asks: &mut Asks) {
         for a in &mut self.0 {
-            a.event(event);
+            a.event(event, asks);
         }
     }
 
@@ -188,6 +216,30 @@ pub(crate) fn text(sections: &Sections, out: &mut String, top: usize) {
             && let Err(e) = (k.text)(v, out, top)
         {
             let _ = writeln!(out, "\n(the document's {} cannot be read: {e})", k.key);
+        }
+    }
+}
+
+/// Renders the analyses' parts of the DOT file, in the order of [`KINDS`]; a section
+/// that is not of its kind's shape is said in a comment, not drawn.
+pub(crate) fn dot(sections: &Sections, out: &mut String) {
+    use std::fmt::Write as _;
+    for k in KINDS {
+        let (Some(v), Some(render)) = (sections.get(k.key), k.dot) else {
+            continue;
+        };
+        let mut part = String::new();
+        match render(v, &mut part) {
+            Ok(()) => out.push_str(&part),
+            Err(e) => {
+                // A DOT comment ends at the line's end: the error is one line.
+                let why: String = e
+                    .to_string()
+                    .chars()
+                    .map(|c| if c.is_control() { ' ' } else { c })
+                    .collect();
+                let _ = writeln!(out, "  // the document's {} cannot be read: {why}", k.key);
+            }
         }
     }
 }

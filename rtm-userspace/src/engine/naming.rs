@@ -12,8 +12,7 @@ use std::{
 };
 
 use crate::{
-    model::RankEnv,
-    proc::process::{self, RankVars},
+    proc::process::{self, RankEnv},
     symbolize::objects::SpaceRead,
 };
 
@@ -88,18 +87,9 @@ fn read(ask: Ask) -> Answer {
         },
         Ask::Env { pid, at_exec } => Answer::Env {
             pid,
-            env: rank_env(process::mpi_env(pid)),
+            env: process::mpi_env(pid),
             at_exec,
         },
-    }
-}
-
-/// The model's view of what the launcher's environment says.
-pub(super) fn rank_env(v: RankVars) -> RankEnv {
-    RankEnv {
-        job: v.job,
-        rank: v.rank,
-        size: v.size,
     }
 }
 

@@ -10,8 +10,9 @@ use rtm_common::Primitive;
 use serde::Serialize;
 
 use crate::{
+    analyses::mpi::RankSummary,
     config::Mode,
-    model::{Snapshot, mpi::SentTo, sync::ProcessTotals, views::fold, wait_kind::WaitKind},
+    model::{Snapshot, sync::ProcessTotals, views::fold, wait_kind::WaitKind},
 };
 
 /// Most groups kept per process and list (the rest are in the list's totals only).
@@ -80,30 +81,6 @@ pub struct Asleep {
     pub word: u64,
     /// The value it expected in the word (a join's: the joined thread's TID).
     pub val: u32,
-}
-
-/// A traced process's MPI figures (when its MPI library is probed).
-#[derive(Debug, Clone, Serialize, Default, PartialEq, Eq)]
-pub struct RankSummary {
-    /// Its rank in MPI_COMM_WORLD, when known (as `merge` names it: from the library,
-    /// else the launcher's environment).
-    pub rank: Option<i32>,
-    /// Its job, when the launcher's environment says (as `merge` checks it).
-    pub job: Option<String>,
-    /// MPI calls.
-    pub calls: u64,
-    /// Time inside them, ns.
-    pub time_ns: u64,
-    /// Point-to-point messages it sent, and their bytes (the sums of `sent_to`).
-    pub messages_sent: u64,
-    /// Bytes of those.
-    pub bytes_sent: u64,
-    /// Messages it received, and their bytes.
-    pub messages_received: u64,
-    /// Bytes of those.
-    pub bytes_received: u64,
-    /// What it sent, by destination world rank (the unknown last).
-    pub sent_to: Vec<SentTo>,
 }
 
 /// One traced process.
@@ -287,33 +264,11 @@ fn build(inputs: Inputs, snap: &Snapshot, now_ns: u64) -> Vec<ProcessSummary> {
             .or_default()
             .add(&v);
     }
-    if let Some(tasks) = &snap.tasks {
-        for r in &tasks.ranks {
-            let Some(p) = out.get_mut(&r.pid) else {
-                continue;
-            };
-            let mut m = RankSummary {
-                rank: r.rank,
-                job: r.job.clone(),
-                calls: r.calls,
-                time_ns: r.time_in_mpi_ns,
-                sent_to: r.sent_to.clone(),
-                ..RankSummary::default()
-            };
-            // Sent: this process's own, whatever other process has its world rank.
-            for s in &r.sent_to {
-                m.messages_sent = m.messages_sent.saturating_add(s.messages);
-                m.bytes_sent = m.bytes_sent.saturating_add(s.bytes);
+    if let Some(tasks) = crate::analyses::mpi::of(&snap.sections) {
+        for (pid, m) in crate::analyses::mpi::series::ranks(&tasks) {
+            if let Some(p) = out.get_mut(&pid) {
+                p.mpi = Some(m);
             }
-            if r.rank.is_some() {
-                for e in &tasks.edges {
-                    if let (true, Some(s)) = (e.dst == r.rank, &e.received) {
-                        m.messages_received += s.messages;
-                        m.bytes_received += s.bytes;
-                    }
-                }
-            }
-            p.mpi = Some(m);
         }
     }
     let mut list: Vec<ProcessSummary> = out.into_values().collect();

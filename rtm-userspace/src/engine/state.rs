@@ -15,14 +15,14 @@ use super::{
     stacks::{StackJoin, Unwound},
 };
 use crate::{
-    analyses::{Analyses, At, Kernel},
+    analyses::{Analyses, Asks, At, Kernel},
     model::{
-        RankEnv, RankGraph, RankGraphView, Snapshot, SyncGraph, Window,
+        Snapshot, SyncGraph, Window,
         stacks::{MAX_STACK_ROWS, StackTable, StacksView, name_frames},
         sync::{ObjectKey, ThreadKey},
         wait_kind::WaitKind,
     },
-    proc::process,
+    proc::process::{self, RankEnv},
     symbolize::{CodeNamer, ObjectNamer},
 };
 
@@ -45,8 +45,8 @@ pub(super) struct Changes {
 /// The model and the names.
 pub(super) struct State {
     pub model: SyncGraph,
-    pub tasks: RankGraph,
-    /// What each MPI process's environment said.
+    /// What each process's launcher put in its environment (an MPI rank's job and
+    /// rank), where read.
     pub rank_env: HashMap<u32, RankEnv>,
     pub namer: ObjectNamer,
     pub code: CodeNamer,
@@ -58,7 +58,7 @@ pub(super) struct State {
     stale_maps: HashSet<u32>,
     /// Read a new process's maps at once: no mapping records follow its fork.
     pub eager_maps: bool,
-    /// Processes whose environment was asked for at their first MPI call.
+    /// Processes whose environment an analysis asked for.
     env_asked: HashSet<u32>,
     /// Execs seen per process: an answer about an older program is dropped.
     generation: HashMap<u32, u32>,
@@ -78,7 +78,6 @@ impl State {
     pub fn new(model: SyncGraph) -> Self {
         Self {
             model,
-            tasks: RankGraph::default(),
             rank_env: HashMap::new(),
             namer: ObjectNamer::default(),
             code: CodeNamer::default(),
@@ -123,7 +122,7 @@ impl State {
                 // A rank's job and rank now, while it surely lives: a rank that ends
                 // soon after its first MPI call may be gone before that call's records
                 // are read (and then two jobs' parts could not be told apart).
-                let env = super::naming::rank_env(process::mpi_env(pid));
+                let env = process::mpi_env(pid);
                 if env.rank.is_some() {
                     self.rank_env.insert(pid, env);
                 }
@@ -200,16 +199,15 @@ impl State {
             self.join
                 .wait_ended(&mut self.stacks, key, r.raw.wait_ns, woken);
         }
-        self.analyses.event(ev);
-        if let Event::Mpi(m) = ev {
-            let pid = m.raw.header.pid;
+        let mut asks = Asks::default();
+        self.analyses.event(ev, &mut asks);
+        for pid in asks.environments {
             if !self.rank_env.contains_key(&pid) && self.env_asked.insert(pid) {
                 self.ask(Ask::Env {
                     pid,
                     at_exec: false,
                 });
             }
-            self.tasks.apply(m);
         }
         let a = self.model.apply(ev);
         let ts = ev.header().ts_ns;
@@ -341,7 +339,6 @@ impl State {
             model,
             namer,
             code,
-            tasks,
             rank_env,
             stacks,
             join,
@@ -411,15 +408,15 @@ impl State {
                 .cloned()
                 .or_else(|| process::thread_name(p, t))
         };
+        let host = process::host_name();
         let sections = analyses.sections(&mut At {
             end_ns: window.end_ns,
+            host: &host,
+            environment: rank_env,
             kernel,
             thread_name: &mut thread_name,
         });
         snap.sections = sections;
-        if !tasks.is_empty() {
-            snap.tasks = Some(RankGraphView::build(tasks, rank_env, &process::host_name()));
-        }
         let objects = objects.into_inner();
         // Each stripped file is said once on stderr, and every time in the report.
         for hint in objects.take_missing_symbols() {

@@ -8,11 +8,9 @@ use serde::Serialize;
 
 use super::{processes::ProcessSummary, source::KernelState};
 use crate::{
+    analyses::mpi::TrafficEdge,
     config::Mode,
-    model::{
-        Snapshot, ThreadView, WaitsForView, mpi::view::TrafficEdge, sync::ModelCounters,
-        system::interval::Interval,
-    },
+    model::{Snapshot, ThreadView, WaitsForView, sync::ModelCounters, system::interval::Interval},
     output::{RunInfo, TargetInfo},
     readers::{Losses, ReaderStats, bpf_stats::BpfStats},
 };
@@ -121,12 +119,10 @@ impl Summary {
                 hold_ns: o.hold.total_ns,
             })
             .collect();
-        let (traffic, mpi_calls) = snap.tasks.as_ref().map_or((Vec::new(), 0), |t| {
-            (
-                t.edges.iter().take(top).cloned().collect(),
-                t.ranks.iter().map(|r| r.calls).sum(),
-            )
-        });
+        let (traffic, mpi_calls) = crate::analyses::mpi::of(&snap.sections)
+            .map_or((Vec::new(), 0), |t| {
+                crate::analyses::mpi::series::traffic(&t, top)
+            });
         Self {
             seq,
             elapsed_ns: snap.window.end_ns.saturating_sub(snap.window.start_ns),

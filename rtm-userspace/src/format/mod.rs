@@ -2,6 +2,8 @@
 //! controlled text made inert. Shared by every text output (the report, the analyses'
 //! sections, messages); depends on nothing else in the crate.
 
+pub mod dot;
+pub mod svg;
 pub mod table;
 pub mod text;
 

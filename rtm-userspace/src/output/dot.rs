@@ -4,13 +4,9 @@
 
 use std::fmt::Write as _;
 
-use super::{
-    format::{count, ns},
-    saved::Doc,
-};
+use super::saved::Doc;
+use crate::format::{count, dot::quote, ns};
 
-/// MPI edges drawn (by bytes).
-const MAX_EDGES: usize = 200;
 /// Objects drawn: those threads waited on longest, contention first, then a few that
 /// threads waited on for work (drawn grey).
 const MAX_OBJECTS: usize = 10;
@@ -19,61 +15,14 @@ const MAX_IDLE_OBJECTS: usize = 3;
 /// their waits); the others are one node, their times summed.
 const THREADS_PER_SIDE: usize = 3;
 
-/// A DOT string literal.
-fn quote(s: &str) -> String {
-    let mut out = String::with_capacity(s.len() + 2);
-    out.push('"');
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            c if c.is_control() => {
-                let _ = write!(out, "\\\\u{{{:x}}}", c as u32);
-            }
-            c => out.push(c),
-        }
-    }
-    out.push('"');
-    out
-}
-
-/// The sync graph, and the rank graph when MPI was traced, as one DOT file.
+/// The sync graph, and the analyses' parts (the rank graph when MPI was traced), as one
+/// DOT file.
 pub fn render(doc: &Doc) -> String {
     let mut out = String::from(
         "digraph rtm_trace {\n  rankdir=LR;\n  node [fontname=\"sans-serif\", fontsize=10];\n  edge [fontname=\"sans-serif\", fontsize=9];\n",
     );
     sync_graph(&mut out, doc);
-    if let Some(tg) = &doc.task_graph {
-        out.push_str("  subgraph cluster_tasks {\n    label=\"MPI task graph: bytes sent\";\n");
-        for r in &tg.ranks {
-            if let Some(rank) = r.rank {
-                let _ = writeln!(
-                    out,
-                    "    r{rank} [shape=circle, label={}];",
-                    quote(&format!("rank {rank}\n{}", r.host))
-                );
-            }
-        }
-        let mut te: Vec<_> = tg.edges.iter().collect();
-        te.sort_by_key(|e| std::cmp::Reverse(e.sent.as_ref().map_or(0, |s| s.bytes)));
-        for e in te.iter().take(MAX_EDGES) {
-            let (Some(s), Some(d)) = (e.src, e.dst) else {
-                continue;
-            };
-            let t = e
-                .sent
-                .clone()
-                .or_else(|| e.received.clone())
-                .unwrap_or_default();
-            let _ = writeln!(
-                out,
-                "    r{s} -> r{d} [label={}];",
-                quote(&format!("{} msgs, {} B", count(t.messages), count(t.bytes)))
-            );
-        }
-        out.push_str("  }\n");
-    }
+    crate::analyses::dot(&doc.sections, &mut out);
     out.push_str("}\n");
     out
 }

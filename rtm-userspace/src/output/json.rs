@@ -12,7 +12,11 @@ use super::{
     sink::{Moment, Sink},
     text::Shown,
 };
-use crate::{config::TraceConfig, model::Snapshot};
+use crate::{
+    analyses::mpi::{RankGraphView, merged::PartInfo},
+    config::TraceConfig,
+    model::Snapshot,
+};
 
 /// Format name, the first field of every document.
 pub const FORMAT: &str = "rtm-trace";
@@ -26,8 +30,6 @@ struct Document<'a> {
     tool_version: &'static str,
     run: &'a RunInfo,
     sync_graph: &'a Snapshot<'a>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    task_graph: Option<&'a crate::model::RankGraphView>,
     #[serde(skip_serializing_if = "Option::is_none")]
     ambient: Option<&'a crate::model::system::ambient::AmbientView>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -46,7 +48,6 @@ fn document<'a>(run: &'a RunInfo, snapshot: &'a Snapshot<'a>) -> Document<'a> {
         tool_version: env!("CARGO_PKG_VERSION"),
         run,
         sync_graph: snapshot,
-        task_graph: snapshot.tasks.as_ref(),
         ambient: snapshot.ambient.as_ref(),
         counters: snapshot.counters.as_ref(),
         sections: &snapshot.sections,
@@ -116,15 +117,15 @@ struct MergedDocument<'a> {
     format: &'static str,
     version: u32,
     tool_version: &'static str,
-    merged_from: &'a [super::merged::PartInfo],
-    task_graph: &'a crate::model::RankGraphView,
+    merged_from: &'a [PartInfo],
+    task_graph: &'a RankGraphView,
 }
 
 /// Writes a merged job's document: its parts and the joined rank graph.
 pub fn write_merged(
     dest: &mut Dest,
-    parts: &[super::merged::PartInfo],
-    view: &crate::model::RankGraphView,
+    parts: &[PartInfo],
+    view: &RankGraphView,
 ) -> Result<(), DestError> {
     let doc = MergedDocument {
         format: FORMAT,

@@ -7,8 +7,6 @@ pub(crate) mod findings;
 pub(crate) mod folded;
 pub mod html;
 pub mod json;
-pub(crate) mod merged;
-mod mpi_report;
 pub(crate) mod pprof;
 pub(crate) mod proto;
 pub(crate) mod rendered;

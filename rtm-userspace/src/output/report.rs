@@ -8,7 +8,6 @@ use super::{
     EndReason, RunInfo, blocked_report,
     dest::{Dest, DestError},
     format::{count, mean_ns, ns, opt_ns, pct},
-    merged, mpi_report,
     saved::Doc,
     sections,
     sink::{Moment, Sink},
@@ -62,12 +61,8 @@ fn table_of(
 /// `top` bounds the rows of each table.
 pub fn render(doc: &Doc, top: usize, title: Option<&str>) -> String {
     if !doc.merged_from.is_empty() {
-        let empty = crate::model::RankGraphView::default();
-        return merged::render(
-            &doc.merged_from,
-            doc.task_graph.as_ref().unwrap_or(&empty),
-            top,
-        );
+        let view = crate::analyses::mpi::of(&doc.sections).unwrap_or_default();
+        return crate::analyses::mpi::merged::render(&doc.merged_from, &view, top);
     }
     let mut out = String::new();
     let run = &doc.run;
@@ -262,7 +257,6 @@ pub fn render(doc: &Doc, top: usize, title: Option<&str>) -> String {
     sections::held_by(&mut out, doc, top);
     sections::call_sites(&mut out, doc, top);
     stacks_report::render(&mut out, doc);
-    crate::analyses::text(&doc.sections, &mut out, top);
     blocked_report::found(&mut out, &s.deadlocks);
     blocked_report::undecided(&mut out, &s.cannot_tell);
     blocked_report::inversions(&mut out, s.lock_order.as_ref(), top);
@@ -271,9 +265,7 @@ pub fn render(doc: &Doc, top: usize, title: Option<&str>) -> String {
     sections::barriers(&mut out, doc, top);
     sections::semaphores(&mut out, doc, top);
     sections::thread_tree(&mut out, doc, top);
-    if let Some(t) = &doc.task_graph {
-        mpi_report::render(&mut out, t, top);
-    }
+    crate::analyses::text(&doc.sections, &mut out, top);
     if let Some(a) = &doc.ambient {
         system_report::system(&mut out, a);
     }

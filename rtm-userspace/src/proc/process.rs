@@ -263,7 +263,7 @@ pub fn host_path(pid: u32, path: &Path) -> PathBuf {
 
 /// What an MPI launcher put in a rank's environment.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct RankVars {
+pub struct RankEnv {
     /// Job id (Open MPI's PMIx namespace, MPICH's PMI kvs name or the launcher pid).
     pub job: Option<String>,
     /// World rank.
@@ -275,7 +275,7 @@ pub struct RankVars {
 /// What the MPI launcher put in `pid`'s environment: world rank and size, and the job
 /// (Open MPI: OMPI_COMM_WORLD_RANK/SIZE, PMIX_NAMESPACE; MPICH's hydra: PMI_RANK/SIZE,
 /// PMI_KVSNAME or the launcher's pid). Empty when unreadable (the process is gone).
-pub fn mpi_env(pid: u32) -> RankVars {
+pub fn mpi_env(pid: u32) -> RankEnv {
     let Ok(raw) = read_proc_prefix(proc_dir(pid).join("environ"), MAX_ENVIRON_BYTES) else {
         return Default::default();
     };
@@ -284,7 +284,7 @@ pub fn mpi_env(pid: u32) -> RankVars {
         .filter_map(|kv| std::str::from_utf8(kv).ok()?.split_once('='))
         .collect();
     let first = |keys: &[&str]| keys.iter().find_map(|k| vars.get(k).copied());
-    RankVars {
+    RankEnv {
         job: first(&["PMIX_NAMESPACE", "OMPI_MCA_ess_base_jobid", "PMI_KVSNAME"])
             .map(str::to_owned),
         rank: first(&["OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK"])

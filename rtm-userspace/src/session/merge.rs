@@ -5,9 +5,12 @@
 use std::path::Path;
 
 use crate::{
+    analyses::mpi::{
+        merge::{self, Part},
+        merged,
+    },
     cli::MergeCli,
-    model::mpi::merge::{self, Part},
-    output::{dest::Dest, json, merged, text::Shown},
+    output::{dest::Dest, json, text::Shown},
 };
 
 use super::SessionError;

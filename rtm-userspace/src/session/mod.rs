@@ -66,7 +66,7 @@ pub enum SessionError {
     Saved(#[from] crate::output::saved::SavedError),
     /// The parts given to `merge` do not belong together.
     #[error(transparent)]
-    Merge(#[from] crate::model::mpi::merge::MergeError),
+    Merge(#[from] crate::analyses::mpi::merge::MergeError),
     /// Other I/O (runtime, signals, report file).
     #[error("{what}: {source}")]
     Io {

@@ -9,7 +9,7 @@
 use std::collections::{BTreeMap, HashMap};
 
 use super::{ProcKey, ProcessSummary, TopN, Values};
-use crate::engine::processes::RankSummary;
+use crate::analyses::mpi::RankSummary;
 
 /// The `mpi_job` label of a rank whose launcher's environment names no job.
 pub(super) const UNKNOWN_JOB: &str = "(unknown)";

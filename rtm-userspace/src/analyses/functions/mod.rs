@@ -19,7 +19,7 @@ pub(crate) use model::{FuncModel, RunningCall, TimedFunction};
 
 use rtm_common::decode::Event;
 
-use super::{Analysis, At, HtmlTab, Kernel, Kind};
+use super::{Analysis, Asks, At, HtmlTab, Kernel, Kind};
 use crate::config::TraceConfig;
 
 /// Its entry in the table of analyses.
@@ -32,6 +32,7 @@ pub(crate) static KIND: Kind = Kind {
         label: "Timed functions",
         render: html::render,
     }),
+    dot: None,
 };
 
 fn new(config: &TraceConfig) -> Option<Box<dyn Analysis>> {
@@ -48,7 +49,7 @@ impl Analysis for Functions {
         &KIND
     }
 
-    fn event(&mut self, event: &Event) {
+    fn event(&mut self, event: &Event, _: &mut Asks) {
         if let Event::Func(f) = event {
             self.0.apply(f);
         }

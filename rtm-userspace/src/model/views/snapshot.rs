@@ -44,6 +44,11 @@ impl Sections {
         self.0.iter().find(|(k, _)| k == key).map(|(_, v)| v)
     }
 
+    /// The section `key` read as `T`: None when absent or not of that shape.
+    pub fn view<T: serde::de::DeserializeOwned>(&self, key: &str) -> Option<T> {
+        T::deserialize(self.get(key)?).ok()
+    }
+
     /// Adds (or replaces) the section `key`.
     pub fn insert(&mut self, key: &str, value: serde_json::Value) {
         match self.0.iter_mut().find(|(k, _)| k == key) {
@@ -102,9 +107,6 @@ pub struct Snapshot<'g> {
     /// each under its key).
     #[serde(skip)]
     pub sections: Sections,
-    /// The MPI rank graph, when MPI calls were traced (written beside the sync graph).
-    #[serde(skip)]
-    pub tasks: Option<crate::model::RankGraphView>,
     /// The system and the traced processes over time (written beside the sync graph).
     #[serde(skip)]
     pub ambient: Option<crate::model::system::ambient::AmbientView>,
@@ -209,7 +211,6 @@ impl<'g> Snapshot<'g> {
             lock_order: lock_order_view(graph, name_of, locate),
             deadlocks: Vec::new(),
             sections: Sections::default(),
-            tasks: None,
             ambient: None,
             counters: None,
             go_processes: Vec::new(),

@@ -8,7 +8,7 @@ use crate::model::{Snapshot, system::thresholds::TroubleKind};
 /// A collective waits for a laggard when one rank arrived last in at least
 /// [`LAGGARD_SHARE`] of three or more instances.
 pub(super) fn laggard_ranks(snap: &Snapshot) -> Vec<Finding> {
-    let Some(tasks) = &snap.tasks else {
+    let Some(tasks) = crate::analyses::mpi::of(&snap.sections) else {
         return Vec::new();
     };
     tasks

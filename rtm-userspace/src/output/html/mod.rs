@@ -7,7 +7,6 @@
 //! embedded data).
 
 mod stacks;
-mod svg;
 
 use std::{collections::BTreeMap, fmt::Write as _};
 
@@ -15,14 +14,12 @@ use serde_json::json;
 
 use super::saved::Doc;
 use crate::config::Mode;
-use crate::format::{count, ns};
+use crate::format::{count, ns, svg};
 
 /// Rows carried in each table; the rest is summarized.
 pub const MAX_ROWS: usize = 500;
 /// Nodes of the sync graph picture (by time waited).
 const GRAPH_EDGES: usize = 40;
-/// Ranks shown one by one in the matrix; above it, aggregated by host.
-const MATRIX_RANKS: usize = 64;
 
 pub(crate) use crate::format::text::markup as esc;
 
@@ -91,10 +88,6 @@ pub fn render(doc: &Doc) -> String {
             "contended": t.contended, "wait_total": t.wait.total_ns, "wait_share": t.wait_share,
             "hold_total": full.then_some(t.hold.total_ns),
         })).collect::<Vec<_>>(),
-        "collectives": doc.task_graph.as_ref().map_or(vec![], |tg| tg.collectives.iter().take(MAX_ROWS).map(|c| json!({
-            "function": c.function, "ranks": c.ranks, "instances": c.instances, "time_ns": c.time_ns,
-            "mean_spread_ns": c.mean_spread_ns, "max_spread_ns": c.max_spread_ns,
-        })).collect()),
     });
 
     let mut tabs = vec![
@@ -105,9 +98,6 @@ pub fn render(doc: &Doc) -> String {
     ];
     if g.stacks.as_ref().is_some_and(|s| !s.rows.is_empty()) {
         tabs.push(("stacks", "Call stacks"));
-    }
-    if doc.task_graph.is_some() {
-        tabs.push(("mpi", "MPI"));
     }
     if doc
         .ambient
@@ -179,9 +169,6 @@ pub fn render(doc: &Doc) -> String {
     graph(&mut p, doc);
     if let Some(st) = g.stacks.as_ref().filter(|s| !s.rows.is_empty()) {
         stacks::section(&mut p, st);
-    }
-    if doc.task_graph.is_some() {
-        mpi(&mut p, doc);
     }
     if tabs.iter().any(|t| t.0 == "system") {
         system(&mut p, doc);
@@ -405,64 +392,6 @@ fn graph(p: &mut String, doc: &Doc) {
         "<section id=\"graph\"><h2>The sync graph: who waited on what, and whose wakes ended the waits</h2><p class=\"note\">Edge width: time waited (the {GRAPH_EDGES} largest each side). Hover for figures.</p>{}</section>",
         svg::sync_graph(&waits, &wakes)
     );
-}
-
-fn mpi(p: &mut String, doc: &Doc) {
-    let Some(tg) = &doc.task_graph else { return };
-    let by_host = tg.ranks.len() > MATRIX_RANKS;
-    let key_of = |r: Option<i32>| -> String {
-        match r {
-            Some(r) if by_host => tg
-                .ranks
-                .iter()
-                .find(|x| x.rank == Some(r))
-                .map_or_else(|| "?".into(), |x| x.host.clone()),
-            Some(r) => format!("rank {r}"),
-            None => "?".into(),
-        }
-    };
-    let mut labels: Vec<String> = tg.ranks.iter().map(|r| key_of(r.rank)).collect();
-    labels.sort_by_key(|l| (l.len(), l.clone()));
-    labels.dedup();
-    let idx = |l: &str| labels.iter().position(|x| x == l);
-    let n = labels.len();
-    let mut m = [
-        vec![vec![0.0; n]; n],
-        vec![vec![0.0; n]; n],
-        vec![vec![0.0; n]; n],
-    ];
-    for e in &tg.edges {
-        let (Some(i), Some(j)) = (idx(&key_of(e.src)), idx(&key_of(e.dst))) else {
-            continue;
-        };
-        let s = e
-            .sent
-            .clone()
-            .or_else(|| e.received.clone())
-            .unwrap_or_default();
-        m[0][i][j] += s.bytes as f64;
-        m[1][i][j] += s.messages as f64;
-        m[2][i][j] += s.time_ns as f64;
-    }
-    let _ = write!(
-        p,
-        "<section id=\"mpi\"><h2>MPI communication matrix{}</h2>",
-        if by_host {
-            format!(" (aggregated by node: {} ranks)", tg.ranks.len())
-        } else {
-            String::new()
-        }
-    );
-    p.push_str(&svg::heatmap(&labels, &m[0], "bytes", &|v| {
-        format!("{} bytes", count(v as u64))
-    }));
-    p.push_str(&svg::heatmap(&labels, &m[1], "messages", &|v| {
-        format!("{} messages", count(v as u64))
-    }));
-    p.push_str(&svg::heatmap(&labels, &m[2], "time in calls", &|v| {
-        ns(v as u64)
-    }));
-    p.push_str("<h2>Collectives: arrival spread is the wait for the last rank</h2><div id=\"collectives-table\"></div></section>");
 }
 
 fn system(p: &mut String, doc: &Doc) {

@@ -155,15 +155,18 @@
              wait_total: t.wait_total, wait_share: t.wait_share, hold_total: t.hold_total };
   }), "wait_total");
 
-  if (data.collectives.length) {
-    sortable(document.getElementById("collectives-table"), [
+  // An analysis's tab may carry its table's rows (data-rows): the MPI collectives.
+  var collectives = document.getElementById("collectives-table");
+  var collectiveRows = collectives ? JSON.parse(collectives.dataset.rows) : [];
+  if (collectiveRows.length) {
+    sortable(collectives, [
       { title: "collective", key: "function" },
       { title: "ranks", key: "ranks", fmt: num },
       { title: "instances", key: "instances", fmt: num },
       { title: "time", key: "time_ns", fmt: ns },
       { title: "arrival spread avg", key: "mean_spread_ns", fmt: ns },
       { title: "max", key: "max_spread_ns", fmt: ns }
-    ], data.collectives, "time_ns");
+    ], collectiveRows, "time_ns");
   }
   // A tab named in the address (report.html#tab=locks) opens first.
   var wanted = location.hash.replace(/^#(tab=)?/, "");

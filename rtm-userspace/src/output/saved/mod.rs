@@ -15,9 +15,10 @@ pub use read::object_start;
 use rtm_common::Primitive;
 use serde::Deserialize;
 
-use super::{RunInfo, json, merged::PartInfo};
+use super::{RunInfo, json};
+use crate::analyses::mpi::merged::PartInfo;
 use crate::model::{
-    EdgeView, ObjectView, RankGraphView, Sections, ThreadView, WaitsForView, Window,
+    EdgeView, ObjectView, Sections, ThreadView, WaitsForView, Window,
     blocked::{DeadlockView, Undecided},
     stacks::StacksView,
     sync::ModelCounters,
@@ -221,10 +222,9 @@ pub struct Doc {
     /// The run's facts (empty in a merged job's document).
     pub run: RunInfo,
     pub sync_graph: SyncGraph,
-    pub task_graph: Option<RankGraphView>,
     pub ambient: Option<AmbientView>,
     pub counters: Option<CountersView>,
-    /// The sections of the analyses in `analyses/` (timed functions, ...), by key.
+    /// The sections of the analyses in `analyses/` (timed functions, MPI, ...), by key.
     pub sections: Sections,
     /// A merged job's parts (`rtm-trace merge --json`): it has no sync graph.
     pub merged_from: Vec<PartInfo>,
@@ -259,7 +259,6 @@ impl<'de> Deserialize<'de> for Doc {
                         "tool_version" => doc.tool_version = m.next_value()?,
                         "run" => doc.run = or_empty(&mut m)?,
                         "sync_graph" => doc.sync_graph = or_empty(&mut m)?,
-                        "task_graph" => doc.task_graph = m.next_value()?,
                         "ambient" => doc.ambient = m.next_value()?,
                         "counters" => doc.counters = m.next_value()?,
                         "merged_from" => doc.merged_from = or_empty(&mut m)?,

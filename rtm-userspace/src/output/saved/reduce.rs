@@ -183,7 +183,6 @@ impl Doc {
             tool_version: env!("CARGO_PKG_VERSION").into(),
             run: carried(run)?,
             sync_graph,
-            task_graph: s.tasks.as_ref().map(carried).transpose()?,
             ambient: s.ambient.as_ref().map(carried).transpose()?,
             counters: s.counters.as_ref().map(carried).transpose()?,
             sections: s.sections.clone(),

@@ -1,5 +1,5 @@
 use super::super::*;
-use crate::{engine::processes::RankSummary, model::mpi::SentTo};
+use crate::analyses::mpi::{RankSummary, view::SentTo};
 
 fn bounds(top_mpi_peers: usize) -> Bounds {
     Bounds {

@@ -7,21 +7,12 @@ use std::collections::{BTreeMap, HashMap};
 use rtm_common::{MpiOp, RANK_UNKNOWN};
 use serde::{Deserialize, Serialize};
 
+use crate::proc::process::RankEnv;
+
 use super::graph::{Arrival, Peer, RankGraph, RankGraphCounters, SIZE_BUCKETS, Traffic};
 
-/// What the launcher's environment says about a rank.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-pub struct RankEnv {
-    /// Job id (Open MPI's PMIx namespace, MPICH's PMI kvs name or the launcher pid).
-    pub job: Option<String>,
-    /// World rank.
-    pub rank: Option<i32>,
-    /// World size.
-    pub size: Option<i32>,
-}
-
 /// What one rank's process sent to one destination: its own side of an edge.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SentTo {
     /// The destination's world rank (None: not known, or not translated).
     pub dst: Option<i32>,
@@ -74,8 +65,9 @@ pub struct RankView {
     pub functions: Vec<FunctionView>,
     /// What this process sent, by destination (by world rank; the unknown last). Kept
     /// per process, so that two jobs traced by one engine (whose world ranks collide
-    /// in the edges) stay apart; not written: the edges carry it.
-    #[serde(skip)]
+    /// in the edges) stay apart. In the document's section, where the published
+    /// summary and the agent's series read it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub sent_to: Vec<SentTo>,
 }
 

@@ -2,12 +2,10 @@
 
 use std::fmt::Write as _;
 
-use super::{
-    format::{count, ns, pct},
-    table::table,
-    text::Shown,
-};
-use crate::model::{RankGraphView, mpi::view::TrafficView};
+use serde::Deserialize as _;
+
+use super::view::{RankGraphView, TrafficView};
+use crate::format::{count, ns, pct, table::table, text::Shown};
 
 fn rank(r: Option<i32>) -> String {
     r.map_or_else(|| "?".into(), |r| r.to_string())
@@ -32,6 +30,16 @@ fn side(t: Option<&TrafficView>) -> [String; 3] {
         ],
         None => ["-".into(), "-".into(), "-".into()],
     }
+}
+
+/// The report's MPI sections, from the document's `task_graph`.
+pub(super) fn section(
+    v: &serde_json::Value,
+    out: &mut String,
+    top: usize,
+) -> Result<(), serde_json::Error> {
+    render(out, &RankGraphView::deserialize(v)?, top);
+    Ok(())
 }
 
 /// Renders the MPI sections.

@@ -1,7 +1,7 @@
 use rtm_common::MpiImpl;
 
 use super::*;
-use crate::model::mpi::view::{RankView, TrafficEdge, TrafficView};
+use crate::analyses::mpi::view::{RankView, TrafficEdge, TrafficView};
 
 fn rank(rank: i32, host: &str, job: &str) -> RankView {
     RankView {

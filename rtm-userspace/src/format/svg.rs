@@ -4,7 +4,7 @@
 
 use std::fmt::Write as _;
 
-use super::esc;
+use super::text::markup as esc;
 use crate::format::ns;
 
 /// A node of the sync graph: what tells it apart (a thread's or an object's identity,

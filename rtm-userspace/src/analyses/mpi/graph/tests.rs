@@ -132,7 +132,7 @@ fn mpich(pid: u32, start: u64, op: MpiOp, f: impl FnOnce(&mut MpiEvent)) -> MpiR
 
 #[test]
 fn mpich_split_communicators_translate_once_every_member_is_seen() {
-    use crate::model::{RankEnv, RankGraphView};
+    use crate::{analyses::mpi::RankGraphView, proc::process::RankEnv};
     let mut g = RankGraph::default();
     let half = 0x8400_0000u64;
     // 4 ranks learn their world rank from MPI_Comm_rank, then split with color
@@ -216,7 +216,7 @@ fn mpich_split_communicators_translate_once_every_member_is_seen() {
     let r = v2.ranks.iter().find(|r| r.pid == 101).expect("rank 1");
     assert_eq!(
         r.sent_to,
-        [crate::model::mpi::SentTo {
+        [crate::analyses::mpi::view::SentTo {
             dst: None,
             messages: 1,
             bytes: 20
@@ -229,7 +229,7 @@ fn mpich_split_communicators_translate_once_every_member_is_seen() {
 /// translated is None there.
 #[test]
 fn each_rank_keeps_what_it_sent_by_destination() {
-    use crate::model::{RankGraphView, mpi::SentTo};
+    use crate::analyses::mpi::{RankGraphView, view::SentTo};
     let mut g = RankGraph::default();
     for _ in 0..2 {
         g.apply(&rec(100, 0, 50, MpiOp::Send, |e| {

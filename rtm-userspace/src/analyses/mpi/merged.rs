@@ -4,8 +4,8 @@ use std::fmt::Write as _;
 
 use serde::Serialize;
 
-use super::{mpi_report, text::Shown};
-use crate::model::{RankGraphView, mpi::merge::Part};
+use super::{merge::Part, text, view::RankGraphView};
+use crate::format::text::Shown;
 
 /// What each part contributed.
 #[derive(Debug, Clone, Default, Serialize, serde::Deserialize)]
@@ -61,7 +61,7 @@ pub fn render(parts: &[PartInfo], view: &RankGraphView, top: usize) -> String {
             }
         );
     }
-    mpi_report::render(&mut out, view, top);
+    text::render(&mut out, view, top);
     let _ = writeln!(
         out,
         "\nNotes\n  - collective arrival spreads are within each node (clocks of different nodes \
