@@ -65,8 +65,12 @@ static long b_unit_us;
 #define MAX_ROUNDS 256
 static long long b_arrive[MAX_ROUNDS][64];
 /* Whether the thread was preempted between its clock reading and the barrier's return
- * (a tracer's entry probe then fires later than the thread's clock says it arrived). */
+ * (if before its entry, a tracer's entry probe fired later than the thread's clock says
+ * it arrived; after it, as when the waiters it woke preempt the last arriver, not). */
 static int b_preempted[MAX_ROUNDS][64];
+/* When the thread got back from the barrier. The last arriver entered it before it
+ * released the others, so their earliest return bounds how late that entry was. */
+static long long b_return[MAX_ROUNDS][64];
 
 static long involuntary_switches(void) {
     struct rusage u;
@@ -82,6 +86,7 @@ static void *barrier_thread(void *arg) {
         long before = involuntary_switches();
         if (r < MAX_ROUNDS) b_arrive[r][i] = now_ns();
         pthread_barrier_wait(&round_barrier);
+        if (r < MAX_ROUNDS) b_return[r][i] = now_ns();
         if (r < MAX_ROUNDS) b_preempted[r][i] = involuntary_switches() != before;
     }
     return NULL;
@@ -231,11 +236,23 @@ int main(int argc, char **argv) {
             /* The runner-up's arrival: how clear the last arriver was. */
             for (long i = 0; i < a; i++)
                 if (i != last && b_arrive[r][i] > next) next = b_arrive[r][i];
-            int preempted = 0;
-            for (long i = 0; i < a; i++)
+            /* preempted: threads switched out involuntarily between their clock reading
+             * and their return; waiters_preempted: those of them that waited (a thread
+             * delayed before its entry, so that its truth is late). release_ns: from the
+             * last arriver's clock reading to the waiters' first return, the longest its
+             * entry can have come after that reading. */
+            int preempted = 0, waiters_preempted = 0;
+            long long released = 0;
+            for (long i = 0; i < a; i++) {
                 preempted += b_preempted[r][i];
-            printf("truth barrier round=%d spread_ns=%lld last=%ld margin_ns=%lld preempted=%d\n",
-                   r, hi - lo, last, a > 1 ? hi - next : 0, preempted);
+                if (i == last) continue;
+                waiters_preempted += b_preempted[r][i];
+                if (!released || b_return[r][i] < released) released = b_return[r][i];
+            }
+            printf("truth barrier round=%d spread_ns=%lld last=%ld margin_ns=%lld preempted=%d "
+                   "waiters_preempted=%d release_ns=%lld\n",
+                   r, hi - lo, last, a > 1 ? hi - next : 0, preempted, waiters_preempted,
+                   a > 1 ? released - hi : 0);
         }
     } else if (!strcmp(mode, "cond") && argc == 5) {
         c_waits = a;
