@@ -8,7 +8,8 @@
 //! when one thread arrives last in most rounds; the wait-for graph's knot says where
 //! waiting ends ([`knots`]); waiting for work (condition variables, joins, ...) is
 //! called out as not the problem. In full mode the first lock findings carry a what-if
-//! estimate ([`whatif`]): what halving the critical section would buy.
+//! estimate ([`whatif`]): what halving the critical section would buy, unless other
+//! processes kept the CPUs busy (then they say why there is none).
 
 pub(crate) mod knots;
 mod more;
@@ -70,6 +71,10 @@ pub struct Finding {
     /// What fixing it would buy, estimated (full mode, locks).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub what_if: Option<WhatIf>,
+    /// Why the estimate it would carry was not made (other processes kept the CPUs
+    /// busy): then `what_if` is absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub what_if_withheld: Option<String>,
 }
 
 fn pct(v: f64) -> String {
@@ -194,6 +199,7 @@ pub fn find(snap: &Snapshot, full: bool) -> Vec<Finding> {
             }),
             share,
             what_if: None,
+            what_if_withheld: None,
         });
     }
     let mut estimated = 0;
@@ -229,13 +235,22 @@ pub fn find(snap: &Snapshot, full: bool) -> Vec<Finding> {
             not_seen: None,
             share: last as f64 / b.rounds as f64 * 0.5,
             what_if: None,
+            what_if_withheld: None,
         });
     }
     found.extend(more::laggard_ranks(snap));
     found.sort_by(|a, b| b.share.total_cmp(&a.share));
     found.truncate(MAX_FINDINGS - 3);
     found.extend(knot(snap, &observed, full));
-    if let Some(cpu) = more::saturated_cpus(snap) {
+    let busy = more::BusyCpus::of(snap);
+    // The estimates of a run whose CPUs were busy hold the time queueing for a CPU fixed.
+    let withheld = busy.as_ref().and_then(more::BusyCpus::withholds_what_ifs);
+    if let Some(why) = &withheld {
+        for f in found.iter_mut().filter(|f| f.what_if.is_some()) {
+            f.what_if = None;
+            f.what_if_withheld = Some(why.clone());
+        }
+    } else if busy.is_some() {
         for f in found.iter_mut().filter(|f| f.what_if.is_some()) {
             f.not_seen = Some(
                 "how much of the time outside the lock was queueing for a busy CPU: the \
@@ -245,8 +260,8 @@ pub fn find(snap: &Snapshot, full: bool) -> Vec<Finding> {
                     .into(),
             );
         }
-        found.push(cpu);
     }
+    found.extend(busy.as_ref().map(more::BusyCpus::finding));
     let idle: u64 = snap.threads.iter().map(|t| t.idle_wait_ns).sum();
     if !lock_bound && !found.iter().any(|f| f.kind == "barrier") {
         let most = snap
@@ -271,18 +286,24 @@ pub fn find(snap: &Snapshot, full: bool) -> Vec<Finding> {
                     "what the threads did while running (CPU, I/O): a profiler (perf) says".into(),
                 ),
                 share: 0.0,
-                what_if: busiest.and_then(|(_, row)| {
-                    let v = snap.objects.view(row);
-                    let name = v.name.clone().unwrap_or_else(|| format!("{:#x}", v.addr));
-                    let site = waited_at(snap, v.pid, v.addr);
-                    whatif::shorter_holds(
-                        &uses_of(snap, row, &observed),
-                        HOLD_FACTOR,
-                        halved(&name, site.as_deref()),
-                    )
-                }),
+                what_if: None,
+                what_if_withheld: None,
             },
         );
+        let estimate = busiest.and_then(|(_, row)| {
+            let v = snap.objects.view(row);
+            let name = v.name.clone().unwrap_or_else(|| format!("{:#x}", v.addr));
+            let site = waited_at(snap, v.pid, v.addr);
+            whatif::shorter_holds(
+                &uses_of(snap, row, &observed),
+                HOLD_FACTOR,
+                halved(&name, site.as_deref()),
+            )
+        });
+        match (estimate, &withheld) {
+            (Some(_), Some(why)) => found[0].what_if_withheld = Some(why.clone()),
+            (estimate, _) => found[0].what_if = estimate,
+        }
     }
     if idle > 0 {
         found.push(Finding {
@@ -298,6 +319,7 @@ pub fn find(snap: &Snapshot, full: bool) -> Vec<Finding> {
             not_seen: None,
             share: 0.0,
             what_if: None,
+            what_if_withheld: None,
         });
     }
     found
@@ -435,6 +457,7 @@ fn knot(snap: &Snapshot, observed: &HashMap<(u32, u32), u64>, full: bool) -> Opt
         not_seen,
         share: k.inside_ns.max(k.into_ns) as f64 / their_time.max(1) as f64,
         what_if: None,
+        what_if_withheld: None,
     })
 }
 
@@ -505,6 +528,9 @@ pub fn text(out: &mut String, findings: &[Finding]) {
         }
         if let Some(w) = &f.what_if {
             let _ = writeln!(out, "     what if: {}", super::text::Shown(&w.sentence()));
+        }
+        if let Some(w) = &f.what_if_withheld {
+            let _ = writeln!(out, "     what if: {}", super::text::Shown(w));
         }
         if let Some(n) = &f.not_seen {
             let _ = writeln!(out, "     not seen: {}", super::text::Shown(n));

@@ -198,6 +198,9 @@ fn summary(p: &mut String, doc: &Doc, rest: usize, rest_wait: u64) {
             if let Some(w) = &f.what_if {
                 let _ = write!(p, "<br><b>what if</b>: {}", esc(&w.sentence()));
             }
+            if let Some(w) = &f.what_if_withheld {
+                let _ = write!(p, "<br><b>what if</b>: {}", esc(w));
+            }
             if let Some(n) = &f.not_seen {
                 let _ = write!(p, "<br><i>not seen: {}</i>", esc(n));
             }
