@@ -10,7 +10,7 @@ use rtm_common::Primitive;
 use serde::Serialize;
 
 use crate::{
-    analyses::mpi::RankSummary,
+    analyses::mpi::{RankGraphView, RankSummary},
     config::Mode,
     model::{Snapshot, sync::ProcessTotals, views::fold, wait_kind::WaitKind},
 };
@@ -134,13 +134,23 @@ pub struct Inputs {
 }
 
 impl Inputs {
-    /// The summaries of the processes at `now_ns`.
-    pub fn build(self, snap: &Snapshot, now_ns: u64) -> Vec<ProcessSummary> {
-        build(self, snap, now_ns)
+    /// The summaries of the processes at `now_ns`; `mpi`: the snapshot's rank graph.
+    pub fn build(
+        self,
+        snap: &Snapshot,
+        mpi: Option<&RankGraphView>,
+        now_ns: u64,
+    ) -> Vec<ProcessSummary> {
+        build(self, snap, mpi, now_ns)
     }
 }
 
-fn build(inputs: Inputs, snap: &Snapshot, now_ns: u64) -> Vec<ProcessSummary> {
+fn build(
+    inputs: Inputs,
+    snap: &Snapshot,
+    mpi: Option<&RankGraphView>,
+    now_ns: u64,
+) -> Vec<ProcessSummary> {
     let Inputs {
         mode,
         pids,
@@ -264,8 +274,8 @@ fn build(inputs: Inputs, snap: &Snapshot, now_ns: u64) -> Vec<ProcessSummary> {
             .or_default()
             .add(&v);
     }
-    if let Some(tasks) = crate::analyses::mpi::of(&snap.sections) {
-        for (pid, m) in crate::analyses::mpi::series::ranks(&tasks) {
+    if let Some(tasks) = mpi {
+        for (pid, m) in crate::analyses::mpi::series::ranks(tasks) {
             if let Some(p) = out.get_mut(&pid) {
                 p.mpi = Some(m);
             }

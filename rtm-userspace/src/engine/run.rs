@@ -86,7 +86,10 @@ impl Engine {
         if watched {
             self.seq += 1;
             let top = self.summary_rows.unwrap_or(self.config.output.top);
-            let mut summary = Summary::build(self.seq, &run, &snap, followed, system, top);
+            // The rank graph read back from its section once, for both summaries.
+            let mpi = crate::analyses::mpi::of(&snap.sections);
+            let mut summary =
+                Summary::build(self.seq, &run, &snap, mpi.as_ref(), followed, system, top);
             if per_process.is_none() {
                 summary.finding =
                     crate::output::findings::find(&snap, run.mode == crate::config::Mode::Full)
@@ -95,7 +98,7 @@ impl Engine {
                         .map(|f| f.title);
             }
             if let Some(p) = per_process {
-                summary.processes = p.build(&snap, now);
+                summary.processes = p.build(&snap, mpi.as_ref(), now);
                 summary.kernel = self.source.kernel_state();
                 if self.config.bpf_stats {
                     summary.bpf = self.source.bpf_stats();

@@ -8,7 +8,7 @@ use serde::Serialize;
 
 use super::{processes::ProcessSummary, source::KernelState};
 use crate::{
-    analyses::mpi::TrafficEdge,
+    analyses::mpi::{RankGraphView, TrafficEdge},
     config::Mode,
     model::{Snapshot, ThreadView, WaitsForView, sync::ModelCounters, system::interval::Interval},
     output::{RunInfo, TargetInfo},
@@ -92,11 +92,13 @@ pub struct Summary {
 }
 
 impl Summary {
-    /// The summary of `snap` with at most `top` rows per list.
+    /// The summary of `snap` (`mpi`: its rank graph, read back from its section) with at
+    /// most `top` rows per list.
     pub fn build(
         seq: u64,
         run: &RunInfo,
         snap: &Snapshot,
+        mpi: Option<&RankGraphView>,
         followed: usize,
         system: Option<Interval>,
         top: usize,
@@ -119,10 +121,9 @@ impl Summary {
                 hold_ns: o.hold.total_ns,
             })
             .collect();
-        let (traffic, mpi_calls) = crate::analyses::mpi::of(&snap.sections)
-            .map_or((Vec::new(), 0), |t| {
-                crate::analyses::mpi::series::traffic(&t, top)
-            });
+        let (traffic, mpi_calls) = mpi.map_or((Vec::new(), 0), |t| {
+            crate::analyses::mpi::series::traffic(t, top)
+        });
         Self {
             seq,
             elapsed_ns: snap.window.end_ns.saturating_sub(snap.window.start_ns),
