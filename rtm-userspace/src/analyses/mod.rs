@@ -12,9 +12,9 @@
 //! and a line in [`KINDS`]; what it needs from the kernel side (probes, records) is
 //! asked for through [`Kernel`].
 //!
-//! Timed functions (`--func`) and MPI are here; the sync graph, call stacks, blocked
-//! threads and system statistics are still in `model/` and `output/`
-//! (docs/how-it-works.md).
+//! Timed functions (`--func`), MPI, and the system statistics with the counters are
+//! here; the sync graph, call stacks and blocked threads are still in `model/` and
+//! `output/` (docs/how-it-works.md).
 //!
 //! Layer: after `config` (an analysis is made for a run's config), before `output`
 //! (which renders the sections) and `engine` (which drives the analyses); text layout
@@ -22,6 +22,7 @@
 
 pub(crate) mod functions;
 pub(crate) mod mpi;
+pub(crate) mod system;
 
 use std::collections::{HashMap, HashSet};
 
@@ -86,6 +87,10 @@ pub(crate) trait Analysis: Send {
     /// Targets were attached: what the kernel side now traces for it.
     fn attached(&mut self, _kernel: &dyn Kernel) {}
 
+    /// The engine's sampler read the system (every `--every`, and at each exit and the
+    /// end), when the front end samples it.
+    fn sampled(&mut self, _sample: &system::Sample) {}
+
     /// The processes `pids` are gone (in a daemon): their state may go.
     fn forget(&mut self, _pids: &HashSet<u32>) {}
 
@@ -112,19 +117,49 @@ pub(crate) struct Kind {
 /// section is not of its kind's shape.
 pub(crate) type Render = fn(&Value, &mut String) -> Result<(), serde_json::Error>;
 
+/// What a renderer may ask of the rest of the document: the names the document gives
+/// what it traced, made once and shown the same in every output.
+pub(crate) trait Names {
+    /// A traced process's name (its command), where known.
+    fn process(&self, pid: u32) -> Option<String>;
+}
+
+/// A document that names nothing (a renderer's own tests).
+#[cfg(test)]
+pub(crate) struct NoNames;
+
+#[cfg(test)]
+impl Names for NoNames {
+    fn process(&self, _: u32) -> Option<String> {
+        None
+    }
+}
+
 /// An analysis's tab of the HTML page.
 pub(crate) struct HtmlTab {
     /// The element id of its `<section>` (unique in the page).
     pub id: &'static str,
     /// The tab's label.
     pub label: &'static str,
+    /// Whether the section has anything to show (else no tab).
+    pub shown: fn(&Value) -> bool,
     /// Renders the section (as the document holds it) as one `<section id=ID>`; every
     /// string the target controls escaped (`format::text::markup`).
-    pub render: Render,
+    pub render: fn(&Value, &dyn Names, &mut String) -> Result<(), serde_json::Error>,
+}
+
+/// For a tab shown whenever its section is there.
+pub(crate) fn always(_: &Value) -> bool {
+    true
 }
 
 /// Every analysis, in the order of their sections in the document and the report.
-pub(crate) static KINDS: &[&Kind] = &[&functions::KIND, &mpi::KIND];
+pub(crate) static KINDS: &[&Kind] = &[
+    &functions::KIND,
+    &mpi::KIND,
+    &system::KIND,
+    &system::COUNTERS,
+];
 
 /// The kind whose section is `key`.
 pub(crate) fn kind(key: &str) -> Option<&'static Kind> {
@@ -155,6 +190,13 @@ impl Analyses {
         }
     }
 
+    /// A sample of the system.
+    pub fn sampled(&mut self, sample: &system::Sample) {
+        for a in &mut self.0 {
+            a.sampled(sample);
+        }
+    }
+
     /// Processes gone.
     pub fn forget(&mut self, pids: &HashSet<u32>) {
         for a in &mut self.0 {
@@ -178,21 +220,25 @@ impl Analyses {
 pub(crate) fn html_tabs(sections: &Sections) -> Vec<(&'static str, &'static str)> {
     KINDS
         .iter()
-        .filter(|k| sections.get(k.key).is_some())
-        .filter_map(|k| k.html.as_ref().map(|h| (h.id, h.label)))
+        .filter_map(|k| Some((sections.get(k.key)?, k.html.as_ref()?)))
+        .filter(|(v, h)| (h.shown)(v))
+        .map(|(_, h)| (h.id, h.label))
         .collect()
 }
 
 /// Renders the HTML page's sections for the sections of a document, in the order of
 /// [`html_tabs`]; one that is not of its kind's shape is said, not rendered.
-pub(crate) fn html(sections: &Sections, page: &mut String) {
+pub(crate) fn html(sections: &Sections, names: &dyn Names, page: &mut String) {
     use std::fmt::Write as _;
     for k in KINDS {
         let (Some(v), Some(h)) = (sections.get(k.key), k.html.as_ref()) else {
             continue;
         };
+        if !(h.shown)(v) {
+            continue;
+        }
         let mut part = String::new();
-        match (h.render)(v, &mut part) {
+        match (h.render)(v, names, &mut part) {
             Ok(()) => page.push_str(&part),
             Err(e) => {
                 let _ = write!(

@@ -12,11 +12,14 @@ use std::{ffi::OsString, path::PathBuf, time::Duration};
 
 use serde::{Deserialize, Serialize};
 
-use crate::model::{Limits, system::thresholds::Thresholds};
+use crate::model::Limits;
 
 pub(crate) mod agent;
 mod stacks;
+pub(crate) mod thresholds;
 mod validate;
+
+use thresholds::Thresholds;
 
 pub use agent::AgentConfig;
 pub use stacks::{StackRate, StacksConfig, check_stack_bytes};

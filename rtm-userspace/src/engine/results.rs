@@ -1,7 +1,7 @@
 //! What the engine writes: the facts about the run, the window it covers, the snapshot
 //! of the model with the sampler's views, and the final results at the end.
 
-use super::{Engine, EngineError, Outcome, deadlocks, sampler::Sampler, state::State};
+use super::{Engine, EngineError, Outcome, deadlocks, state::State};
 use crate::{
     model::Window,
     output::{EndReason, RunInfo, sink::Moment},
@@ -68,7 +68,7 @@ impl Engine {
         self.source.stop(&all);
         let end_ns = monotonic_ns();
         if let Some(s) = &mut self.sampler {
-            s.sample(end_ns, all.iter().copied());
+            s.sample(end_ns, all.iter().copied(), &mut self.state.analyses);
         }
         self.drain(usize::MAX);
         // The threads' last waits: exited threads sent theirs; the programs no longer
@@ -91,13 +91,7 @@ impl Engine {
         }
         self.state.model.settle_pending();
         let window = self.window(end_ns);
-        let (snap, missing) = snapshot(
-            &mut self.state,
-            self.sampler.as_ref(),
-            window,
-            &*self.source,
-            &self.deadlocks,
-        );
+        let (snap, missing) = snapshot(&mut self.state, window, &*self.source, &self.deadlocks);
         run.missing_symbols = missing;
         let at = Moment {
             elapsed_ns: window.end_ns - window.start_ns,
@@ -132,16 +126,14 @@ impl Engine {
     }
 }
 
-/// A snapshot of `state` with the sampler's views (system statistics, counters), and
-/// the files whose symbols were missing.
+/// A snapshot of `state` with the deadlocks found, and the files whose symbols were
+/// missing.
 pub(super) fn snapshot<'s>(
     state: &'s mut State,
-    sampler: Option<&Sampler>,
     window: Window,
     kernel: &dyn crate::analyses::Kernel,
     deadlocks: &deadlocks::Deadlocks,
 ) -> (crate::model::Snapshot<'s>, Vec<String>) {
-    let views = sampler.map(Sampler::views);
     let (mut snap, missing) = state.snapshot(window, kernel);
     snap.deadlocks = deadlocks.found.clone();
     snap.cannot_tell = deadlocks.undecided.clone();
@@ -160,10 +152,6 @@ pub(super) fn snapshot<'s>(
         if let Some(n) = named {
             t.word_name = Some(n.to_owned());
         }
-    }
-    if let Some((ambient, counters)) = views {
-        snap.ambient = Some(ambient);
-        snap.counters = Some(counters);
     }
     (snap, missing)
 }

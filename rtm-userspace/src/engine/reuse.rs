@@ -99,8 +99,5 @@ impl Engine {
         self.source.forget(&list);
         self.targets.retain(|t| !gone.contains(&t.info.pid));
         self.followed_starts.retain(|p, _| !gone.contains(p));
-        if let Some(s) = &mut self.sampler {
-            s.forget(gone);
-        }
     }
 }

@@ -51,16 +51,10 @@ impl Engine {
         let now = monotonic_ns();
         let window = self.window(now);
         let followed = self.followed.len();
-        let system = self.sampler.as_ref().and_then(|s| s.latest());
         // Read before the snapshot, which holds the model.
         let per_process = (watched && self.per_process).then(|| self.process_inputs());
-        let (snap, missing) = super::results::snapshot(
-            &mut self.state,
-            self.sampler.as_ref(),
-            window,
-            &*self.source,
-            &self.deadlocks,
-        );
+        let (snap, missing) =
+            super::results::snapshot(&mut self.state, window, &*self.source, &self.deadlocks);
         run.missing_symbols = missing;
         let at = Moment {
             elapsed_ns: window.end_ns - window.start_ns,
@@ -88,6 +82,7 @@ impl Engine {
             let top = self.summary_rows.unwrap_or(self.config.output.top);
             // The rank graph read back from its section once, for both summaries.
             let mpi = crate::analyses::mpi::of(&snap.sections);
+            let system = crate::analyses::system::latest(&snap.sections);
             let mut summary =
                 Summary::build(self.seq, &run, &snap, mpi.as_ref(), followed, system, top);
             if per_process.is_none() {
@@ -219,7 +214,11 @@ impl Engine {
                 Wake::Sample => {
                     let alive = self.all_pids();
                     if let Some(s) = &mut self.sampler {
-                        s.sample(monotonic_ns(), alive.iter().copied());
+                        s.sample(
+                            monotonic_ns(),
+                            alive.iter().copied(),
+                            &mut self.state.analyses,
+                        );
                     }
                     self.take_left(alive, false);
                     // A release put off by `release_after` comes due here.
@@ -256,7 +255,7 @@ impl Engine {
         // until it is reaped.
         let alive = self.all_pids();
         if let Some(s) = &mut self.sampler {
-            s.sample(monotonic_ns(), alive.into_iter());
+            s.sample(monotonic_ns(), alive.into_iter(), &mut self.state.analyses);
         }
         self.drain(usize::MAX);
         let Some(t) = self

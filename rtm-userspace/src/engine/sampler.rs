@@ -2,36 +2,29 @@
 //! their own timer beside the event stream.
 
 use crate::{
+    analyses::{
+        Analyses,
+        system::{CounterReadings, Sample},
+    },
     config::TraceConfig,
-    model::system::{
-        ambient::{Ambient, AmbientView},
-        counters::CountersView,
-        interval::Interval,
-    },
-    readers::{
-        ambient::{AmbientReader, ticks_per_second},
-        counters::{Counters, Reading, Scope},
-    },
+    readers::{ambient::AmbientReader, counters::Counters},
 };
 
-/// Reads the system and the counters; keeps the model of them.
+/// Reads the system and the counters, and hands each sample to the analyses
+/// (`analyses/system/` keeps the model of them).
 pub struct Sampler {
     reader: AmbientReader,
-    model: Ambient,
     counters: Counters,
-    last: Vec<(Scope, &'static str, Reading)>,
     /// Counters this machine cannot count are said on stderr too (`-v`); the report
     /// says them once either way. Set once said, or from the start without `-v`.
     told_unavailable: bool,
-    /// The last interval closed.
-    latest: Option<Interval>,
     /// The traced processes get counters of their own (`--target-counters`).
     per_target: bool,
 }
 
 impl Sampler {
     /// Opens per-CPU counters and takes the first sample.
-    pub fn new(config: &TraceConfig, start_ns: u64) -> Self {
+    pub fn new(config: &TraceConfig) -> Self {
         let cpus: Vec<u32> = crate::proc::host::online_cpus()
             .unwrap_or_default()
             .into_iter()
@@ -40,18 +33,10 @@ impl Sampler {
         let counters = Counters::new(config.counters.0.clone(), &cpus);
         Self {
             reader: AmbientReader::default(),
-            model: Ambient::new(
-                start_ns,
-                config.sample_every().as_nanos() as u64,
-                ticks_per_second(),
-                config.thresholds.clone(),
-            ),
             counters,
-            last: Vec::new(),
             // A VM has no hardware counters: a warning on every run there said nothing
             // the report does not.
             told_unavailable: !config.verbose,
-            latest: None,
             per_target: config.target_counters,
         }
     }
@@ -77,23 +62,19 @@ impl Sampler {
         self.counters.add_thread(pid, tid);
     }
 
-    /// Forgets the processes `pids` (their counters, when they had any, were closed
-    /// with them).
-    pub fn forget(&mut self, pids: &std::collections::HashSet<u32>) {
-        self.model.forget(pids);
-    }
-
-    /// Samples everything now (`pids`: the traced processes).
-    pub fn sample(&mut self, now_ns: u64, pids: impl Iterator<Item = u32>) {
+    /// Samples everything now (`pids`: the traced processes), for `analyses`.
+    pub fn sample(
+        &mut self,
+        now_ns: u64,
+        pids: impl Iterator<Item = u32>,
+        analyses: &mut Analyses,
+    ) {
         let pids: Vec<u32> = pids.collect();
-        let s = self.reader.sample(now_ns, &pids);
+        let system = self.reader.sample(now_ns, &pids);
         for p in self.reader.new_problems.drain(..) {
             crate::say!("rtm-trace: {p}");
         }
-        if let Some(closed) = self.model.push(s) {
-            self.latest = Some(closed);
-        }
-        self.last = self.counters.read();
+        let readings = self.counters.read();
         if !self.told_unavailable {
             self.told_unavailable = true;
             let u = self.counters.unavailable();
@@ -106,24 +87,15 @@ impl Sampler {
                 );
             }
         }
-    }
-
-    /// The last interval closed (for the published summary).
-    pub fn latest(&self) -> Option<Interval> {
-        self.latest.clone()
-    }
-
-    /// What the outputs show.
-    pub fn views(&self) -> (AmbientView, CountersView) {
-        (
-            self.model.view(),
-            CountersView::build(
-                self.counters.events(),
-                self.counters.unavailable(),
-                &self.last,
-                self.counters.threads_not_counted,
-                self.per_target,
-            ),
-        )
+        analyses.sampled(&Sample {
+            system,
+            counters: CounterReadings {
+                events: self.counters.events().to_vec(),
+                unavailable: self.counters.unavailable(),
+                readings,
+                threads_not_counted: self.counters.threads_not_counted,
+                per_target: self.per_target,
+            },
+        });
     }
 }

@@ -8,9 +8,12 @@ use serde::Serialize;
 
 use super::{processes::ProcessSummary, source::KernelState};
 use crate::{
-    analyses::mpi::{RankGraphView, TrafficEdge},
+    analyses::{
+        mpi::{RankGraphView, TrafficEdge},
+        system::interval::Interval,
+    },
     config::Mode,
-    model::{Snapshot, ThreadView, WaitsForView, sync::ModelCounters, system::interval::Interval},
+    model::{Snapshot, ThreadView, WaitsForView, sync::ModelCounters},
     output::{RunInfo, TargetInfo},
     readers::{Losses, ReaderStats, bpf_stats::BpfStats},
 };

@@ -27,7 +27,7 @@ impl Engine {
             }
         }
         let now = monotonic_ns();
-        let start = *self.start.get_or_insert_with(|| Start {
+        self.start.get_or_insert_with(|| Start {
             ns: now,
             // The trace lasts the duration from here, however long the setup below
             // takes (per-thread counters of thousands of threads take seconds).
@@ -39,13 +39,11 @@ impl Engine {
         });
         if self.sample_system {
             let config = &self.config;
-            let sampler = self
-                .sampler
-                .get_or_insert_with(|| Sampler::new(config, start.ns));
+            let sampler = self.sampler.get_or_insert_with(|| Sampler::new(config));
             for info in &infos {
                 sampler.add_process(info.pid);
             }
-            sampler.sample(now, infos.iter().map(|i| i.pid));
+            sampler.sample(now, infos.iter().map(|i| i.pid), &mut self.state.analyses);
         }
         if first_load {
             // Loading the programs parsed the kernel's BTF and the target's libraries:

@@ -30,10 +30,6 @@ struct Document<'a> {
     tool_version: &'static str,
     run: &'a RunInfo,
     sync_graph: &'a Snapshot<'a>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    ambient: Option<&'a crate::model::system::ambient::AmbientView>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    counters: Option<&'a crate::model::system::counters::CountersView>,
     /// The analyses' sections (`analyses/`), each a field under its key.
     #[serde(flatten)]
     sections: &'a crate::model::Sections,
@@ -48,8 +44,6 @@ fn document<'a>(run: &'a RunInfo, snapshot: &'a Snapshot<'a>) -> Document<'a> {
         tool_version: env!("CARGO_PKG_VERSION"),
         run,
         sync_graph: snapshot,
-        ambient: snapshot.ambient.as_ref(),
-        counters: snapshot.counters.as_ref(),
         sections: &snapshot.sections,
         findings: super::findings::find(snapshot, run.mode == crate::config::Mode::Full),
     }

@@ -15,7 +15,6 @@ pub mod saved;
 mod sections;
 pub mod sink;
 mod stacks_report;
-mod system_report;
 pub mod timeline;
 
 pub(crate) use crate::format::{self, table, text};

@@ -11,7 +11,7 @@ use super::{
     saved::Doc,
     sections,
     sink::{Moment, Sink},
-    stacks_report, system_report,
+    stacks_report,
     table::table,
     text::Shown,
 };
@@ -266,12 +266,6 @@ pub fn render(doc: &Doc, top: usize, title: Option<&str>) -> String {
     sections::semaphores(&mut out, doc, top);
     sections::thread_tree(&mut out, doc, top);
     crate::analyses::text(&doc.sections, &mut out, top);
-    if let Some(a) = &doc.ambient {
-        system_report::system(&mut out, a);
-    }
-    if let Some(c) = &doc.counters {
-        system_report::counters(&mut out, c);
-    }
     if let Some(b) = &run.bpf {
         bpf_stats(&mut out, b);
     }

@@ -12,7 +12,11 @@ use crate::format::{count, mean_ns, ns, opt_ns, text::markup};
 const THREAD_ROWS: usize = 50;
 
 /// The tab, from the document's `functions`.
-pub(super) fn render(section: &serde_json::Value, p: &mut String) -> Result<(), serde_json::Error> {
+pub(super) fn render(
+    section: &serde_json::Value,
+    _: &dyn crate::analyses::Names,
+    p: &mut String,
+) -> Result<(), serde_json::Error> {
     let v = FunctionsView::deserialize(section)?;
     p.push_str(
         "<section id=\"functions\"><h2>Timed functions (--func)</h2><p class=\"note\">Inclusive \
@@ -90,7 +94,12 @@ mod tests {
             ..Default::default()
         });
         let mut p = String::new();
-        render(&serde_json::to_value(&v).unwrap(), &mut p).unwrap();
+        render(
+            &serde_json::to_value(&v).unwrap(),
+            &crate::analyses::NoNames,
+            &mut p,
+        )
+        .unwrap();
         assert!(
             !p.contains("<img") && !p.contains("<b>") && !p.contains('\u{1b}'),
             "{p}"
@@ -104,6 +113,13 @@ mod tests {
             "{p}"
         );
         // A section of another shape is an error, not a page.
-        assert!(render(&serde_json::json!({"functions": 3}), &mut String::new()).is_err());
+        assert!(
+            render(
+                &serde_json::json!({"functions": 3}),
+                &crate::analyses::NoNames,
+                &mut String::new()
+            )
+            .is_err()
+        );
     }
 }

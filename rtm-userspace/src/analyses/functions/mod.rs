@@ -30,6 +30,7 @@ pub(crate) static KIND: Kind = Kind {
     html: Some(HtmlTab {
         id: "functions",
         label: "Timed functions",
+        shown: super::always,
         render: html::render,
     }),
     dot: None,

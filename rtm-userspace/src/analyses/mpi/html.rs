@@ -16,7 +16,11 @@ const MATRIX_RANKS: usize = 64;
 const MAX_COLLECTIVES: usize = 500;
 
 /// The tab, from the document's `task_graph`.
-pub(super) fn render(v: &serde_json::Value, p: &mut String) -> Result<(), serde_json::Error> {
+pub(super) fn render(
+    v: &serde_json::Value,
+    _: &dyn crate::analyses::Names,
+    p: &mut String,
+) -> Result<(), serde_json::Error> {
     let tg = RankGraphView::deserialize(v)?;
     let by_host = tg.ranks.len() > MATRIX_RANKS;
     let key_of = |r: Option<i32>| -> String {

@@ -44,6 +44,7 @@ pub(crate) static KIND: Kind = Kind {
     html: Some(HtmlTab {
         id: "mpi",
         label: "MPI",
+        shown: super::always,
         render: html::render,
     }),
     dot: Some(dot::render),

@@ -107,12 +107,6 @@ pub struct Snapshot<'g> {
     /// each under its key).
     #[serde(skip)]
     pub sections: Sections,
-    /// The system and the traced processes over time (written beside the sync graph).
-    #[serde(skip)]
-    pub ambient: Option<crate::model::system::ambient::AmbientView>,
-    /// Performance counters (written beside the sync graph).
-    #[serde(skip)]
-    pub counters: Option<crate::model::system::counters::CountersView>,
     /// Traced processes that run Go programs: their goroutines block in the Go runtime,
     /// not on futexes; their futex waits are the runtime's own.
     #[serde(skip_serializing_if = "Vec::is_empty", default)]
@@ -211,8 +205,6 @@ impl<'g> Snapshot<'g> {
             lock_order: lock_order_view(graph, name_of, locate),
             deadlocks: Vec::new(),
             sections: Sections::default(),
-            ambient: None,
-            counters: None,
             go_processes: Vec::new(),
             cannot_tell: Vec::new(),
         }

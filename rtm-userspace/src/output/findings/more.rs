@@ -4,7 +4,7 @@
 
 use super::{Confidence, Finding, LAGGARD_SHARE, pct};
 use crate::format::ns;
-use crate::model::{Snapshot, system::thresholds::TroubleKind};
+use crate::{analyses::system::thresholds::TroubleKind, model::Snapshot};
 
 /// A collective waits for a laggard when one rank arrived last in at least
 /// [`LAGGARD_SHARE`] of three or more instances.
@@ -77,7 +77,7 @@ pub(super) struct BusyCpus {
 impl BusyCpus {
     /// What the system statistics say, when they flagged busy CPUs.
     pub(super) fn of(snap: &Snapshot) -> Option<Self> {
-        let a = snap.ambient.as_ref()?;
+        let a = &crate::analyses::system::of(&snap.sections)?;
         let t = a
             .troubles
             .iter()

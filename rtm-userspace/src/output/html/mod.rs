@@ -99,13 +99,6 @@ pub fn render(doc: &Doc) -> String {
     if g.stacks.as_ref().is_some_and(|s| !s.rows.is_empty()) {
         tabs.push(("stacks", "Call stacks"));
     }
-    if doc
-        .ambient
-        .as_ref()
-        .is_some_and(|a| !a.intervals.is_empty())
-    {
-        tabs.push(("system", "System"));
-    }
     tabs.extend(crate::analyses::html_tabs(&doc.sections));
     let mut p = String::new();
     let title = if doc.merged_from.is_empty() {
@@ -170,10 +163,7 @@ pub fn render(doc: &Doc) -> String {
     if let Some(st) = g.stacks.as_ref().filter(|s| !s.rows.is_empty()) {
         stacks::section(&mut p, st);
     }
-    if tabs.iter().any(|t| t.0 == "system") {
-        system(&mut p, doc);
-    }
-    crate::analyses::html(&doc.sections, &mut p);
+    crate::analyses::html(&doc.sections, doc, &mut p);
     let _ = writeln!(
         p,
         "<script type=\"application/json\" id=\"rtm-data\">{}</script><script>{}</script></body></html>",
@@ -395,107 +385,6 @@ fn graph(p: &mut String, doc: &Doc) {
         "<section id=\"graph\"><h2>The sync graph: who waited on what, and whose wakes ended the waits</h2><p class=\"note\">Edge width: time waited (the {GRAPH_EDGES} largest each side). Hover for figures.</p>{}</section>",
         svg::sync_graph(&waits, &wakes)
     );
-}
-
-fn system(p: &mut String, doc: &Doc) {
-    let Some(a) = &doc.ambient else { return };
-    let span = a.intervals.last().map_or(0.0, |i| i.t_s + i.dur_s);
-    let one = |name: &str, f: &dyn Fn(&crate::model::system::interval::Interval) -> f64| {
-        (
-            name.to_owned(),
-            a.intervals
-                .iter()
-                .map(|i| (i.t_s, i.t_s + i.dur_s, f(i)))
-                .collect::<Vec<_>>(),
-        )
-    };
-    p.push_str(
-        "<section id=\"system\"><h2>The system and the traced processes, on one time axis</h2>",
-    );
-    p.push_str(&svg::lines(
-        "CPU",
-        "%",
-        &[
-            one("busy", &|i| i.cpu.busy),
-            one("iowait", &|i| i.cpu.iowait),
-            one("steal", &|i| i.cpu.steal),
-        ],
-        span,
-    ));
-    p.push_str(&svg::lines(
-        "Run queue",
-        "tasks",
-        &[
-            one("running", &|i| i.procs_running as f64),
-            one("blocked", &|i| i.procs_blocked as f64),
-        ],
-        span,
-    ));
-    p.push_str(&svg::lines(
-        "Memory available",
-        "%",
-        &[one("available", &|i| i.mem_available_pct)],
-        span,
-    ));
-    if a.intervals.iter().any(|i| i.psi.is_some()) {
-        let psi = |f: fn(&crate::model::system::interval::PsiShare) -> f64| {
-            move |i: &crate::model::system::interval::Interval| i.psi.as_ref().map_or(0.0, f)
-        };
-        p.push_str(&svg::lines(
-            "Pressure (PSI, some)",
-            "%",
-            &[
-                one("cpu", &psi(|p| p.cpu_some)),
-                one("memory", &psi(|p| p.memory_some)),
-                one("io", &psi(|p| p.io_some)),
-            ],
-            span,
-        ));
-    }
-    let mut pids: Vec<u32> = a
-        .intervals
-        .iter()
-        .flat_map(|i| i.procs.iter().map(|p| p.pid))
-        .collect();
-    pids.sort_unstable();
-    pids.dedup();
-    pids.truncate(6);
-    let per = |f: fn(&crate::model::system::interval::ProcRate) -> f64| -> Vec<svg::Series> {
-        pids.iter()
-            .map(|pid| {
-                let name = doc
-                    .run
-                    .targets
-                    .iter()
-                    .find(|t| t.pid == *pid)
-                    .and_then(|t| t.comm.clone())
-                    .unwrap_or_default();
-                (
-                    format!("{pid} {name}"),
-                    a.intervals
-                        .iter()
-                        .filter_map(|i| {
-                            let u = i.procs.iter().find(|p| p.pid == *pid)?;
-                            Some((i.t_s, i.t_s + i.dur_s, f(u)))
-                        })
-                        .collect(),
-                )
-            })
-            .collect()
-    };
-    p.push_str(&svg::lines(
-        "Traced processes: CPU",
-        "%",
-        &per(|u| u.user_pct + u.system_pct),
-        span,
-    ));
-    p.push_str(&svg::lines(
-        "Traced processes: RSS",
-        "bytes",
-        &per(|u| u.rss_bytes as f64),
-        span,
-    ));
-    p.push_str("</section>");
 }
 
 #[cfg(test)]

@@ -22,7 +22,6 @@ use crate::model::{
     blocked::{DeadlockView, Undecided},
     stacks::StacksView,
     sync::ModelCounters,
-    system::{ambient::AmbientView, counters::CountersView},
     views::{
         CallSiteView,
         snapshot::{HeldByRow, LockOrderView},
@@ -222,8 +221,6 @@ pub struct Doc {
     /// The run's facts (empty in a merged job's document).
     pub run: RunInfo,
     pub sync_graph: SyncGraph,
-    pub ambient: Option<AmbientView>,
-    pub counters: Option<CountersView>,
     /// The sections of the analyses in `analyses/` (timed functions, MPI, ...), by key.
     pub sections: Sections,
     /// A merged job's parts (`rtm-trace merge --json`): it has no sync graph.
@@ -259,12 +256,14 @@ impl<'de> Deserialize<'de> for Doc {
                         "tool_version" => doc.tool_version = m.next_value()?,
                         "run" => doc.run = or_empty(&mut m)?,
                         "sync_graph" => doc.sync_graph = or_empty(&mut m)?,
-                        "ambient" => doc.ambient = m.next_value()?,
-                        "counters" => doc.counters = m.next_value()?,
                         "merged_from" => doc.merged_from = or_empty(&mut m)?,
                         "findings" => doc.findings = or_empty(&mut m)?,
                         other => match crate::analyses::kind(other) {
-                            Some(k) => doc.sections.insert(k.key, m.next_value()?),
+                            // A merged document leaves a part's section null.
+                            Some(k) => match m.next_value()? {
+                                serde_json::Value::Null => {}
+                                v => doc.sections.insert(k.key, v),
+                            },
                             None => {
                                 m.next_value::<serde::de::IgnoredAny>()?;
                             }
@@ -295,6 +294,16 @@ impl Doc {
     /// The name a thread is shown by: "tid name".
     pub fn thread_label(&self, pid: u32, tid: u32) -> String {
         self.sync_graph.thread_label(pid, tid)
+    }
+}
+
+impl crate::analyses::Names for Doc {
+    fn process(&self, pid: u32) -> Option<String> {
+        self.run
+            .targets
+            .iter()
+            .find(|t| t.pid == pid)
+            .and_then(|t| t.comm.clone())
     }
 }
 

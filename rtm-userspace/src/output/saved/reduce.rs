@@ -183,8 +183,6 @@ impl Doc {
             tool_version: env!("CARGO_PKG_VERSION").into(),
             run: carried(run)?,
             sync_graph,
-            ambient: s.ambient.as_ref().map(carried).transpose()?,
-            counters: s.counters.as_ref().map(carried).transpose()?,
             sections: s.sections.clone(),
             merged_from: Vec::new(),
             findings: carried(&crate::output::findings::find(s, run.mode == Mode::Full))?,

@@ -6,7 +6,7 @@ use super::{
     tracks::Tracks,
     write::{COUNTER, Ev, track_event},
 };
-use crate::model::system::interval::Interval;
+use crate::analyses::system::interval::Interval;
 
 /// A value of counter track `name` at `ts`.
 pub fn counter(

@@ -267,7 +267,7 @@ impl Timeline {
             );
         }
         self.rate_mark = (self.events, now);
-        if let Some(amb) = &at.snapshot.ambient {
+        if let Some(amb) = &crate::analyses::system::of(&at.snapshot.sections) {
             let after = self.last_interval;
             for iv in amb.intervals.iter().filter(|i| i.t_s > after) {
                 counters::interval(

@@ -3,11 +3,35 @@
 
 use std::fmt::Write;
 
-use super::{format::count, table::table, text::Shown};
-use crate::model::system::{
+use serde::Deserialize as _;
+
+use super::{
     ambient::{AmbientView, Stat},
     counters::{CountersView, ScopeCounters},
 };
+use crate::format::{count, table::table, text::Shown};
+
+/// The system section of the report, from the `ambient` section as the document holds
+/// it.
+pub(super) fn system_section(
+    v: &serde_json::Value,
+    out: &mut String,
+    _top: usize,
+) -> Result<(), serde_json::Error> {
+    system(out, &AmbientView::deserialize(v)?);
+    Ok(())
+}
+
+/// The counters section of the report, from the `counters` section as the document
+/// holds it.
+pub(super) fn counters_section(
+    v: &serde_json::Value,
+    out: &mut String,
+    _top: usize,
+) -> Result<(), serde_json::Error> {
+    counters(out, &CountersView::deserialize(v)?);
+    Ok(())
+}
 
 fn bytes(v: f64) -> String {
     const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
@@ -33,7 +57,7 @@ fn mean_max(s: &Stat, unit: &str) -> String {
 }
 
 /// The system section.
-pub(super) fn system(out: &mut String, a: &AmbientView) {
+fn system(out: &mut String, a: &AmbientView) {
     let s = &a.summary;
     let Some(last) = a.intervals.last() else {
         let _ = writeln!(
@@ -220,7 +244,7 @@ fn value(c: &ScopeCounters, event: &str) -> String {
 }
 
 /// The counters section.
-pub(super) fn counters(out: &mut String, c: &CountersView) {
+fn counters(out: &mut String, c: &CountersView) {
     if c.events.is_empty() {
         return;
     }
