@@ -106,6 +106,10 @@ pub struct Timeline {
     /// Bytes written and the cap.
     written: u64,
     max_bytes: u64,
+    /// A batch did not fit under the cap: nothing more is written, not even a smaller
+    /// batch, since a later one may name what the one left out interned (a call stack,
+    /// an event name) and would not decode.
+    capped: bool,
     /// Events left out: over the cap, or after a write error.
     dropped: u64,
     error: Option<DestError>,
@@ -156,6 +160,7 @@ impl Timeline {
             state: state::State::default(),
             written: 0,
             max_bytes,
+            capped: false,
             dropped: 0,
             error: None,
             events: 0,
@@ -197,21 +202,27 @@ impl Timeline {
             return true;
         }
         let ok = match &mut self.stream {
-            Some(s) if self.written + n <= self.max_bytes => match s.write(self.w.bytes()) {
-                Ok(()) => {
-                    let base = self.written;
-                    self.slots
-                        .extend(self.names.pending.drain(..).map(|slot| slot.moved(base)));
-                    self.written += n;
-                    true
+            Some(s) if !self.capped && self.written + n <= self.max_bytes => {
+                match s.write(self.w.bytes()) {
+                    Ok(()) => {
+                        let base = self.written;
+                        self.slots
+                            .extend(self.names.pending.drain(..).map(|slot| slot.moved(base)));
+                        self.written += n;
+                        true
+                    }
+                    Err(e) => {
+                        self.error = Some(e);
+                        self.stream = None;
+                        false
+                    }
                 }
-                Err(e) => {
-                    self.error = Some(e);
-                    self.stream = None;
-                    false
-                }
-            },
-            _ => false,
+            }
+            Some(_) => {
+                self.capped = true;
+                false
+            }
+            None => false,
         };
         if !ok {
             self.dropped += 1;
@@ -232,7 +243,7 @@ impl Timeline {
 
     /// Whether nothing more can be written (the cap, or an error).
     fn closed(&self) -> bool {
-        self.stream.is_none() || self.written >= self.max_bytes
+        self.stream.is_none() || self.capped || self.written >= self.max_bytes
     }
 
     /// The state at `at`: thread and process names, counters for the intervals sampled
