@@ -148,7 +148,10 @@ fn summed_waits_are_the_kernels_futex_waits() {
                  (within {slack}): {kernel:?}"
             );
         }
-        assert!(ours > 100, "a contended run: {ours}");
+        // How contended a run is depends on how often its threads run at once (in the
+        // kernel matrix's emulated guest a hammer run made 71 waits, counted exactly):
+        // the count is compared above; here only that there was something to compare.
+        assert!(all - eagain > 0, "no wait slept: nothing compared ({kernel:?})");
         if options.contains(&"--futex-sums") {
             assert!(lost["agg_full"].as_u64().unwrap() > 0, "{lost}");
         } else {
