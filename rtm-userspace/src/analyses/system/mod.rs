@@ -78,6 +78,7 @@ pub(crate) struct Sample {
 }
 
 /// What the counters read, and what they could not count.
+#[derive(Clone)]
 pub(crate) struct CounterReadings {
     /// The events asked for.
     pub events: Vec<&'static str>,
@@ -153,14 +154,7 @@ impl Analysis for Counters {
     fn event(&mut self, _: &Event, _: &mut Asks) {}
 
     fn sampled(&mut self, sample: &Sample) {
-        let c = &sample.counters;
-        self.0 = Some(CounterReadings {
-            events: c.events.clone(),
-            unavailable: c.unavailable.clone(),
-            readings: c.readings.clone(),
-            threads_not_counted: c.threads_not_counted,
-            per_target: c.per_target,
-        });
+        self.0 = Some(sample.counters.clone());
     }
 
     fn section(&self, _: &mut At<'_>) -> Option<Value> {
